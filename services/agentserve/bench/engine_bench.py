@@ -1,0 +1,92 @@
+"""`agentserve bench engine`: prefill and decode speed of one engine, and what a prefix hit saves.
+
+Every ratio is measured side by side in one process, since the machines are shared and noisy.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from pathlib import Path
+
+from agentserve.engine.engine import LLMEngine
+from agentserve.engine.engine_config import EngineConfig
+from agentserve.engine.sampling import SamplingParams
+
+ONE_TOKEN = SamplingParams(max_tokens=1, ignore_eos=True)
+
+
+def _tokens(rng: random.Random, n: int, vocab: int) -> list[int]:
+    return [rng.randrange(5, vocab) for _ in range(n)]
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def prefill_tokens_per_s(engine: LLMEngine, rng: random.Random, contexts, reps: int) -> dict[str, float]:
+    vocab = engine.model_config.vocab_size
+    out = {}
+    for n in contexts:
+        times = [_timed(lambda: engine.generate(_tokens(rng, n, vocab), ONE_TOKEN)) for _ in range(reps)]
+        out[str(n)] = round(n / statistics.median(times), 1)
+    return out
+
+
+def decode_step_ms(engine: LLMEngine, rng: random.Random, batches, prompt_len: int, steps: int) -> dict[str, float]:
+    vocab = engine.model_config.vocab_size
+    out = {}
+    for batch in batches:
+        params = SamplingParams(max_tokens=steps + 2, ignore_eos=True)
+        seqs = [engine.add_request(_tokens(rng, prompt_len, vocab), params) for _ in range(batch)]
+        while any(len(s.output_token_ids) == 0 for s in seqs):  # admit (prefill) everyone first
+            engine.step()
+        times = [_timed(engine.step) for _ in range(steps)]
+        for s in seqs:
+            engine.abort(s)
+        out[str(batch)] = round(1000 * statistics.median(times), 3)
+    return out
+
+
+def cached_prefill_speedup(model_dir_engine: LLMEngine, rng: random.Random, reps: int,
+                           total: int = 1000, cached: int = 960) -> dict[str, float]:
+    """Prefill of `total` tokens from scratch ÷ with the first `cached` tokens already in cache."""
+    vocab = model_dir_engine.model_config.vocab_size
+    cold_engine = LLMEngine(model_dir_engine.model, model_dir_engine.fingerprint, EngineConfig(prefix_cache=False))
+    warm_engine = LLMEngine(model_dir_engine.model, model_dir_engine.fingerprint, EngineConfig())
+    prefix = _tokens(rng, cached, vocab)
+    warm_engine.generate(prefix + _tokens(rng, total - cached, vocab), ONE_TOKEN)
+    cold, warm = [], []
+    for _ in range(reps):
+        cold.append(_timed(lambda: cold_engine.generate(_tokens(rng, total, vocab), ONE_TOKEN)))
+        seq_box = []
+        warm.append(_timed(lambda: seq_box.append(
+            warm_engine.generate(prefix + _tokens(rng, total - cached, vocab), ONE_TOKEN))))
+        if seq_box[0].num_cached_tokens != cached:
+            raise RuntimeError(f"expected {cached} cached tokens, got {seq_box[0].num_cached_tokens}")
+    cold_s, warm_s = statistics.median(cold), statistics.median(warm)
+    return {"speedup": round(cold_s / warm_s, 2), "scratch_ms": round(cold_s * 1000, 2),
+            "cached_ms": round(warm_s * 1000, 2)}
+
+
+def run(model_dir: Path, dtype: str = "fp32", quick: bool = False) -> dict:
+    rng = random.Random(0)
+    engine = LLMEngine.from_dir(model_dir, EngineConfig(prefix_cache=False, dtype=dtype, kv_cache_bytes=512 << 20))
+    engine.generate(_tokens(rng, 64, engine.model_config.vocab_size), ONE_TOKEN)  # warm-up
+    reps = 1 if quick else 3
+    contexts = (512, 2048) if quick else (512, 2048, 8192)
+    speed = cached_prefill_speedup(engine, rng, reps=3 if quick else 7)
+    return {
+        "model": str(model_dir),
+        "fingerprint": engine.fingerprint,
+        "dtype": dtype,
+        "block_size": engine.block_size,
+        "prefill_tokens_per_s": prefill_tokens_per_s(engine, rng, contexts, reps),
+        "decode_step_ms": decode_step_ms(engine, rng, (1, 8, 32), prompt_len=128, steps=4 if quick else 10),
+        "kv_bytes_per_token": engine.model_config.kv_bytes_per_token(engine.dtype),
+        "cached_prefill_speedup": speed["speedup"],
+        "cached_prefill_detail_ms": {"scratch_1000": speed["scratch_ms"], "cached_960_of_1000": speed["cached_ms"]},
+    }

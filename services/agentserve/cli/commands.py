@@ -1,0 +1,57 @@
+"""What each CLI subcommand does; argument parsing lives in `main`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from agentserve.engine.default_model import ensure_default_model
+from agentserve.engine.engine import LLMEngine
+from agentserve.engine.engine_config import EngineConfig
+from agentserve.engine.model_init import init_model
+from agentserve.engine.sampling import SamplingParams
+from agentserve.engine.tokenizer import Tokenizer
+
+
+def _model_dir(path: Path | None) -> Path:
+    return path if path is not None else ensure_default_model()
+
+
+def model_init(args: argparse.Namespace) -> None:
+    out = init_model(args.out, preset=args.preset, seed=args.seed, model_type=args.model_type)
+    print(f"wrote {args.preset} {args.model_type} model (seed {args.seed}) to {out}", file=sys.stderr)
+
+
+def generate(args: argparse.Namespace) -> dict | None:
+    model_dir = _model_dir(args.model)
+    tokenizer = Tokenizer.from_dir(model_dir)
+    text = args.prompt
+    if args.chat:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}])
+    prompt_ids = tokenizer.encode(text, add_bos=tokenizer.bos_token_id is not None and not args.chat)
+    params = SamplingParams(
+        max_tokens=args.max_tokens,
+        temperature=args.temperature or 0.0,
+        top_p=args.top_p,
+        seed=args.seed,
+    )
+    engine = LLMEngine.from_dir(model_dir, EngineConfig(dtype=args.dtype, prefix_cache=not args.no_prefix_cache))
+    seq = engine.generate(prompt_ids, params)
+    output = tokenizer.decode(seq.output_token_ids)
+    if not args.json:
+        print(output)
+        return None
+    return {
+        "text": output,
+        "token_ids": seq.output_token_ids,
+        "prompt_tokens": seq.num_prompt_tokens,
+        "cached_tokens": seq.num_cached_tokens,
+        "finish_reason": seq.finish_reason,
+    }
+
+
+def bench_engine(args: argparse.Namespace) -> dict:
+    from agentserve.bench.engine_bench import run
+
+    return run(_model_dir(args.model), dtype=args.dtype, quick=args.quick)

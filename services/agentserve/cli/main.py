@@ -1,0 +1,61 @@
+"""The `agentserve` command line: model init, generate, bench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from agentserve.cli import commands
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentserve", description="LLM inference serving for AI agents")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    model = sub.add_parser("model", help="manage models").add_subparsers(dest="model_command", required=True)
+    init = model.add_parser("init", help="write the deterministic embedded default model (HF format)")
+    init.add_argument("--out", required=True, type=Path)
+    init.add_argument("--preset", default="tiny", choices=["tiny", "small"])
+    init.add_argument("--seed", type=int, default=0)
+    init.add_argument("--model-type", default="llama", choices=["llama", "qwen2"])
+    init.set_defaults(func=commands.model_init)
+
+    gen = sub.add_parser("generate", help="generate a completion with a local engine")
+    gen.add_argument("--model", type=Path, help="HF-style model folder (default: the embedded tiny model)")
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--max-tokens", type=int, default=64)
+    gen.add_argument("--temperature", type=float, default=None, help="sample at this temperature (default: greedy)")
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    gen.add_argument("--no-prefix-cache", action="store_true")
+    gen.add_argument("--json", action="store_true")
+    gen.set_defaults(func=commands.generate)
+
+    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)
+    eng = bench.add_parser("engine", help="prefill/decode speed and prefix-cache speedup of one engine")
+    eng.add_argument("--model", type=Path)
+    eng.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    eng.add_argument("--quick", action="store_true", help="fewer contexts and repetitions")
+    eng.add_argument("--json", action="store_true")
+    eng.set_defaults(func=commands.bench_engine)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result = args.func(args)
+    except ValueError as exc:
+        print(f"agentserve: error: {exc}", file=sys.stderr)
+        return 2
+    if isinstance(result, dict):
+        print(json.dumps(result, indent=None if getattr(args, "json", False) else 2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

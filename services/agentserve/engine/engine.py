@@ -1,0 +1,246 @@
+"""LLMEngine: continuous batching with a hashed prefix cache over a paged KV pool.
+
+One step either admits (prefills) the oldest waiting sequence or decodes every running one, the
+nano-vllm schedule: prefill first keeps time to first token low, and a decode batch of any mix of
+context lengths runs as one forward pass.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence as Seq
+from pathlib import Path
+
+import torch
+
+from agentserve.engine.config import ModelConfig, parse_dtype
+from agentserve.engine.engine_config import EngineConfig
+from agentserve.engine.kv_pool import KVPool
+from agentserve.engine.loader import load_model
+from agentserve.engine.model import CausalLM
+from agentserve.engine.runner import ExternalPrefix, ModelRunner
+from agentserve.engine.sampling import SamplingParams, sample
+from agentserve.engine.sequence import Sequence, SequenceStatus
+from agentserve.kv.block_format import deserialize_blocks, serialize_blocks
+from agentserve.kv.block_hash import compute_block_id
+from agentserve.kv.block_manager import BlockManager
+
+
+class LLMEngine:
+    def __init__(self, model: CausalLM, fingerprint: str, config: EngineConfig = EngineConfig()):
+        self.model = model
+        self.model_config: ModelConfig = model.config
+        self.fingerprint = fingerprint
+        self.config = config
+        self.block_size = config.block_size
+        self.dtype = parse_dtype(config.dtype)
+        self.pool = KVPool.for_budget(self.model_config, config.kv_cache_bytes, config.block_size, self.dtype)
+        self.blocks = BlockManager(self.pool.num_slots, config.block_size)
+        self.runner = ModelRunner(model, self.pool)
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self._external: dict[str, ExternalPrefix] = {}
+        self.num_preemptions = 0
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+
+    @classmethod
+    def from_dir(cls, model_dir: str | Path, config: EngineConfig = EngineConfig()) -> "LLMEngine":
+        model, fingerprint = load_model(model_dir, config.dtype)
+        return cls(model, fingerprint, config)
+
+    # ---- requests -------------------------------------------------------------------------
+
+    def validate(self, prompt_token_ids: Seq[int], params: SamplingParams) -> None:
+        """Raise ValueError for input the engine cannot serve, before any state changes."""
+        if len(prompt_token_ids) == 0:
+            raise ValueError("prompt is empty: at least one token is required")
+        vocab = self.model_config.vocab_size
+        for i, tok in enumerate(prompt_token_ids):
+            if not isinstance(tok, int) or isinstance(tok, bool) or not 0 <= tok < vocab:
+                raise ValueError(f"token id {tok!r} at position {i} is out of range for vocab size {vocab}")
+        total = len(prompt_token_ids) + params.max_tokens
+        limit = self.model_config.max_position_embeddings
+        if total > limit:
+            raise ValueError(
+                f"prompt ({len(prompt_token_ids)} tokens) + max_tokens ({params.max_tokens}) = {total} "
+                f"exceeds the model's context length {limit}")
+        blocks = -(-total // self.block_size)
+        if blocks > self.pool.num_slots:
+            raise ValueError(f"request needs {blocks} KV blocks but the pool holds only {self.pool.num_slots}")
+
+    def add_request(self, prompt_token_ids: Seq[int], params: SamplingParams, tenant_salt: str = "",
+                    external_prefix: ExternalPrefix | None = None) -> Sequence:
+        tokens = list(prompt_token_ids)
+        self.validate(tokens, params)
+        if external_prefix is not None and external_prefix.num_blocks * self.block_size >= len(tokens):
+            raise ValueError("external prefix must leave at least one prompt token to compute")
+        seq = Sequence(tokens, len(tokens), params, tenant_salt=tenant_salt, generator=params.make_generator())
+        if external_prefix is not None:
+            self._external[seq.request_id] = external_prefix
+        self.waiting.append(seq)
+        return seq
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def abort(self, seq: Sequence) -> None:
+        if seq in self.waiting:
+            self.waiting.remove(seq)
+        elif seq in self.running:
+            self.running.remove(seq)
+            self.blocks.free(seq.slots)
+        self._finish(seq, "abort", free=False)
+
+    # ---- scheduling ----------------------------------------------------------------------
+
+    def step(self) -> list[Sequence]:
+        """Run one forward pass; returns the sequences that received a token."""
+        if self.waiting and len(self.running) < self.config.max_batch_size:
+            seq = self.waiting[0]
+            hits = self._usable_hits(seq)
+            if self.blocks.can_allocate(len(seq), hits, seq.block_ids):
+                self.waiting.popleft()
+                self._prefill(seq, hits)
+                return [seq]
+        if not self.running:
+            return []
+        self._reserve_decode_slots()
+        logits = self.runner.decode(self.running)
+        batch = list(self.running)
+        for seq, row in zip(batch, logits):
+            seq.num_computed = len(seq)
+            self._seal_full_blocks(seq)
+            self._append_token(seq, row)
+        return batch
+
+    def _usable_hits(self, seq: Sequence) -> int:
+        self._extend_block_ids(seq)
+        if not self.config.prefix_cache:
+            return 0
+        hits = self.blocks.cached_prefix(seq.block_ids)
+        # The last prompt token must run to produce logits, so a fully cached prompt recomputes
+        # its last block.
+        return min(hits, (len(seq) - 1) // self.block_size)
+
+    def _prefill(self, seq: Sequence, hits: int) -> None:
+        alloc = self.blocks.allocate(seq.block_ids, len(seq), hits)
+        seq.slots = alloc.slots
+        cached = alloc.num_cached_tokens
+        external = self._external.pop(seq.request_id, None)
+        if external is not None and external.num_blocks > hits:
+            logits = self.runner.prefill(seq, external.num_blocks * self.block_size, external, hits)
+        else:
+            logits = self.runner.prefill(seq, cached)
+        seq.num_cached_tokens = max(cached, external.num_blocks * self.block_size if external else 0)
+        seq.num_computed = len(seq)
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+        self._seal_full_blocks(seq)
+        self._append_token(seq, logits)
+
+    def _reserve_decode_slots(self) -> None:
+        # Preempt the newest sequences (recompute later) until every survivor has room for its token.
+        while True:
+            need = sum(1 for s in self.running if len(s.slots) * self.block_size < len(s))
+            if need <= self.blocks.num_free_slots or len(self.running) == 1:
+                break
+            victim = self.running.pop()
+            self.num_preemptions += 1
+            self.blocks.free(victim.slots)
+            victim.slots, victim.num_computed, victim.num_sealed = [], 0, 0
+            victim.status = SequenceStatus.WAITING
+            self.waiting.appendleft(victim)
+        for seq in self.running:
+            self.blocks.append(seq.slots, len(seq))
+
+    def _append_token(self, seq: Sequence, logits: torch.Tensor) -> None:
+        token = sample(logits, seq.params, seq.generator)
+        seq.token_ids.append(token)
+        p = seq.params
+        if not p.ignore_eos and token in self.model_config.eos_token_id:
+            self._finish(seq, "stop")
+        elif token in p.stop_token_ids:
+            self._finish(seq, "stop")
+        elif seq.num_output_tokens >= p.max_tokens:
+            self._finish(seq, "length")
+
+    def _finish(self, seq: Sequence, reason: str, free: bool = True) -> None:
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        if free and seq in self.running:
+            self.running.remove(seq)
+            self.blocks.free(seq.slots)
+        self._external.pop(seq.request_id, None)
+
+    # ---- prefix cache --------------------------------------------------------------------
+
+    def _extend_block_ids(self, seq: Sequence) -> None:
+        bs = self.block_size
+        for i in range(len(seq.block_ids), len(seq) // bs):
+            parent = seq.block_ids[-1] if seq.block_ids else None
+            seq.block_ids.append(
+                compute_block_id(parent, self.fingerprint, seq.tenant_salt, seq.token_ids[i * bs:(i + 1) * bs]))
+
+    def _seal_full_blocks(self, seq: Sequence) -> None:
+        if not self.config.prefix_cache:
+            return
+        full = seq.num_computed // self.block_size
+        if full <= seq.num_sealed:
+            return
+        self._extend_block_ids(seq)
+        for i in range(seq.num_sealed, full):
+            self.blocks.seal(seq.slots[i], seq.block_ids[i])
+        seq.num_sealed = full
+
+    def block_ids_for(self, token_ids: Seq[int], tenant_salt: str = "") -> list[bytes]:
+        seq = Sequence(list(token_ids), len(token_ids), SamplingParams(), tenant_salt=tenant_salt)
+        self._extend_block_ids(seq)
+        return seq.block_ids
+
+    def export_blocks(self, block_ids: Seq[bytes], kv_dtype: str = "native") -> bytes:
+        """Serialize resident blocks (wire/disk format); ValueError if one is not resident."""
+        slots = []
+        for i, block_id in enumerate(block_ids):
+            slot = self.blocks.lookup(block_id)
+            if slot is None:
+                raise ValueError(f"block {i} ({block_id.hex()}) is not resident in this engine")
+            slots.append(slot)
+        k, v = self.pool.read_blocks(slots)
+        return serialize_blocks(k, v, block_ids=list(block_ids), fingerprint=self.fingerprint, kv_dtype=kv_dtype)
+
+    def import_blocks(self, data: bytes | memoryview) -> int:
+        """Insert serialized blocks into the prefix cache (as evictable cached blocks).
+
+        Returns how many were new. Rejects blocks of another model or with bad checksums.
+        """
+        blocks = deserialize_blocks(data, expected_fingerprint=self.fingerprint, dtype=self.dtype)
+        ids = blocks.header.block_ids
+        new = [i for i, block_id in enumerate(ids) if self.blocks.lookup(block_id) is None]
+        if not new:
+            return 0
+        new_ids = [ids[i] for i in new]
+        if not self.blocks.can_allocate(len(new) * self.block_size, 0, new_ids):
+            raise RuntimeError(f"no room in the KV pool for {len(new)} imported blocks")
+        slots = self.blocks.allocate(new_ids, len(new) * self.block_size, 0).slots
+        index = torch.as_tensor(new, dtype=torch.long)
+        self.pool.write_blocks(slots, blocks.k.index_select(1, index), blocks.v.index_select(1, index))
+        for slot, i in zip(slots, new):
+            self.blocks.seal(slot, ids[i])
+        self.blocks.free(slots)
+        return len(new)
+
+    # ---- convenience ---------------------------------------------------------------------
+
+    def generate(self, prompt_token_ids: Seq[int], params: SamplingParams, tenant_salt: str = "",
+                 external_prefix: ExternalPrefix | None = None) -> Sequence:
+        return self.generate_many([prompt_token_ids], params, tenant_salt, [external_prefix])[0]
+
+    def generate_many(self, prompts: Iterable[Seq[int]], params: SamplingParams, tenant_salt: str = "",
+                      external_prefixes: list[ExternalPrefix | None] | None = None) -> list[Sequence]:
+        prompts = list(prompts)
+        externals = external_prefixes or [None] * len(prompts)
+        seqs = [self.add_request(p, params, tenant_salt, e) for p, e in zip(prompts, externals)]
+        while not all(s.finished for s in seqs):
+            self.step()
+        return seqs

@@ -1,0 +1,61 @@
+"""KVPool: the engine's paged KV cache tensors.
+
+Layout is layer-major, `[num_layers, num_slots, block_size, num_kv_heads, head_dim]`, the same order
+as the block wire format, so exporting or importing a run of blocks for a layer range is one
+indexed copy and no transpose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from agentserve.engine.config import ModelConfig
+
+
+class KVPool:
+    def __init__(self, config: ModelConfig, num_slots: int, block_size: int, dtype: torch.dtype):
+        if num_slots <= 0 or block_size <= 0:
+            raise ValueError(f"KV pool needs positive num_slots and block_size, got {num_slots}, {block_size}")
+        shape = (config.num_hidden_layers, num_slots, block_size, config.num_key_value_heads, config.head_dim)
+        self.k = torch.zeros(shape, dtype=dtype)
+        self.v = torch.zeros(shape, dtype=dtype)
+        self.num_layers = config.num_hidden_layers
+        self.num_slots = num_slots
+        self.block_size = block_size
+        self.dtype = dtype
+
+    @classmethod
+    def for_budget(cls, config: ModelConfig, budget_bytes: int, block_size: int, dtype: torch.dtype) -> "KVPool":
+        per_slot = config.kv_bytes_per_token(dtype) * block_size
+        num_slots = budget_bytes // per_slot
+        if num_slots < 2:
+            raise ValueError(f"KV budget {budget_bytes} B holds fewer than 2 blocks of {per_slot} B each")
+        return cls(config, num_slots, block_size, dtype)
+
+    @property
+    def bytes_per_slot(self) -> int:
+        return 2 * self.k[:, 0].numel() * self.k.element_size()
+
+    def flat(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Views of one layer as `[num_slots * block_size, heads, head_dim]` token rows."""
+        rows = self.num_slots * self.block_size
+        return self.k[layer].view(rows, *self.k.shape[3:]), self.v[layer].view(rows, *self.v.shape[3:])
+
+    def read_blocks(self, slots: Sequence[int], layers: range | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copy of the given slots' KV, `[layers, len(slots), block_size, heads, head_dim]`."""
+        layers = layers or range(self.num_layers)
+        index = torch.as_tensor(list(slots), dtype=torch.long)
+        sel = slice(layers.start, layers.stop)
+        return self.k[sel].index_select(1, index), self.v[sel].index_select(1, index)
+
+    def write_blocks(self, slots: Sequence[int], k: torch.Tensor, v: torch.Tensor, layers: range | None = None) -> None:
+        layers = layers or range(self.num_layers)
+        expected = (len(layers), len(slots), *self.k.shape[2:])
+        if tuple(k.shape) != expected or tuple(v.shape) != expected:
+            raise ValueError(f"KV blocks of shape {tuple(k.shape)} do not fit the pool; expected {expected}")
+        index = torch.as_tensor(list(slots), dtype=torch.long)
+        sel = slice(layers.start, layers.stop)
+        self.k[sel].index_copy_(1, index, k.to(self.dtype))
+        self.v[sel].index_copy_(1, index, v.to(self.dtype))

@@ -1,0 +1,51 @@
+"""Sequence: one request's tokens, KV slots and progress through the engine."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass, field
+
+import torch
+
+from agentserve.engine.sampling import SamplingParams
+
+_ids = itertools.count()
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class Sequence:
+    token_ids: list[int]
+    num_prompt_tokens: int
+    params: SamplingParams
+    tenant_salt: str = ""
+    request_id: str = field(default_factory=lambda: f"seq-{next(_ids)}")
+    status: SequenceStatus = SequenceStatus.WAITING
+    slots: list[int] = field(default_factory=list)
+    block_ids: list[bytes] = field(default_factory=list)  # chained ids of full blocks so far
+    num_cached_tokens: int = 0  # prompt tokens whose KV came from cache at admission
+    num_computed: int = 0  # leading tokens whose KV is in the pool
+    num_sealed: int = 0  # leading full blocks registered in the prefix cache
+    finish_reason: str | None = None
+    generator: torch.Generator | None = None
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
