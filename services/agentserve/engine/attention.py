@@ -81,17 +81,19 @@ def paged_attention(
         values = _expand_kv(v_rows[meta.context_rows].transpose(1, 2), groups)
         out = F.scaled_dot_product_attention(q[:, :, None, :], keys, values, attn_mask=meta.key_mask)
         return out[:, :, 0, :]
-    keys = _expand_kv(k_rows[meta.context_rows].transpose(0, 1), groups)  # [H, S, d]
-    values = _expand_kv(v_rows[meta.context_rows].transpose(0, 1), groups)
-    queries = q.transpose(0, 1)  # [H, T, d]
+    # CPU SDPA only takes its fused (flash) kernel for 4-D inputs; 3-D falls back to the math path
+    # that materialises the whole [T, S] score matrix.
+    keys = _expand_kv(k_rows[meta.context_rows].transpose(0, 1), groups)[None]  # [1, H, S, d]
+    values = _expand_kv(v_rows[meta.context_rows].transpose(0, 1), groups)[None]
+    queries = q.transpose(0, 1)[None]  # [1, H, T, d]
     if meta.num_cached == 0:
-        return F.scaled_dot_product_attention(queries, keys, values, is_causal=True).transpose(0, 1)
+        return F.scaled_dot_product_attention(queries, keys, values, is_causal=True)[0].transpose(0, 1)
     outs = []
-    total = keys.shape[1]
+    total = keys.shape[2]
     key_pos = torch.arange(total)
-    for start in range(0, queries.shape[1], QUERY_CHUNK):
-        chunk = queries[:, start:start + QUERY_CHUNK]
-        query_pos = torch.arange(start, start + chunk.shape[1]) + meta.num_cached
+    for start in range(0, queries.shape[2], QUERY_CHUNK):
+        chunk = queries[:, :, start:start + QUERY_CHUNK]
+        query_pos = torch.arange(start, start + chunk.shape[2]) + meta.num_cached
         mask = key_pos[None, :] <= query_pos[:, None]
         outs.append(F.scaled_dot_product_attention(chunk, keys, values, attn_mask=mask))
-    return torch.cat(outs, dim=1).transpose(0, 1)
+    return torch.cat(outs, dim=2)[0].transpose(0, 1)

@@ -168,6 +168,12 @@ class LLMEngine:
     def _finish(self, seq: Sequence, reason: str, free: bool = True) -> None:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
+        if free and self.config.prefix_cache and len(seq) % self.block_size == 0 and len(seq.slots) * self.block_size >= len(seq):
+            # The last sampled token completes a block: compute its KV too (one small forward) so
+            # the next turn, whose prompt is this whole history, hits every full block.
+            self.runner.decode([seq])
+            seq.num_computed = len(seq)
+            self._seal_full_blocks(seq)
         if free and seq in self.running:
             self.running.remove(seq)
             self.blocks.free(seq.slots)

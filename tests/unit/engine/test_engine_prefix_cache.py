@@ -79,12 +79,14 @@ def test_layerwise_prefill_matches_full_recompute(tiny_model_dir, prompt, refere
     assert seq.output_token_ids == reference
 
 
-def test_next_turn_hits_prompt_and_output_blocks(tiny_model_dir, prompt):
+@pytest.mark.parametrize("prompt_len, max_tokens", [(200, 40), (200, 24)])
+def test_next_turn_hits_every_full_block_of_prompt_and_output(tiny_model_dir, prompt, prompt_len, max_tokens):
+    # 200 + 24 = 224 = 14 blocks: the last sampled token completes a block, so the engine must
+    # compute that token's KV at finish for the next turn to hit it.
     engine = LLMEngine.from_dir(tiny_model_dir)
-    first = engine.generate(prompt[:200], SamplingParams(max_tokens=40, ignore_eos=True))
+    first = engine.generate(prompt[:prompt_len], SamplingParams(max_tokens=max_tokens, ignore_eos=True))
     second = engine.generate(first.token_ids + [11, 12, 13], SamplingParams(max_tokens=4, ignore_eos=True))
-    # The last sampled token never ran through the model, so its KV (and block) are not cached.
-    assert second.num_cached_tokens == (len(first.token_ids) - 1) // 16 * 16
+    assert second.num_cached_tokens == len(first.token_ids) // 16 * 16
 
 
 def test_tenant_salt_isolates_cache(tiny_model_dir, prompt):

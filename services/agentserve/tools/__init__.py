@@ -1,0 +1,1 @@
+"""Small operational tools shipped inside the service image."""

@@ -1,0 +1,47 @@
+"""Container health probe: ask the local gRPC server's standard health service.
+
+Run by the image's HEALTHCHECK as ``python -m agentserve.tools.healthcheck``. Exits 0 only when
+``grpc.health.v1.Health/Check`` for the overall server (service ``""``) answers SERVING; any other
+status, an unreachable port or a timeout exits 1. Servers report SERVING only after warm-up, so
+this probe also says "ready", not just "listening".
+
+Env:
+    AGENTSERVE_GRPC_PORT          port on localhost to probe (default 50051)
+    AGENTSERVE_HEALTHCHECK_TIMEOUT_S  seconds before giving up (default 2)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+DEFAULT_PORT = 50051
+DEFAULT_TIMEOUT_S = 2.0
+
+
+def check(target: str, service: str = "", timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
+    """Return True when the server at ``target`` reports ``service`` as SERVING."""
+    with grpc.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        try:
+            response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout_s)
+        except grpc.RpcError:
+            return False
+    return response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def main() -> int:
+    port = int(os.environ.get("AGENTSERVE_GRPC_PORT", DEFAULT_PORT))
+    timeout_s = float(os.environ.get("AGENTSERVE_HEALTHCHECK_TIMEOUT_S", DEFAULT_TIMEOUT_S))
+    target = f"localhost:{port}"
+    if check(target, timeout_s=timeout_s):
+        return 0
+    print(f"{target}: not SERVING", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
