@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Build the project's images offline, from scratch on a bare machine or incrementally.
+#
+#   agentserve:dev          images/Dockerfile          every agentserve service
+#   agentserve-phoenix:dev  images/phoenix.Dockerfile  tracing UI (Arize Phoenix)
+#
+# Runs setup_docker.sh, build_base_image.sh and build_wheelhouse.sh first. An image is rebuilt
+# only when the content hash in its label (Dockerfile, lock, wheelhouse stamp, base image id and,
+# for agentserve, the source tree) differs from what is on disk now.
+#
+# Usage: scripts/build_images.sh [agentserve] [phoenix]      (default: both)
+# Env:
+#   AGENTSERVE_IMAGE   tag of the service image (default agentserve:dev)
+#   PHOENIX_IMAGE      tag of the tracing image (default agentserve-phoenix:dev)
+#   FORCE_REBUILD=1    build even when the label matches
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SCRIPTS="$ROOT/scripts"
+AGENTSERVE_IMAGE="${AGENTSERVE_IMAGE:-agentserve:dev}"
+PHOENIX_IMAGE="${PHOENIX_IMAGE:-agentserve-phoenix:dev}"
+HASH_LABEL="org.agentserve.content-hash"
+STAMP_NAME=".lock.sha256"
+
+log() { echo "[build_images] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# timed NAME CMD...: run CMD and log how long it took.
+timed() {
+    local name="$1" start=$SECONDS
+    shift
+    "$@"
+    log "$name took $((SECONDS - start))s"
+}
+
+# Hash of the files that go into the project wheel: paths and contents, build leftovers excluded.
+source_tree_hash() {
+    (
+        cd "$ROOT"
+        find pyproject.toml services -type f \
+            -not -path '*/__pycache__/*' -not -path '*.egg-info/*' -not -name '*.pyc' -print0 \
+            | LC_ALL=C sort -z | xargs -0 sha256sum
+    ) | sha256sum | cut -d' ' -f1
+}
+
+# content_hash PART...: one hash over file contents and literal strings ("file:PATH" or "str:S").
+content_hash() {
+    local part
+    for part in "$@"; do
+        case "$part" in
+            file:*) sha256sum "${part#file:}" ;;
+            str:*) echo "${part#str:}" ;;
+        esac
+    done | sha256sum | cut -d' ' -f1
+}
+
+image_label() {
+    docker image inspect --format "{{ index .Config.Labels \"$HASH_LABEL\" }}" "$1" 2>/dev/null || true
+}
+
+# build_image TAG HASH DOCKERFILE CONTEXT: docker build unless TAG already carries HASH.
+build_image() {
+    local tag="$1" hash="$2" dockerfile="$3" context="$4"
+    if [ "${FORCE_REBUILD:-0}" != 1 ] && [ "$(image_label "$tag")" = "$hash" ]; then
+        log "$tag is up to date (${hash:0:12})"
+        return
+    fi
+    local old_id build_log
+    old_id="$(docker image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)"
+    build_log="$(mktemp /tmp/agentserve-docker-build.XXXXXX.log)"
+    cp "$dockerfile" "$context/Dockerfile"
+    log "building $tag (log: $build_log)"
+    # The legacy builder is what this engine offers without buildx; it handles multi-stage fine.
+    DOCKER_BUILDKIT=0 docker build --build-arg "BASE=$BASE_IMAGE" --label "$HASH_LABEL=$hash" \
+        -t "$tag" "$context" >"$build_log" 2>&1 \
+        || { tail -n 40 "$build_log" >&2; die "docker build of $tag failed"; }
+    # The replaced image would otherwise linger untagged, ~1 GB each time.
+    if [ -n "$old_id" ] && [ "$old_id" != "$(docker image inspect --format '{{.Id}}' "$tag")" ]; then
+        docker image rm "$old_id" >/dev/null 2>&1 || true
+    fi
+    log "$tag: $(docker image inspect --format '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1 / 1e6}')"
+}
+
+# stage_into DIR PATH...: a minimal build context; hard links, so staging costs nothing.
+stage_into() {
+    local dir="$1" src
+    shift
+    for src in "$@"; do
+        cp -al "$src" "$dir/" 2>/dev/null || cp -a "$src" "$dir/"
+    done
+}
+
+build_agentserve() {
+    local hash context
+    hash="$(content_hash "file:$ROOT/images/Dockerfile" "file:$ROOT/requirements.lock" \
+        "file:$ROOT/wheelhouse/$STAMP_NAME" "str:$(source_tree_hash)" "str:$BASE_ID")"
+    context="$WORK/agentserve"
+    mkdir -p "$context/wheelhouse" "$context/dist"
+    stage_into "$context" "$ROOT/requirements.lock"
+    find "$ROOT/wheelhouse" -maxdepth 1 -name '*.whl' -not -name 'agentserve-*' \
+        -exec cp -al {} "$context/wheelhouse/" \;
+    cp "$ROOT"/wheelhouse/agentserve-*.whl "$context/dist/"
+    build_image "$AGENTSERVE_IMAGE" "$hash" "$ROOT/images/Dockerfile" "$context"
+}
+
+build_phoenix() {
+    local hash context
+    hash="$(content_hash "file:$ROOT/images/phoenix.Dockerfile" "file:$ROOT/requirements-phoenix.lock" \
+        "file:$ROOT/wheelhouse-phoenix/$STAMP_NAME" "str:$BASE_ID")"
+    context="$WORK/phoenix"
+    mkdir -p "$context"
+    stage_into "$context" "$ROOT/requirements-phoenix.lock" "$ROOT/wheelhouse-phoenix"
+    build_image "$PHOENIX_IMAGE" "$hash" "$ROOT/images/phoenix.Dockerfile" "$context"
+}
+
+want_agentserve=0
+want_phoenix=0
+[ $# -gt 0 ] || set -- agentserve phoenix
+for target in "$@"; do
+    case "$target" in
+        agentserve) want_agentserve=1 ;;
+        phoenix) want_phoenix=1 ;;
+        *) die "unknown image '$target' (agentserve, phoenix)" ;;
+    esac
+done
+
+timed "setup_docker" "$SCRIPTS/setup_docker.sh"
+start=$SECONDS
+BASE_IMAGE="$("$SCRIPTS/build_base_image.sh")"
+log "build_base_image took $((SECONDS - start))s; base image: $BASE_IMAGE"
+BASE_ID="$(docker image inspect --format '{{.Id}}' "$BASE_IMAGE")"
+
+if [ "$want_agentserve" = 1 ] && [ "$want_phoenix" = 1 ]; then
+    timed "build_wheelhouse" "$SCRIPTS/build_wheelhouse.sh"
+elif [ "$want_agentserve" = 1 ]; then
+    timed "build_wheelhouse" "$SCRIPTS/build_wheelhouse.sh" --only agentserve
+else
+    timed "build_wheelhouse" "$SCRIPTS/build_wheelhouse.sh" --only phoenix
+fi
+
+WORK="$(mktemp -d /tmp/agentserve-images.XXXXXX)"
+trap 'rm -rf "$WORK"' EXIT
+if [ "$want_agentserve" = 1 ]; then timed "image $AGENTSERVE_IMAGE" build_agentserve; fi
+if [ "$want_phoenix" = 1 ]; then timed "image $PHOENIX_IMAGE" build_phoenix; fi

@@ -1,0 +1,65 @@
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class EngineRole(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ENGINE_ROLE_UNSPECIFIED: _ClassVar[EngineRole]
+    ENGINE_ROLE_PREFILL: _ClassVar[EngineRole]
+    ENGINE_ROLE_DECODE: _ClassVar[EngineRole]
+ENGINE_ROLE_UNSPECIFIED: EngineRole
+ENGINE_ROLE_PREFILL: EngineRole
+ENGINE_ROLE_DECODE: EngineRole
+
+class SamplingParams(_message.Message):
+    __slots__ = ("max_tokens", "temperature", "top_p", "seed", "ignore_eos")
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int
+    ignore_eos: bool
+    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., ignore_eos: _Optional[bool] = ...) -> None: ...
+
+class KVBlock(_message.Message):
+    __slots__ = ("block_id", "data")
+    BLOCK_ID_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    block_id: bytes
+    data: bytes
+    def __init__(self, block_id: _Optional[bytes] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class EngineStatus(_message.Message):
+    __slots__ = ("engine_id", "role", "address", "model_name", "model_fingerprint", "block_size", "running", "waiting", "free_kv_blocks", "total_kv_blocks", "vocab_size", "max_context")
+    ENGINE_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    FREE_KV_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_KV_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    engine_id: str
+    role: EngineRole
+    address: str
+    model_name: str
+    model_fingerprint: str
+    block_size: int
+    running: int
+    waiting: int
+    free_kv_blocks: int
+    total_kv_blocks: int
+    vocab_size: int
+    max_context: int
+    def __init__(self, engine_id: _Optional[str] = ..., role: _Optional[_Union[EngineRole, str]] = ..., address: _Optional[str] = ..., model_name: _Optional[str] = ..., model_fingerprint: _Optional[str] = ..., block_size: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., free_kv_blocks: _Optional[int] = ..., total_kv_blocks: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,48 @@
+from agentserve.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PrefillRequest(_message.Message):
+    __slots__ = ("request_id", "session_id", "tenant", "token_ids", "sampling", "store_hit_blocks", "decode_address")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    STORE_HIT_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    DECODE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    session_id: str
+    tenant: str
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    sampling: _common_pb2.SamplingParams
+    store_hit_blocks: int
+    decode_address: str
+    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., store_hit_blocks: _Optional[int] = ..., decode_address: _Optional[str] = ...) -> None: ...
+
+class PrefillResponse(_message.Message):
+    __slots__ = ("first_token", "prompt_tokens", "cached_tokens", "engine_cached_tokens", "loaded_blocks", "persisted_blocks", "handoff_blocks", "finished", "finish_reason")
+    FIRST_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    LOADED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    PERSISTED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    first_token: int
+    prompt_tokens: int
+    cached_tokens: int
+    engine_cached_tokens: int
+    loaded_blocks: int
+    persisted_blocks: int
+    handoff_blocks: int
+    finished: bool
+    finish_reason: str
+    def __init__(self, first_token: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., engine_cached_tokens: _Optional[int] = ..., loaded_blocks: _Optional[int] = ..., persisted_blocks: _Optional[int] = ..., handoff_blocks: _Optional[int] = ..., finished: _Optional[bool] = ..., finish_reason: _Optional[str] = ...) -> None: ...

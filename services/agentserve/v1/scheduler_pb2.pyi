@@ -1,0 +1,132 @@
+from agentserve.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class OpenSessionRequest(_message.Message):
+    __slots__ = ("tenant", "agent", "parent_session_id", "system_prompt")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    PARENT_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    agent: str
+    parent_session_id: str
+    system_prompt: str
+    def __init__(self, tenant: _Optional[str] = ..., agent: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., system_prompt: _Optional[str] = ...) -> None: ...
+
+class OpenSessionResponse(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class TurnRequest(_message.Message):
+    __slots__ = ("session_id", "message", "token_ids", "role", "sampling")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    message: str
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    role: str
+    sampling: _common_pb2.SamplingParams
+    def __init__(self, session_id: _Optional[str] = ..., message: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., role: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ...) -> None: ...
+
+class TurnMetadata(_message.Message):
+    __slots__ = ("turn_id", "turn_index", "prompt_tokens", "cached_tokens", "prefill_engine", "decode_engine", "trace_id")
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_ENGINE_FIELD_NUMBER: _ClassVar[int]
+    DECODE_ENGINE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    turn_id: str
+    turn_index: int
+    prompt_tokens: int
+    cached_tokens: int
+    prefill_engine: str
+    decode_engine: str
+    trace_id: str
+    def __init__(self, turn_id: _Optional[str] = ..., turn_index: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., prefill_engine: _Optional[str] = ..., decode_engine: _Optional[str] = ..., trace_id: _Optional[str] = ...) -> None: ...
+
+class TurnChunk(_message.Message):
+    __slots__ = ("metadata", "token_ids", "text", "finished", "finish_reason", "completion_tokens")
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    metadata: TurnMetadata
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    text: str
+    finished: bool
+    finish_reason: str
+    completion_tokens: int
+    def __init__(self, metadata: _Optional[_Union[TurnMetadata, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finished: _Optional[bool] = ..., finish_reason: _Optional[str] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
+
+class CloseSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class CloseSessionResponse(_message.Message):
+    __slots__ = ("turns", "tokens")
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    turns: int
+    tokens: int
+    def __init__(self, turns: _Optional[int] = ..., tokens: _Optional[int] = ...) -> None: ...
+
+class ListModelsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListModelsResponse(_message.Message):
+    __slots__ = ("models",)
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, models: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RegisterResponse(_message.Message):
+    __slots__ = ("heartbeat_interval_ms",)
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    heartbeat_interval_ms: int
+    def __init__(self, heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("known",)
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    known: bool
+    def __init__(self, known: _Optional[bool] = ...) -> None: ...
+
+class ToolCallEvent(_message.Message):
+    __slots__ = ("session_id", "tool", "call_id", "start_unix_s", "predicted_duration_s", "actual_duration_s", "ok")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    START_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    ACTUAL_DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    tool: str
+    call_id: str
+    start_unix_s: float
+    predicted_duration_s: float
+    actual_duration_s: float
+    ok: bool
+    def __init__(self, session_id: _Optional[str] = ..., tool: _Optional[str] = ..., call_id: _Optional[str] = ..., start_unix_s: _Optional[float] = ..., predicted_duration_s: _Optional[float] = ..., actual_duration_s: _Optional[float] = ..., ok: _Optional[bool] = ...) -> None: ...
+
+class ToolCallAck(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
