@@ -55,3 +55,30 @@ def bench_engine(args: argparse.Namespace) -> dict:
     from agentserve.bench.engine_bench import run
 
     return run(_model_dir(args.model), dtype=args.dtype, quick=args.quick)
+
+
+def up_local(args: argparse.Namespace) -> int:
+    from agentserve.cli.up import LocalCluster
+
+    cluster = LocalCluster(decoders=args.decoders)
+    print("agentserve: starting kvstore, scheduler, prefill, "
+          f"{args.decoders} decode, toolproxy (logs in {cluster.log_dir})", file=sys.stderr)
+    cluster.start()
+    ports = cluster.ports
+    print(f"agentserve: up. gRPC 127.0.0.1:{ports.scheduler}, OpenAI HTTP http://127.0.0.1:{ports.http}/v1, "
+          f"tools http://127.0.0.1:{ports.toolproxy_http}/tools/<name>. Ctrl-C stops everything.", file=sys.stderr)
+    if args.demo:
+        from agentserve.cli.demo import run_demo
+
+        try:
+            run_demo(f"127.0.0.1:{ports.scheduler}", f"http://127.0.0.1:{ports.toolproxy_http}", turns=3)
+        except BaseException:
+            cluster.stop()
+            raise
+    return cluster.supervise()
+
+
+def demo(args: argparse.Namespace) -> None:
+    from agentserve.cli.demo import run_demo
+
+    run_demo(args.address, args.toolproxy, turns=args.turns)

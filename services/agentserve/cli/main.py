@@ -35,6 +35,19 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--json", action="store_true")
     gen.set_defaults(func=commands.generate)
 
+    up = sub.add_parser("up", help="run the whole system")
+    up.add_argument("--local", action="store_true", required=True,
+                    help="every service as a local process on loopback (compose: docker compose up)")
+    up.add_argument("--decoders", type=int, default=2)
+    up.add_argument("--demo", action="store_true", help="run a demo agent session once everything is up")
+    up.set_defaults(func=commands.up_local)
+
+    demo = sub.add_parser("demo", help="run a demo agent session against a running system")
+    demo.add_argument("--address", default="127.0.0.1:50051", help="scheduler gRPC address")
+    demo.add_argument("--toolproxy", default="http://127.0.0.1:8080")
+    demo.add_argument("--turns", type=int, default=3)
+    demo.set_defaults(func=commands.demo)
+
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)
     eng = bench.add_parser("engine", help="prefill/decode speed and prefix-cache speedup of one engine")
     eng.add_argument("--model", type=Path)
@@ -54,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if isinstance(result, dict):
         print(json.dumps(result, indent=None if getattr(args, "json", False) else 2))
-    return 0
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":

@@ -28,16 +28,26 @@ def slot_mapping(slots: Sequence[int], block_size: int, start: int, stop: int) -
 @dataclass
 class PrefillMetadata:
     write_rows: torch.Tensor  # [T] pool rows for the new tokens' KV
-    context_rows: torch.Tensor  # [num_cached + T] pool rows of the whole context, in order
+    block_table: torch.Tensor  # [ceil(total / block_size)] slots of the whole context, in order
+    block_size: int
+    total: int  # num_cached + T
     num_cached: int
+    # (first query, [chunk, total] causal mask) per query chunk; built once, shared by all layers.
+    chunk_masks: list[tuple[int, torch.Tensor]]
 
     @classmethod
     def build(cls, slots: Sequence[int], block_size: int, num_cached: int, num_new: int) -> "PrefillMetadata":
         total = num_cached + num_new
+        masks = []
+        if num_cached:
+            key_pos = torch.arange(total)
+            for start in range(0, num_new, QUERY_CHUNK):
+                query_pos = torch.arange(start, min(start + QUERY_CHUNK, num_new)) + num_cached
+                masks.append((start, key_pos[None, :] <= query_pos[:, None]))
         return cls(
             write_rows=slot_mapping(slots, block_size, num_cached, total),
-            context_rows=slot_mapping(slots, block_size, 0, total),
-            num_cached=num_cached,
+            block_table=torch.as_tensor(list(slots[:-(-total // block_size)]), dtype=torch.long),
+            block_size=block_size, total=total, num_cached=num_cached, chunk_masks=masks,
         )
 
 
@@ -60,11 +70,6 @@ class DecodeMetadata:
                    context_rows=rows, key_mask=mask[:, None, None, :])
 
 
-def _expand_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
-    # [..., kv_heads, S, d] -> [..., kv_heads * groups, S, d], matching HF's repeat_kv order.
-    return x if groups == 1 else x.repeat_interleave(groups, dim=-3)
-
-
 def paged_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     k_rows: torch.Tensor, v_rows: torch.Tensor,
@@ -77,23 +82,27 @@ def paged_attention(
     k_rows[meta.write_rows] = k
     v_rows[meta.write_rows] = v
     if isinstance(meta, DecodeMetadata):
-        keys = _expand_kv(k_rows[meta.context_rows].transpose(1, 2), groups)  # [B, H, S, d]
-        values = _expand_kv(v_rows[meta.context_rows].transpose(1, 2), groups)
-        out = F.scaled_dot_product_attention(q[:, :, None, :], keys, values, attn_mask=meta.key_mask)
+        keys = k_rows[meta.context_rows].transpose(1, 2)  # [B, KVH, S, d]
+        values = v_rows[meta.context_rows].transpose(1, 2)
+        out = F.scaled_dot_product_attention(q[:, :, None, :], keys, values, attn_mask=meta.key_mask,
+                                             enable_gqa=groups > 1)
         return out[:, :, 0, :]
     # CPU SDPA only takes its fused (flash) kernel for 4-D inputs; 3-D falls back to the math path
     # that materialises the whole [T, S] score matrix.
-    keys = _expand_kv(k_rows[meta.context_rows].transpose(0, 1), groups)[None]  # [1, H, S, d]
-    values = _expand_kv(v_rows[meta.context_rows].transpose(0, 1), groups)[None]
+    keys = _gather_blocks(k_rows, meta).transpose(0, 1)[None]  # [1, KVH, S, d]
+    values = _gather_blocks(v_rows, meta).transpose(0, 1)[None]
     queries = q.transpose(0, 1)[None]  # [1, H, T, d]
-    if meta.num_cached == 0:
-        return F.scaled_dot_product_attention(queries, keys, values, is_causal=True)[0].transpose(0, 1)
-    outs = []
-    total = keys.shape[2]
-    key_pos = torch.arange(total)
-    for start in range(0, queries.shape[2], QUERY_CHUNK):
-        chunk = queries[:, :, start:start + QUERY_CHUNK]
-        query_pos = torch.arange(start, start + chunk.shape[2]) + meta.num_cached
-        mask = key_pos[None, :] <= query_pos[:, None]
-        outs.append(F.scaled_dot_product_attention(chunk, keys, values, attn_mask=mask))
+    gqa = groups > 1
+    if not meta.chunk_masks:
+        out = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, enable_gqa=gqa)
+        return out[0].transpose(0, 1)
+    outs = [F.scaled_dot_product_attention(queries[:, :, start:start + mask.shape[0]], keys, values,
+                                           attn_mask=mask, enable_gqa=gqa)
+            for start, mask in meta.chunk_masks]
     return torch.cat(outs, dim=2)[0].transpose(0, 1)
+
+
+def _gather_blocks(rows: torch.Tensor, meta: PrefillMetadata) -> torch.Tensor:
+    """A layer's context KV in order, `[total, heads, d]`, gathered by block (not by token row)."""
+    blocks = rows.view(-1, meta.block_size, *rows.shape[1:]).index_select(0, meta.block_table)
+    return blocks.view(-1, *rows.shape[1:])[:meta.total]

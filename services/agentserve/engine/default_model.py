@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
+from agentserve.engine import model_init
 from agentserve.engine.model_init import init_model
 
 
@@ -20,7 +22,7 @@ def ensure_default_model(preset: str = "tiny", seed: int = 0) -> Path:
     Built in a temporary folder and renamed into place, so a crash mid-write never leaves a
     half-written model that later runs would load.
     """
-    target = models_home() / f"{preset}-seed{seed}"
+    target = models_home() / f"{preset}-seed{seed}-{_generator_digest()}"
     if (target / "config.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -35,3 +37,10 @@ def ensure_default_model(preset: str = "tiny", seed: int = 0) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+def _generator_digest() -> str:
+    """Changes whenever the generator or its corpus changes, so a stale cached model is never reused."""
+    h = hashlib.sha256(Path(model_init.__file__).read_bytes())
+    h.update((Path(model_init.__file__).parent / "data" / "corpus.txt").read_bytes())
+    return h.hexdigest()[:10]

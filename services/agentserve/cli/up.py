@@ -1,0 +1,143 @@
+"""`agentserve up --local`: every service as a local process on loopback.
+
+Starts them in dependency order (kvstore, scheduler, engines, toolproxy), waits for each to report
+SERVING over gRPC health, then supervises: if one exits, or on Ctrl-C / SIGTERM, all are stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from agentserve.engine.default_model import ensure_default_model, models_home
+
+
+@dataclass(frozen=True)
+class LocalPorts:
+    scheduler: int = 50051
+    http: int = 8000
+    kvstore: int = 50052
+    prefill: int = 50053
+    decode_base: int = 50054
+    toolproxy_grpc: int = 50050
+    toolproxy_http: int = 8080
+
+
+@dataclass
+class Proc:
+    name: str
+    grpc_port: int
+    popen: subprocess.Popen
+
+
+def wait_serving(proc: Proc, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(f"127.0.0.1:{proc.grpc_port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if proc.popen.poll() is not None:
+                raise RuntimeError(f"{proc.name} exited with code {proc.popen.returncode}")
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.2)
+    raise TimeoutError(f"{proc.name} did not become SERVING within {timeout_s:.0f}s")
+
+
+def service_commands(ports: LocalPorts, model_dir: Path, data_dir: Path, decoders: int) -> list[tuple[str, int, list[str]]]:
+    py = [sys.executable, "-m"]
+    engine_common = ["--model-dir", str(model_dir), "--advertise-host", "127.0.0.1",
+                     "--scheduler-address", f"127.0.0.1:{ports.scheduler}",
+                     "--kvstore-address", f"127.0.0.1:{ports.kvstore}"]
+    cmds = [
+        ("kvstore", ports.kvstore, py + ["agentserve.kvstore", "--grpc-port", str(ports.kvstore),
+                                         "--data-dir", str(data_dir)]),
+        ("scheduler", ports.scheduler, py + ["agentserve.scheduler", "--grpc-port", str(ports.scheduler),
+                                             "--http-port", str(ports.http), "--model-dir", str(model_dir),
+                                             "--kvstore-address", f"127.0.0.1:{ports.kvstore}"]),
+        ("prefill", ports.prefill, py + ["agentserve.prefill", "--grpc-port", str(ports.prefill)] + engine_common),
+    ]
+    for i in range(decoders):
+        port = ports.decode_base + i
+        cmds.append((f"decode-{i}", port, py + ["agentserve.decode", "--grpc-port", str(port)] + engine_common))
+    cmds.append(("toolproxy", ports.toolproxy_grpc, py + [
+        "agentserve.toolproxy", "--grpc-port", str(ports.toolproxy_grpc), "--http-port", str(ports.toolproxy_http),
+        "--scheduler-address", f"127.0.0.1:{ports.scheduler}"]))
+    return cmds
+
+
+class LocalCluster:
+    def __init__(self, ports: LocalPorts = LocalPorts(), decoders: int = 2, data_dir: Path | None = None,
+                 log_dir: Path | None = None, model_dir: Path | None = None, env: dict[str, str] | None = None):
+        if decoders < 1:
+            raise ValueError("at least one decode engine is required")
+        self.ports = ports
+        self.decoders = decoders
+        home = models_home().parent
+        self.data_dir = data_dir or home / "kvstore-local"
+        self.log_dir = log_dir or home / "logs"
+        self.model_dir = model_dir
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.procs: list[Proc] = []
+
+    def start(self, timeout_s: float = 180.0) -> None:
+        model_dir = self.model_dir or ensure_default_model()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for name, port, cmd in service_commands(self.ports, model_dir, self.data_dir, self.decoders):
+                log = (self.log_dir / f"{name}.log").open("w")
+                proc = Proc(name, port, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env))
+                self.procs.append(proc)
+                # Engines warm up in parallel; the rest must be up before their dependants start.
+                if not name.startswith(("prefill", "decode")):
+                    wait_serving(proc, timeout_s)
+            for proc in self.procs:
+                wait_serving(proc, timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        for proc in reversed(self.procs):
+            if proc.popen.poll() is None:
+                proc.popen.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for proc in self.procs:
+            try:
+                proc.popen.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.popen.kill()
+                proc.popen.wait()
+        self.procs.clear()
+
+    def supervise(self) -> int:
+        """Block until a service dies or we are signalled; then stop everything."""
+        stop = {"sig": None}
+
+        def handler(signum, _frame):
+            stop["sig"] = signum
+
+        signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGTERM, handler)
+        try:
+            while stop["sig"] is None:
+                dead = [p for p in self.procs if p.popen.poll() is not None]
+                if dead:
+                    print(f"agentserve: {dead[0].name} exited ({dead[0].popen.returncode}); stopping all "
+                          f"(logs in {self.log_dir})", file=sys.stderr)
+                    return 1
+                time.sleep(0.5)
+            return 0
+        finally:
+            self.stop()

@@ -1,0 +1,165 @@
+"""AsyncEngine: an LLMEngine driven by its own thread, used from asyncio services.
+
+The engine is CPU-bound and not thread-safe, so exactly one thread touches it: the loop below runs
+queued commands (imports, exports, new requests) between forward steps and publishes sampled
+tokens to per-request asyncio queues. gRPC handlers never block the event loop on the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from agentserve.engine.engine import LLMEngine
+from agentserve.engine.runner import ExternalPrefix
+from agentserve.engine.sampling import SamplingParams
+from agentserve.engine.sequence import Sequence
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass
+class TokenEvent:
+    token_id: int
+    finished: bool
+    finish_reason: str | None
+    seq: Sequence
+
+
+class AsyncEngine:
+    def __init__(self, engine: LLMEngine):
+        self.engine = engine
+        self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._subscribers: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+        self._thread.join(timeout=10)
+
+    # ---- asyncio side ---------------------------------------------------------------------
+
+    async def call(self, fn: Callable[[LLMEngine], T]) -> T:
+        """Run `fn(engine)` on the engine thread between steps; exceptions propagate to the caller."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+
+        def command() -> None:
+            try:
+                result = fn(self.engine)
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
+                loop.call_soon_threadsafe(_set_exception, future, exc)
+            else:
+                loop.call_soon_threadsafe(_set_result, future, result)
+
+        self._submit(command)
+        return await future
+
+    async def generate(self, prompt_token_ids: list[int], params: SamplingParams, tenant_salt: str = "",
+                       external_prefix: ExternalPrefix | None = None) -> AsyncIterator[TokenEvent]:
+        """Stream each sampled token; cancelling the iteration aborts the request."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+
+        def add(engine: LLMEngine) -> Sequence:
+            seq = engine.add_request(prompt_token_ids, params, tenant_salt, external_prefix)
+            self._subscribers[seq.request_id] = (loop, events)
+            return seq
+
+        seq = await self.call(add)
+        finished = False
+        try:
+            while not finished:
+                event = await events.get()
+                if isinstance(event, BaseException):
+                    raise event
+                finished = event.finished
+                yield event
+        finally:
+            if not finished:
+                await self.call(lambda engine: self._abort(engine, seq))
+
+    def load(self) -> dict[str, int]:
+        """Approximate load for heartbeats (read without the engine thread; values are ints)."""
+        engine = self.engine
+        return {
+            "running": len(engine.running),
+            "waiting": len(engine.waiting),
+            "free_kv_blocks": engine.blocks.num_free_slots,
+            "total_kv_blocks": engine.pool.num_slots,
+        }
+
+    # ---- engine thread --------------------------------------------------------------------
+
+    def _submit(self, command: Callable[[], None]) -> None:
+        if self._stopped.is_set():
+            raise RuntimeError("engine is stopped")
+        self._commands.put(command)
+        self._wake.set()
+
+    def _abort(self, engine: LLMEngine, seq: Sequence) -> None:
+        self._subscribers.pop(seq.request_id, None)
+        if not seq.finished:
+            engine.abort(seq)
+
+    def _loop(self) -> None:
+        engine = self.engine
+        while not self._stopped.is_set():
+            while True:
+                try:
+                    command = self._commands.get_nowait()
+                except queue.Empty:
+                    break
+                command()
+            if not engine.has_unfinished():
+                self._wake.wait(timeout=0.5)
+                self._wake.clear()
+                continue
+            try:
+                stepped = engine.step()
+            except Exception as exc:  # noqa: BLE001 - fail the affected requests, keep serving
+                log.exception("engine step failed")
+                self._fail_all(exc)
+                continue
+            for seq in stepped:
+                self._publish(seq)
+
+    def _publish(self, seq: Sequence) -> None:
+        target = self._subscribers.get(seq.request_id)
+        if target is None:
+            return
+        loop, events = target
+        event = TokenEvent(seq.token_ids[-1], seq.finished, seq.finish_reason, seq)
+        if seq.finished:
+            self._subscribers.pop(seq.request_id, None)
+        loop.call_soon_threadsafe(events.put_nowait, event)
+
+    def _fail_all(self, exc: Exception) -> None:
+        engine = self.engine
+        for seq in list(engine.running) + list(engine.waiting):
+            engine.abort(seq)
+            target = self._subscribers.pop(seq.request_id, None)
+            if target is not None:
+                target[0].call_soon_threadsafe(target[1].put_nowait, RuntimeError(f"engine step failed: {exc}"))
+
+
+def _set_result(future: asyncio.Future, result: Any) -> None:
+    if not future.done():
+        future.set_result(result)
+
+
+def _set_exception(future: asyncio.Future, exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)

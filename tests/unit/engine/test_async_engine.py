@@ -1,0 +1,63 @@
+"""AsyncEngine: the engine thread streams tokens to asyncio callers and survives bad requests."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentserve.engine.async_engine import AsyncEngine
+from agentserve.engine.engine import LLMEngine
+from agentserve.engine.engine_config import EngineConfig
+from agentserve.engine.sampling import SamplingParams
+
+pytestmark = pytest.mark.unit
+
+PARAMS = SamplingParams(max_tokens=6, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def base_engine(tiny_model_dir):
+    return LLMEngine.from_dir(tiny_model_dir, EngineConfig(kv_cache_bytes=16 << 20))
+
+
+def _run(base_engine, coro_fn):
+    engine = AsyncEngine(LLMEngine(base_engine.model, base_engine.fingerprint, EngineConfig(kv_cache_bytes=16 << 20)))
+    engine.start()
+    try:
+        return asyncio.run(coro_fn(engine))
+    finally:
+        engine.stop()
+
+
+def test_concurrent_streams_equal_direct_generation(base_engine):
+    prompts = [[5, 6, 7, 8, 9], list(range(10, 60))]
+    expected = [base_engine.generate(p, PARAMS).output_token_ids for p in prompts]
+
+    async def main(engine):
+        async def collect(p):
+            return [e.token_id async for e in engine.generate(p, PARAMS)]
+        return await asyncio.gather(*(collect(p) for p in prompts))
+
+    assert _run(base_engine, main) == expected
+
+
+def test_bad_request_raises_and_engine_keeps_serving(base_engine):
+    async def main(engine):
+        with pytest.raises(ValueError, match="out of range"):
+            async for _ in engine.generate([5, 10**6], PARAMS):
+                pass
+        return [e.token_id async for e in engine.generate([5, 6], PARAMS)]
+
+    assert len(_run(base_engine, main)) == 6
+
+
+def test_abandoned_stream_is_aborted(base_engine):
+    async def main(engine):
+        stream = engine.generate([5, 6, 7], SamplingParams(max_tokens=200, ignore_eos=True))
+        async for _ in stream:
+            break
+        await stream.aclose()
+        return await engine.call(lambda e: (len(e.running), len(e.waiting)))
+
+    assert _run(base_engine, main) == (0, 0)
