@@ -1,0 +1,29 @@
+"""DecodeServicer: protobuf in, `DecodeWorker` does the work, protobuf out."""
+
+from __future__ import annotations
+
+from agentserve.common.errors import grpc_errors
+from agentserve.common.telemetry import incoming_context
+from agentserve.decode.worker import DecodeWorker
+from agentserve.engine_service.protocol import sampling_from_proto
+from agentserve.v1 import decode_pb2, decode_pb2_grpc
+
+
+class DecodeServicer(decode_pb2_grpc.DecodeServicer):
+    def __init__(self, worker: DecodeWorker):
+        self.worker = worker
+
+    @grpc_errors
+    async def LoadKV(self, request_iterator, context) -> decode_pb2.LoadKVResponse:
+        with incoming_context(context):
+            blocks = [block.data async for block in request_iterator]
+            imported, present = await self.worker.load_kv(blocks)
+        return decode_pb2.LoadKVResponse(imported=imported, already_present=present)
+
+    @grpc_errors
+    async def Generate(self, request: decode_pb2.GenerateRequest, context):
+        with incoming_context(context):
+            sampling = sampling_from_proto(request.sampling)
+            async for chunk in self.worker.generate(list(request.token_ids), request.prompt_tokens, sampling,
+                                                    request.tenant):
+                yield decode_pb2.GenerateChunk(**chunk.__dict__)

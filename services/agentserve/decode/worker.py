@@ -1,0 +1,46 @@
+"""DecodeWorker: continue a prefilled sequence with continuous batching, then persist its blocks."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from agentserve.engine.async_engine import AsyncEngine
+from agentserve.engine.sampling import SamplingParams
+from agentserve.engine_service.kv_moves import KVMover
+
+
+@dataclass
+class DecodeChunk:
+    token_ids: list[int]
+    finished: bool
+    finish_reason: str
+    cached_tokens: int
+    persisted_blocks: int
+
+
+class DecodeWorker:
+    def __init__(self, engine: AsyncEngine, mover: KVMover):
+        self.engine = engine
+        self.mover = mover
+
+    async def load_kv(self, blocks: list[bytes]) -> tuple[int, int]:
+        imported = await self.engine.call(lambda e: sum(e.import_blocks(d) for d in blocks))
+        return imported, len(blocks) - imported
+
+    async def generate(self, token_ids: list[int], prompt_tokens: int, sampling: SamplingParams,
+                       tenant: str) -> AsyncIterator[DecodeChunk]:
+        if not 0 < prompt_tokens <= len(token_ids):
+            raise ValueError(f"prompt_tokens must be in [1, {len(token_ids)}], got {prompt_tokens}")
+        first = True
+        async for event in self.engine.generate(token_ids, sampling, tenant):
+            persisted = 0
+            if event.finished:
+                seq = event.seq
+                bs = self.engine.engine.block_size
+                # The prompt's blocks were persisted by the prefill engine; this turn adds the rest.
+                ids = seq.block_ids[prompt_tokens // bs: seq.num_computed // bs]
+                persisted = await self.mover.persist(ids)
+            yield DecodeChunk([event.token_id], event.finished, event.finish_reason or "",
+                              event.seq.num_cached_tokens if first else 0, persisted)
+            first = False

@@ -1,0 +1,70 @@
+"""EngineService: what prefill and decode processes share (model, engine thread, store client,
+registration, warm-up). Role-specific servicers plug in through `add_to_server`."""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+from agentserve.common.netutil import advertise_host
+from agentserve.common.server import Service
+from agentserve.engine.async_engine import AsyncEngine
+from agentserve.engine.default_model import ensure_default_model
+from agentserve.engine.engine import LLMEngine
+from agentserve.engine.engine_config import EngineConfig
+from agentserve.engine.sampling import SamplingParams
+from agentserve.engine_service.config import EngineServiceConfig
+from agentserve.engine_service.kv_moves import KVMover
+from agentserve.engine_service.registration import Registrar
+from agentserve.kvstore.client import KVStoreClient
+from agentserve.v1 import common_pb2
+
+log = logging.getLogger(__name__)
+
+
+class EngineService(Service):
+    role: int = common_pb2.ENGINE_ROLE_UNSPECIFIED
+    role_name = "engine"
+
+    def __init__(self, config: EngineServiceConfig):
+        self.config = config
+        model_dir = config.model_dir or str(ensure_default_model())
+        engine = LLMEngine.from_dir(model_dir, EngineConfig(
+            block_size=config.block_size, kv_cache_bytes=config.kv_cache_mb << 20, dtype=config.dtype,
+            max_batch_size=config.max_batch_size, num_threads=config.num_threads))
+        self.engine = AsyncEngine(engine)
+        self.address = f"{advertise_host(config.advertise_host)}:{config.grpc_port}"
+        self.engine_id = config.engine_id or f"{self.role_name}-{self.address}"
+        self.kvstore = KVStoreClient(config.kvstore_address)
+        self.mover = KVMover(self.engine, self.engine_id, self.kvstore, config.kvstore_address)
+        self.registrar: Registrar | None = None
+        log.info("%s %s serving %s (fingerprint %s)", self.role_name, self.engine_id, model_dir, engine.fingerprint)
+
+    def status(self) -> common_pb2.EngineStatus:
+        engine = self.engine.engine
+        load = self.engine.load()
+        return common_pb2.EngineStatus(
+            engine_id=self.engine_id, role=self.role, address=self.address, model_name=self.config.model_name,
+            model_fingerprint=engine.fingerprint, block_size=engine.block_size,
+            running=load["running"], waiting=load["waiting"], free_kv_blocks=load["free_kv_blocks"],
+            total_kv_blocks=load["total_kv_blocks"], vocab_size=engine.model_config.vocab_size,
+            max_context=engine.model_config.max_position_embeddings)
+
+    async def start(self) -> None:
+        self.engine.start()
+
+    async def warmup(self) -> None:
+        # A real generation through the engine thread: SERVING means the model really runs.
+        tokens = [event.token_id async for event in self.engine.generate(
+            [1, 2, 3, 4, 5, 6, 7, 8], SamplingParams(max_tokens=2, ignore_eos=True))]
+        log.info("warm-up generated %s on %s", tokens, socket.gethostname())
+        self.registrar = Registrar(self.config.scheduler_address, self.status,
+                                   self.config.heartbeat_interval_ms / 1000)
+        self.registrar.start()
+
+    async def stop(self) -> None:
+        if self.registrar is not None:
+            await self.registrar.stop()
+        await self.mover.close()
+        await self.kvstore.close()
+        self.engine.stop()

@@ -1,0 +1,46 @@
+"""EngineServiceConfig: the settings a prefill or decode engine process runs with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineServiceConfig:
+    host: str = "0.0.0.0"
+    grpc_port: int = 50053
+    metrics_port: int = 0
+    advertise_host: str = ""  # what peers dial; empty = this host's address
+    engine_id: str = ""  # empty = role-address
+    model_dir: str = ""  # empty = the embedded default model
+    model_name: str = "agentserve-tiny"
+    dtype: str = "fp32"
+    kv_cache_mb: int = 256
+    block_size: int = 16
+    max_batch_size: int = 64
+    num_threads: int = 0
+    scheduler_address: str = "127.0.0.1:50051"
+    kvstore_address: str = "127.0.0.1:50052"
+    heartbeat_interval_ms: int = 1000
+
+    def __post_init__(self) -> None:
+        for name in ("grpc_port", "kv_cache_mb", "block_size", "max_batch_size", "heartbeat_interval_ms"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0 <= self.metrics_port < 65536:
+            raise ValueError(f"metrics_port must be a port number, got {self.metrics_port}")
+        for name in ("scheduler_address", "kvstore_address"):
+            value = getattr(self, name)
+            if value and ":" not in value:
+                raise ValueError(f"{name} must be host:port, got {value!r}")
+
+
+@dataclass(frozen=True)
+class PrefillConfig(EngineServiceConfig):
+    prog = "agentserve.prefill"
+
+
+@dataclass(frozen=True)
+class DecodeConfig(EngineServiceConfig):
+    prog = "agentserve.decode"
+    grpc_port: int = 50054

@@ -1,0 +1,36 @@
+"""The kvstore's settings, from `--flags` and `AGENTSERVE_*` env (see `common.config`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentserve.common.server import MAX_MESSAGE_BYTES
+
+# A block must fit in one gRPC message with room for framing, or it could be stored but never read.
+BLOCK_BYTES_LIMIT = MAX_MESSAGE_BYTES - (1 << 20)
+
+
+@dataclass(frozen=True)
+class KVStoreConfig:
+    prog = "python -m agentserve.kvstore"
+
+    host: str = "0.0.0.0"
+    grpc_port: int = 50052
+    metrics_port: int = 0  # 0 disables /metrics
+    data_dir: str = "/tmp/agentserve-kvstore"
+    fsync: bool = True  # off only for throwaway stores: an acknowledged block may then be lost
+    max_block_bytes: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise ValueError("host must not be empty")
+        if not 1 <= self.grpc_port <= 65535:
+            raise ValueError(f"grpc_port must be in [1, 65535], got {self.grpc_port}")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port must be in [0, 65535] (0 disables), got {self.metrics_port}")
+        if self.metrics_port == self.grpc_port:
+            raise ValueError(f"metrics_port and grpc_port must differ, both are {self.grpc_port}")
+        if not self.data_dir:
+            raise ValueError("data_dir must not be empty")
+        if not 0 < self.max_block_bytes <= BLOCK_BYTES_LIMIT:
+            raise ValueError(f"max_block_bytes must be in [1, {BLOCK_BYTES_LIMIT}], got {self.max_block_bytes}")
