@@ -1,0 +1,111 @@
+"""Prefill -> handoff -> decode -> persist across real processes, checked against full recompute."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import grpc
+import pytest
+
+from agentserve.engine.default_model import ensure_default_model
+from agentserve.engine.engine import LLMEngine
+from agentserve.engine.engine_config import EngineConfig
+from agentserve.engine.sampling import SamplingParams
+from agentserve.kv.block_hash import block_ids_for
+from agentserve.kvstore.client import KVStoreClient
+from agentserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
+from tests.support.processes import free_port, start_service, wait_serving
+
+pytestmark = pytest.mark.integration
+
+MAX_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    kv_port, prefill_port, decode_port, scheduler_port = (free_port() for _ in range(4))
+    data_dir = tmp_path_factory.mktemp("kv")
+    kv = start_service("kvstore", "agentserve.kvstore", ["--grpc-port", str(kv_port), "--data-dir", str(data_dir)],
+                       kv_port)
+    # No scheduler runs here: the engines' registration retries quietly, which must not matter.
+    common = ["--advertise-host", "127.0.0.1", "--scheduler-address", f"127.0.0.1:{scheduler_port}",
+              "--kvstore-address", kv.address]
+    prefill = start_service("prefill", "agentserve.prefill", ["--grpc-port", str(prefill_port), *common],
+                            prefill_port, wait=False)
+    decode = start_service("decode", "agentserve.decode", ["--grpc-port", str(decode_port), *common], decode_port,
+                           wait=False)
+    procs = [kv, prefill, decode]
+    try:
+        for proc in (prefill, decode):
+            wait_serving(proc.address, 180, proc.proc, proc.log)
+        yield {"kv": kv, "prefill": prefill, "decode": decode}
+    finally:
+        for proc in procs:
+            proc.stop()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    engine = LLMEngine.from_dir(ensure_default_model(), EngineConfig(prefix_cache=False))
+    return engine
+
+
+async def _turn(cluster, tokens: list[int], store_hits: int):
+    sampling = common_pb2.SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+    async with grpc.aio.insecure_channel(cluster["prefill"].address) as pch, \
+            grpc.aio.insecure_channel(cluster["decode"].address) as dch:
+        pre = await prefill_pb2_grpc.PrefillStub(pch).Prefill(prefill_pb2.PrefillRequest(
+            token_ids=tokens, sampling=sampling, store_hit_blocks=store_hits,
+            decode_address=cluster["decode"].address))
+        out, chunks = [pre.first_token], []
+        request = decode_pb2.GenerateRequest(
+            token_ids=tokens + [pre.first_token], prompt_tokens=len(tokens),
+            sampling=common_pb2.SamplingParams(max_tokens=MAX_TOKENS - 1, ignore_eos=True))
+        async for chunk in decode_pb2_grpc.DecodeStub(dch).Generate(request):
+            chunks.append(chunk)
+            out.extend(chunk.token_ids)
+        return pre, out, chunks
+
+
+def test_two_turns_hit_store_and_match_full_recompute(cluster, reference):
+    rng = random.Random(3)
+    turn1 = [rng.randrange(5, 8000) for _ in range(100)]
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+
+    pre1, out1, chunks1 = asyncio.run(_turn(cluster, turn1, 0))
+    assert out1 == reference.generate(turn1, params).output_token_ids
+    assert pre1.persisted_blocks == 6 and pre1.handoff_blocks == 6  # 100 tokens = 6 full blocks
+    assert chunks1[0].cached_tokens == 96  # decode hit every handed-off block
+    assert chunks1[-1].finished and chunks1[-1].finish_reason == "length"
+
+    turn2 = turn1 + out1 + [7, 8, 9, 10]
+    ids = block_ids_for(turn2, 16, reference.fingerprint, "")
+
+    async def lookup():
+        async with KVStoreClient(cluster["kv"].address) as client:
+            return await client.lookup(ids)
+    store_hits = asyncio.run(lookup())
+    assert store_hits == (100 + MAX_TOKENS) // 16  # prompt blocks (prefill) + output blocks (decode)
+
+    pre2, out2, _ = asyncio.run(_turn(cluster, turn2, store_hits))
+    assert pre2.loaded_blocks == store_hits - 6  # the output block came from the store (path A)
+    assert pre2.cached_tokens == store_hits * 16
+    assert out2 == reference.generate(turn2, params).output_token_ids
+
+
+def test_bad_input_is_invalid_argument_and_engines_stay_up(cluster):
+    async def main():
+        async with grpc.aio.insecure_channel(cluster["prefill"].address) as ch:
+            stub = prefill_pb2_grpc.PrefillStub(ch)
+            for tokens, max_tokens, message in (([], 4, "prompt is empty"), ([5, 10**6], 4, "out of range"),
+                                                ([5, 6], 0, "max_tokens must be positive")):
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await stub.Prefill(prefill_pb2.PrefillRequest(
+                        token_ids=tokens, sampling=common_pb2.SamplingParams(max_tokens=max_tokens)))
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert message in err.value.details()
+            ok = await stub.Prefill(prefill_pb2.PrefillRequest(
+                token_ids=[5, 6, 7], sampling=common_pb2.SamplingParams(max_tokens=1)))
+            return ok
+    assert asyncio.run(main()).finished
