@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -32,6 +33,10 @@ class DecodeWorker:
                        tenant: str) -> AsyncIterator[DecodeChunk]:
         if not 0 < prompt_tokens <= len(token_ids):
             raise ValueError(f"prompt_tokens must be in [1, {len(token_ids)}], got {prompt_tokens}")
+        if sampling.seed is not None:
+            # The prefill engine drew the first token from `seed`; continue from a different stream
+            # so the decode's draws are not a replay of the prefill's.
+            sampling = dataclasses.replace(sampling, seed=(sampling.seed * 6364136223846793005 + 1) % (1 << 63))
         first = True
         async for event in self.engine.generate(token_ids, sampling, tenant):
             persisted = 0

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
+
+import grpc
 
 from agentserve.common.telemetry import tracer
 from agentserve.engine.async_engine import AsyncEngine
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.sampling import SamplingParams
 from agentserve.engine_service.kv_moves import KVMover
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -46,7 +51,7 @@ class PrefillWorker:
             events = [event async for event in self.engine.generate(token_ids, first, tenant)]
             seq = events[-1].seq
             persisted = await self.mover.persist(ids[store_hit_blocks:])
-            handed = await self.mover.handoff(ids, decode_address) if decode_address else 0
+            handed = await self._handoff(ids, decode_address) if decode_address else 0
             reason = seq.finish_reason or "length"
             finished = sampling.max_tokens == 1 or reason == "stop"
             span.set_attribute("prefill.cached_tokens", seq.num_cached_tokens)
@@ -56,3 +61,12 @@ class PrefillWorker:
                 engine_cached_tokens=min(resident * self.engine.engine.block_size, seq.num_cached_tokens),
                 loaded_blocks=loaded, persisted_blocks=persisted, handoff_blocks=handed,
                 finished=finished, finish_reason=reason if finished else "")
+
+    async def _handoff(self, ids: list[bytes], decode_address: str) -> int:
+        # A failed handoff is not a failed prefill: the decode engine (or a replacement the
+        # scheduler picks) recomputes or loads what it lacks, and output stays identical.
+        try:
+            return await self.mover.handoff(ids, decode_address)
+        except grpc.aio.AioRpcError as exc:
+            log.warning("KV handoff to %s failed (%s); decode will recompute", decode_address, exc.code().name)
+            return 0

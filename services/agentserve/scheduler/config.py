@@ -1,0 +1,47 @@
+"""SchedulerConfig: the settings the scheduler process runs with (`--flags` / `AGENTSERVE_*` env)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    prog = "python -m agentserve.scheduler"
+
+    host: str = "0.0.0.0"
+    grpc_port: int = 50051
+    http_port: int = 8000  # OpenAI-compatible gateway; 0 disables it
+    metrics_port: int = 0  # 0 disables /metrics
+    model_dir: str = ""  # tokenizer and chat template; empty = the embedded default model
+    model_name: str = "agentserve-tiny"
+    kvstore_address: str = "127.0.0.1:50052"
+    heartbeat_interval_ms: int = 1000  # told to engines at registration
+    engine_timeout_ms: int = 5000  # an engine silent this long is dropped from routing
+    max_message_tokens: int = 32768  # per turn's new tokens, after chat rendering
+    turn_retries: int = 1  # extra attempts on another engine when one dies before streaming
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise ValueError("host must not be empty")
+        if not 1 <= self.grpc_port <= 65535:
+            raise ValueError(f"grpc_port must be in [1, 65535], got {self.grpc_port}")
+        for name in ("http_port", "metrics_port"):
+            if not 0 <= getattr(self, name) <= 65535:
+                raise ValueError(f"{name} must be in [0, 65535] (0 disables), got {getattr(self, name)}")
+        ports = [p for p in (self.grpc_port, self.http_port, self.metrics_port) if p]
+        if len(ports) != len(set(ports)):
+            raise ValueError(f"grpc_port, http_port and metrics_port must differ, got {ports}")
+        if not self.model_name:
+            raise ValueError("model_name must not be empty")
+        if ":" not in self.kvstore_address:
+            raise ValueError(f"kvstore_address must be host:port, got {self.kvstore_address!r}")
+        for name in ("heartbeat_interval_ms", "engine_timeout_ms", "max_message_tokens"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        # One lost heartbeat must not drop a healthy engine.
+        if self.engine_timeout_ms < 2 * self.heartbeat_interval_ms:
+            raise ValueError(f"engine_timeout_ms ({self.engine_timeout_ms}) must be at least twice "
+                             f"heartbeat_interval_ms ({self.heartbeat_interval_ms})")
+        if not 0 <= self.turn_retries <= 10:
+            raise ValueError(f"turn_retries must be in [0, 10], got {self.turn_retries}")

@@ -1,0 +1,122 @@
+"""SchedulerCore: the scheduler's API in plain Python, called by the gRPC servicer and the HTTP gateway.
+
+Everything here runs on the event loop. Request errors are ValueError (NotFoundError for unknown
+ids); "try again" conditions are RetryableError. A turn raises its request errors before yielding
+its first event, so a caller can hold back its response headers until the first event arrives.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
+from pathlib import Path
+
+from agentserve.engine.sampling import SamplingParams
+from agentserve.engine.tokenizer import Tokenizer
+from agentserve.scheduler.config import SchedulerConfig
+from agentserve.scheduler.engine_clients import EngineClients
+from agentserve.scheduler.events import TurnEvent
+from agentserve.scheduler.prompts import PromptBuilder
+from agentserve.scheduler.registry import EngineRegistry, EngineStatus
+from agentserve.scheduler.router import LeastLoadedRouter, Router
+from agentserve.scheduler.sessions import Session, SessionStore
+from agentserve.scheduler.tool_waits import ToolCall
+from agentserve.scheduler.turns import EngineCalls, StoreLookup, TurnRunner
+
+log = logging.getLogger(__name__)
+
+
+class SchedulerCore:
+    def __init__(self, config: SchedulerConfig, tokenizer: Tokenizer, *, store: StoreLookup,
+                 engines: EngineCalls | None = None, router: Router | None = None,
+                 registry: EngineRegistry | None = None) -> None:
+        """Prefer `create`; tests pass fakes for `store` and `engines`."""
+        self.config = config
+        self.tokenizer = tokenizer
+        self.registry = registry or EngineRegistry(config.engine_timeout_ms / 1000)
+        self.sessions = SessionStore()
+        self.engines = engines if engines is not None else EngineClients()
+        self.store = store
+        self.turns = TurnRunner(PromptBuilder(tokenizer, config.max_message_tokens), self.registry,
+                                router or LeastLoadedRouter(), self.engines, store, config.turn_retries)
+
+    @classmethod
+    def create(cls, config: SchedulerConfig) -> SchedulerCore:
+        """The real thing: the tokenizer of `config.model_dir` (or the embedded default model) and
+        gRPC clients for the KV store and the engines."""
+        from agentserve.engine.default_model import ensure_default_model
+        from agentserve.kvstore.client import KVStoreClient
+
+        model_dir = Path(config.model_dir) if config.model_dir else ensure_default_model()
+        # Bounded: a hung store must not hang turns (a failed lookup only costs the hits).
+        store = KVStoreClient(config.kvstore_address, timeout_s=config.engine_timeout_ms / 1000)
+        return cls(config, Tokenizer.from_dir(model_dir), store=store)
+
+    @property
+    def model_names(self) -> list[str]:
+        return [self.config.model_name]
+
+    async def open_session(self, tenant: str = "", agent: str = "", parent_session_id: str = "",
+                           system_prompt: str = "", session_id: str | None = None) -> str:
+        """A new session's id. With `session_id` (an HTTP session header) this is get-or-create:
+        an existing session of the same tenant is reused as it is (other arguments ignored)."""
+        if session_id is not None and session_id in self.sessions:
+            if self.sessions.get(session_id).tenant != tenant:
+                raise ValueError(f"session {session_id!r} belongs to another tenant")
+            return session_id
+        return self.sessions.create(tenant, agent, parent_session_id, system_prompt, session_id).session_id
+
+    def turn(self, session_id: str, *, message: str | None = None, token_ids: Sequence[int] | None = None,
+             role: str = "user", sampling: SamplingParams) -> AsyncIterator[TurnEvent]:
+        """Run a turn: append `message` (chat-rendered text, role "user", "tool" or "system") or raw
+        `token_ids` to the session and stream the reply. Unknown sessions and malformed messages
+        raise here, at the call; limits that depend on the history (context length) and "no engine"
+        raise at the first iteration. Turns of one session run one after another. A caller that
+        stops reading early should close the generator (`contextlib.aclosing`): that cancels the
+        engine call and releases the session at once."""
+        session = self.sessions.get(session_id)
+        self.turns.check(message, token_ids, role)
+        return self.turns.run(session, sampling=sampling, message=message, token_ids=token_ids, role=role)
+
+    async def complete(self, prompt_token_ids: Sequence[int], sampling: SamplingParams,
+                       tenant: str = "") -> AsyncIterator[TurnEvent]:
+        """A stateless completion of `prompt_token_ids` (HTTP without a session): a one-turn
+        session that is never stored."""
+        session = Session(uuid.uuid4().hex, tenant=tenant)
+        async with aclosing(self.turns.run(session, sampling=sampling, token_ids=prompt_token_ids)) as events:
+            async for event in events:
+                yield event
+
+    async def close_session(self, session_id: str) -> tuple[int, int]:
+        """Forget a session; returns its (turns, history tokens)."""
+        session = self.sessions.close(session_id)
+        return session.turns, len(session.history)
+
+    def register(self, status: EngineStatus) -> int:
+        """Add an engine; returns the heartbeat interval (ms) it should use."""
+        self.registry.register(status)
+        log.info("registered %s engine %s at %s", status.role.value, status.engine_id, status.address)
+        return self.config.heartbeat_interval_ms
+
+    def heartbeat(self, status: EngineStatus) -> bool:
+        return self.registry.heartbeat(status)
+
+    def expire_engines(self) -> list[str]:
+        dead = self.registry.expire()
+        for engine_id in dead:
+            log.warning("dropped engine %s: no heartbeat for %d ms", engine_id, self.config.engine_timeout_ms)
+        return dead
+
+    def tool_call_started(self, event: ToolCall) -> None:
+        self.sessions.get(event.session_id).tools.started(event)
+
+    def tool_call_finished(self, event: ToolCall) -> None:
+        self.sessions.get(event.session_id).tools.ended(event)
+
+    async def aclose(self) -> None:
+        for client in (self.engines, self.store):
+            close = getattr(client, "close", None)  # fakes in tests have nothing to close
+            if close is not None:
+                await close()

@@ -1,0 +1,47 @@
+"""What the HTTP gateway needs from the scheduler core, written as a Protocol.
+
+The gateway is a translator: it never reaches past these members, so tests drive it with a fake
+core and the real `SchedulerCore` satisfies it structurally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol
+
+from agentserve.engine.sampling import SamplingParams
+
+
+class TokenizerAPI(Protocol):
+    vocab_size: int
+
+    def encode(self, text: str, add_bos: bool = False) -> list[int]: ...
+
+    def apply_chat_template(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> str: ...
+
+
+class TurnEventAPI(Protocol):
+    """One streamed step of a turn; the first carries `metadata`, the last has `finished` set."""
+
+    metadata: Any  # turn_id, turn_index, prompt_tokens, cached_tokens, ..., trace_id; None after the first
+    token_ids: list[int]
+    text: str
+    finished: bool
+    finish_reason: str | None
+    completion_tokens: int
+
+
+class CoreAPI(Protocol):
+    tokenizer: TokenizerAPI
+    model_names: list[str]
+
+    async def open_session(self, tenant: str = "", agent: str = "", parent_session_id: str = "",
+                           system_prompt: str = "", session_id: str | None = None) -> str: ...
+
+    def turn(self, session_id: str, *, message: str | None = None, token_ids: list[int] | None = None,
+             role: str = "user", sampling: SamplingParams) -> AsyncIterator[TurnEventAPI]: ...
+
+    def complete(self, prompt_token_ids: list[int], sampling: SamplingParams,
+                 tenant: str = "") -> AsyncIterator[TurnEventAPI]: ...
+
+    async def close_session(self, session_id: str) -> tuple[int, int]: ...

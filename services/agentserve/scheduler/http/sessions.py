@@ -1,0 +1,158 @@
+"""Chat requests tied to a server-side session by the `X-Session-Id` header.
+
+OpenAI-style clients (the openai SDK, aiperf) resend the whole conversation every request, but a
+scheduler session already holds its history, token for token. The gateway therefore forwards only
+the messages the session has not seen. Its rule, per session id:
+
+* It counts the client-written messages (every role but `assistant`) the session has consumed.
+  Assistant messages in a request are the replies the session itself generated, so they are
+  already in its history; clients that echo them and clients that omit them both work.
+* The new messages are the client-written ones past that count. One is sent as the turn's
+  message; several (e.g. parallel tool results) are joined by a blank line and sent with the
+  role of the last one. The last must be `user` or `tool`.
+* A leading `system` (or `developer`) message becomes the session's system prompt when the
+  gateway opens it; a system message later in a conversation is rejected.
+* A request with more assistant messages than the session generated replies carries history the
+  session never saw (few-shot examples, edited replies): rejected, use a request without the
+  header. A request whose history is not longer than what was consumed is rejected too.
+* The count advances only when a turn finishes; a failed or abandoned turn leaves it unchanged,
+  matching the core's guarantee that a failed turn leaves the session history unchanged.
+
+Requests for one session run one at a time (a per-session lock), because each turn's prefix is
+the previous turn's output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from agentserve.common.errors import NotFoundError
+from agentserve.engine.sampling import SamplingParams
+from agentserve.scheduler.http.core_api import CoreAPI, TurnEventAPI
+from agentserve.scheduler.http.schemas import SYSTEM_ROLES, Message
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_SESSIONS = 100_000
+TURN_ROLES = frozenset({"user", "tool"})
+
+
+@dataclass(frozen=True)
+class TurnInput:
+    """What one request appends to a session: the core's `turn(message=, role=)` arguments."""
+
+    message: str
+    role: str
+    consumed_after: int  # the client-written message count once this turn finishes
+
+
+@dataclass
+class SessionProgress:
+    consumed: int = 0  # client-written (non-assistant) messages already in the session
+    replies: int = 0   # assistant replies the session generated
+    opened: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+def system_prompt_of(messages: Sequence[Message]) -> str | None:
+    first = messages[0]
+    return first.content if first.role in SYSTEM_ROLES else None
+
+
+def plan_turn(session_id: str, messages: Sequence[Message], consumed: int, replies: int) -> TurnInput:
+    """The part of `messages` the session has not seen, as one turn input (rules in the module doc)."""
+    written = [m for m in messages if m.role != "assistant"]
+    echoed = len(messages) - len(written)
+    if echoed > replies:
+        raise ValueError(f"session {session_id} generated {replies} assistant replies but the request "
+                         f"carries {echoed}; history the session never saw needs a request without "
+                         "X-Session-Id")
+    new = written[consumed:]
+    if not new:
+        raise ValueError(f"session {session_id} already holds {consumed} client messages and the request "
+                         f"has {len(written)}; send the full history plus a new user or tool message, "
+                         "or use a new session id")
+    if any(m.role in SYSTEM_ROLES for m in new) and consumed > 0:
+        raise ValueError(f"session {session_id}: a system message is only accepted as the first message")
+    new = [m for m in new if m.role not in SYSTEM_ROLES]  # the opening system prompt, consumed on open
+    if not new or new[-1].role not in TURN_ROLES:
+        raise ValueError(f"session {session_id}: the last new message must have role 'user' or 'tool'")
+    return TurnInput("\n\n".join(m.content for m in new), new[-1].role, len(written))
+
+
+class ChatSessions:
+    """Maps X-Session-Id to core sessions and remembers how much of each conversation they hold.
+
+    Progress is bounded LRU: past `max_sessions`, the idle session used longest ago is forgotten
+    (its core session stays open; a later request under that id fails to reopen it).
+    """
+
+    def __init__(self, core: CoreAPI, max_sessions: int = DEFAULT_MAX_SESSIONS) -> None:
+        if max_sessions < 1:
+            raise ValueError(f"max_sessions must be positive, got {max_sessions}")
+        self._core = core
+        self._max_sessions = max_sessions
+        self._progress: OrderedDict[str, SessionProgress] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._progress)
+
+    def progress(self, session_id: str) -> SessionProgress | None:
+        return self._progress.get(session_id)
+
+    async def turn(self, session_id: str, messages: Sequence[Message], sampling: SamplingParams,
+                   tenant: str = "") -> AsyncIterator[TurnEventAPI]:
+        """Open the session if this gateway has not, then stream one turn of the new messages.
+
+        Callers must close the iterator (e.g. `contextlib.aclosing`) so the session lock is
+        released when a client goes away mid-stream.
+        """
+        progress = self._touch(session_id)
+        async with progress.lock:
+            consumed = progress.consumed
+            if not progress.opened:
+                system = system_prompt_of(messages)
+                await self._core.open_session(tenant=tenant, system_prompt=system or "", session_id=session_id)
+                progress.opened = True
+                consumed = int(system is not None)
+                progress.consumed = consumed
+            plan = plan_turn(session_id, messages, consumed, progress.replies)
+            finished = False
+            try:
+                async for event in self._core.turn(session_id, message=plan.message, role=plan.role,
+                                                   sampling=sampling):
+                    finished = finished or event.finished
+                    yield event
+            except NotFoundError:
+                self._progress.pop(session_id, None)  # closed behind our back: reopen next time
+                raise
+            if finished:
+                progress.consumed = plan.consumed_after
+                progress.replies += 1
+
+    async def close(self, session_id: str) -> tuple[int, int]:
+        """Close the core session and forget its progress; NotFoundError if the core has no such session."""
+        self._progress.pop(session_id, None)
+        return await self._core.close_session(session_id)
+
+    def _touch(self, session_id: str) -> SessionProgress:
+        progress = self._progress.get(session_id)
+        if progress is None:
+            self._evict(keep=session_id)
+            progress = self._progress[session_id] = SessionProgress()
+        self._progress.move_to_end(session_id)
+        return progress
+
+    def _evict(self, keep: str) -> None:
+        excess = len(self._progress) + 1 - self._max_sessions
+        if excess <= 0:
+            return
+        idle = [sid for sid, p in self._progress.items() if sid != keep and not p.lock.locked()]
+        for session_id in idle[:excess]:
+            log.warning("forgetting gateway progress of idle session %s (over %d sessions)", session_id,
+                        self._max_sessions)
+            del self._progress[session_id]

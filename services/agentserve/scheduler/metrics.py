@@ -1,0 +1,29 @@
+"""Prometheus metrics of the scheduler (served on `--metrics-port` by the server skeleton)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import Counter, Histogram
+
+from agentserve.common.errors import RetryableError
+
+TURNS = Counter("agentserve_scheduler_turns_total", "Turns by outcome", ["outcome"])
+TIME_TO_FIRST_TOKEN = Histogram(
+    "agentserve_scheduler_ttft_seconds", "Turn start to first token, by first or later turn", ["turn"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+ENGINE_FAILURES = Counter("agentserve_scheduler_engine_failures_total", "Engine calls that failed", ["role"])
+STORE_HIT_BLOCKS = Counter("agentserve_scheduler_store_hit_blocks_total", "Prompt blocks found in the KV store")
+PROMPT_BLOCKS = Counter("agentserve_scheduler_prompt_blocks_total", "Full prompt blocks looked up in the store")
+
+
+def outcome_of(exc: BaseException | None) -> str:
+    if exc is None:
+        return "ok"
+    if isinstance(exc, ValueError):
+        return "invalid"
+    if isinstance(exc, (RetryableError, ConnectionError)):
+        return "retryable"
+    if isinstance(exc, (GeneratorExit, asyncio.CancelledError)):
+        return "cancelled"  # the client went away
+    return "error"

@@ -1,0 +1,162 @@
+"""EngineRegistry: which engines exist, their load, and the one model they all serve.
+
+Engines register at start and heartbeat every interval; one silent for longer than the timeout is
+dropped from routing, and one whose call failed is dropped at once (`mark_dead`). A dropped engine
+that is still alive learns it from its next heartbeat (`known=False`) and registers again, so a
+false alarm costs one heartbeat interval, not the engine.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+class Role(enum.Enum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    """What an engine reports at registration and with every heartbeat (common.proto EngineStatus)."""
+
+    engine_id: str
+    role: Role
+    address: str
+    model_fingerprint: str
+    block_size: int
+    model_name: str = ""
+    running: int = 0
+    waiting: int = 0
+    free_kv_blocks: int = 0
+    total_kv_blocks: int = 0
+    vocab_size: int = 0
+    max_context: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.engine_id:
+            raise ValueError("engine_id must not be empty")
+        if not isinstance(self.role, Role):
+            raise ValueError(f"engine role must be prefill or decode, got {self.role!r}")
+        if ":" not in self.address:
+            raise ValueError(f"engine address must be host:port, got {self.address!r}")
+        if not self.model_fingerprint:
+            raise ValueError("model_fingerprint must not be empty")
+        if self.block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {self.block_size}")
+        if self.vocab_size <= 0 or self.max_context <= 0:
+            raise ValueError(f"vocab_size and max_context must be positive, got {self.vocab_size}, {self.max_context}")
+
+
+@dataclass
+class Engine:
+    """A registered engine: its last status, when it was last heard from, and what we sent it."""
+
+    status: EngineStatus
+    last_seen: float
+    inflight: int = field(default=0)  # scheduler calls to it in progress, counted here, never stale
+
+    @property
+    def engine_id(self) -> str:
+        return self.status.engine_id
+
+    @property
+    def address(self) -> str:
+        return self.status.address
+
+    @property
+    def load(self) -> int:
+        # The reported queue lags by up to a heartbeat; our own in-flight count does not, so a burst
+        # of turns spreads over engines instead of all landing on the one that looked idle.
+        return max(self.status.running + self.status.waiting, self.inflight)
+
+
+class EngineRegistry:
+    def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"engine timeout must be positive, got {timeout_s}")
+        self._timeout_s = timeout_s
+        self._clock = clock
+        self._engines: dict[str, Engine] = {}
+        # Pinned by the first registration for the scheduler's lifetime: block ids computed for
+        # routing and store lookups are only meaningful for one model and one block size.
+        self._fingerprint: str | None = None
+        self._block_size: int | None = None
+
+    @property
+    def fingerprint(self) -> str | None:
+        return self._fingerprint
+
+    @property
+    def block_size(self) -> int | None:
+        return self._block_size
+
+    def register(self, status: EngineStatus) -> None:
+        """Add or replace an engine. ValueError if it serves another model or block size."""
+        if self._fingerprint is not None and status.model_fingerprint != self._fingerprint:
+            raise ValueError(f"engine {status.engine_id} serves model {status.model_fingerprint}, "
+                             f"but this scheduler serves {self._fingerprint}")
+        if self._block_size is not None and status.block_size != self._block_size:
+            raise ValueError(f"engine {status.engine_id} uses block size {status.block_size}, "
+                             f"but this scheduler uses {self._block_size}")
+        self._fingerprint, self._block_size = status.model_fingerprint, status.block_size
+        engine = self._engines.get(status.engine_id)
+        if engine is None:
+            self._engines[status.engine_id] = Engine(status, self._clock())
+        else:  # updated in place: calls in flight still hold this object and will decrement it
+            engine.status, engine.last_seen = status, self._clock()
+
+    def heartbeat(self, status: EngineStatus) -> bool:
+        """Refresh an engine's load; False if it is unknown (dropped, or the scheduler restarted)."""
+        engine = self._engines.get(status.engine_id)
+        if engine is None:
+            return False
+        if (status.model_fingerprint, status.block_size) != (self._fingerprint, self._block_size):
+            # The engine restarted with another model under the same id: make it register again.
+            del self._engines[status.engine_id]
+            return False
+        engine.status = status
+        engine.last_seen = self._clock()
+        return True
+
+    def mark_dead(self, engine_id: str) -> bool:
+        """Drop an engine whose call failed; True if it was registered."""
+        return self._engines.pop(engine_id, None) is not None
+
+    def expire(self) -> list[str]:
+        """Drop engines silent for longer than the timeout; return their ids."""
+        cutoff = self._clock() - self._timeout_s
+        dead = [e.engine_id for e in self._engines.values() if e.last_seen < cutoff]
+        for engine_id in dead:
+            del self._engines[engine_id]
+        return dead
+
+    def alive(self, role: Role) -> list[Engine]:
+        """Engines of `role` heard from within the timeout, by id (stale ones never route, even
+        between `expire` sweeps)."""
+        cutoff = self._clock() - self._timeout_s
+        return sorted((e for e in self._engines.values() if e.status.role is role and e.last_seen >= cutoff),
+                      key=lambda e: e.engine_id)
+
+    def get(self, engine_id: str) -> Engine | None:
+        return self._engines.get(engine_id)
+
+    def limits(self) -> tuple[int, int] | None:
+        """(vocab_size, max_context) every alive engine accepts, or None if there is no engine."""
+        engines = self.alive(Role.PREFILL) + self.alive(Role.DECODE)
+        if not engines:
+            return None
+        return (min(e.status.vocab_size for e in engines), min(e.status.max_context for e in engines))
+
+    @contextmanager
+    def track(self, engine: Engine) -> Iterator[None]:
+        """Count a call to `engine` as in flight for the duration of the block."""
+        engine.inflight += 1
+        try:
+            yield
+        finally:
+            engine.inflight -= 1

@@ -1,0 +1,76 @@
+"""The scheduler as a service in the shared server skeleton: gRPC API, the HTTP gateway beside it,
+and the sweep that drops engines whose heartbeats stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+from typing import Any
+
+import grpc
+
+from agentserve.common.server import ServerSettings, Service
+from agentserve.scheduler.config import SchedulerConfig
+from agentserve.scheduler.core import SchedulerCore
+from agentserve.scheduler.servicer import SchedulerServicer
+from agentserve.v1 import scheduler_pb2, scheduler_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+# The OpenAI-compatible gateway lives in its own package; it provides
+# `async def start_http(core: SchedulerCore, host: str, port: int) -> aiohttp.web.AppRunner`.
+HTTP_GATEWAY_MODULE = "agentserve.scheduler.http.app"
+
+
+class SchedulerService(Service):
+    def __init__(self, config: SchedulerConfig, core: SchedulerCore | None = None) -> None:
+        self.config = config
+        # Loaded before the port is bound: a broken tokenizer or chat template fails the start.
+        self.core = core or SchedulerCore.create(config)
+        self._sweeper: asyncio.Task | None = None
+        self._http: Any = None
+
+    def settings(self) -> ServerSettings:
+        c = self.config
+        return ServerSettings(name="scheduler", host=c.host, grpc_port=c.grpc_port, metrics_port=c.metrics_port)
+
+    def add_to_server(self, server: grpc.aio.Server) -> list[str]:
+        scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerServicer(self.core), server)
+        return [scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name]
+
+    async def start(self) -> None:
+        self._sweeper = asyncio.create_task(self._sweep(), name="engine-sweeper")
+        if self.config.http_port:
+            start_http = _http_gateway()
+            if start_http is None:
+                log.warning("no HTTP gateway (%s) installed; serving gRPC only", HTTP_GATEWAY_MODULE)
+            else:
+                self._http = await start_http(self.core, self.config.host, self.config.http_port)
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            try:
+                await self._sweeper
+            except asyncio.CancelledError:
+                pass
+        if self._http is not None:
+            await self._http.cleanup()
+        await self.core.aclose()
+
+    async def _sweep(self) -> None:
+        interval_s = self.config.heartbeat_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            self.core.expire_engines()
+
+
+def _http_gateway():
+    try:
+        module = importlib.import_module(HTTP_GATEWAY_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name in ("agentserve.scheduler.http", HTTP_GATEWAY_MODULE):
+            return None  # not installed; a missing dependency *inside* the gateway still fails loudly
+        raise
+    return module.start_http

@@ -1,0 +1,286 @@
+"""TurnRunner: one turn of a session, from the new message to the last streamed token.
+
+1. Build the prompt: the committed history plus this turn's tokens (`PromptBuilder`).
+2. Ask the KV store how many leading blocks of it are stored.
+3. Prefill on one engine, which hands the KV to the chosen decode engine and returns the first
+   token; then stream the rest from that decode engine.
+4. Commit prompt + output to the session only when the turn completes, so a failed turn leaves the
+   history as it was and the client's retry starts clean.
+
+An engine that fails (unreachable, died mid-call) is dropped from the registry. While the client has
+received nothing that depends on it, the step moves to another engine: a prefill is simply re-run,
+and a decode stream that failed before its first token is re-run as the same request (same tokens,
+same sampling and seed, so the same result). After the decode streamed tokens the turn fails with
+RetryableError instead: the client has text no other engine would continue identically.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode
+
+from agentserve.common.errors import NotFoundError, RetryableError
+from agentserve.common.telemetry import outgoing_metadata, tracer
+from agentserve.engine.sampling import SamplingParams
+from agentserve.kv.block_hash import block_ids_for
+from agentserve.scheduler import metrics
+from agentserve.scheduler.detokenizer import IncrementalDetokenizer
+from agentserve.scheduler.engine_clients import EngineUnavailable, Metadata, sampling_to_proto
+from agentserve.scheduler.events import TurnEvent, TurnMeta
+from agentserve.scheduler.prompts import PromptBuilder, check_fits
+from agentserve.scheduler.registry import Engine, EngineRegistry, Role
+from agentserve.scheduler.router import Router
+from agentserve.scheduler.sessions import Session
+from agentserve.v1 import decode_pb2, prefill_pb2
+
+log = logging.getLogger(__name__)
+
+
+class StoreLookup(Protocol):
+    async def lookup(self, block_ids: list[bytes]) -> int:
+        """How many leading ids of the chain are stored."""
+        ...
+
+
+class EngineCalls(Protocol):
+    """The two engine calls a turn makes (`EngineClients`; fakes in unit tests)."""
+
+    async def prefill(self, address: str, request: prefill_pb2.PrefillRequest,
+                      metadata: Metadata) -> prefill_pb2.PrefillResponse: ...
+
+    def generate(self, address: str, request: decode_pb2.GenerateRequest,
+                 metadata: Metadata) -> AsyncIterator[decode_pb2.GenerateChunk]: ...
+
+    def forget(self, address: str) -> None: ...
+
+
+@dataclass
+class _Turn:
+    session: Session
+    prompt: list[int]
+    sampling: SamplingParams
+    index: int
+    retries_left: int
+    span: Span
+    turn_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    output: list[int] = field(default_factory=list)
+    committed: bool = False
+
+
+class TurnRunner:
+    def __init__(self, prompts: PromptBuilder, registry: EngineRegistry, router: Router, engines: EngineCalls,
+                 store: StoreLookup, retries: int = 1) -> None:
+        self.prompts = prompts
+        self.registry = registry
+        self.router = router
+        self.engines = engines
+        self.store = store
+        self.retries = retries
+
+    def check(self, message: str | None, token_ids: Sequence[int] | None, role: str) -> None:
+        """The request checks that need no history; `run` repeats them, callers may run them early."""
+        limits = self.registry.limits()
+        vocab_size = limits[0] if limits else self.prompts.tokenizer.vocab_size
+        self.prompts.check(message, token_ids, role, vocab_size)
+
+    async def run(self, session: Session, *, sampling: SamplingParams, message: str | None = None,
+                  token_ids: Sequence[int] | None = None, role: str = "user") -> AsyncIterator[TurnEvent]:
+        """Run one turn after the session's earlier ones; the first event carries the metadata.
+        Raises ValueError for a bad request and RetryableError when no engine could serve it."""
+        started, turn, failure = time.perf_counter(), None, None
+        try:
+            self.check(message, token_ids, role)
+            await session.lock.acquire()
+            try:
+                turn = self._start(session, sampling, message, token_ids, role)
+                async with aclosing(self._traced(turn)) as events:
+                    async for event in events:
+                        if event.metadata is not None:
+                            label = "first" if turn.index == 0 else "later"
+                            metrics.TIME_TO_FIRST_TOKEN.labels(label).observe(time.perf_counter() - started)
+                        if turn.committed:
+                            # The next turn may start now, even if our caller never closes this
+                            # generator after the final event.
+                            session.lock.release()
+                        yield event
+            finally:
+                if turn is None or not turn.committed:
+                    session.lock.release()
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            # A caller may stop reading at the final event and close this generator later: the turn
+            # still succeeded.
+            done = turn is not None and turn.committed
+            metrics.TURNS.labels("ok" if done else metrics.outcome_of(failure)).inc()
+
+    def _start(self, session: Session, sampling: SamplingParams, message: str | None,
+               token_ids: Sequence[int] | None, role: str) -> _Turn:
+        """The turn's prompt, checked against the engines' context, and its span. Under the lock."""
+        if session.closed:
+            raise NotFoundError(f"session {session.session_id!r} was closed")
+        prompt = session.history + self.prompts.new_tokens(session, message, token_ids, role)
+        limits = self.registry.limits()
+        if limits is None:
+            raise RetryableError("no engine is registered with the scheduler")
+        check_fits(len(prompt), sampling.max_tokens, limits[1])
+        span = tracer().start_span("turn", attributes={
+            "session.id": session.session_id, "turn.index": session.turns, "turn.prompt_tokens": len(prompt)})
+        return _Turn(session, prompt, sampling, session.turns, self.retries, span)
+
+    async def _traced(self, turn: _Turn) -> AsyncIterator[TurnEvent]:
+        try:
+            # Nested generators are closed explicitly, so an abandoned turn releases its engine
+            # call at once rather than whenever the garbage collector finalizes them.
+            async with aclosing(self._execute(turn)) as events:
+                async for event in events:
+                    yield event
+        except Exception as exc:
+            turn.span.record_exception(exc)
+            turn.span.set_status(Status(StatusCode.ERROR, str(exc)))
+            raise
+        finally:
+            _end_span(turn)
+
+    async def _execute(self, turn: _Turn) -> AsyncIterator[TurnEvent]:
+        hits = await self._store_hits(turn)
+        prefill, decode, response = await self._prefill(turn, hits)
+        first = response.first_token
+        turn.output.append(first)
+        detokenizer = IncrementalDetokenizer(self.prompts.tokenizer)
+        span_context = turn.span.get_span_context()
+        trace_id = format(span_context.trace_id, "032x") if span_context.is_valid else ""
+        meta = TurnMeta(turn.turn_id, turn.index, len(turn.prompt), response.cached_tokens, prefill.engine_id,
+                        decode.engine_id, trace_id)
+        turn.span.set_attributes({"turn.cached_tokens": response.cached_tokens, "turn.store_hit_blocks": hits,
+                                  "turn.prefill_engine": prefill.engine_id, "turn.decode_engine": decode.engine_id})
+        stopped = first in turn.sampling.stop_token_ids
+        if response.finished or stopped or turn.sampling.max_tokens == 1:
+            reason = "stop" if stopped else response.finish_reason or "length"
+            yield self._finish(turn, [first], detokenizer, reason, meta)
+            return
+        yield TurnEvent(token_ids=[first], text=detokenizer.add([first]), metadata=meta)
+        async with aclosing(self._decode(turn, decode, detokenizer)) as events:
+            async for event in events:
+                yield event
+
+    async def _store_hits(self, turn: _Turn) -> int:
+        ids = block_ids_for(turn.prompt, self.registry.block_size, self.registry.fingerprint, turn.session.tenant)
+        if not ids:
+            return 0
+        try:
+            with trace.use_span(turn.span, end_on_exit=False):
+                hits = min(await self.store.lookup(ids), len(ids))
+        except Exception as exc:  # noqa: BLE001 - a lookup only saves compute: without it, prefill computes all
+            log.warning("KV store lookup failed, prefilling without store hits: %s", exc)
+            return 0
+        metrics.PROMPT_BLOCKS.inc(len(ids))
+        metrics.STORE_HIT_BLOCKS.inc(hits)
+        return hits
+
+    async def _prefill(self, turn: _Turn, hits: int) -> tuple[Engine, Engine, prefill_pb2.PrefillResponse]:
+        while True:
+            prefill, decode = self._pick(Role.PREFILL, turn), self._pick(Role.DECODE, turn)
+            request = prefill_pb2.PrefillRequest(
+                request_id=turn.turn_id, session_id=turn.session.session_id, tenant=turn.session.tenant,
+                token_ids=turn.prompt, sampling=sampling_to_proto(turn.sampling), store_hit_blocks=hits,
+                decode_address=decode.address)
+            try:
+                with self.registry.track(prefill):
+                    response = await self.engines.prefill(prefill.address, request, self._metadata(turn))
+                return prefill, decode, response
+            except EngineUnavailable as exc:
+                # A prefill relays a failed KV handoff as its own UNAVAILABLE; the detail then names
+                # the decode engine's address, and that engine is the one that failed.
+                failed = decode if _names(exc.detail, decode.address) else prefill
+                self._engine_failed(failed, exc)
+                self._use_retry(turn, exc)
+
+    async def _decode(self, turn: _Turn, decode: Engine,
+                      detokenizer: IncrementalDetokenizer) -> AsyncIterator[TurnEvent]:
+        request = decode_pb2.GenerateRequest(
+            request_id=turn.turn_id, session_id=turn.session.session_id, tenant=turn.session.tenant,
+            token_ids=turn.prompt + turn.output, prompt_tokens=len(turn.prompt),
+            sampling=sampling_to_proto(turn.sampling, turn.sampling.max_tokens - len(turn.output)))
+        stop_ids = turn.sampling.stop_token_ids
+        while True:
+            streamed = False
+            try:
+                with self.registry.track(decode):
+                    async with aclosing(self.engines.generate(decode.address, request, self._metadata(turn))) as chunks:
+                        async for chunk in chunks:
+                            tokens = list(chunk.token_ids)
+                            stop_at = next((i for i, t in enumerate(tokens) if t in stop_ids), None)
+                            if stop_at is not None:  # the engines know only EOS; caller stop ids end here
+                                tokens = tokens[:stop_at + 1]
+                            turn.output.extend(tokens)
+                            streamed = streamed or bool(tokens)
+                            if chunk.finished or stop_at is not None:
+                                reason = "stop" if stop_at is not None else chunk.finish_reason or "length"
+                                yield self._finish(turn, tokens, detokenizer, reason)
+                                return
+                            if tokens:
+                                yield TurnEvent(token_ids=tokens, text=detokenizer.add(tokens))
+                raise EngineUnavailable(decode.address, "the stream ended before the turn finished")
+            except EngineUnavailable as exc:
+                self._engine_failed(decode, exc)
+                if streamed:
+                    raise RetryableError(f"decode engine {decode.engine_id} failed mid-turn; retry the turn") from exc
+                self._use_retry(turn, exc)
+                decode = self._pick(Role.DECODE, turn)
+                turn.span.set_attribute("turn.decode_engine", decode.engine_id)
+
+    def _finish(self, turn: _Turn, tokens: list[int], detokenizer: IncrementalDetokenizer, reason: str,
+                meta: TurnMeta | None = None) -> TurnEvent:
+        # Committed before the final event is yielded: a caller that stops reading at `finished`
+        # must still find the turn in the history.
+        turn.session.commit(turn.prompt + turn.output)
+        turn.committed = True
+        _end_span(turn)
+        return TurnEvent(token_ids=tokens, text=detokenizer.add(tokens, final=True), metadata=meta, finished=True,
+                         finish_reason=reason, completion_tokens=len(turn.output))
+
+    def _pick(self, role: Role, turn: _Turn) -> Engine:
+        engines = self.registry.alive(role)
+        if not engines:
+            raise RetryableError(f"no healthy {role.value} engine")
+        return self.router.pick(engines, turn.session)
+
+    def _use_retry(self, turn: _Turn, exc: Exception) -> None:
+        if turn.retries_left <= 0:
+            raise RetryableError(f"turn failed on every engine tried ({exc}); retry the turn") from exc
+        turn.retries_left -= 1
+
+    def _engine_failed(self, engine: Engine, exc: Exception) -> None:
+        log.warning("dropping %s engine %s at %s: %s", engine.status.role.value, engine.engine_id,
+                    engine.address, exc)
+        metrics.ENGINE_FAILURES.labels(engine.status.role.value).inc()
+        self.registry.mark_dead(engine.engine_id)
+        self.engines.forget(engine.address)
+
+    def _metadata(self, turn: _Turn) -> list[tuple[str, str]]:
+        # The turn span is made current only while the trace context is injected: a span kept
+        # current across this generator's yields would leak into the caller's context.
+        with trace.use_span(turn.span, end_on_exit=False):
+            return outgoing_metadata()
+
+
+def _end_span(turn: _Turn) -> None:
+    if turn.span.is_recording():  # ended at most once: at the final event, or when the turn fails
+        turn.span.set_attribute("turn.completion_tokens", len(turn.output))
+        turn.span.end()
+
+
+def _names(text: str, address: str) -> bool:
+    """Whether `text` mentions `address` (not merely a longer port starting with its digits)."""
+    return re.search(re.escape(address) + r"(?!\d)", text) is not None

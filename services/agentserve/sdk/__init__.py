@@ -1,0 +1,18 @@
+"""agentserve's Python SDK: sessions, streamed turns and tool calls, async (`AsyncClient`) or blocking (`Client`)."""
+
+from agentserve.sdk.aio import AsyncClient, AsyncSession, AsyncTurn
+from agentserve.sdk.errors import (
+    AgentServeError,
+    InvalidRequestError,
+    RetryableError,
+    SessionNotFound,
+    ToolCallError,
+)
+from agentserve.sdk.sync import Client, Session, Turn
+from agentserve.sdk.types import SessionClosed, TurnChunk, TurnMetadata, TurnResult
+
+__all__ = [
+    "AgentServeError", "AsyncClient", "AsyncSession", "AsyncTurn", "Client", "InvalidRequestError",
+    "RetryableError", "Session", "SessionClosed", "SessionNotFound", "ToolCallError", "Turn", "TurnChunk",
+    "TurnMetadata", "TurnResult",
+]

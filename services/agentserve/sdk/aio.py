@@ -1,0 +1,204 @@
+"""The async SDK: `AsyncClient` -> `AsyncSession` -> `AsyncTurn`.
+
+    async with AsyncClient("127.0.0.1:50051") as client:
+        async with client.open_session(agent="planner", system_prompt="...") as session:
+            async for chunk in session.turn("Plan the trip", max_tokens=128):
+                print(chunk.text, end="")
+            result = await session.turn("Now book it")      # the whole TurnResult
+            weather = await session.call_tool("search", {"q": "Lisbon weather"})
+
+A session's history lives in the scheduler: each turn sends only its new message. Every gRPC
+failure surfaces as an `agentserve.sdk.errors` exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Coroutine, Generator, Mapping
+from typing import Any
+
+import grpc
+
+from agentserve.common.server import GRPC_OPTIONS
+from agentserve.common.telemetry import outgoing_metadata
+from agentserve.sdk.errors import InvalidRequestError, error_from_rpc
+from agentserve.sdk.tools import ToolClient
+from agentserve.sdk.types import SessionClosed, TurnAccumulator, TurnChunk, TurnResult
+from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+
+DEFAULT_MAX_TOKENS = 256
+TURN_ROLES = ("user", "tool")
+
+
+def turn_request(session_id: str, message: str | None, token_ids: list[int] | None, role: str, max_tokens: int,
+                 temperature: float, top_p: float, seed: int | None, ignore_eos: bool) -> scheduler_pb2.TurnRequest:
+    """Build a TurnRequest; shape errors are InvalidRequestError, value limits are the server's to check."""
+    if (message is None) == (token_ids is None):
+        raise InvalidRequestError("a turn takes exactly one of message or token_ids")
+    if role not in TURN_ROLES:
+        raise InvalidRequestError(f"role must be one of {TURN_ROLES}, got {role!r}")
+    try:
+        sampling = common_pb2.SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+                                             ignore_eos=ignore_eos, seed=seed)
+        return scheduler_pb2.TurnRequest(session_id=session_id, message=message or "", token_ids=token_ids or [],
+                                         role=role, sampling=sampling)
+    except (TypeError, ValueError) as exc:  # protobuf's range/type checks (negative, float for int...)
+        raise InvalidRequestError(f"bad turn arguments: {exc}") from None
+
+
+class AsyncTurn:
+    """One streamed turn. Iterate it for `TurnChunk`s, or await it (or `.result()`) for the `TurnResult`.
+
+    Chunks already iterated still count toward the result. Leaving an `async with` block, or
+    `cancel()`, stops generation early.
+    """
+
+    def __init__(self, stub: scheduler_pb2_grpc.SchedulerStub, request: scheduler_pb2.TurnRequest) -> None:
+        self._stub = stub
+        self._request = request
+        self._call: grpc.aio.UnaryStreamCall | None = None
+        self._acc = TurnAccumulator()
+        self._done = False
+
+    def __aiter__(self) -> "AsyncTurn":
+        return self
+
+    async def __anext__(self) -> TurnChunk:
+        chunk = await self.next_chunk()
+        if chunk is None:
+            raise StopAsyncIteration
+        return chunk
+
+    async def next_chunk(self) -> TurnChunk | None:
+        """The next chunk, or None once the turn is over."""
+        if self._done:
+            return None
+        if self._call is None:
+            self._call = self._stub.Turn(self._request, metadata=outgoing_metadata())
+        try:
+            message = await self._call.read()
+        except grpc.aio.AioRpcError as exc:
+            self._done = True
+            raise error_from_rpc(exc) from None
+        if message is grpc.aio.EOF:
+            self._done = True
+            return None
+        chunk = TurnChunk.from_proto(message)
+        self._acc.add(chunk)
+        return chunk
+
+    async def result(self) -> TurnResult:
+        while await self.next_chunk() is not None:
+            pass
+        return self._acc.result()
+
+    def __await__(self) -> Generator[Any, None, TurnResult]:
+        return self.result().__await__()
+
+    def cancel(self) -> None:
+        if self._call is not None and not self._done:
+            self._call.cancel()
+        self._done = True
+
+    async def __aenter__(self) -> "AsyncTurn":
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.cancel()
+
+
+class AsyncSession:
+    def __init__(self, client: "AsyncClient", session_id: str) -> None:
+        self._client = client
+        self.id = session_id
+        self.closed: SessionClosed | None = None
+
+    def turn(self, message: str | None = None, *, token_ids: list[int] | None = None, role: str = "user",
+             max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0, top_p: float = 1.0,
+             seed: int | None = None, ignore_eos: bool = False) -> AsyncTurn:
+        """Append `message` (text, or raw `token_ids`) as `role` and stream the reply (greedy by default)."""
+        request = turn_request(self.id, message, token_ids, role, max_tokens, temperature, top_p, seed, ignore_eos)
+        return AsyncTurn(self._client._stub, request)
+
+    async def call_tool(self, name: str, args: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Call tool `name` through the tool proxy on behalf of this session."""
+        return await self._client._tools.call(name, args, self.id)
+
+    def fork(self, agent: str = "", system_prompt: str = "", tenant: str = "") -> "_OpeningSession":
+        """A sub-agent session that starts from this session's history."""
+        return self._client.open_session(tenant=tenant, agent=agent, parent=self.id, system_prompt=system_prompt)
+
+    async def close(self) -> SessionClosed:
+        """Close the session on the scheduler (once; later calls return the first answer)."""
+        if self.closed is None:
+            response = await self._client._unary(self._client._stub.CloseSession,
+                                                  scheduler_pb2.CloseSessionRequest(session_id=self.id))
+            self.closed = SessionClosed(response.turns, response.tokens)
+        return self.closed
+
+    async def __aenter__(self) -> "AsyncSession":
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+class _OpeningSession(Awaitable[AsyncSession]):
+    """`await client.open_session(...)` or `async with client.open_session(...) as session`."""
+
+    def __init__(self, opening: Coroutine[Any, Any, AsyncSession]) -> None:
+        self._opening = opening
+        self._session: AsyncSession | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncSession]:
+        return self._opening.__await__()
+
+    async def __aenter__(self) -> AsyncSession:
+        self._session = await self._opening
+        return self._session
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+class AsyncClient:
+    def __init__(self, address: str = "127.0.0.1:50051", toolproxy_url: str = "http://127.0.0.1:8080", *,
+                 timeout_s: float | None = 30.0, tool_timeout_s: float | None = None) -> None:
+        """`timeout_s` bounds each non-streaming call; tool calls have no bound unless `tool_timeout_s`."""
+        self._channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+        self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
+        self._tools = ToolClient(toolproxy_url, tool_timeout_s)
+        self._timeout_s = timeout_s
+
+    def open_session(self, tenant: str = "", agent: str = "", parent: "str | AsyncSession | None" = None,
+                     system_prompt: str = "") -> _OpeningSession:
+        """Open a session; `parent` (a session or its id) forks that session's history for a sub-agent."""
+        return _OpeningSession(self._open_session(tenant, agent, parent, system_prompt))
+
+    async def _open_session(self, tenant: str, agent: str, parent: "str | AsyncSession | None",
+                            system_prompt: str) -> AsyncSession:
+        parent_id = parent.id if isinstance(parent, AsyncSession) else (parent or "")
+        request = scheduler_pb2.OpenSessionRequest(tenant=tenant, agent=agent, parent_session_id=parent_id,
+                                                   system_prompt=system_prompt)
+        response = await self._unary(self._stub.OpenSession, request)
+        return AsyncSession(self, response.session_id)
+
+    async def list_models(self) -> list[str]:
+        return list((await self._unary(self._stub.ListModels, scheduler_pb2.ListModelsRequest())).models)
+
+    async def close(self) -> None:
+        await self._tools.close()
+        await self._channel.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def _unary(self, method, request):
+        try:
+            return await method(request, timeout=self._timeout_s, metadata=outgoing_metadata())
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+

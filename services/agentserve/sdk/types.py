@@ -1,0 +1,91 @@
+"""What a turn streams and returns, as plain dataclasses (no protobuf in the SDK's public types)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agentserve.v1 import scheduler_pb2
+
+
+@dataclass(frozen=True)
+class TurnMetadata:
+    turn_id: str
+    turn_index: int
+    prompt_tokens: int
+    cached_tokens: int  # prompt tokens served from cache: the number agent workloads live by
+    prefill_engine: str
+    decode_engine: str
+    trace_id: str  # hex OpenTelemetry trace id of the turn
+
+    @classmethod
+    def from_proto(cls, m: scheduler_pb2.TurnMetadata) -> "TurnMetadata":
+        return cls(m.turn_id, m.turn_index, m.prompt_tokens, m.cached_tokens, m.prefill_engine, m.decode_engine,
+                   m.trace_id)
+
+
+@dataclass(frozen=True)
+class TurnChunk:
+    token_ids: tuple[int, ...]
+    text: str  # detokenized delta
+    finished: bool = False
+    finish_reason: str = ""
+    completion_tokens: int = 0  # set on the final chunk
+    metadata: TurnMetadata | None = None  # first chunk only
+
+    @classmethod
+    def from_proto(cls, c: scheduler_pb2.TurnChunk) -> "TurnChunk":
+        metadata = TurnMetadata.from_proto(c.metadata) if c.HasField("metadata") else None
+        return cls(tuple(c.token_ids), c.text, c.finished, c.finish_reason, c.completion_tokens, metadata)
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    text: str
+    token_ids: list[int]
+    finish_reason: str
+    completion_tokens: int
+    metadata: TurnMetadata | None
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.metadata.prompt_tokens if self.metadata else 0
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.metadata.cached_tokens if self.metadata else 0
+
+    @property
+    def trace_id(self) -> str:
+        return self.metadata.trace_id if self.metadata else ""
+
+
+@dataclass(frozen=True)
+class SessionClosed:
+    turns: int
+    tokens: int
+
+
+@dataclass
+class TurnAccumulator:
+    """Adds chunks up into a `TurnResult`, whether the caller streamed them or not."""
+
+    texts: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str = ""
+    completion_tokens: int = 0
+    metadata: TurnMetadata | None = None
+    finished: bool = False
+
+    def add(self, chunk: TurnChunk) -> None:
+        if chunk.metadata is not None:
+            self.metadata = chunk.metadata
+        self.texts.append(chunk.text)
+        self.token_ids.extend(chunk.token_ids)
+        if chunk.finished:
+            self.finished = True
+            self.finish_reason = chunk.finish_reason
+        self.completion_tokens = max(self.completion_tokens, chunk.completion_tokens, len(self.token_ids))
+
+    def result(self) -> TurnResult:
+        return TurnResult("".join(self.texts), list(self.token_ids), self.finish_reason, self.completion_tokens,
+                          self.metadata)

@@ -1,0 +1,93 @@
+"""The tool proxy's HTTP data path: `POST /tools/{name}` with a JSON object of arguments.
+
+The session comes from `X-Session-Id`; an optional `X-Call-Id` names the call (else one is
+made up). The response is the tool's own status and body, plus `X-Call-Id` and
+`X-Tool-Duration-S`. Proxy errors are JSON `{"error": {"message", "type"}}`: 404 for an unknown
+tool, 400 for a body that is not a JSON object or arguments the tool rejects.
+`GET /tools` lists the tools with their predicted durations; `GET /health` is a liveness probe.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+from aiohttp import web
+
+from agentserve.common.errors import NotFoundError
+from agentserve.toolproxy.proxy import ToolProxy
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 8 << 20
+ID_PATTERN = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+PROXY = web.AppKey("proxy", ToolProxy)
+
+
+def build_app(proxy: ToolProxy, max_body_bytes: int = MAX_BODY_BYTES) -> web.Application:
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[_errors_as_json])
+    app[PROXY] = proxy
+    app.router.add_post("/tools/{name}", call_tool)
+    app.router.add_get("/tools", list_tools)
+    app.router.add_get("/health", health)
+    return app
+
+
+async def call_tool(request: web.Request) -> web.Response:
+    args = _parse_args(await request.read())
+    session_id = _header_id(request, "X-Session-Id")
+    call_id = _header_id(request, "X-Call-Id")
+    result, record = await request.app[PROXY].call(request.match_info["name"], args, session_id, call_id)
+    headers = {"X-Call-Id": record.call_id, "X-Tool-Duration-S": f"{record.actual_duration_s:.6f}"}
+    return web.Response(status=result.status, body=result.body, content_type=result.content_type, headers=headers)
+
+
+async def list_tools(request: web.Request) -> web.Response:
+    tools = [{"name": t.name, "kind": t.kind, "predicted_duration_s": t.predicted_duration_s, "calls": t.calls}
+             for t in request.app[PROXY].tools()]
+    return web.json_response({"tools": tools})
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+def _parse_args(raw: bytes) -> dict:
+    if not raw.strip():
+        return {}  # a tool without arguments may be called with an empty body
+    try:
+        args = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(args, dict):
+        raise ValueError(f"tool arguments must be a JSON object, got {type(args).__name__}")
+    return args
+
+
+def _header_id(request: web.Request, name: str) -> str:
+    value = request.headers.get(name, "").strip()
+    if value and not ID_PATTERN.fullmatch(value):
+        raise ValueError(f"{name} must be 1-128 characters of letters, digits and . _ : -")
+    return value
+
+
+def _error(status: int, message: str, type_: str) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": type_}}, status=status)
+
+
+@web.middleware
+async def _errors_as_json(request: web.Request, handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _error(exc.status, exc.text or exc.reason, "invalid_request_error")
+    except NotFoundError as exc:
+        return _error(404, str(exc), "not_found_error")
+    except ValueError as exc:
+        return _error(400, str(exc), "invalid_request_error")
+    except Exception:  # noqa: BLE001 - the proxy stays up whatever a request does
+        log.exception("%s %s failed", request.method, request.path)
+        return _error(500, "internal error; see the toolproxy log", "server_error")

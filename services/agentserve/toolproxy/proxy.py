@@ -1,0 +1,94 @@
+"""One proxied tool call: predict, report Started, run the tool, learn, report Finished.
+
+Plain logic, no HTTP: `http_app` translates requests into `ToolProxy.call` and back.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from agentserve.common.errors import NotFoundError
+from agentserve.common.telemetry import tracer
+from agentserve.toolproxy import metrics
+from agentserve.toolproxy.predictor import ToolDurationPredictor
+from agentserve.toolproxy.reporter import ToolCallRecord
+from agentserve.toolproxy.tools import ToolRegistry, ToolResult
+
+log = logging.getLogger(__name__)
+
+
+class EventSink(Protocol):
+    """Where tool wait events go (`SchedulerReporter`, or a recording fake in tests). Never blocks."""
+
+    def started(self, record: ToolCallRecord) -> None: ...
+
+    def finished(self, record: ToolCallRecord) -> None: ...
+
+
+@dataclass(frozen=True)
+class ToolSummary:
+    name: str
+    kind: str
+    predicted_duration_s: float
+    calls: int
+
+
+class ToolProxy:
+    def __init__(self, registry: ToolRegistry, predictor: ToolDurationPredictor, events: EventSink) -> None:
+        self._registry = registry
+        self._predictor = predictor
+        self._events = events
+        self._calls: Counter[str] = Counter()
+
+    def tools(self) -> list[ToolSummary]:
+        return [ToolSummary(t.name, t.kind, self._predictor.predict(t.name), self._calls[t.name])
+                for t in self._registry]
+
+    async def call(self, name: str, args: Mapping[str, Any], session_id: str = "",
+                   call_id: str = "") -> tuple[ToolResult, ToolCallRecord]:
+        """Run tool `name`; NotFoundError if there is none. Bad arguments come back as a 400 result.
+
+        Events are reported only for calls tied to a session (the scheduler has nothing to
+        offload otherwise). The predictor learns from every call whose tool actually ran.
+        """
+        tool = self._registry.get(name)
+        if tool is None:
+            raise NotFoundError(f"unknown tool {name!r}")
+        self._calls[name] += 1
+        record = ToolCallRecord(session_id, name, call_id or uuid.uuid4().hex, time.time(),
+                                self._predictor.predict(name))
+        if session_id:
+            self._events.started(record)
+        result = ToolResult.error(499, "tool call cancelled", "cancelled")
+        ran = True
+        start = time.perf_counter()
+        with tracer().start_as_current_span("tool.call") as span:
+            span.set_attributes({"tool.name": name, "tool.call_id": record.call_id, "session.id": session_id,
+                                 "tool.predicted_duration_s": record.predicted_duration_s})
+            try:
+                result = await tool.call(args, session_id)
+            except ValueError as exc:
+                ran = False
+                result = ToolResult.error(400, str(exc), "invalid_request_error")
+            except Exception:  # noqa: BLE001 - a broken tool is the agent's 500, not the proxy's crash
+                log.exception("tool %s failed", name)
+                result = ToolResult.error(500, f"tool {name} failed", "tool_error")
+            finally:
+                actual = time.perf_counter() - start
+                if ran:
+                    self._predictor.observe(name, actual)
+                    metrics.TOOL_SECONDS.labels(name).observe(actual)
+                    metrics.PREDICTION_ERROR_SECONDS.labels(name).observe(abs(actual - record.predicted_duration_s))
+                metrics.TOOL_CALLS.labels(name, str(result.ok).lower()).inc()
+                record = replace(record, actual_duration_s=actual, ok=result.ok)
+                if session_id:
+                    self._events.finished(record)
+                span.set_attributes({"tool.actual_duration_s": actual, "tool.ok": result.ok,
+                                     "http.status_code": result.status})
+        return result, record

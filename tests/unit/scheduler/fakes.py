@@ -1,0 +1,112 @@
+"""In-process stand-ins for the engines and the KV store, for TurnRunner tests only.
+
+`FakeEngines` plays a model that always replies `reply` (its first token from prefill, the rest
+streamed by decode), and can play dead per address or die after some streamed chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+
+from agentserve.scheduler.engine_clients import EngineUnavailable
+from agentserve.scheduler.registry import EngineStatus, Role
+from agentserve.v1 import decode_pb2, prefill_pb2
+
+FINGERPRINT = "fp-test"
+BLOCK_SIZE = 4
+VOCAB = 8192
+MAX_CONTEXT = 512
+EOS = 4  # <|im_end|> in the tiny model's tokenizer
+
+
+def status(engine_id: str, role: Role, port: int, running: int = 0, waiting: int = 0, **overrides) -> EngineStatus:
+    fields = dict(engine_id=engine_id, role=role, address=f"127.0.0.1:{port}", model_fingerprint=FINGERPRINT,
+                  block_size=BLOCK_SIZE, running=running, waiting=waiting, vocab_size=VOCAB, max_context=MAX_CONTEXT)
+    fields.update(overrides)
+    return EngineStatus(**fields)
+
+
+class FakeStore:
+    def __init__(self, hits: int = 0, fail: bool = False) -> None:
+        self.hits = hits
+        self.fail = fail
+        self.lookups: list[list[bytes]] = []
+
+    async def lookup(self, block_ids: list[bytes]) -> int:
+        self.lookups.append(list(block_ids))
+        if self.fail:
+            raise ConnectionError("kvstore unreachable")
+        return min(self.hits, len(block_ids))
+
+
+class FakeEngines:
+    def __init__(self, reply: list[int] | None = None) -> None:
+        self.reply = reply if reply is not None else [300, 301, 302, EOS]
+        self.dead: set[str] = set()  # addresses whose calls fail as unreachable
+        self.die_after: dict[str, int] = {}  # decode address -> chunks streamed before it dies
+        self.prefill_error: Exception | None = None  # raised by the next prefill call
+        self.prefills: list[tuple[str, prefill_pb2.PrefillRequest, list]] = []
+        self.generates: list[tuple[str, decode_pb2.GenerateRequest, list]] = []
+        self.cancelled: list[str] = []
+        self.forgotten: list[str] = []
+
+    async def prefill(self, address: str, request: prefill_pb2.PrefillRequest, metadata) -> prefill_pb2.PrefillResponse:
+        self.prefills.append((address, request, list(metadata)))
+        if self.prefill_error is not None:
+            error, self.prefill_error = self.prefill_error, None
+            raise error
+        if address in self.dead:
+            raise EngineUnavailable(address, "UNAVAILABLE: connection refused")
+        first = self.reply[0]
+        finished = first == EOS or request.sampling.max_tokens == 1
+        reason = ("stop" if first == EOS else "length") if finished else ""
+        return prefill_pb2.PrefillResponse(
+            first_token=first, prompt_tokens=len(request.token_ids),
+            cached_tokens=request.store_hit_blocks * BLOCK_SIZE, finished=finished, finish_reason=reason)
+
+    async def generate(self, address: str, request: decode_pb2.GenerateRequest,
+                       metadata) -> AsyncIterator[decode_pb2.GenerateChunk]:
+        self.generates.append((address, request, list(metadata)))
+        if address in self.dead:
+            raise EngineUnavailable(address, "UNAVAILABLE: connection refused")
+        rest = self.reply[1:1 + request.sampling.max_tokens]
+        try:
+            for i, token in enumerate(rest):
+                if self.die_after.get(address) == i:
+                    raise EngineUnavailable(address, "UNAVAILABLE: socket closed")
+                last = i == len(rest) - 1
+                reason = ("stop" if token == EOS else "length") if last else ""
+                yield decode_pb2.GenerateChunk(token_ids=[token], finished=last, finish_reason=reason)
+        except GeneratorExit:
+            self.cancelled.append(address)
+            raise
+
+    def forget(self, address: str) -> None:
+        self.forgotten.append(address)
+
+
+class FakeContext:
+    """The part of a grpc.aio ServicerContext the servicer and `grpc_errors` use."""
+
+    def __init__(self, metadata: tuple = ()) -> None:
+        self.metadata = metadata
+        self.code: grpc.StatusCode | None = None
+        self.details = ""
+
+    def invocation_metadata(self):
+        return self.metadata
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        self.code, self.details = code, details
+        raise grpc.aio.AbortError()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def collect(events) -> list:
+    return [event async for event in events]

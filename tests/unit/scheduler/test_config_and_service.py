@@ -1,0 +1,107 @@
+"""SchedulerConfig validation, engine error translation, and the service's lifecycle hooks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from agentserve.common.config import load_config
+from agentserve.common.errors import RetryableError
+from agentserve.scheduler import service as service_module
+from agentserve.scheduler.config import SchedulerConfig
+from agentserve.scheduler.engine_clients import EngineUnavailable, translate
+from agentserve.scheduler.service import SchedulerService
+from tests.unit.scheduler.fakes import run
+
+pytestmark = pytest.mark.unit
+
+
+def test_defaults_and_flags_over_env() -> None:
+    config = load_config(SchedulerConfig, ["--grpc-port", "6001"], env={"AGENTSERVE_TURN_RETRIES": "2",
+                                                                        "AGENTSERVE_GRPC_PORT": "6000"})
+    assert (config.grpc_port, config.turn_retries, config.http_port) == (6001, 2, 8000)
+    assert config.model_name == "agentserve-tiny"
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(grpc_port=0), "grpc_port"),
+    (dict(http_port=70000), "http_port"),
+    (dict(metrics_port=50051), "must differ"),
+    (dict(kvstore_address="nohost"), "host:port"),
+    (dict(heartbeat_interval_ms=0), "heartbeat_interval_ms must be positive"),
+    (dict(engine_timeout_ms=1500), "at least twice"),
+    (dict(max_message_tokens=0), "max_message_tokens"),
+    (dict(turn_retries=-1), "turn_retries"),
+    (dict(model_name=""), "model_name"),
+])
+def test_bad_config(fields: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        SchedulerConfig(**fields)
+
+
+def rpc_error(code: grpc.StatusCode, details: str = "boom") -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)
+
+
+def test_engine_errors_become_domain_errors() -> None:
+    gone = translate(rpc_error(grpc.StatusCode.UNAVAILABLE, "connection refused"), "h:1")
+    assert isinstance(gone, EngineUnavailable) and gone.address == "h:1" and "connection refused" in gone.detail
+    bad = translate(rpc_error(grpc.StatusCode.INVALID_ARGUMENT, "token id 9 out of range"), "h:1")
+    assert isinstance(bad, ValueError) and str(bad) == "token id 9 out of range"
+    assert isinstance(translate(rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED), "h:1"), RetryableError)
+    assert type(translate(rpc_error(grpc.StatusCode.INTERNAL), "h:1")) is RuntimeError
+
+
+class FakeRunner:
+    def __init__(self) -> None:
+        self.cleaned = False
+
+    async def cleanup(self) -> None:
+        self.cleaned = True
+
+
+def test_service_starts_http_gateway_and_sweeps_engines(make_core, monkeypatch) -> None:
+    core = make_core(heartbeat_interval_ms=10, engine_timeout_ms=20)
+    runner, calls = FakeRunner(), []
+
+    async def start_http(core_arg, host, port):
+        calls.append((core_arg, host, port))
+        return runner
+
+    monkeypatch.setattr(service_module, "_http_gateway", lambda: start_http)
+    config = SchedulerConfig(http_port=8123, heartbeat_interval_ms=10, engine_timeout_ms=20)
+    service = SchedulerService(config, core)
+
+    async def go():
+        await service.start()
+        await asyncio.sleep(0.1)  # registrations are 100 ms old: the sweeper dropped them all
+        alive = core.registry.limits()
+        await service.stop()
+        return alive
+
+    assert run(go()) is None
+    assert calls == [(core, "0.0.0.0", 8123)] and runner.cleaned
+    assert service.settings().grpc_port == 50051
+
+
+def test_service_without_gateway_serves_grpc_only(make_core, monkeypatch) -> None:
+    monkeypatch.setattr(service_module, "_http_gateway", lambda: None)
+    service = SchedulerService(SchedulerConfig(), make_core())
+
+    async def go():
+        await service.start()
+        await service.stop()
+
+    run(go())
+
+
+def test_missing_gateway_module_is_detected(monkeypatch) -> None:
+    monkeypatch.setattr(service_module, "HTTP_GATEWAY_MODULE", "agentserve.scheduler.http.app")
+    monkeypatch.setattr(service_module.importlib, "import_module", _raise_missing)
+    assert service_module._http_gateway() is None
+
+
+def _raise_missing(name: str):
+    raise ModuleNotFoundError(f"No module named {name!r}", name=name)

@@ -1,0 +1,139 @@
+"""SchedulerServicer: protobuf <-> SchedulerCore, errors as gRPC statuses (no server needed)."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from agentserve.scheduler.registry import Role
+from agentserve.scheduler.servicer import SchedulerServicer, engine_status_from_proto, sampling_from_proto
+from agentserve.v1 import common_pb2, scheduler_pb2
+from tests.unit.scheduler.fakes import EOS, FakeContext, run
+
+pytestmark = pytest.mark.unit
+
+
+def engine_proto(engine_id: str = "d9", role: int = common_pb2.ENGINE_ROLE_DECODE, **fields) -> common_pb2.EngineStatus:
+    values = dict(engine_id=engine_id, role=role, address="127.0.0.1:7009", model_name="agentserve-tiny",
+                  model_fingerprint="fp-test", block_size=4, running=1, waiting=2, vocab_size=8192, max_context=512)
+    values.update(fields)
+    return common_pb2.EngineStatus(**values)
+
+
+async def stream(method, request, context) -> list:
+    return [chunk async for chunk in method(request, context)]
+
+
+def test_sampling_defaults_and_validation() -> None:
+    params = sampling_from_proto(common_pb2.SamplingParams(max_tokens=8))
+    assert (params.max_tokens, params.temperature, params.top_p, params.seed) == (8, 0.0, 1.0, None)
+    assert sampling_from_proto(common_pb2.SamplingParams(max_tokens=8, seed=0)).seed == 0
+    with pytest.raises(ValueError, match="max_tokens must be positive"):
+        sampling_from_proto(common_pb2.SamplingParams())
+
+
+def test_engine_status_translation() -> None:
+    status = engine_status_from_proto(engine_proto())
+    assert (status.role, status.address, status.running, status.waiting) == (Role.DECODE, "127.0.0.1:7009", 1, 2)
+    with pytest.raises(ValueError, match="ENGINE_ROLE_UNSPECIFIED"):
+        engine_status_from_proto(engine_proto(role=common_pb2.ENGINE_ROLE_UNSPECIFIED))
+
+
+def test_session_and_turn_round_trip(make_core, tokenizer) -> None:
+    servicer = SchedulerServicer(make_core())
+
+    async def go():
+        opened = await servicer.OpenSession(scheduler_pb2.OpenSessionRequest(tenant="acme"), FakeContext())
+        request = scheduler_pb2.TurnRequest(session_id=opened.session_id, message="hi",
+                                            sampling=common_pb2.SamplingParams(max_tokens=8))
+        chunks = await stream(servicer.Turn, request, FakeContext())
+        closed = await servicer.CloseSession(scheduler_pb2.CloseSessionRequest(session_id=opened.session_id),
+                                             FakeContext())
+        return chunks, closed
+
+    chunks, closed = run(go())
+    assert [list(c.token_ids) for c in chunks] == [[300], [301], [302], [EOS]]
+    assert chunks[0].HasField("metadata") and chunks[0].metadata.decode_engine == "d0"
+    assert not any(c.HasField("metadata") for c in chunks[1:])
+    assert chunks[-1].finished and chunks[-1].finish_reason == "stop" and chunks[-1].completion_tokens == 4
+    assert "".join(c.text for c in chunks) == tokenizer.decode([300, 301, 302, EOS])
+    assert closed.turns == 1 and closed.tokens > 4
+
+
+@pytest.mark.parametrize("request_fields, message", [
+    (dict(message="hi", sampling=common_pb2.SamplingParams()), "max_tokens must be positive"),
+    (dict(sampling=common_pb2.SamplingParams(max_tokens=4)), "message is empty"),
+    (dict(session_id="nope", message="hi", sampling=common_pb2.SamplingParams(max_tokens=4)), "unknown session"),
+])
+def test_turn_errors_are_invalid_argument(make_core, request_fields, message) -> None:
+    core = make_core()
+    servicer = SchedulerServicer(core)
+    context = FakeContext()
+
+    async def go():
+        sid = await core.open_session()
+        fields = {"session_id": sid, **request_fields}
+        with pytest.raises(grpc.aio.AbortError):
+            await stream(servicer.Turn, scheduler_pb2.TurnRequest(**fields), context)
+
+    run(go())
+    assert context.code is grpc.StatusCode.INVALID_ARGUMENT and message in context.details
+
+
+def test_no_engine_is_unavailable(make_core) -> None:
+    core = make_core(prefill=0, decode=0)
+    servicer, context = SchedulerServicer(core), FakeContext()
+
+    async def go():
+        sid = await core.open_session()
+        request = scheduler_pb2.TurnRequest(session_id=sid, token_ids=[5],
+                                            sampling=common_pb2.SamplingParams(max_tokens=4))
+        with pytest.raises(grpc.aio.AbortError):
+            await stream(servicer.Turn, request, context)
+
+    run(go())
+    assert context.code is grpc.StatusCode.UNAVAILABLE
+
+
+def test_register_heartbeat_and_models(make_core) -> None:
+    core = make_core()
+    servicer = SchedulerServicer(core)
+
+    async def go():
+        unknown = await servicer.Heartbeat(engine_proto(), FakeContext())
+        registered = await servicer.Register(engine_proto(), FakeContext())
+        known = await servicer.Heartbeat(engine_proto(running=5), FakeContext())
+        context = FakeContext()
+        with pytest.raises(grpc.aio.AbortError):
+            await servicer.Register(engine_proto("d10", model_fingerprint="other"), context)
+        models = await servicer.ListModels(scheduler_pb2.ListModelsRequest(), FakeContext())
+        return unknown, registered, known, context, models
+
+    unknown, registered, known, context, models = run(go())
+    assert unknown.known is False and known.known is True
+    assert registered.heartbeat_interval_ms == 1000
+    assert core.registry.get("d9").status.running == 5
+    assert context.code is grpc.StatusCode.INVALID_ARGUMENT and "serves model other" in context.details
+    assert list(models.models) == ["agentserve-tiny"]
+
+
+def test_tool_call_events_update_the_session(make_core) -> None:
+    core = make_core()
+    servicer = SchedulerServicer(core)
+
+    async def go():
+        sid = await core.open_session()
+        event = scheduler_pb2.ToolCallEvent(session_id=sid, tool="search", call_id="c1", predicted_duration_s=2.0)
+        await servicer.ToolCallStarted(event, FakeContext())
+        waiting = core.sessions.get(sid).waiting_tool
+        event.actual_duration_s, event.ok = 1.5, True
+        await servicer.ToolCallFinished(event, FakeContext())
+        context = FakeContext()
+        with pytest.raises(grpc.aio.AbortError):
+            await servicer.ToolCallStarted(scheduler_pb2.ToolCallEvent(session_id="nope", call_id="c"), context)
+        return core.sessions.get(sid), waiting, context
+
+    session, waiting, context = run(go())
+    assert waiting is True and session.waiting_tool is False
+    assert session.tools.total_wait_s == 1.5 and [c.tool for c in session.tools.finished] == ["search"]
+    assert context.code is grpc.StatusCode.INVALID_ARGUMENT

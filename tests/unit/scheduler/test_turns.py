@@ -1,0 +1,371 @@
+"""TurnRunner through SchedulerCore against fake engines: streaming, commits, retries, validation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentserve.common.errors import NotFoundError, RetryableError
+from agentserve.engine.sampling import SamplingParams
+from agentserve.kv.block_hash import block_ids_for
+from agentserve.scheduler.engine_clients import EngineUnavailable
+from tests.unit.scheduler.fakes import BLOCK_SIZE, EOS, FINGERPRINT, collect, run
+
+pytestmark = pytest.mark.unit
+
+GREEDY = SamplingParams(max_tokens=16)
+
+
+def rendered(tokenizer, *messages) -> list[int]:
+    return tokenizer.encode(tokenizer.apply_chat_template(list(messages), add_generation_prompt=True))
+
+
+def test_turn_streams_prefill_token_then_decode_tokens(make_core, engines, store, tokenizer, spans) -> None:
+    store.hits = 2
+    core = make_core()
+
+    async def go():
+        sid = await core.open_session(tenant="acme", system_prompt="be terse")
+        return sid, await collect(core.turn(sid, message="hello", sampling=GREEDY))
+
+    sid, events = run(go())
+    prompt = rendered(tokenizer, {"role": "system", "content": "be terse"}, {"role": "user", "content": "hello"})
+    assert [e.token_ids for e in events] == [[300], [301], [302], [EOS]]
+    meta = events[0].metadata
+    assert (meta.turn_index, meta.prompt_tokens, meta.cached_tokens) == (0, len(prompt), 2 * BLOCK_SIZE)
+    assert (meta.prefill_engine, meta.decode_engine) == ("p0", "d0")
+    assert len(meta.trace_id) == 32 and len(meta.turn_id) == 32
+    assert all(e.metadata is None for e in events[1:])
+    assert [e.finished for e in events] == [False, False, False, True]
+    assert (events[-1].finish_reason, events[-1].completion_tokens) == ("stop", 4)
+    assert "".join(e.text for e in events) == tokenizer.decode([300, 301, 302, EOS])
+
+    # The store was asked about the prompt's blocks, salted with the session's tenant.
+    assert store.lookups == [block_ids_for(prompt, BLOCK_SIZE, FINGERPRINT, "acme")]
+    (address, prefill, metadata), = engines.prefills
+    assert address == "127.0.0.1:6000" and list(prefill.token_ids) == prompt
+    assert (prefill.store_hit_blocks, prefill.decode_address, prefill.tenant) == (2, "127.0.0.1:7000", "acme")
+    assert prefill.session_id == sid and prefill.sampling.max_tokens == 16
+    # Engine spans join the turn's trace.
+    assert dict(metadata)["traceparent"].split("-")[1] == meta.trace_id
+    (address, generate, _), = engines.generates
+    assert address == "127.0.0.1:7000"
+    assert list(generate.token_ids) == prompt + [300] and generate.prompt_tokens == len(prompt)
+    assert generate.sampling.max_tokens == 15
+    (span,) = [s for s in spans.get_finished_spans() if s.name == "turn"]
+    assert format(span.context.trace_id, "032x") == meta.trace_id
+    assert (span.attributes["session.id"], span.attributes["turn.index"]) == (sid, 0)
+    assert span.attributes["turn.completion_tokens"] == 4 and span.attributes["turn.store_hit_blocks"] == 2
+
+
+def test_history_is_committed_and_the_next_prompt_extends_it(make_core, engines, tokenizer) -> None:
+    core = make_core()
+
+    async def go():
+        sid = await core.open_session()
+        await collect(core.turn(sid, message="one", sampling=GREEDY))
+        first_history = list(core.sessions.get(sid).history)
+        engines.reply = [400, EOS]
+        await collect(core.turn(sid, message="two", role="tool", sampling=GREEDY))
+        return sid, first_history
+
+    sid, first_history = run(go())
+    first_prompt = list(engines.prefills[0][1].token_ids)
+    assert first_history == first_prompt + [300, 301, 302, EOS]
+    second_prompt = list(engines.prefills[1][1].token_ids)
+    assert second_prompt[:len(first_history)] == first_history
+    assert second_prompt == first_history + tokenizer.encode(
+        "\n<|im_start|>tool\ntwo<|im_end|>\n<|im_start|>assistant\n")
+    session = core.sessions.get(sid)
+    assert session.turns == 2 and session.history == second_prompt + [400, EOS]
+    assert run(core.close_session(sid)) == (2, len(second_prompt) + 2)
+
+
+def test_turns_of_one_session_run_in_order(make_core, engines) -> None:
+    core = make_core()
+
+    async def go():
+        sid = await core.open_session()
+        first, second = await asyncio.gather(collect(core.turn(sid, token_ids=[10, 11], sampling=GREEDY)),
+                                             collect(core.turn(sid, token_ids=[12], sampling=GREEDY)))
+        return first, second
+
+    run(go())
+    prompts = [list(r.token_ids) for _, r, _ in engines.prefills]
+    assert prompts == [[10, 11], [10, 11, 300, 301, 302, EOS, 12]]
+
+
+def test_prefill_engine_down_moves_the_turn_to_another(make_core, engines) -> None:
+    core = make_core(prefill=2)
+    engines.dead.add("127.0.0.1:6000")
+
+    async def go():
+        sid = await core.open_session()
+        return await collect(core.turn(sid, token_ids=[10, 11], sampling=GREEDY))
+
+    events = run(go())
+    assert events[0].metadata.prefill_engine == "p1" and events[-1].finished
+    assert [a for a, _, _ in engines.prefills] == ["127.0.0.1:6000", "127.0.0.1:6001"]
+    assert core.registry.get("p0") is None and engines.forgotten == ["127.0.0.1:6000"]
+
+
+def test_failed_kv_handoff_blames_the_decode_engine(make_core, engines) -> None:
+    core = make_core()
+    engines.prefill_error = EngineUnavailable("127.0.0.1:6000", "UNAVAILABLE: LoadKV to ipv4:127.0.0.1:7000 failed")
+
+    async def go():
+        sid = await core.open_session()
+        return await collect(core.turn(sid, token_ids=[10], sampling=GREEDY))
+
+    events = run(go())
+    assert core.registry.get("d0") is None and core.registry.get("p0") is not None
+    assert events[0].metadata.decode_engine == "d1" and engines.prefills[1][1].decode_address == "127.0.0.1:7001"
+
+
+def test_decode_down_before_streaming_reruns_the_same_request_elsewhere(make_core, engines) -> None:
+    core = make_core()
+    engines.dead.add("127.0.0.1:7000")  # prefill's handoff went there; Generate then fails
+
+    async def go():
+        sid = await core.open_session()
+        return sid, await collect(core.turn(sid, token_ids=[10, 11], sampling=GREEDY))
+
+    sid, events = run(go())
+    assert [t for e in events for t in e.token_ids] == [300, 301, 302, EOS] and events[-1].finished
+    (first_addr, first_req, _), (second_addr, second_req, _) = engines.generates
+    assert (first_addr, second_addr) == ("127.0.0.1:7000", "127.0.0.1:7001")
+    assert first_req == second_req
+    assert core.registry.get("d0") is None
+    assert core.sessions.get(sid).history == [10, 11, 300, 301, 302, EOS]
+
+
+def test_decode_dying_mid_stream_fails_the_turn_and_keeps_history(make_core, engines, spans) -> None:
+    core = make_core()
+
+    async def go():
+        sid = await core.open_session()
+        await collect(core.turn(sid, token_ids=[10], sampling=GREEDY))
+        before = list(core.sessions.get(sid).history)
+        engines.die_after["127.0.0.1:7000"] = 1  # streams 301, then dies
+        seen = []
+        with pytest.raises(RetryableError, match="failed mid-turn; retry the turn"):
+            async for event in core.turn(sid, token_ids=[20], sampling=GREEDY):
+                seen.extend(event.token_ids)
+        session = core.sessions.get(sid)
+        assert seen == [300, 301]
+        assert session.history == before and session.turns == 1
+        # The client's retry starts from the unchanged history, on the surviving engine.
+        events = await collect(core.turn(sid, token_ids=[20], sampling=GREEDY))
+        return before, events
+
+    before, events = run(go())
+    failed = [s for s in spans.get_finished_spans() if s.name == "turn" and not s.status.is_ok]
+    assert len(failed) == 1 and "retry the turn" in failed[0].status.description
+    assert events[-1].finished and events[0].metadata.decode_engine == "d1"
+    assert core.registry.get("d0") is None
+    assert list(engines.prefills[-1][1].token_ids) == before + [20]
+
+
+def test_retries_are_bounded(make_core, engines) -> None:
+    core = make_core(prefill=3, turn_retries=1)
+    engines.dead.update({"127.0.0.1:6000", "127.0.0.1:6001"})
+
+    async def go():
+        sid = await core.open_session()
+        with pytest.raises(RetryableError, match="retry the turn"):
+            await collect(core.turn(sid, token_ids=[10], sampling=GREEDY))
+        return sid
+
+    sid = run(go())
+    assert len(engines.prefills) == 2 and core.registry.get("p2") is not None
+    assert core.sessions.get(sid).turns == 0
+
+
+def test_no_engine_is_retryable(make_core, engines) -> None:
+    core = make_core(prefill=0, decode=0)
+
+    async def go():
+        sid = await core.open_session()
+        with pytest.raises(RetryableError, match="no engine"):
+            await collect(core.turn(sid, token_ids=[10], sampling=GREEDY))
+
+    run(go())
+    core = make_core(prefill=1, decode=0)
+
+    async def go2():
+        sid = await core.open_session()
+        with pytest.raises(RetryableError, match="no healthy decode engine"):
+            await collect(core.turn(sid, token_ids=[10], sampling=GREEDY))
+
+    run(go2())
+    assert engines.prefills == []
+
+
+def test_one_token_and_eos_first_end_at_prefill(make_core, engines) -> None:
+    core = make_core()
+
+    async def go():
+        sid = await core.open_session()
+        one = await collect(core.turn(sid, token_ids=[10], sampling=SamplingParams(max_tokens=1)))
+        engines.reply = [EOS]
+        eos = await collect(core.turn(sid, token_ids=[11], sampling=GREEDY))
+        return sid, one, eos
+
+    sid, one, eos = run(go())
+    summary = [(e.token_ids, e.finished, e.finish_reason, e.completion_tokens) for e in one]
+    assert summary == [([300], True, "length", 1)]
+    assert one[0].metadata is not None
+    assert [(e.token_ids, e.finish_reason) for e in eos] == [([EOS], "stop")]
+    assert engines.generates == []
+    assert core.sessions.get(sid).history == [10, 300, 11, EOS]
+
+
+def test_caller_stop_tokens_end_the_stream(make_core, engines) -> None:
+    core = make_core()
+    engines.reply = [300, 301, 302, 303, EOS]
+
+    async def go():
+        sid = await core.open_session()
+        return sid, await collect(core.turn(sid, token_ids=[10], sampling=SamplingParams(16, stop_token_ids=(302,))))
+
+    sid, events = run(go())
+    assert [t for e in events for t in e.token_ids] == [300, 301, 302]
+    assert (events[-1].finish_reason, events[-1].completion_tokens) == ("stop", 3)
+    assert engines.cancelled == ["127.0.0.1:7000"]  # the decode stream was cancelled, not drained
+    assert core.sessions.get(sid).history == [10, 300, 301, 302]
+
+
+def test_store_failure_only_costs_the_hits(make_core, engines, store) -> None:
+    store.fail = True
+    core = make_core()
+
+    async def go():
+        sid = await core.open_session()
+        return await collect(core.turn(sid, token_ids=list(range(10, 30)), sampling=GREEDY))
+
+    events = run(go())
+    assert events[-1].finished and engines.prefills[0][1].store_hit_blocks == 0
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(message=""), "message is empty"),
+    (dict(message="hi", token_ids=[1]), "not both"),
+    (dict(token_ids=[8192]), "outside the vocabulary"),
+    (dict(message="hi", role="bogus"), "role must be"),
+    (dict(token_ids=list(range(40))), "over the limit of 32"),
+])
+def test_bad_requests_fail_at_the_call(make_core, engines, kwargs, error) -> None:
+    core = make_core(max_message_tokens=32)
+
+    async def go():
+        sid = await core.open_session()
+        with pytest.raises(ValueError, match=error):
+            core.turn(sid, sampling=GREEDY, **kwargs)
+
+    run(go())
+    assert engines.prefills == []
+
+
+def test_context_overflow_fails_before_any_engine_call(make_core, engines) -> None:
+    core = make_core()
+
+    async def go():
+        sid = await core.open_session()
+        with pytest.raises(ValueError, match="exceeds the model's context of 512"):
+            await collect(core.turn(sid, token_ids=list(range(10, 500)), sampling=SamplingParams(max_tokens=23)))
+        return sid
+
+    sid = run(go())
+    assert engines.prefills == [] and core.sessions.get(sid).history == []
+
+
+def test_unknown_and_closed_sessions(make_core) -> None:
+    core = make_core()
+
+    async def go():
+        with pytest.raises(NotFoundError):
+            core.turn("nope", message="hi", sampling=GREEDY)
+        sid = await core.open_session()
+        events = core.turn(sid, message="hi", sampling=GREEDY)
+        await core.close_session(sid)
+        with pytest.raises(NotFoundError, match="closed"):
+            await collect(events)
+        with pytest.raises(NotFoundError):
+            await core.close_session(sid)
+
+    run(go())
+
+
+def test_complete_is_stateless(make_core, engines) -> None:
+    core = make_core()
+
+    async def go():
+        return await collect(core.complete([10, 11, 12], GREEDY, tenant="acme"))
+
+    events = run(go())
+    assert events[-1].finished and len(core.sessions) == 0
+    assert list(engines.prefills[0][1].token_ids) == [10, 11, 12] and engines.prefills[0][1].tenant == "acme"
+
+
+def test_caller_chosen_session_id_is_get_or_create(make_core) -> None:
+    core = make_core()
+
+    async def go():
+        assert await core.open_session(tenant="t", session_id="chat-1") == "chat-1"
+        assert await core.open_session(tenant="t", session_id="chat-1") == "chat-1"
+        with pytest.raises(ValueError, match="another tenant"):
+            await core.open_session(tenant="u", session_id="chat-1")
+
+    run(go())
+    assert len(core.sessions) == 1
+
+
+def test_fork_continues_from_the_parent(make_core, engines) -> None:
+    core = make_core()
+
+    async def go():
+        parent = await core.open_session(tenant="acme")
+        await collect(core.turn(parent, token_ids=[10], sampling=GREEDY))
+        child = await core.open_session(agent="sub", parent_session_id=parent)
+        await collect(core.turn(child, token_ids=[20], sampling=GREEDY))
+
+    run(go())
+    assert list(engines.prefills[1][1].token_ids) == [10, 300, 301, 302, EOS, 20]
+    assert engines.prefills[1][1].tenant == "acme"
+
+
+def test_a_caller_stopping_at_the_final_event_does_not_block_the_session(make_core, spans) -> None:
+    core = make_core()
+
+    async def go():
+        sid = await core.open_session()
+        abandoned = core.turn(sid, token_ids=[10], sampling=GREEDY)
+        async for event in abandoned:
+            if event.finished:
+                break  # neither drained nor closed
+        session = core.sessions.get(sid)
+        assert session.turns == 1 and not session.lock.locked()
+        assert [s.name for s in spans.get_finished_spans()] == ["turn"]
+        second = await asyncio.wait_for(collect(core.turn(sid, token_ids=[11], sampling=GREEDY)), 5)
+        await abandoned.aclose()
+        return second
+
+    assert run(go())[-1].finished
+
+
+def test_a_caller_leaving_mid_turn_cancels_the_decode_and_commits_nothing(make_core, engines) -> None:
+    core = make_core()
+
+    async def go():
+        sid = await core.open_session()
+        events = core.turn(sid, token_ids=[10], sampling=GREEDY)
+        async for event in events:
+            if event.token_ids == [301]:
+                break
+        await events.aclose()
+        session = core.sessions.get(sid)
+        return session.turns, session.history, session.lock.locked(), core.registry.get("d0").inflight
+
+    assert run(go()) == (0, [], False, 0)
+    assert engines.cancelled == ["127.0.0.1:7000"]

@@ -1,0 +1,175 @@
+"""Tool calls through the proxy logic and its HTTP routes, with recorded events and a fake upstream."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from agentserve.toolproxy.http_app import build_app
+from agentserve.toolproxy.predictor import ToolDurationPredictor
+from agentserve.toolproxy.proxy import ToolProxy
+from agentserve.toolproxy.reporter import ToolCallRecord
+from agentserve.toolproxy.tools import ToolRegistry, UpstreamClient
+
+pytestmark = pytest.mark.unit
+
+# Event-loop timers have millisecond resolution and may fire that much early.
+EARLY = 0.005
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, ToolCallRecord]] = []
+
+    def started(self, record: ToolCallRecord) -> None:
+        self.events.append(("started", record))
+
+    def finished(self, record: ToolCallRecord) -> None:
+        self.events.append(("finished", record))
+
+
+def _proxy(upstreams=None, max_sleep_s=300.0):
+    client = UpstreamClient(timeout_s=1.0)
+    sink = RecordingSink()
+    proxy = ToolProxy(ToolRegistry.build(upstreams or {}, client, max_sleep_s), ToolDurationPredictor(0.5), sink)
+    return proxy, sink, client
+
+
+def run_http(scenario, upstreams=None, upstream_app: web.Application | None = None, max_sleep_s=300.0):
+    async def main():
+        upstream = None
+        urls = dict(upstreams or {})
+        if upstream_app is not None:
+            upstream = TestServer(upstream_app)
+            await upstream.start_server()
+            urls = {name: str(upstream.make_url(path)) for name, path in urls.items()}
+        proxy, sink, client = _proxy(urls, max_sleep_s)
+        await client.start()
+        try:
+            async with TestClient(TestServer(build_app(proxy))) as http:
+                return await scenario(http), sink, proxy
+        finally:
+            await client.close()
+            if upstream is not None:
+                await upstream.close()
+    return asyncio.run(main())
+
+
+def test_sleep_reports_started_then_finished_with_durations():
+    async def scenario(http):
+        results = []
+        for seconds in (0.05, 0.15):
+            resp = await http.post("/tools/sleep", json={"seconds": seconds},
+                                   headers={"X-Session-Id": "s1", "X-Call-Id": f"c{seconds}"})
+            results.append((resp.status, await resp.json(), resp.headers["X-Call-Id"]))
+        return results
+
+    results, sink, proxy = run_http(scenario)
+    assert results == [(200, {"slept_s": 0.05}, "c0.05"), (200, {"slept_s": 0.15}, "c0.15")]
+    assert [kind for kind, _ in sink.events] == ["started", "finished", "started", "finished"]
+    (_, s1), (_, f1), (_, s2), (_, f2) = sink.events
+    assert (s1.session_id, s1.tool, s1.call_id, s1.predicted_duration_s) == ("s1", "sleep", "c0.05", 0.5)
+    assert f1.ok and 0.05 - EARLY <= f1.actual_duration_s < 1.05 and f1.start_unix_s == s1.start_unix_s
+    assert s2.predicted_duration_s == pytest.approx(f1.actual_duration_s)  # learned from the first call
+    assert 0.15 - EARLY <= f2.actual_duration_s < 1.15
+    sleep = next(t for t in proxy.tools() if t.name == "sleep")
+    mean = (f1.actual_duration_s + f2.actual_duration_s) / 2
+    assert sleep.calls == 2 and sleep.predicted_duration_s == pytest.approx(mean)
+
+
+def test_echo_and_listing():
+    async def scenario(http):
+        echo = await http.post("/tools/echo", json={"a": [1, {"b": None}]})
+        empty = await http.post("/tools/echo")
+        listing = await (await http.get("/tools")).json()
+        return await echo.json(), await empty.json(), listing
+
+    (echo, empty, listing), sink, _ = run_http(scenario)
+    assert echo == {"a": [1, {"b": None}]} and empty == {}
+    assert [(t["name"], t["kind"], t["calls"]) for t in listing["tools"]] == [
+        ("sleep", "builtin", 0), ("echo", "builtin", 2)]
+    assert sink.events == []  # no session, nothing for the scheduler to act on
+
+
+@pytest.mark.parametrize("path, body, headers, status, match", [
+    ("/tools/nope", b"{}", {}, 404, "unknown tool"),
+    ("/tools/echo", b"{bad", {}, 400, "not valid JSON"),
+    ("/tools/echo", b"[1]", {}, 400, "JSON object"),
+    ("/tools/sleep", b'{"seconds": "x"}', {}, 400, "seconds"),
+    ("/tools/sleep", b'{"seconds": 301}', {}, 400, "seconds"),
+    ("/tools/sleep", b'{"seconds": -1}', {}, 400, "seconds"),
+    ("/tools/echo", b"{}", {"X-Session-Id": "has space"}, 400, "X-Session-Id"),
+])
+def test_bad_calls_are_json_errors_and_the_proxy_stays_up(path, body, headers, status, match):
+    async def scenario(http):
+        resp = await http.post(path, data=body, headers=headers)
+        after = await http.post("/tools/echo", json={})
+        return resp.status, await resp.json(), after.status
+
+    (got, error, after), _, _ = run_http(scenario)
+    assert got == status and match in error["error"]["message"] and after == 200
+
+
+def test_rejected_arguments_report_a_failed_call_but_teach_nothing():
+    async def scenario(http):
+        return (await http.post("/tools/sleep", json={"seconds": "x"}, headers={"X-Session-Id": "s"})).status
+
+    status, sink, proxy = run_http(scenario)
+    assert status == 400
+    assert [(k, r.ok) for k, r in sink.events] == [("started", False), ("finished", False)]
+    assert next(t for t in proxy.tools() if t.name == "sleep").predicted_duration_s == 0.5
+
+
+def _upstream_app(seen: list) -> web.Application:
+    async def search(request: web.Request) -> web.Response:
+        seen.append((request.headers.get("X-Session-Id"), await request.json()))
+        return web.json_response({"hits": ["a", "b"]}, status=201)
+
+    async def broken(request: web.Request) -> web.Response:
+        return web.Response(status=503, text="down for maintenance")
+
+    app = web.Application()
+    app.router.add_post("/search", search)
+    app.router.add_post("/broken", broken)
+    return app
+
+
+def test_upstream_status_and_body_are_relayed():
+    seen: list = []
+
+    async def scenario(http):
+        ok = await http.post("/tools/search", json={"q": "kv"}, headers={"X-Session-Id": "s9"})
+        bad = await http.post("/tools/broken", json={})
+        return ok.status, await ok.json(), bad.status, bad.content_type, await bad.text()
+
+    result, sink, _ = run_http(scenario, {"search": "/search", "broken": "/broken"}, _upstream_app(seen))
+    assert result == (201, {"hits": ["a", "b"]}, 503, "text/plain", "down for maintenance")
+    assert seen == [("s9", {"q": "kv"})]
+    assert [(k, r.tool, r.ok) for k, r in sink.events] == [("started", "search", False), ("finished", "search", True)]
+
+
+def test_unreachable_upstream_is_502():
+    async def scenario(http):
+        resp = await http.post("/tools/gone", json={}, headers={"X-Session-Id": "s"})
+        return resp.status, await resp.json()
+
+    (status, body), sink, _ = run_http(scenario, {"gone": "http://127.0.0.1:9/x"})
+    assert status == 502 and "gone" in body["error"]["message"]
+    assert sink.events[-1][1].ok is False
+
+
+def test_cancelled_call_still_reports_finished():
+    async def main():
+        proxy, sink, _ = _proxy()
+        task = asyncio.create_task(proxy.call("sleep", {"seconds": 10}, "s", "c"))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return sink
+
+    sink = asyncio.run(main())
+    assert [(k, r.ok) for k, r in sink.events] == [("started", False), ("finished", False)]
