@@ -27,6 +27,7 @@ class LocalPorts:
     kvstore: int = 50052
     prefill: int = 50053
     decode_base: int = 50054
+    decode_ports: tuple[int, ...] = ()  # explicit ports (tests); default decode_base + i
     toolproxy_grpc: int = 50050
     toolproxy_http: int = 8080
 
@@ -69,7 +70,7 @@ def service_commands(ports: LocalPorts, model_dir: Path, data_dir: Path, decoder
         ("prefill", ports.prefill, py + ["agentserve.prefill", "--grpc-port", str(ports.prefill)] + engine_common),
     ]
     for i in range(decoders):
-        port = ports.decode_base + i
+        port = ports.decode_ports[i] if ports.decode_ports else ports.decode_base + i
         cmds.append((f"decode-{i}", port, py + ["agentserve.decode", "--grpc-port", str(port)] + engine_common))
     cmds.append(("toolproxy", ports.toolproxy_grpc, py + [
         "agentserve.toolproxy", "--grpc-port", str(ports.toolproxy_grpc), "--http-port", str(ports.toolproxy_http),

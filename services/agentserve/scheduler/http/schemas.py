@@ -71,6 +71,10 @@ def parse_chat_request(body: Mapping[str, Any]) -> ChatRequest:
     if not isinstance(raw, list) or not raw:
         raise ValueError("'messages' must be a non-empty list of {'role', 'content'} objects")
     messages = tuple(_parse_message(i, m) for i, m in enumerate(raw))
+    last = messages[-1]
+    if last.role != "assistant" and not last.content.strip():
+        # The request's new message is what the model answers; an empty one is a client bug.
+        raise ValueError(f"messages[{len(messages) - 1}].content is empty")
     stream, include_usage = _parse_stream(body)
     return ChatRequest(messages, parse_sampling(body), stream, include_usage, _parse_model(body))
 
