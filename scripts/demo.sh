@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# Builds the embedded default model (first run only) and generates with it, greedy, printing the
-# JSON result (text, token ids, prompt and cached token counts).
+# Brings the whole system up with docker compose on the embedded default model (installing Docker,
+# compose v2 and building the images offline when needed), then runs a demo agent session: three
+# turns with a tool call between them, printing per-turn cache hits and trace ids, and where the
+# tracing UI is. `docker compose down` stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install.sh
-.venv/bin/agentserve generate --prompt "${1:-An agent calls a tool, waits, then reads the result.}" --max-tokens 32 --json
+export PYTHON="$PWD/.venv/bin/python"
+scripts/setup_docker.sh
+scripts/build_images.sh
+docker compose up -d --wait
+.venv/bin/agentserve demo --address 127.0.0.1:50051 --toolproxy http://127.0.0.1:8080
+echo "tracing UI: http://127.0.0.1:6006 (project 'agentserve'); stop with: docker compose down"
