@@ -31,6 +31,8 @@ class DecodeWorker:
 
     async def generate(self, token_ids: list[int], prompt_tokens: int, sampling: SamplingParams,
                        tenant: str) -> AsyncIterator[DecodeChunk]:
+        if not token_ids:
+            raise ValueError("prompt is empty: at least one token is required")
         if not 0 < prompt_tokens <= len(token_ids):
             raise ValueError(f"prompt_tokens must be in [1, {len(token_ids)}], got {prompt_tokens}")
         if sampling.seed is not None:

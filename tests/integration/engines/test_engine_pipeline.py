@@ -109,3 +109,29 @@ def test_bad_input_is_invalid_argument_and_engines_stay_up(cluster):
                 token_ids=[5, 6, 7], sampling=common_pb2.SamplingParams(max_tokens=1)))
             return ok
     assert asyncio.run(main()).finished
+
+
+def test_decode_bad_input_is_invalid_argument_and_engine_stays_up(cluster):
+    async def main():
+        async with grpc.aio.insecure_channel(cluster["decode"].address) as ch:
+            stub = decode_pb2_grpc.DecodeStub(ch)
+            ok = common_pb2.SamplingParams(max_tokens=3, ignore_eos=True)
+            cases = {
+                "prompt is empty": decode_pb2.GenerateRequest(token_ids=[], prompt_tokens=0, sampling=ok),
+                "out of range": decode_pb2.GenerateRequest(token_ids=[5, 10**6], prompt_tokens=2, sampling=ok),
+                "prompt_tokens must be": decode_pb2.GenerateRequest(token_ids=[5, 6], prompt_tokens=3, sampling=ok),
+                "max_tokens must be positive": decode_pb2.GenerateRequest(
+                    token_ids=[5, 6], prompt_tokens=2, sampling=common_pb2.SamplingParams(max_tokens=0)),
+            }
+            for message, request in cases.items():
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    [chunk async for chunk in stub.Generate(request)]
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, message
+                assert message in err.value.details()
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.LoadKV(iter([common_pb2.KVBlock(block_id=b"\x01" * 16, data=b"not a kv block")]))
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            return [chunk async for chunk in stub.Generate(decode_pb2.GenerateRequest(
+                token_ids=[5, 6, 7], prompt_tokens=3, sampling=ok))]
+    chunks = asyncio.run(main())
+    assert chunks[-1].finished and sum(len(c.token_ids) for c in chunks) == 3
