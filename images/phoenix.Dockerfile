@@ -17,7 +17,8 @@ RUN groupadd --gid 10001 phoenix \
     && mkdir -p /data \
     && chown phoenix:phoenix /data
 COPY --from=builder /opt/phoenix /opt/phoenix
-# Offline and private: no CDN assets, no telemetry, none of the LLM-backed extras.
+# Offline and private: no CDN assets, no telemetry, none of the LLM-backed extras; no SQL echo in
+# the logs.
 ENV PATH=/opt/phoenix/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PHOENIX_HOST=0.0.0.0 \
@@ -28,7 +29,9 @@ ENV PATH=/opt/phoenix/bin:$PATH \
     PHOENIX_TELEMETRY_ENABLED=false \
     PHOENIX_DISABLE_AGENT_ASSISTANT=true \
     PHOENIX_ENABLE_MCP_SERVER=false \
-    PHOENIX_AGENTS_DISABLE_BASH=true
+    PHOENIX_AGENTS_DISABLE_BASH=true \
+    PHOENIX_DB_LOGGING_LEVEL=warning \
+    PHOENIX_LOG_MIGRATIONS=false
 WORKDIR /data
 USER phoenix
 EXPOSE 6006 4317
