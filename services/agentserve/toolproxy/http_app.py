@@ -9,13 +9,13 @@ tool, 400 for a body that is not a JSON object or arguments the tool rejects.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 
 from aiohttp import web
 
 from agentserve.common.errors import NotFoundError
+from agentserve.common.json_body import parse_json_object
 from agentserve.toolproxy.proxy import ToolProxy
 
 log = logging.getLogger(__name__)
@@ -56,13 +56,7 @@ async def health(request: web.Request) -> web.Response:
 def _parse_args(raw: bytes) -> dict:
     if not raw.strip():
         return {}  # a tool without arguments may be called with an empty body
-    try:
-        args = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(args, dict):
-        raise ValueError(f"tool arguments must be a JSON object, got {type(args).__name__}")
-    return args
+    return parse_json_object(raw, what="tool arguments")
 
 
 def _header_id(request: web.Request, name: str) -> str:

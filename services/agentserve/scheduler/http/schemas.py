@@ -7,13 +7,13 @@ meaning we cannot honour (n > 1, stop strings) are rejected rather than silently
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentserve.common.json_body import parse_json_object  # noqa: F401 - the routes' body parser
 from agentserve.engine.sampling import MAX_TOKENS_LIMIT, SamplingParams
 
 # OpenAI's endpoints default to "as many as fit"; a bounded default keeps a forgotten max_tokens
@@ -54,16 +54,6 @@ class CompletionRequest:
     stream: bool = False
     include_usage: bool = False
     model: str | None = None
-
-
-def parse_json_object(raw: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise ValueError(f"request body must be a JSON object, got {type(body).__name__}")
-    return body
 
 
 def parse_chat_request(body: Mapping[str, Any]) -> ChatRequest:
