@@ -57,6 +57,41 @@ def bench_engine(args: argparse.Namespace) -> dict:
     return run(_model_dir(args.model), dtype=args.dtype, quick=args.quick)
 
 
+def bench_fabric(args: argparse.Namespace) -> dict:
+    from agentserve.bench import fabric_bench
+
+    result = fabric_bench.run(duration_s=args.duration, chunk_bytes=args.chunk_kb << 10, repeats=args.repeats)
+    if args.profile:
+        result["profile"] = fabric_bench.scaled_profile(args.profile, result["grpc_unshaped_gbps"])
+    return result
+
+
+def bench_kvstore(args: argparse.Namespace) -> dict:
+    from agentserve.bench import kvstore_bench
+
+    sizes = tuple(s.strip() for s in args.sizes.split(",") if s.strip())
+    return kvstore_bench.run(args.data_dir, mb_per_size=args.mb_per_size, raw_mb=args.raw_mb,
+                             concurrency=args.concurrency, sizes=sizes)
+
+
+def bench_kvstore_trace(args: argparse.Namespace) -> dict:
+    from agentserve.bench import kvstore_trace
+
+    try:
+        capacities = [int(c) for c in args.capacity_blocks.split(",") if c.strip()]
+    except ValueError:
+        raise ValueError(f"--capacity-blocks must be integers, got {args.capacity_blocks!r}") from None
+    return kvstore_trace.run(args.trace, args.block_tokens, capacities, data_dir=args.data_dir, fsync=args.fsync,
+                             dram_fraction=args.dram_fraction)
+
+
+def bench_kvstore_soak(args: argparse.Namespace) -> dict:
+    from agentserve.bench import kvstore_soak
+
+    return kvstore_soak.run(args.minutes * 60, data_dir=args.data_dir, dram_budget_bytes=args.dram_mb << 20,
+                            ssd_budget_bytes=args.ssd_mb << 20, group_commit=args.group_commit)
+
+
 def up_local(args: argparse.Namespace) -> int:
     from agentserve.cli.up import LocalCluster
 

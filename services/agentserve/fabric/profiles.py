@@ -1,0 +1,201 @@
+"""Hardware profiles: the NICs each engine role gets, read from `profiles/<name>.yaml`.
+
+A profile describes a real target (e.g. an 8x H800 node: 400 Gbps SNIC and CNIC per GPU, two
+decode engines per prefill engine). This machine computes far slower (or faster) than the target
+and its model has a different KV size, so bandwidths are scaled to keep the target's I/O-to-compute
+ratio, with
+
+    time_dilation   D = local compute time / target compute time, for the same tokens
+                      = target prefill tokens/s per GPU / local prefill tokens/s per engine
+    bandwidth scale s = (local KV bytes per token / target KV bytes per token) / D
+    local gbps        = target gbps * s
+    local latency     = target latency * D
+
+Then moving N tokens' KV takes N * kv_local / (gbps * s) = D * (target transfer time) locally, and
+computing them takes D * (target compute time): the ratio of the two equals the target's. Local
+seconds are D target seconds, so other target durations (tool waits, SLOs) scale by D too. A
+profile without `target` is used literally (D = s = 1).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentserve.fabric.nic import DEFAULT_BURST_MS, DEFAULT_CATCHUP_MS, EmulatedNIC
+
+ROLES = ("prefill", "decode")
+NIC_NAMES = ("snic", "cnic")
+# Repo checkout: services/agentserve/fabric/profiles.py -> <root>/profiles
+DEFAULT_PROFILES_DIR = Path(__file__).resolve().parents[3] / "profiles"
+
+
+@dataclass(frozen=True)
+class NICSpec:
+    gbps: float  # 0 = unshaped
+    latency_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.gbps < 0:
+            raise ValueError(f"gbps must be >= 0 (0 = unshaped), got {self.gbps}")
+        if self.latency_ms < 0:
+            raise ValueError(f"latency_ms must be >= 0, got {self.latency_ms}")
+
+
+@dataclass(frozen=True)
+class RoleNICs:
+    snic: NICSpec
+    cnic: NICSpec
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """The real hardware and model whose I/O-to-compute ratio is reproduced."""
+
+    model: str
+    kv_bytes_per_token: float
+    prefill_tokens_per_s: float  # per GPU, i.e. per engine
+
+    def __post_init__(self) -> None:
+        if self.kv_bytes_per_token <= 0 or self.prefill_tokens_per_s <= 0:
+            raise ValueError("target kv_bytes_per_token and prefill_tokens_per_s must be positive")
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    name: str
+    description: str
+    engines: dict[str, RoleNICs]  # by role: prefill, decode
+    decode_per_prefill: float
+    target: TargetSpec | None = None
+    burst_ms: float = DEFAULT_BURST_MS      # tokens an idle NIC holds
+    catchup_ms: float = DEFAULT_CATCHUP_MS  # tokens a sending NIC may bank when its process lags
+
+    def __post_init__(self) -> None:
+        if set(self.engines) != set(ROLES):
+            raise ValueError(f"profile {self.name}: engines must be exactly {', '.join(ROLES)}, got "
+                             f"{', '.join(sorted(self.engines)) or 'none'}")
+        if self.decode_per_prefill <= 0:
+            raise ValueError(f"profile {self.name}: decode_per_prefill must be positive")
+        if not 0 < self.burst_ms <= self.catchup_ms:
+            raise ValueError(f"profile {self.name}: need 0 < burst_ms <= catchup_ms")
+
+    def scaled(self, local_kv_bytes_per_token: float, local_prefill_tokens_per_s: float) -> ScaledProfile:
+        """Bandwidths and latencies for this machine (formula in the module docstring)."""
+        if local_kv_bytes_per_token <= 0 or local_prefill_tokens_per_s <= 0:
+            raise ValueError("local KV bytes per token and prefill tokens/s must be positive")
+        if self.target is None:
+            return ScaledProfile(self, time_dilation=1.0, bandwidth_scale=1.0, engines=self.engines)
+        dilation = self.target.prefill_tokens_per_s / local_prefill_tokens_per_s
+        scale = local_kv_bytes_per_token / self.target.kv_bytes_per_token / dilation
+        engines = {role: RoleNICs(*(NICSpec(spec.gbps * scale, spec.latency_ms * dilation)
+                                    for spec in (nics.snic, nics.cnic)))
+                   for role, nics in self.engines.items()}
+        return ScaledProfile(self, time_dilation=dilation, bandwidth_scale=scale, engines=engines)
+
+
+@dataclass(frozen=True)
+class ScaledProfile:
+    profile: HardwareProfile
+    time_dilation: float    # local seconds per target second
+    bandwidth_scale: float  # local gbps per target gbps
+    engines: dict[str, RoleNICs]
+
+    def nics(self, role: str, **clock) -> dict[str, EmulatedNIC]:
+        """Fresh `snic` and `cnic` for one engine of `role` (`clock`/`sleep` pass through)."""
+        if role not in self.engines:
+            raise ValueError(f"unknown engine role {role!r}; choose one of {', '.join(ROLES)}")
+        specs = self.engines[role]
+        return {name: EmulatedNIC(name, spec.gbps, spec.latency_ms, self.profile.burst_ms, self.profile.catchup_ms,
+                                  **clock)
+                for name, spec in (("snic", specs.snic), ("cnic", specs.cnic))}
+
+    def to_dict(self) -> dict[str, Any]:
+        def nic(spec: NICSpec) -> dict[str, float]:
+            return {"gbps": float(f"{spec.gbps:.4g}"), "latency_ms": float(f"{spec.latency_ms:.4g}")}
+
+        return {"profile": self.profile.name, "time_dilation": float(f"{self.time_dilation:.4g}"),
+                "bandwidth_scale": float(f"{self.bandwidth_scale:.4g}"),
+                "engines": {role: {name: nic(getattr(nics, name)) for name in NIC_NAMES}
+                            for role, nics in self.engines.items()}}
+
+
+def profiles_dir() -> Path:
+    return Path(os.environ.get("AGENTSERVE_PROFILES_DIR", DEFAULT_PROFILES_DIR))
+
+
+def available_profiles() -> list[str]:
+    return sorted(p.stem for p in profiles_dir().glob("*.yaml"))
+
+
+def load_profile(name_or_path: str | Path) -> HardwareProfile:
+    """A profile by name (`profiles/<name>.yaml`, dir from $AGENTSERVE_PROFILES_DIR) or by file path."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = profiles_dir() / f"{name_or_path}.yaml"
+        if not path.is_file():
+            raise ValueError(f"no hardware profile {name_or_path!r} in {profiles_dir()}; "
+                             f"available: {', '.join(available_profiles()) or 'none'}")
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"cannot read hardware profile {path}: {exc}") from None
+    return parse_profile(doc, source=str(path))
+
+
+def parse_profile(doc: Any, source: str = "<profile>") -> HardwareProfile:
+    """Validate a profile document; every problem is a ValueError naming the file and key."""
+    top = _mapping(doc, source, required=("name", "engines", "decode_per_prefill"),
+                   optional=("description", "target", "burst_ms", "catchup_ms"))
+    try:
+        engines = {}
+        for role, nics in _mapping(top["engines"], f"{source}: engines", optional=ROLES).items():
+            where = f"{source}: engines.{role}"
+            spec = _mapping(nics, where, required=NIC_NAMES)
+            engines[role] = RoleNICs(*(_nic(spec[name], f"{where}.{name}") for name in NIC_NAMES))
+        target = None
+        if top.get("target") is not None:
+            where = f"{source}: target"
+            t = _mapping(top["target"], where, required=("model", "kv_bytes_per_token", "prefill_tokens_per_s"))
+            target = TargetSpec(str(t["model"]), _number(t["kv_bytes_per_token"], f"{where}.kv_bytes_per_token"),
+                                _number(t["prefill_tokens_per_s"], f"{where}.prefill_tokens_per_s"))
+        return HardwareProfile(
+            name=str(top["name"]), description=str(top.get("description", "")), engines=engines,
+            decode_per_prefill=_number(top["decode_per_prefill"], f"{source}: decode_per_prefill"),
+            target=target, burst_ms=_number(top.get("burst_ms", DEFAULT_BURST_MS), f"{source}: burst_ms"),
+            catchup_ms=_number(top.get("catchup_ms", DEFAULT_CATCHUP_MS), f"{source}: catchup_ms"))
+    except ValueError as exc:
+        message = str(exc)
+        raise ValueError(message if message.startswith(source) else f"{source}: {message}") from None
+
+
+def _mapping(value: Any, where: str, required: tuple[str, ...] = (), optional: tuple[str, ...] = ()) -> dict:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: expected a mapping, got {type(value).__name__}")
+    unknown = set(value) - set(required) - set(optional)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
+    missing = [key for key in required if key not in value]
+    if missing:
+        raise ValueError(f"{where}: missing key(s) {', '.join(missing)}")
+    return value
+
+
+def _nic(value: Any, where: str) -> NICSpec:
+    spec = _mapping(value, where, required=("gbps",), optional=("latency_ms",))
+    try:
+        return NICSpec(_number(spec["gbps"], f"{where}.gbps"),
+                       _number(spec.get("latency_ms", 0.0), f"{where}.latency_ms"))
+    except ValueError as exc:
+        message = str(exc)
+        raise ValueError(message if message.startswith(where) else f"{where}: {message}") from None
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where}: expected a number, got {value!r}")
+    return float(value)
