@@ -23,6 +23,11 @@ def make_block(block_id: bytes, fingerprint: str = FP, seed: int = 0) -> bytes:
     return bytes(serialize_blocks(k, v, block_ids=[block_id], fingerprint=fingerprint, kv_dtype="native"))
 
 
+def block_size() -> int:
+    """Bytes of every `make_block` block (the header reserves room for any checksum value)."""
+    return len(make_block(chain(1)[0]))
+
+
 def payload_offset(data: bytes, layer: int = 1) -> int:
     """A byte offset inside `layer`'s checksummed K/V payload."""
     from agentserve.kv.block_format import read_header

@@ -1,4 +1,5 @@
-"""Async client of the kvstore, used by engines (read hits, persist blocks) and the scheduler (lookup).
+"""Async client of one kvstore, used by engines (read hits, persist blocks) and the scheduler (lookup,
+pins). `sharded.ShardedKVStoreClient` has the same methods over several kvstores.
 
 Every call carries the caller's trace context, so the store's spans join the turn's trace. The
 channel is created on first use, inside the caller's event loop (grpc.aio channels are bound to
@@ -7,13 +8,18 @@ the loop they are created in).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 
 import grpc
 
 from agentserve.common.server import GRPC_OPTIONS
 from agentserve.common.telemetry import outgoing_metadata
+from agentserve.kvstore import wire
+from agentserve.kvstore.types import BlockRead, LookupResult, Tier
 from agentserve.v1 import common_pb2, kvstore_pb2, kvstore_pb2_grpc
+
+# `(block_id, data)` pairs, as a list or as an async iterator of blocks as they are made.
+BlockSource = Iterable[tuple[bytes, bytes]] | AsyncIterable[tuple[bytes, bytes]]
 
 
 class KVStoreClient:
@@ -23,6 +29,8 @@ class KVStoreClient:
         self.timeout_s = timeout_s
         self._channel: grpc.aio.Channel | None = None
         self._stub: kvstore_pb2_grpc.KVStoreStub | None = None
+        self._read: grpc.aio.UnaryStreamMultiCallable | None = None
+        self._get: grpc.aio.UnaryStreamMultiCallable | None = None
 
     async def put(self, fingerprint: str, blocks: Sequence[tuple[bytes, bytes]]) -> kvstore_pb2.PutResponse:
         """Durably store `(block_id, data)` pairs, each one serialized block of model `fingerprint`.
@@ -39,18 +47,75 @@ class KVStoreClient:
     async def get(self, fingerprint: str, block_ids: Sequence[bytes]) -> AsyncIterator[tuple[bytes, bytes]]:
         """Yield `(block_id, data)` in request order, ending at the first block not stored."""
         request = kvstore_pb2.GetRequest(model_fingerprint=fingerprint, block_ids=[bytes(b) for b in block_ids])
-        call = self._kv().Get(request, metadata=outgoing_metadata(), timeout=self.timeout_s)
+        self._kv()
+        call = self._get(request, metadata=outgoing_metadata(), timeout=self.timeout_s)
         try:
-            async for block in call:
-                yield block.block_id, block.data
+            async for block_id, data in call:
+                yield block_id, data
         finally:
             call.cancel()  # no-op when the stream ended; frees the server when the caller stops early
 
+    async def write(self, fingerprint: str,
+                    blocks: BlockSource) -> kvstore_pb2.PutResponse:
+        """Stream `(block_id, data)` pairs (a list, or an async iterator of blocks as they are made);
+        returns once every block is durable. Errors as `put`, indexed by position in the stream."""
+
+        async def messages() -> AsyncIterator[kvstore_pb2.WriteRequest]:
+            first = True
+            async for block_id, data in _aiter(blocks):
+                yield kvstore_pb2.WriteRequest(model_fingerprint=fingerprint if first else "",
+                                               block=common_pb2.KVBlock(block_id=bytes(block_id), data=bytes(data)))
+                first = False
+
+        return await self._kv().Write(messages(), metadata=outgoing_metadata(), timeout=self.timeout_s)
+
+    async def read(self, fingerprint: str, block_ids: Sequence[bytes],
+                   layers: range | None = None) -> AsyncIterator[BlockRead]:
+        """Yield each block (or `layers` of it) in request order, ending at the first one not stored."""
+        request = kvstore_pb2.ReadRequest(model_fingerprint=fingerprint, block_ids=[bytes(b) for b in block_ids])
+        if layers is not None:
+            request.layer_start, request.layer_stop = layers.start, layers.stop
+        self._kv()
+        call = self._read(request, metadata=outgoing_metadata(), timeout=self.timeout_s)
+        try:
+            async for read in call:
+                yield read
+        finally:
+            call.cancel()
+
     async def lookup(self, block_ids: Sequence[bytes]) -> int:
         """How many leading ids of the chained list `block_ids` are stored."""
+        return (await self.lookup_tiers(block_ids)).prefix_blocks
+
+    async def lookup_tiers(self, block_ids: Sequence[bytes]) -> LookupResult:
+        """The stored prefix of `block_ids` and the tier (DRAM, SSD or NONE) of each id."""
         request = kvstore_pb2.LookupRequest(block_ids=[bytes(b) for b in block_ids])
         response = await self._kv().Lookup(request, metadata=outgoing_metadata(), timeout=self.timeout_s)
-        return response.prefix_blocks
+        tiers = tuple(Tier(t) for t in response.tiers)
+        if len(tiers) != len(block_ids):  # a store from before tiers: it only knows the prefix
+            tiers = (Tier.SSD,) * response.prefix_blocks + (Tier.NONE,) * (len(block_ids) - response.prefix_blocks)
+        return LookupResult(response.prefix_blocks, tiers)
+
+    async def pin(self, block_ids: Sequence[bytes], ttl_s: float) -> int:
+        """Keep stored blocks from eviction for `ttl_s` seconds; returns how many are stored."""
+        request = kvstore_pb2.PinRequest(block_ids=[bytes(b) for b in block_ids], ttl_s=ttl_s)
+        return (await self._kv().Pin(request, metadata=outgoing_metadata(), timeout=self.timeout_s)).pinned
+
+    async def unpin(self, block_ids: Sequence[bytes]) -> int:
+        request = kvstore_pb2.UnpinRequest(block_ids=[bytes(b) for b in block_ids])
+        return (await self._kv().Unpin(request, metadata=outgoing_metadata(), timeout=self.timeout_s)).unpinned
+
+    async def hint(self, block_ids: Sequence[bytes], priority: int | None = None,
+                   next_use_in_s: float | None = None) -> int:
+        """Advise the eviction policy; returns how many ids are stored."""
+        request = kvstore_pb2.HintRequest(block_ids=[bytes(b) for b in block_ids], priority=priority,
+                                          next_use_in_s=next_use_in_s)
+        return (await self._kv().Hint(request, metadata=outgoing_metadata(), timeout=self.timeout_s)).stored
+
+    async def delete(self, block_ids: Sequence[bytes]) -> int:
+        """Remove blocks from every tier; returns how many were stored."""
+        request = kvstore_pb2.DeleteRequest(block_ids=[bytes(b) for b in block_ids])
+        return (await self._kv().Delete(request, metadata=outgoing_metadata(), timeout=self.timeout_s)).deleted
 
     async def stats(self) -> kvstore_pb2.StatsResponse:
         return await self._kv().Stats(kvstore_pb2.StatsRequest(), metadata=outgoing_metadata(),
@@ -71,4 +136,22 @@ class KVStoreClient:
         if self._stub is None:
             self._channel = grpc.aio.insecure_channel(self.address, options=GRPC_OPTIONS)
             self._stub = kvstore_pb2_grpc.KVStoreStub(self._channel)
+            # The KV-carrying streams decode with `wire`: one copy of each block instead of three.
+            self._read = self._channel.unary_stream(wire.READ_METHOD, request_serializer=_serialize,
+                                                    response_deserializer=wire.decode_read_chunk)
+            self._get = self._channel.unary_stream(wire.GET_METHOD, request_serializer=_serialize,
+                                                   response_deserializer=wire.decode_kv_block)
         return self._stub
+
+
+async def _aiter(items):
+    if hasattr(items, "__aiter__"):
+        async for item in items:
+            yield item
+    else:
+        for item in items:
+            yield item
+
+
+def _serialize(message) -> bytes:
+    return message.SerializeToString()

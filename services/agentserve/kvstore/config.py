@@ -19,7 +19,12 @@ class KVStoreConfig:
     metrics_port: int = 0  # 0 disables /metrics
     data_dir: str = "/tmp/agentserve-kvstore"
     fsync: bool = True  # off only for throwaway stores: an acknowledged block may then be lost
+    group_commit: bool = False  # one filesystem sync for all concurrent writes instead of fsyncs per block
     max_block_bytes: int = 64 << 20
+    dram_budget_bytes: int = 1 << 30  # 0 disables the DRAM tier
+    ssd_budget_bytes: int = 64 << 30
+    # Scaled-out instances sharing one volume: each claims the first free `data_dir/instance-N`.
+    claim_instance_dir: bool = False
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -34,3 +39,8 @@ class KVStoreConfig:
             raise ValueError("data_dir must not be empty")
         if not 0 < self.max_block_bytes <= BLOCK_BYTES_LIMIT:
             raise ValueError(f"max_block_bytes must be in [1, {BLOCK_BYTES_LIMIT}], got {self.max_block_bytes}")
+        if self.dram_budget_bytes < 0:
+            raise ValueError(f"dram_budget_bytes must be >= 0 (0 disables DRAM), got {self.dram_budget_bytes}")
+        if self.ssd_budget_bytes < self.max_block_bytes:
+            raise ValueError(f"ssd_budget_bytes must be at least max_block_bytes ({self.max_block_bytes}), "
+                             f"got {self.ssd_budget_bytes}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from pathlib import Path
 
 import grpc
 import torch
@@ -15,13 +16,15 @@ from agentserve.kv.block_hash import BLOCK_ID_BYTES
 from agentserve.kvstore.config import KVStoreConfig
 from agentserve.kvstore.metrics import KVStoreMetrics
 from agentserve.kvstore.servicer import KVStoreServicer
-from agentserve.kvstore.store import BlockStore
-from agentserve.v1 import kvstore_pb2, kvstore_pb2_grpc
+from agentserve.kvstore.tiered import TieredStore
+from agentserve.kvstore import wire
+from agentserve.v1 import kvstore_pb2
 
 log = logging.getLogger(__name__)
 
 # No model has this fingerprint, so the warm-up block can never be served to an engine.
 WARMUP_FINGERPRINT = "agentserve.kvstore.warmup"
+MAX_INSTANCES = 64
 
 
 class KVStoreService(Service):
@@ -29,7 +32,7 @@ class KVStoreService(Service):
         self.config = config
         # Scanning the data dir happens here, before the port is bound: until the index is complete
         # no client can see a partial view of what is stored.
-        self.store = BlockStore(config.data_dir, fsync=config.fsync, max_block_bytes=config.max_block_bytes)
+        self.store = open_store(config)
         self.metrics = KVStoreMetrics(self.store)
 
     def settings(self) -> ServerSettings:
@@ -37,7 +40,7 @@ class KVStoreService(Service):
         return ServerSettings(name="kvstore", host=c.host, grpc_port=c.grpc_port, metrics_port=c.metrics_port)
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
-        kvstore_pb2_grpc.add_KVStoreServicer_to_server(KVStoreServicer(self.store, self.metrics), server)
+        wire.add_to_server(KVStoreServicer(self.store, self.metrics), server)
         return [kvstore_pb2.DESCRIPTOR.services_by_name["KVStore"].full_name]
 
     async def warmup(self) -> None:
@@ -47,7 +50,27 @@ class KVStoreService(Service):
         self.store.close()
 
 
-def round_trip(store: BlockStore) -> None:
+def open_store(config: KVStoreConfig) -> TieredStore:
+    def open_at(data_dir: Path) -> TieredStore:
+        return TieredStore.open(data_dir, dram_budget_bytes=config.dram_budget_bytes,
+                                ssd_budget_bytes=config.ssd_budget_bytes, fsync=config.fsync,
+                                group_commit=config.group_commit, max_block_bytes=config.max_block_bytes)
+
+    if not config.claim_instance_dir:
+        return open_at(Path(config.data_dir))
+    for n in range(MAX_INSTANCES):
+        data_dir = Path(config.data_dir) / f"instance-{n}"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            store = open_at(data_dir)
+        except RuntimeError:  # another instance holds this dir's lock
+            continue
+        log.info("claimed %s", data_dir)
+        return store
+    raise RuntimeError(f"all {MAX_INSTANCES} instance dirs under {config.data_dir} are in use")
+
+
+def round_trip(store: TieredStore) -> None:
     """Durably write, read back and delete one tiny block: proves the disk path works end to end."""
     block_id = os.urandom(BLOCK_ID_BYTES)  # random, so it cannot shadow a real block
     gen = torch.Generator().manual_seed(0)
@@ -56,8 +79,8 @@ def round_trip(store: BlockStore) -> None:
     try:
         if not store.put(block_id, data, WARMUP_FINGERPRINT):
             raise RuntimeError("warm-up block unexpectedly already stored")
-        if store.get(block_id, WARMUP_FINGERPRINT) != data:
-            raise RuntimeError(f"warm-up block did not read back intact from {store.root}")
+        if store.ssd.get(block_id, WARMUP_FINGERPRINT) != data:  # from disk, not the DRAM copy
+            raise RuntimeError(f"warm-up block did not read back intact from {store.ssd.root}")
     finally:
-        store.delete(block_id)
-    log.info("warm-up round trip through %s ok", store.root)
+        store.delete([block_id])
+    log.info("warm-up round trip through %s ok", store.ssd.root)

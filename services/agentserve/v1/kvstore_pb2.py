@@ -25,27 +25,53 @@ _sym_db = _symbol_database.Default()
 from agentserve.v1 import common_pb2 as agentserve_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61gentserve/v1/kvstore.proto\x12\ragentserve.v1\x1a\x1a\x61gentserve/v1/common.proto\"O\n\nPutRequest\x12\x19\n\x11model_fingerprint\x18\x01 \x01(\t\x12&\n\x06\x62locks\x18\x02 \x03(\x0b\x32\x16.agentserve.v1.KVBlock\"F\n\x0bPutResponse\x12\x0e\n\x06stored\x18\x01 \x01(\r\x12\x10\n\x08\x65xisting\x18\x02 \x01(\r\x12\x15\n\rbytes_written\x18\x03 \x01(\x04\":\n\nGetRequest\x12\x19\n\x11model_fingerprint\x18\x01 \x01(\t\x12\x11\n\tblock_ids\x18\x02 \x03(\x0c\"\"\n\rLookupRequest\x12\x11\n\tblock_ids\x18\x01 \x03(\x0c\"\'\n\x0eLookupResponse\x12\x15\n\rprefix_blocks\x18\x01 \x01(\r\"\x0e\n\x0cStatsRequest\"e\n\rStatsResponse\x12\x0e\n\x06\x62locks\x18\x01 \x01(\x04\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\x12\x0c\n\x04hits\x18\x03 \x01(\x04\x12\x0e\n\x06misses\x18\x04 \x01(\x04\x12\x17\n\x0f\x63orrupt_dropped\x18\x05 \x01(\x04\x32\x8e\x02\n\x07KVStore\x12<\n\x03Put\x12\x19.agentserve.v1.PutRequest\x1a\x1a.agentserve.v1.PutResponse\x12:\n\x03Get\x12\x19.agentserve.v1.GetRequest\x1a\x16.agentserve.v1.KVBlock0\x01\x12\x45\n\x06Lookup\x12\x1c.agentserve.v1.LookupRequest\x1a\x1d.agentserve.v1.LookupResponse\x12\x42\n\x05Stats\x12\x1b.agentserve.v1.StatsRequest\x1a\x1c.agentserve.v1.StatsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61gentserve/v1/kvstore.proto\x12\ragentserve.v1\x1a\x1a\x61gentserve/v1/common.proto\"O\n\nPutRequest\x12\x19\n\x11model_fingerprint\x18\x01 \x01(\t\x12&\n\x06\x62locks\x18\x02 \x03(\x0b\x32\x16.agentserve.v1.KVBlock\"F\n\x0bPutResponse\x12\x0e\n\x06stored\x18\x01 \x01(\r\x12\x10\n\x08\x65xisting\x18\x02 \x01(\r\x12\x15\n\rbytes_written\x18\x03 \x01(\x04\"P\n\x0cWriteRequest\x12\x19\n\x11model_fingerprint\x18\x01 \x01(\t\x12%\n\x05\x62lock\x18\x02 \x01(\x0b\x32\x16.agentserve.v1.KVBlock\":\n\nGetRequest\x12\x19\n\x11model_fingerprint\x18\x01 \x01(\t\x12\x11\n\tblock_ids\x18\x02 \x03(\x0c\"x\n\x0bReadRequest\x12\x19\n\x11model_fingerprint\x18\x01 \x01(\t\x12\x11\n\tblock_ids\x18\x02 \x03(\x0c\x12\x13\n\x0blayer_start\x18\x03 \x01(\r\x12\x17\n\nlayer_stop\x18\x04 \x01(\rH\x00\x88\x01\x01\x42\r\n\x0b_layer_stop\"\xa0\x01\n\tReadChunk\x12\x10\n\x08\x62lock_id\x18\x01 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x13\n\x0bheader_size\x18\x03 \x01(\r\x12\x13\n\x0blayer_start\x18\x04 \x01(\r\x12\x12\n\nlayer_stop\x18\x05 \x01(\r\x12\x12\n\nnum_layers\x18\x06 \x01(\r\x12!\n\x04tier\x18\x07 \x01(\x0e\x32\x13.agentserve.v1.Tier\"\"\n\rLookupRequest\x12\x11\n\tblock_ids\x18\x01 \x03(\x0c\"K\n\x0eLookupResponse\x12\x15\n\rprefix_blocks\x18\x01 \x01(\r\x12\"\n\x05tiers\x18\x02 \x03(\x0e\x32\x13.agentserve.v1.Tier\".\n\nPinRequest\x12\x11\n\tblock_ids\x18\x01 \x03(\x0c\x12\r\n\x05ttl_s\x18\x02 \x01(\x01\"\x1d\n\x0bPinResponse\x12\x0e\n\x06pinned\x18\x01 \x01(\r\"!\n\x0cUnpinRequest\x12\x11\n\tblock_ids\x18\x01 \x03(\x0c\"!\n\rUnpinResponse\x12\x10\n\x08unpinned\x18\x01 \x01(\r\"r\n\x0bHintRequest\x12\x11\n\tblock_ids\x18\x01 \x03(\x0c\x12\x15\n\x08priority\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x1a\n\rnext_use_in_s\x18\x03 \x01(\x01H\x01\x88\x01\x01\x42\x0b\n\t_priorityB\x10\n\x0e_next_use_in_s\"\x1e\n\x0cHintResponse\x12\x0e\n\x06stored\x18\x01 \x01(\r\"\"\n\rDeleteRequest\x12\x11\n\tblock_ids\x18\x01 \x03(\x0c\"!\n\x0e\x44\x65leteResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\r\"\x0e\n\x0cStatsRequest\"\xa8\x01\n\tTierStats\x12!\n\x04tier\x18\x01 \x01(\x0e\x32\x13.agentserve.v1.Tier\x12\x0e\n\x06\x62locks\x18\x02 \x01(\x04\x12\r\n\x05\x62ytes\x18\x03 \x01(\x04\x12\x14\n\x0c\x62udget_bytes\x18\x04 \x01(\x04\x12\x0c\n\x04hits\x18\x05 \x01(\x04\x12\x0e\n\x06misses\x18\x06 \x01(\x04\x12\x11\n\tevictions\x18\x07 \x01(\x04\x12\x12\n\npeak_bytes\x18\x08 \x01(\x04\"\x9b\x02\n\rStatsResponse\x12\x0e\n\x06\x62locks\x18\x01 \x01(\x04\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\x12\x0c\n\x04hits\x18\x03 \x01(\x04\x12\x0e\n\x06misses\x18\x04 \x01(\x04\x12\x17\n\x0f\x63orrupt_dropped\x18\x05 \x01(\x04\x12\'\n\x05tiers\x18\x06 \x03(\x0b\x32\x18.agentserve.v1.TierStats\x12\x16\n\x0ereserved_bytes\x18\x07 \x01(\x04\x12\x15\n\rpinned_blocks\x18\x08 \x01(\x04\x12\x12\n\nread_bytes\x18\t \x01(\x04\x12\x13\n\x0bwrite_bytes\x18\n \x01(\x04\x12\x18\n\x10read_bytes_per_s\x18\x0b \x01(\x01\x12\x19\n\x11write_bytes_per_s\x18\x0c \x01(\x01*2\n\x04Tier\x12\r\n\tTIER_NONE\x10\x00\x12\r\n\tTIER_DRAM\x10\x01\x12\x0c\n\x08TIER_SSD\x10\x02\x32\x9c\x05\n\x07KVStore\x12<\n\x03Put\x12\x19.agentserve.v1.PutRequest\x1a\x1a.agentserve.v1.PutResponse\x12\x42\n\x05Write\x12\x1b.agentserve.v1.WriteRequest\x1a\x1a.agentserve.v1.PutResponse(\x01\x12:\n\x03Get\x12\x19.agentserve.v1.GetRequest\x1a\x16.agentserve.v1.KVBlock0\x01\x12>\n\x04Read\x12\x1a.agentserve.v1.ReadRequest\x1a\x18.agentserve.v1.ReadChunk0\x01\x12\x45\n\x06Lookup\x12\x1c.agentserve.v1.LookupRequest\x1a\x1d.agentserve.v1.LookupResponse\x12<\n\x03Pin\x12\x19.agentserve.v1.PinRequest\x1a\x1a.agentserve.v1.PinResponse\x12\x42\n\x05Unpin\x12\x1b.agentserve.v1.UnpinRequest\x1a\x1c.agentserve.v1.UnpinResponse\x12?\n\x04Hint\x12\x1a.agentserve.v1.HintRequest\x1a\x1b.agentserve.v1.HintResponse\x12\x45\n\x06\x44\x65lete\x12\x1c.agentserve.v1.DeleteRequest\x1a\x1d.agentserve.v1.DeleteResponse\x12\x42\n\x05Stats\x12\x1b.agentserve.v1.StatsRequest\x1a\x1c.agentserve.v1.StatsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentserve.v1.kvstore_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_TIER']._serialized_start=1608
+  _globals['_TIER']._serialized_end=1658
   _globals['_PUTREQUEST']._serialized_start=74
   _globals['_PUTREQUEST']._serialized_end=153
   _globals['_PUTRESPONSE']._serialized_start=155
   _globals['_PUTRESPONSE']._serialized_end=225
-  _globals['_GETREQUEST']._serialized_start=227
-  _globals['_GETREQUEST']._serialized_end=285
-  _globals['_LOOKUPREQUEST']._serialized_start=287
-  _globals['_LOOKUPREQUEST']._serialized_end=321
-  _globals['_LOOKUPRESPONSE']._serialized_start=323
-  _globals['_LOOKUPRESPONSE']._serialized_end=362
-  _globals['_STATSREQUEST']._serialized_start=364
-  _globals['_STATSREQUEST']._serialized_end=378
-  _globals['_STATSRESPONSE']._serialized_start=380
-  _globals['_STATSRESPONSE']._serialized_end=481
-  _globals['_KVSTORE']._serialized_start=484
-  _globals['_KVSTORE']._serialized_end=754
+  _globals['_WRITEREQUEST']._serialized_start=227
+  _globals['_WRITEREQUEST']._serialized_end=307
+  _globals['_GETREQUEST']._serialized_start=309
+  _globals['_GETREQUEST']._serialized_end=367
+  _globals['_READREQUEST']._serialized_start=369
+  _globals['_READREQUEST']._serialized_end=489
+  _globals['_READCHUNK']._serialized_start=492
+  _globals['_READCHUNK']._serialized_end=652
+  _globals['_LOOKUPREQUEST']._serialized_start=654
+  _globals['_LOOKUPREQUEST']._serialized_end=688
+  _globals['_LOOKUPRESPONSE']._serialized_start=690
+  _globals['_LOOKUPRESPONSE']._serialized_end=765
+  _globals['_PINREQUEST']._serialized_start=767
+  _globals['_PINREQUEST']._serialized_end=813
+  _globals['_PINRESPONSE']._serialized_start=815
+  _globals['_PINRESPONSE']._serialized_end=844
+  _globals['_UNPINREQUEST']._serialized_start=846
+  _globals['_UNPINREQUEST']._serialized_end=879
+  _globals['_UNPINRESPONSE']._serialized_start=881
+  _globals['_UNPINRESPONSE']._serialized_end=914
+  _globals['_HINTREQUEST']._serialized_start=916
+  _globals['_HINTREQUEST']._serialized_end=1030
+  _globals['_HINTRESPONSE']._serialized_start=1032
+  _globals['_HINTRESPONSE']._serialized_end=1062
+  _globals['_DELETEREQUEST']._serialized_start=1064
+  _globals['_DELETEREQUEST']._serialized_end=1098
+  _globals['_DELETERESPONSE']._serialized_start=1100
+  _globals['_DELETERESPONSE']._serialized_end=1133
+  _globals['_STATSREQUEST']._serialized_start=1135
+  _globals['_STATSREQUEST']._serialized_end=1149
+  _globals['_TIERSTATS']._serialized_start=1152
+  _globals['_TIERSTATS']._serialized_end=1320
+  _globals['_STATSRESPONSE']._serialized_start=1323
+  _globals['_STATSRESPONSE']._serialized_end=1606
+  _globals['_KVSTORE']._serialized_start=1661
+  _globals['_KVSTORE']._serialized_end=2329
 # @@protoc_insertion_point(module_scope)

@@ -27,9 +27,17 @@ if _version_not_supported:
 
 
 class KVStoreStub:
-    """The SSD-backed KV block store. Engines call it over the storage network: prefill engines read
-    hit blocks (Get) and persist new ones (Put); decode engines persist a turn's blocks; the
-    scheduler asks which prefix is stored (Lookup).
+    """The KV block store: a DRAM cache over an SSD tier, each within a byte budget, both evicting
+    (LRU by default). Engines call it over the storage network: prefill engines read hit blocks
+    (Read, or the older Get) and persist new ones (Write, or Put); decode engines persist a turn's
+    blocks; the scheduler asks which prefix is stored and where (Lookup) and pins a session's
+    blocks while it waits on a tool (Pin/Unpin).
+
+    Guarantees, for every RPC: a block is served whole and verified (per-layer CRC32s) or not at
+    all; a block found corrupt on disk is deleted and reported as not stored; an acknowledged
+    write survives a crash. Being a cache, the store may evict any unpinned block at any time.
+    Bad input (malformed ids, another model's fingerprint, absent layers, oversize blocks) is
+    INVALID_ARGUMENT with a message naming the block and the reason, and changes nothing stored.
     """
 
     def __init__(self, channel):
@@ -43,15 +51,45 @@ class KVStoreStub:
                 request_serializer=agentserve_dot_v1_dot_kvstore__pb2.PutRequest.SerializeToString,
                 response_deserializer=agentserve_dot_v1_dot_kvstore__pb2.PutResponse.FromString,
                 _registered_method=True)
+        self.Write = channel.stream_unary(
+                '/agentserve.v1.KVStore/Write',
+                request_serializer=agentserve_dot_v1_dot_kvstore__pb2.WriteRequest.SerializeToString,
+                response_deserializer=agentserve_dot_v1_dot_kvstore__pb2.PutResponse.FromString,
+                _registered_method=True)
         self.Get = channel.unary_stream(
                 '/agentserve.v1.KVStore/Get',
                 request_serializer=agentserve_dot_v1_dot_kvstore__pb2.GetRequest.SerializeToString,
                 response_deserializer=agentserve_dot_v1_dot_common__pb2.KVBlock.FromString,
                 _registered_method=True)
+        self.Read = channel.unary_stream(
+                '/agentserve.v1.KVStore/Read',
+                request_serializer=agentserve_dot_v1_dot_kvstore__pb2.ReadRequest.SerializeToString,
+                response_deserializer=agentserve_dot_v1_dot_kvstore__pb2.ReadChunk.FromString,
+                _registered_method=True)
         self.Lookup = channel.unary_unary(
                 '/agentserve.v1.KVStore/Lookup',
                 request_serializer=agentserve_dot_v1_dot_kvstore__pb2.LookupRequest.SerializeToString,
                 response_deserializer=agentserve_dot_v1_dot_kvstore__pb2.LookupResponse.FromString,
+                _registered_method=True)
+        self.Pin = channel.unary_unary(
+                '/agentserve.v1.KVStore/Pin',
+                request_serializer=agentserve_dot_v1_dot_kvstore__pb2.PinRequest.SerializeToString,
+                response_deserializer=agentserve_dot_v1_dot_kvstore__pb2.PinResponse.FromString,
+                _registered_method=True)
+        self.Unpin = channel.unary_unary(
+                '/agentserve.v1.KVStore/Unpin',
+                request_serializer=agentserve_dot_v1_dot_kvstore__pb2.UnpinRequest.SerializeToString,
+                response_deserializer=agentserve_dot_v1_dot_kvstore__pb2.UnpinResponse.FromString,
+                _registered_method=True)
+        self.Hint = channel.unary_unary(
+                '/agentserve.v1.KVStore/Hint',
+                request_serializer=agentserve_dot_v1_dot_kvstore__pb2.HintRequest.SerializeToString,
+                response_deserializer=agentserve_dot_v1_dot_kvstore__pb2.HintResponse.FromString,
+                _registered_method=True)
+        self.Delete = channel.unary_unary(
+                '/agentserve.v1.KVStore/Delete',
+                request_serializer=agentserve_dot_v1_dot_kvstore__pb2.DeleteRequest.SerializeToString,
+                response_deserializer=agentserve_dot_v1_dot_kvstore__pb2.DeleteResponse.FromString,
                 _registered_method=True)
         self.Stats = channel.unary_unary(
                 '/agentserve.v1.KVStore/Stats',
@@ -61,31 +99,85 @@ class KVStoreStub:
 
 
 class KVStoreServicer:
-    """The SSD-backed KV block store. Engines call it over the storage network: prefill engines read
-    hit blocks (Get) and persist new ones (Put); decode engines persist a turn's blocks; the
-    scheduler asks which prefix is stored (Lookup).
+    """The KV block store: a DRAM cache over an SSD tier, each within a byte budget, both evicting
+    (LRU by default). Engines call it over the storage network: prefill engines read hit blocks
+    (Read, or the older Get) and persist new ones (Write, or Put); decode engines persist a turn's
+    blocks; the scheduler asks which prefix is stored and where (Lookup) and pins a session's
+    blocks while it waits on a tool (Pin/Unpin).
+
+    Guarantees, for every RPC: a block is served whole and verified (per-layer CRC32s) or not at
+    all; a block found corrupt on disk is deleted and reported as not stored; an acknowledged
+    write survives a crash. Being a cache, the store may evict any unpinned block at any time.
+    Bad input (malformed ids, another model's fingerprint, absent layers, oversize blocks) is
+    INVALID_ARGUMENT with a message naming the block and the reason, and changes nothing stored.
     """
 
     def Put(self, request, context):
-        """Store blocks. Each block is verified (format, checksums, fingerprint) and written to disk with
-        fsync and an atomic rename before the call returns: an acknowledged block survives a crash.
+        """Store blocks. Each block is verified (format, checksums, fingerprint) and made durable
+        (fsync and an atomic rename, per block or by group commit) before the call returns.
         Re-putting a stored block is a no-op. INVALID_ARGUMENT names the first bad block; blocks
-        before it in the request are already stored.
+        before it in the request are already stored. UNAVAILABLE if pinned blocks leave no room.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Write(self, request_iterator, context):
+        """The same as Put for a stream of blocks, acknowledged once at the end: every block of the
+        stream is durable when the response arrives. Error semantics as Put, indexed by position in
+        the stream.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Get(self, request, context):
-        """Stream the requested blocks in request order, stopping at the first one not stored (or found
-        corrupt, which is then deleted): the reply is always a prefix of the request.
+        """Stream the requested blocks whole, in request order, stopping at the first one not stored:
+        the reply is always a prefix of the request. Kept for engines; Read supersedes it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Read(self, request, context):
+        """Stream the requested blocks, or a layer range of each, in request order, one chunk per block,
+        stopping at the first one not stored (the reply is a prefix of the request). A layer range
+        the block does not have is INVALID_ARGUMENT, raised when the stream reaches that block.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Lookup(self, request, context):
-        """How many leading ids of a chained list are stored. Changes nothing.
+        """The longest stored prefix of a chained id list and the tier of each id. Changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Pin(self, request, context):
+        """Keep stored blocks from eviction until the TTL passes (or Unpin). Pins are not durable: a
+        restart forgets them. Ids not stored are skipped (and not counted).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Unpin(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Hint(self, request, context):
+        """Advice for the eviction policy (session priority, expected next use); LRU ignores it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Delete(self, request, context):
+        """Remove blocks from every tier, durably. Ids not stored are skipped (and not counted).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -105,15 +197,45 @@ def add_KVStoreServicer_to_server(servicer, server):
                     request_deserializer=agentserve_dot_v1_dot_kvstore__pb2.PutRequest.FromString,
                     response_serializer=agentserve_dot_v1_dot_kvstore__pb2.PutResponse.SerializeToString,
             ),
+            'Write': grpc.stream_unary_rpc_method_handler(
+                    servicer.Write,
+                    request_deserializer=agentserve_dot_v1_dot_kvstore__pb2.WriteRequest.FromString,
+                    response_serializer=agentserve_dot_v1_dot_kvstore__pb2.PutResponse.SerializeToString,
+            ),
             'Get': grpc.unary_stream_rpc_method_handler(
                     servicer.Get,
                     request_deserializer=agentserve_dot_v1_dot_kvstore__pb2.GetRequest.FromString,
                     response_serializer=agentserve_dot_v1_dot_common__pb2.KVBlock.SerializeToString,
             ),
+            'Read': grpc.unary_stream_rpc_method_handler(
+                    servicer.Read,
+                    request_deserializer=agentserve_dot_v1_dot_kvstore__pb2.ReadRequest.FromString,
+                    response_serializer=agentserve_dot_v1_dot_kvstore__pb2.ReadChunk.SerializeToString,
+            ),
             'Lookup': grpc.unary_unary_rpc_method_handler(
                     servicer.Lookup,
                     request_deserializer=agentserve_dot_v1_dot_kvstore__pb2.LookupRequest.FromString,
                     response_serializer=agentserve_dot_v1_dot_kvstore__pb2.LookupResponse.SerializeToString,
+            ),
+            'Pin': grpc.unary_unary_rpc_method_handler(
+                    servicer.Pin,
+                    request_deserializer=agentserve_dot_v1_dot_kvstore__pb2.PinRequest.FromString,
+                    response_serializer=agentserve_dot_v1_dot_kvstore__pb2.PinResponse.SerializeToString,
+            ),
+            'Unpin': grpc.unary_unary_rpc_method_handler(
+                    servicer.Unpin,
+                    request_deserializer=agentserve_dot_v1_dot_kvstore__pb2.UnpinRequest.FromString,
+                    response_serializer=agentserve_dot_v1_dot_kvstore__pb2.UnpinResponse.SerializeToString,
+            ),
+            'Hint': grpc.unary_unary_rpc_method_handler(
+                    servicer.Hint,
+                    request_deserializer=agentserve_dot_v1_dot_kvstore__pb2.HintRequest.FromString,
+                    response_serializer=agentserve_dot_v1_dot_kvstore__pb2.HintResponse.SerializeToString,
+            ),
+            'Delete': grpc.unary_unary_rpc_method_handler(
+                    servicer.Delete,
+                    request_deserializer=agentserve_dot_v1_dot_kvstore__pb2.DeleteRequest.FromString,
+                    response_serializer=agentserve_dot_v1_dot_kvstore__pb2.DeleteResponse.SerializeToString,
             ),
             'Stats': grpc.unary_unary_rpc_method_handler(
                     servicer.Stats,
@@ -129,9 +251,17 @@ def add_KVStoreServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class KVStore:
-    """The SSD-backed KV block store. Engines call it over the storage network: prefill engines read
-    hit blocks (Get) and persist new ones (Put); decode engines persist a turn's blocks; the
-    scheduler asks which prefix is stored (Lookup).
+    """The KV block store: a DRAM cache over an SSD tier, each within a byte budget, both evicting
+    (LRU by default). Engines call it over the storage network: prefill engines read hit blocks
+    (Read, or the older Get) and persist new ones (Write, or Put); decode engines persist a turn's
+    blocks; the scheduler asks which prefix is stored and where (Lookup) and pins a session's
+    blocks while it waits on a tool (Pin/Unpin).
+
+    Guarantees, for every RPC: a block is served whole and verified (per-layer CRC32s) or not at
+    all; a block found corrupt on disk is deleted and reported as not stored; an acknowledged
+    write survives a crash. Being a cache, the store may evict any unpinned block at any time.
+    Bad input (malformed ids, another model's fingerprint, absent layers, oversize blocks) is
+    INVALID_ARGUMENT with a message naming the block and the reason, and changes nothing stored.
     """
 
     @staticmethod
@@ -150,6 +280,33 @@ class KVStore:
             target,
             '/agentserve.v1.KVStore/Put',
             agentserve_dot_v1_dot_kvstore__pb2.PutRequest.SerializeToString,
+            agentserve_dot_v1_dot_kvstore__pb2.PutResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Write(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/agentserve.v1.KVStore/Write',
+            agentserve_dot_v1_dot_kvstore__pb2.WriteRequest.SerializeToString,
             agentserve_dot_v1_dot_kvstore__pb2.PutResponse.FromString,
             options,
             channel_credentials,
@@ -189,6 +346,33 @@ class KVStore:
             _registered_method=True)
 
     @staticmethod
+    def Read(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/agentserve.v1.KVStore/Read',
+            agentserve_dot_v1_dot_kvstore__pb2.ReadRequest.SerializeToString,
+            agentserve_dot_v1_dot_kvstore__pb2.ReadChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Lookup(request,
             target,
             options=(),
@@ -205,6 +389,114 @@ class KVStore:
             '/agentserve.v1.KVStore/Lookup',
             agentserve_dot_v1_dot_kvstore__pb2.LookupRequest.SerializeToString,
             agentserve_dot_v1_dot_kvstore__pb2.LookupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Pin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentserve.v1.KVStore/Pin',
+            agentserve_dot_v1_dot_kvstore__pb2.PinRequest.SerializeToString,
+            agentserve_dot_v1_dot_kvstore__pb2.PinResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Unpin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentserve.v1.KVStore/Unpin',
+            agentserve_dot_v1_dot_kvstore__pb2.UnpinRequest.SerializeToString,
+            agentserve_dot_v1_dot_kvstore__pb2.UnpinResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Hint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentserve.v1.KVStore/Hint',
+            agentserve_dot_v1_dot_kvstore__pb2.HintRequest.SerializeToString,
+            agentserve_dot_v1_dot_kvstore__pb2.HintResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Delete(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentserve.v1.KVStore/Delete',
+            agentserve_dot_v1_dot_kvstore__pb2.DeleteRequest.SerializeToString,
+            agentserve_dot_v1_dot_kvstore__pb2.DeleteResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,6 +1,5 @@
 """The kvstore as a real process on loopback, driven through KVStoreClient."""
 
-import asyncio
 import signal
 import urllib.request
 
@@ -8,20 +7,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentserve.kvstore.client import KVStoreClient
-from tests.support.processes import free_port, start_service
+from tests.integration.kvstore.support import run, start_kvstore
 from tests.support.kv_blocks import FP, chain, make_block, payload_offset
+from tests.support.processes import free_port
 
 pytestmark = pytest.mark.integration
-
-
-def start_kvstore(data_dir, metrics_port=0):
-    port = free_port()
-    args = ["--host", "127.0.0.1", "--grpc-port", str(port), "--data-dir", str(data_dir),
-            "--metrics-port", str(metrics_port)]
-    service = start_service("kvstore", "agentserve.kvstore", args, port)
-    service.extra_ports["metrics"] = metrics_port
-    return service
 
 
 @pytest.fixture(scope="module")
@@ -29,13 +19,6 @@ def kvstore(tmp_path_factory):
     service = start_kvstore(tmp_path_factory.mktemp("kvstore"), metrics_port=free_port())
     yield service
     assert service.stop() == 0, service.log.read_text()[-3000:]
-
-
-def run(coro_fn, address):
-    async def main():
-        async with KVStoreClient(address, timeout_s=30) as client:
-            return await coro_fn(client)
-    return asyncio.run(main())
 
 
 def serving(address) -> bool:

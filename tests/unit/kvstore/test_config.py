@@ -24,3 +24,29 @@ def test_flags_and_env_build_the_config():
 def test_bad_settings_are_rejected(kwargs, match):
     with pytest.raises(ValueError, match=match):
         KVStoreConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"dram_budget_bytes": -1}, "dram_budget_bytes"),
+    ({"ssd_budget_bytes": 1 << 20}, "ssd_budget_bytes must be at least max_block_bytes"),
+])
+def test_bad_budgets_are_rejected(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        KVStoreConfig(**kwargs)
+
+
+def test_scaled_out_instances_on_one_volume_claim_their_own_dirs(tmp_path):
+    from agentserve.kvstore.service import open_store
+
+    config = KVStoreConfig(data_dir=str(tmp_path), claim_instance_dir=True)
+    first, second = open_store(config), open_store(config)
+    try:
+        assert (first.ssd.root.parent.name, second.ssd.root.parent.name) == ("instance-0", "instance-1")
+    finally:
+        first.close()
+    third = open_store(config)  # a restarted instance takes the freed dir, and the blocks in it
+    try:
+        assert third.ssd.root.parent.name == "instance-0"
+    finally:
+        second.close()
+        third.close()

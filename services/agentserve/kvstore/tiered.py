@@ -1,0 +1,309 @@
+"""The store engines talk to: a DRAM cache over the SSD tier, each within a byte budget.
+
+- Writes go to SSD first and are acknowledged only when durable (`BlockStore`), then cached in
+  DRAM. DRAM is inclusive (every DRAM block is also on SSD), so evicting from DRAM costs no IO
+  and evicting from SSD drops the block from DRAM too.
+- Budgets hold at every instant: a write reserves its bytes (evicting first) before its file
+  exists, so SSD bytes + bytes in flight never exceed the SSD budget; a block that cannot fit
+  because everything else is pinned is refused (`StoreFullError`), never squeezed in.
+- Whole-block SSD reads are promoted into DRAM; layer-range reads are not (they read part of a
+  block, and a layerwise load touches each block once per layer).
+- Eviction order comes from one `EvictionPolicy` per tier (LRU by default); pins (Pin with a TTL)
+  are enforced here, whatever the policy.
+
+Thread-safe: one lock guards the tiers' bookkeeping; file IO runs outside it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from agentserve.common.errors import RetryableError
+from agentserve.kv.block_format import BlockHeader, check_fingerprint, payload_range
+from agentserve.kvstore.blockfile import Layers, resolve_layers
+from agentserve.kvstore.dram import DramTier
+from agentserve.kvstore.policy import Hint, LRUPolicy, PolicyFactory, Pins, pick_victims
+from agentserve.kvstore.rates import RateMeter
+from agentserve.kvstore.store import DEFAULT_MAX_BLOCK_BYTES, BlockRejectedError, BlockStore
+from agentserve.kvstore.types import (
+    NOT_CACHED,
+    BlockRead,
+    LookupResult,
+    NotCached,
+    Tier,
+    TieredStats,
+    TierStats,
+    WriteResult,
+)
+from agentserve.kvstore.verify import check_block_id, verify_block
+
+MAX_PIN_TTL_S = 24 * 3600.0
+NOWAIT_MAX_BYTES = 4 << 20  # a `nowait` read of a bigger SSD block is not tried (checksums take ~1 ms/3 MB)
+
+
+class StoreFullError(RetryableError):
+    """The SSD budget is taken by pinned blocks and writes in flight; retry after unpins."""
+
+
+class TieredStore:
+    def __init__(self, ssd: BlockStore, *, dram_budget_bytes: int, ssd_budget_bytes: int,
+                 policy: PolicyFactory = LRUPolicy, clock: Callable[[], float] = time.monotonic) -> None:
+        if ssd_budget_bytes <= 0:
+            raise ValueError(f"SSD budget must be positive, got {ssd_budget_bytes}")
+        self.ssd = ssd
+        self.ssd_budget_bytes = ssd_budget_bytes
+        self._lock = threading.Lock()
+        self._pins = Pins(clock)
+        self.dram = DramTier(dram_budget_bytes, policy(), self._pins.pinned)
+        self._ssd_policy = policy()
+        self._ssd_hits = self._ssd_misses = self._ssd_evictions = 0
+        self._ssd_peak = ssd.stats().bytes
+        self._reads = RateMeter(clock=clock)
+        self._writes = RateMeter(clock=clock)
+        for block_id in ssd.scanned_oldest_first():  # LRU order survives a restart as write order
+            self._ssd_policy.insert(block_id, ssd.size_of(block_id) or 0)
+        with self._lock:
+            self._make_ssd_room(0)  # the budget may have shrunk since the last run
+
+    @classmethod
+    def open(cls, data_dir: str | os.PathLike, *, dram_budget_bytes: int, ssd_budget_bytes: int,
+             fsync: bool = True, group_commit: bool = False, max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
+             policy: PolicyFactory = LRUPolicy, clock: Callable[[], float] = time.monotonic) -> TieredStore:
+        ssd = BlockStore(data_dir, fsync=fsync, max_block_bytes=max_block_bytes, group_commit=group_commit)
+        try:
+            return cls(ssd, dram_budget_bytes=dram_budget_bytes, ssd_budget_bytes=ssd_budget_bytes,
+                       policy=policy, clock=clock)
+        except BaseException:
+            ssd.close()
+            raise
+
+    def close(self) -> None:
+        self.ssd.close()
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    def put(self, block_id: bytes, data: bytes, fingerprint: str) -> bool:
+        """Durably store one block; False if it was already stored. Bad blocks raise ValueError."""
+        stored, rejected = self._write(fingerprint, [(block_id, data)], 0)
+        if rejected is not None:
+            raise rejected.cause
+        return stored[0]
+
+    def put_many(self, fingerprint: str, blocks: Sequence[tuple[bytes, bytes]], first_index: int = 0) -> WriteResult:
+        """Durably store blocks in order. Raises BlockRejectedError at the first bad one (indexed
+        from `first_index`) after the blocks before it are durable; StoreFullError if pins leave
+        no room (nothing of this call written)."""
+        stored, rejected = self._write(fingerprint, blocks, first_index)
+        if rejected is not None:
+            raise rejected
+        result = WriteResult()
+        for (_, data), new in zip(blocks, stored):
+            result += WriteResult(1, 0, len(data)) if new else WriteResult(0, 1, 0)
+        return result
+
+    def _write(self, fingerprint: str, blocks: Sequence[tuple[bytes, bytes]],
+               first_index: int) -> tuple[list[bool], BlockRejectedError | None]:
+        if not fingerprint:
+            raise ValueError("model fingerprint must not be empty")
+        # Verified before any room is made, so a bad write never evicts a good block.
+        blocks, headers, rejected = self._verified_prefix(fingerprint, [(bytes(b), d) for b, d in blocks],
+                                                          first_index)
+        with self._lock:
+            new = {b: len(d) for b, d in blocks if not self.ssd.contains(b)}
+            for block_id, _ in blocks:  # a write uses the blocks it repeats: never evict them for it
+                if block_id not in new:
+                    self._ssd_policy.touch(block_id)
+            self._make_ssd_room(sum(new.values()))
+            self.ssd.reserve(sum(new.values()))
+            # Bytes on disk never exceed stored + reserved, so this bounds the true peak.
+            self._ssd_peak = max(self._ssd_peak, sum(self.ssd.committed_bytes()))
+        stored: list[bool | None] = [None] * len(blocks)  # None: unknown (the write raised)
+        try:
+            # Only `new` is written (a block stored at reservation but evicted since has no room
+            # reserved); `write` releases what it did not use.
+            written, _ = self.ssd.write(fingerprint, blocks, first_index, verified=True, reserved=new)
+            stored = list(written)
+        finally:
+            with self._lock:
+                for (block_id, data), header, is_new in zip(blocks, headers, stored):
+                    if not self.ssd.contains(block_id):
+                        continue  # not written, or deleted since: keep it out of DRAM and the policy
+                    if is_new is False:
+                        self._ssd_policy.touch(block_id)  # again, so the batch ends in request order
+                        continue
+                    self._ssd_policy.insert(block_id, len(data))
+                    if is_new:
+                        self._writes.add(len(data))
+                        self.dram.insert(block_id, bytes(data), header)
+        return [bool(s) for s in stored], rejected
+
+    def _verified_prefix(self, fingerprint: str, blocks: list[tuple[bytes, bytes]], first_index: int,
+                         ) -> tuple[list[tuple[bytes, bytes]], list[BlockHeader], BlockRejectedError | None]:
+        """The blocks before the first bad one, their headers, and the bad one's rejection."""
+        headers: list[BlockHeader] = []
+        for i, (block_id, data) in enumerate(blocks):
+            try:
+                if len(data) > self.ssd_budget_bytes:  # could never be stored, not even in an empty tier
+                    raise ValueError(f"block is {len(data)} bytes, over the SSD budget of {self.ssd_budget_bytes}")
+                headers.append(verify_block(block_id, data, fingerprint, self.ssd.max_block_bytes))
+            except ValueError as exc:
+                return blocks[:i], headers, BlockRejectedError(first_index + i, block_id, exc)
+        return blocks, headers, None
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def read(self, block_id: bytes, fingerprint: str | None = None, layers: Layers = None,
+             nowait: bool = False) -> BlockRead | None | NotCached:
+        """The whole block or `layers` of it (a range, or a slice with an open stop), from the
+        fastest tier holding it; None if not stored (or found corrupt, then dropped). Raises
+        ValueError for a malformed id, FingerprintMismatchError for another model's block,
+        LayerRangeError for absent layers.
+        With `nowait`, returns NOT_CACHED (counting nothing) rather than wait for the disk: an
+        event loop serves DRAM and page-cache hits in place and sends the rest to a thread."""
+        block_id = bytes(block_id)
+        check_block_id(block_id)
+        with self._lock:
+            entry = self.dram.get(block_id, count_miss=not nowait)
+            if entry is not None:
+                self._ssd_policy.touch(block_id)
+        if entry is not None:
+            read = _slice(block_id, entry.data, entry.header, fingerprint, layers)
+            with self._lock:
+                self._reads.add(len(read.data))
+            return read
+        if nowait and (self.ssd.size_of(block_id) or 0) > NOWAIT_MAX_BYTES:
+            return NOT_CACHED  # verifying it would hold the caller's event loop too long
+        read = self.ssd.read(block_id, fingerprint, layers, nowait)
+        if read is NOT_CACHED:
+            return read
+        with self._lock:
+            self.dram.misses += nowait  # not counted above, as the read might have been handed on
+            if read is None:
+                self._ssd_misses += 1
+                if not self.ssd.contains(block_id):
+                    self._forget(block_id)  # dropped as corrupt, or never there
+                return None
+            self._ssd_hits += 1
+            self._reads.add(len(read.data))
+            if self.ssd.contains(block_id):
+                self._ssd_policy.touch(block_id)
+                if read.whole:
+                    self.dram.insert(block_id, read.data, read.header)
+        return read
+
+    def get(self, block_id: bytes, fingerprint: str | None = None) -> bytes | None:
+        read = self.read(block_id, fingerprint)
+        return None if read is None else read.data
+
+    def lookup(self, block_ids: Sequence[bytes]) -> LookupResult:
+        """The longest stored prefix and each id's tier; malformed ids are simply not stored."""
+        with self._lock:
+            tiers = tuple(self._tier(bytes(b)) for b in block_ids)
+        prefix = next((i for i, t in enumerate(tiers) if t is Tier.NONE), len(tiers))
+        return LookupResult(prefix, tiers)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def pin(self, block_ids: Sequence[bytes], ttl_s: float) -> int:
+        """Keep stored blocks from eviction for `ttl_s` seconds; returns how many were stored."""
+        if not 0 < ttl_s <= MAX_PIN_TTL_S:
+            raise ValueError(f"pin ttl_s must be in (0, {MAX_PIN_TTL_S:.0f}], got {ttl_s}")
+        ids = _checked_ids(block_ids)
+        with self._lock:
+            present = [b for b in ids if self.ssd.contains(b)]
+            for block_id in present:
+                hint = Hint(pin_until=self._pins.pin(block_id, ttl_s))
+                self._ssd_policy.hint(block_id, hint)
+                self.dram.hint(block_id, hint)
+        return len(present)
+
+    def unpin(self, block_ids: Sequence[bytes]) -> int:
+        ids = _checked_ids(block_ids)
+        with self._lock:
+            return sum(self._pins.unpin(b) for b in ids)
+
+    def hint(self, block_ids: Sequence[bytes], hint: Hint) -> int:
+        """Pass advice to both tiers' policies; returns how many ids are stored."""
+        ids = _checked_ids(block_ids)
+        with self._lock:
+            present = [b for b in ids if self.ssd.contains(b)]
+            for block_id in present:
+                self._ssd_policy.hint(block_id, hint)
+                self.dram.hint(block_id, hint)
+        return len(present)
+
+    def delete(self, block_ids: Sequence[bytes]) -> int:
+        """Remove blocks from every tier (durably); returns how many were stored."""
+        ids = _checked_ids(block_ids)
+        with self._lock:
+            deleted = [b for b in ids if self.ssd.delete(b, durable=False)]
+            for block_id in ids:
+                self._forget(block_id)
+                self._pins.unpin(block_id)
+        self.ssd.sync_deletes(deleted)
+        return len(deleted)
+
+    def stats(self) -> TieredStats:
+        ssd = self.ssd.stats()
+        with self._lock:
+            d = self.dram
+            return TieredStats(
+                dram=TierStats(Tier.DRAM, len(d), d.bytes, d.budget_bytes, d.hits, d.misses, d.evictions,
+                               d.peak_bytes),
+                ssd=TierStats(Tier.SSD, ssd.blocks, ssd.bytes, self.ssd_budget_bytes, self._ssd_hits,
+                              self._ssd_misses, self._ssd_evictions, self._ssd_peak),
+                reserved_bytes=self.ssd.committed_bytes()[1], pinned_blocks=self._pins.count(),
+                corrupt_dropped=ssd.corrupt_dropped, read_bytes=self._reads.total,
+                write_bytes=self._writes.total, read_bytes_per_s=self._reads.rate(),
+                write_bytes_per_s=self._writes.rate())
+
+    def disk_bytes(self) -> int:
+        """Bytes on disk right now, with evictions and new reservations held still meanwhile:
+        this is what must never exceed the SSD budget."""
+        with self._lock:
+            return self.ssd.disk_bytes()
+
+    # -- internals (called under the lock) --------------------------------------------------------
+
+    def _tier(self, block_id: bytes) -> Tier:
+        if block_id in self.dram:
+            return Tier.DRAM
+        return Tier.SSD if self.ssd.contains(block_id) else Tier.NONE
+
+    def _make_ssd_room(self, nbytes: int) -> None:
+        excess = sum(self.ssd.committed_bytes()) + nbytes - self.ssd_budget_bytes
+        if excess <= 0:
+            return
+        victims = pick_victims(self._ssd_policy, excess, lambda b: self.ssd.size_of(b) or 0, self._pins.pinned)
+        if victims is None:
+            raise StoreFullError(f"SSD tier full: {nbytes} bytes to write, budget {self.ssd_budget_bytes}, "
+                                 f"{self.ssd.committed_bytes()[1]} bytes in flight, {self._pins.count()} blocks pinned")
+        for block_id in victims:
+            self.ssd.delete(block_id, durable=False)  # a crash may bring it back, intact: harmless
+            self._forget(block_id)
+            self._ssd_evictions += 1
+
+    def _forget(self, block_id: bytes) -> None:
+        self.dram.remove(block_id)
+        self._ssd_policy.remove(block_id)
+
+
+def _slice(block_id: bytes, data: bytes, header: BlockHeader, fingerprint: str | None, layers: Layers) -> BlockRead:
+    check_fingerprint(header, fingerprint)
+    layers = resolve_layers(layers, header)
+    if layers == range(header.num_layers):
+        return BlockRead(block_id, data, header.payload_offset, layers, header.num_layers, Tier.DRAM)
+    offset, length = payload_range(header, layers.start, layers.stop)
+    view = memoryview(data)
+    out = bytes(view[:header.payload_offset]) + bytes(view[offset:offset + length])
+    return BlockRead(block_id, out, header.payload_offset, layers, header.num_layers, Tier.DRAM)
+
+
+def _checked_ids(block_ids: Sequence[bytes]) -> list[bytes]:
+    ids = [bytes(b) for b in block_ids]
+    for block_id in ids:
+        check_block_id(block_id)
+    return ids
