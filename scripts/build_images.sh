@@ -6,7 +6,7 @@
 #
 # Runs setup_docker.sh, build_base_image.sh and build_wheelhouse.sh first. An image is rebuilt
 # only when the content hash in its label (Dockerfile, lock, wheelhouse stamp, base image id and,
-# for agentserve, the source tree) differs from what is on disk now.
+# for agentserve, the source tree and the hardware profiles) differs from what is on disk now.
 #
 # Usage: scripts/build_images.sh [agentserve] [phoenix]      (default: both)
 # Env:
@@ -33,11 +33,12 @@ timed() {
     log "$name took $((SECONDS - start))s"
 }
 
-# Hash of the files that go into the project wheel: paths and contents, build leftovers excluded.
+# Hash of the files that go into the project wheel and of the hardware profiles the image carries:
+# paths and contents, build leftovers excluded.
 source_tree_hash() {
     (
         cd "$ROOT"
-        find pyproject.toml services -type f \
+        find pyproject.toml services profiles -type f \
             -not -path '*/__pycache__/*' -not -path '*.egg-info/*' -not -name '*.pyc' -print0 \
             | LC_ALL=C sort -z | xargs -0 sha256sum
     ) | sha256sum | cut -d' ' -f1
@@ -96,7 +97,7 @@ build_agentserve() {
         "file:$ROOT/wheelhouse/$STAMP_NAME" "str:$(source_tree_hash)" "str:$BASE_ID")"
     context="$WORK/agentserve"
     mkdir -p "$context/wheelhouse" "$context/dist"
-    stage_into "$context" "$ROOT/requirements.lock"
+    stage_into "$context" "$ROOT/requirements.lock" "$ROOT/profiles"
     find "$ROOT/wheelhouse" -maxdepth 1 -name '*.whl' -not -name 'agentserve-*' \
         -exec cp -al {} "$context/wheelhouse/" \;
     cp "$ROOT"/wheelhouse/agentserve-*.whl "$context/dist/"

@@ -92,9 +92,12 @@ class PhoenixClient:
                 return int(edge["node"]["traceCount"])
         return 0
 
-    def trace_url(self, trace_id: str) -> str:
-        """The UI page showing one trace."""
-        return f"{self.base_url}/projects/{self.project_global_id()}/traces/{trace_id}"
+    def trace_url(self, trace_id: str, span: Span | None = None) -> str:
+        """The UI page showing one trace, with `span` (one of this client's span dicts) selected."""
+        url = f"{self.base_url}/projects/{self.project_global_id()}/traces/{trace_id}"
+        if span is not None:  # the REST `id` is the span's GraphQL node id, which the page selects by
+            url += "?" + urllib.parse.urlencode({"selectedSpanNodeId": span["id"]})
+        return url
 
     def _graphql(self, query: str) -> dict[str, Any]:
         body = json.dumps({"query": query}).encode()

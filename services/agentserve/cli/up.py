@@ -56,17 +56,29 @@ def wait_serving(proc: Proc, timeout_s: float) -> None:
     raise TimeoutError(f"{proc.name} did not become SERVING within {timeout_s:.0f}s")
 
 
-def service_commands(ports: LocalPorts, model_dir: Path, data_dir: Path, decoders: int) -> list[tuple[str, int, list[str]]]:
+@dataclass(frozen=True)
+class FabricSettings:
+    """The emulated fabric of a local cluster: engines' hardware profile, the scheduler's path policy."""
+
+    profile: str = "local-unshaped"  # profiles/<name>.yaml, or a path to one
+    kv_path_policy: str = "dualpath"  # dualpath, always-a, always-b
+    prefill_tokens_per_s: float = 0.0  # what the profile is scaled against; 0 = each engine measures
+
+
+def service_commands(ports: LocalPorts, model_dir: Path, data_dir: Path, decoders: int,
+                     fabric: FabricSettings = FabricSettings()) -> list[tuple[str, int, list[str]]]:
     py = [sys.executable, "-m"]
     engine_common = ["--model-dir", str(model_dir), "--advertise-host", "127.0.0.1",
                      "--scheduler-address", f"127.0.0.1:{ports.scheduler}",
-                     "--kvstore-address", f"127.0.0.1:{ports.kvstore}"]
+                     "--kvstore-address", f"127.0.0.1:{ports.kvstore}", "--fabric-profile", fabric.profile,
+                     "--fabric-prefill-tokens-per-s", repr(fabric.prefill_tokens_per_s)]
     cmds = [
         ("kvstore", ports.kvstore, py + ["agentserve.kvstore", "--grpc-port", str(ports.kvstore),
                                          "--data-dir", str(data_dir)]),
         ("scheduler", ports.scheduler, py + ["agentserve.scheduler", "--grpc-port", str(ports.scheduler),
                                              "--http-port", str(ports.http), "--model-dir", str(model_dir),
-                                             "--kvstore-address", f"127.0.0.1:{ports.kvstore}"]),
+                                             "--kvstore-address", f"127.0.0.1:{ports.kvstore}",
+                                             "--kv-path-policy", fabric.kv_path_policy]),
         ("prefill", ports.prefill, py + ["agentserve.prefill", "--grpc-port", str(ports.prefill)] + engine_common),
     ]
     for i in range(decoders):
@@ -80,11 +92,18 @@ def service_commands(ports: LocalPorts, model_dir: Path, data_dir: Path, decoder
 
 class LocalCluster:
     def __init__(self, ports: LocalPorts = LocalPorts(), decoders: int = 2, data_dir: Path | None = None,
-                 log_dir: Path | None = None, model_dir: Path | None = None, env: dict[str, str] | None = None):
+                 log_dir: Path | None = None, model_dir: Path | None = None, env: dict[str, str] | None = None,
+                 fabric: FabricSettings = FabricSettings()):
         if decoders < 1:
             raise ValueError("at least one decode engine is required")
+        from agentserve.fabric.profiles import load_profile
+        from agentserve.scheduler.paths import make_path_policy
+
+        load_profile(fabric.profile)  # a bad name fails here, naming the profiles on offer
+        make_path_policy(fabric.kv_path_policy)
         self.ports = ports
         self.decoders = decoders
+        self.fabric = fabric
         home = models_home().parent
         self.data_dir = data_dir or home / "kvstore-local"
         self.log_dir = log_dir or home / "logs"
@@ -96,7 +115,8 @@ class LocalCluster:
         model_dir = self.model_dir or ensure_default_model()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
-            for name, port, cmd in service_commands(self.ports, model_dir, self.data_dir, self.decoders):
+            for name, port, cmd in service_commands(self.ports, model_dir, self.data_dir, self.decoders,
+                                                     self.fabric):
                 log = (self.log_dir / f"{name}.log").open("w")
                 proc = Proc(name, port, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env))
                 self.procs.append(proc)

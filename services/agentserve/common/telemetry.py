@@ -1,5 +1,6 @@
 """OpenTelemetry: one tracer provider per process, context carried over gRPC metadata, and the
-`kv.transfer` span every KV movement records.
+`kv.transfer` span every KV movement records (counted on /metrics too, by path and link, so a test
+or a dashboard can tell how many transfers and bytes the spans should account for).
 
 Spans export over OTLP/gRPC only when `OTEL_EXPORTER_OTLP_ENDPOINT` is set; without it spans are
 still created (turns report their trace id) but go nowhere. Tests attach an in-memory exporter.
@@ -17,9 +18,15 @@ from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from prometheus_client import Counter
 
 PROJECT = os.environ.get("AGENTSERVE_TRACE_PROJECT", "agentserve")
 _provider: TracerProvider | None = None
+
+KV_TRANSFERS = Counter("agentserve_kv_transfers_total", "kv.transfer spans recorded (KV movements)",
+                       ["path", "link"])
+KV_TRANSFER_BYTES = Counter("agentserve_kv_transfer_bytes_total", "KV bytes moved, as the kv.transfer spans say",
+                            ["path", "link"])
 
 
 def setup_tracing(service: str, exporter: SpanExporter | None = None) -> TracerProvider:
@@ -109,3 +116,5 @@ def kv_transfer(path: str, link: str, src: str, dst: str, layers: int,
             span.set_attribute("kv.blocks", record.blocks)
             span.set_attribute("net.achieved_gbps", record.bytes * 8 / elapsed / 1e9)
             span.set_attribute("net.queue_wait_ms", record.queue_wait_s * 1000)
+            KV_TRANSFERS.labels(path, link).inc()
+            KV_TRANSFER_BYTES.labels(path, link).inc(record.bytes)

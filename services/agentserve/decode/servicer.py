@@ -6,6 +6,7 @@ from agentserve.common.errors import grpc_errors
 from agentserve.common.telemetry import incoming_context
 from agentserve.decode.worker import DecodeWorker
 from agentserve.engine_service.protocol import sampling_from_proto
+from agentserve.fabric.stream import incoming_transfer
 from agentserve.v1 import decode_pb2, decode_pb2_grpc
 
 
@@ -16,7 +17,12 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
     @grpc_errors
     async def LoadKV(self, request_iterator, context) -> decode_pb2.LoadKVResponse:
         with incoming_context(context):
-            blocks = [block.data async for block in request_iterator]
+            blocks = []
+            # Paced on this engine's cnic as well: the slower (or busier) end sets the rate.
+            async with incoming_transfer(self.worker.mover.cnic, context) as transfer:
+                async for block in request_iterator:
+                    await transfer.pace(len(block.data))
+                    blocks.append(block.data)
             imported, present = await self.worker.load_kv(blocks)
         return decode_pb2.LoadKVResponse(imported=imported, already_present=present)
 
@@ -27,3 +33,15 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
             async for chunk in self.worker.generate(list(request.token_ids), request.prompt_tokens, sampling,
                                                     request.tenant):
                 yield decode_pb2.GenerateChunk(**chunk.__dict__)
+
+    @grpc_errors
+    async def RelayKV(self, request: decode_pb2.RelayRequest, context):
+        with incoming_context(context):
+            async for chunk in self.worker.relay(list(request.block_ids), request.dst):
+                yield chunk
+
+    @grpc_errors
+    async def Lookup(self, request: decode_pb2.HeldBlocksRequest, context) -> decode_pb2.HeldBlocksResponse:
+        with incoming_context(context):
+            held = await self.worker.held(list(request.block_ids))
+        return decode_pb2.HeldBlocksResponse(held=held)

@@ -16,6 +16,9 @@ from agentserve.engine.sampling import SamplingParams
 from agentserve.engine_service.config import EngineServiceConfig
 from agentserve.engine_service.kv_moves import KVMover
 from agentserve.engine_service.registration import Registrar
+from agentserve.fabric.calibrate import measure_local_compute
+from agentserve.fabric.metrics import nic_status, register_nic_metrics
+from agentserve.fabric.profiles import ScaledProfile, load_profile
 from agentserve.kvstore.client import KVStoreClient
 from agentserve.v1 import common_pb2
 
@@ -36,9 +39,22 @@ class EngineService(Service):
         self.address = f"{advertise_host(config.advertise_host)}:{config.grpc_port}"
         self.engine_id = config.engine_id or f"{self.role_name}-{self.address}"
         self.kvstore = KVStoreClient(config.kvstore_address)
-        self.mover = KVMover(self.engine, self.engine_id, self.kvstore, config.kvstore_address)
+        self.fabric = self._scaled_profile(engine, model_dir)
+        self.nics = self.fabric.nics(self.role_name)
+        register_nic_metrics(self.nics.values())
+        self.mover = KVMover(self.engine, self.engine_id, self.kvstore, config.kvstore_address, self.nics)
         self.registrar: Registrar | None = None
-        log.info("%s %s serving %s (fingerprint %s)", self.role_name, self.engine_id, model_dir, engine.fingerprint)
+        self.model_dir = model_dir
+
+    def _scaled_profile(self, engine: LLMEngine, model_dir: str) -> ScaledProfile:
+        """The hardware profile scaled to this machine's compute: it gives this engine's snic and cnic."""
+        profile = load_profile(self.config.fabric_profile)  # ValueError names the profiles on offer
+        model = engine.model_config
+        kv_bytes = 2 * model.num_hidden_layers * model.num_key_value_heads * model.head_dim * engine.dtype.itemsize
+        tokens_per_s = self.config.fabric_prefill_tokens_per_s
+        if profile.target is not None and tokens_per_s == 0:
+            tokens_per_s = measure_local_compute(model_dir, self.config.dtype).prefill_tokens_per_s
+        return profile.scaled(kv_bytes, tokens_per_s or 1.0)
 
     def status(self) -> common_pb2.EngineStatus:
         engine = self.engine.engine
@@ -48,9 +64,18 @@ class EngineService(Service):
             model_fingerprint=engine.fingerprint, block_size=engine.block_size,
             running=load["running"], waiting=load["waiting"], free_kv_blocks=load["free_kv_blocks"],
             total_kv_blocks=load["total_kv_blocks"], vocab_size=engine.model_config.vocab_size,
-            max_context=engine.model_config.max_position_embeddings)
+            max_context=engine.model_config.max_position_embeddings, nics=nic_status(self.nics.values()),
+            kv_block_bytes=self.mover.block_bytes)
 
     async def start(self) -> None:
+        # Logged here, not in __init__: the server configures logging after building the service.
+        engine = self.engine.engine
+        log.info("%s %s serving %s (fingerprint %s)", self.role_name, self.engine_id, self.model_dir,
+                 engine.fingerprint)
+        nics = self.fabric.engines[self.role_name]
+        log.info("fabric profile %s (time dilation %.3g): snic %.4g Gbps %.3g ms, cnic %.4g Gbps %.3g ms",
+                 self.fabric.profile.name, self.fabric.time_dilation, nics.snic.gbps, nics.snic.latency_ms,
+                 nics.cnic.gbps, nics.cnic.latency_ms)
         self.engine.start()
 
     async def warmup(self) -> None:

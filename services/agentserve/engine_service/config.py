@@ -22,11 +22,17 @@ class EngineServiceConfig:
     scheduler_address: str = "127.0.0.1:50051"
     kvstore_address: str = "127.0.0.1:50052"
     heartbeat_interval_ms: int = 1000
+    fabric_profile: str = "local-unshaped"  # profiles/<name>.yaml (or a .yaml path): this engine's snic and cnic
+    fabric_prefill_tokens_per_s: float = 0.0  # local compute speed the profile is scaled by; 0 = measure
 
     def __post_init__(self) -> None:
         for name in ("grpc_port", "kv_cache_mb", "block_size", "max_batch_size", "heartbeat_interval_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not self.fabric_profile:
+            raise ValueError("fabric_profile must not be empty (local-unshaped: no shaping)")
+        if not self.fabric_prefill_tokens_per_s >= 0:
+            raise ValueError(f"fabric_prefill_tokens_per_s must be >= 0, got {self.fabric_prefill_tokens_per_s}")
         if not 0 <= self.metrics_port < 65536:
             raise ValueError(f"metrics_port must be a port number, got {self.metrics_port}")
         for name in ("scheduler_address", "kvstore_address"):

@@ -2,23 +2,42 @@
 
 - load (path A): KV store -> this engine, over the storage NIC
 - persist: this engine -> KV store, over the storage NIC
-- handoff: prefill engine -> decode engine, over the compute NIC
+- handoff: prefill engine -> decode engine, over the compute NIC (only what it lacks: `lacking`)
+
+Path B (a decode engine relaying store reads to a prefill engine) lives in `relay`.
 
 Blocks travel one per message in the block wire format; the engine thread does every pool access.
+Every byte is paced by this engine's emulated NIC (agentserve.fabric), whose queue depth the
+heartbeat reports; the receiving end of a handoff paces its own NIC (`incoming_transfer`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import grpc
+import torch
 
 from agentserve.common.server import GRPC_OPTIONS
 from agentserve.common.telemetry import kv_transfer, outgoing_metadata
 from agentserve.engine.async_engine import AsyncEngine
 from agentserve.engine.engine import LLMEngine
+from agentserve.fabric.nic import EmulatedNIC
+from agentserve.fabric.stream import paced, transfer_metadata
+from agentserve.kv.block_format import serialize_blocks
 from agentserve.kvstore.client import KVStoreClient
-from agentserve.v1 import common_pb2, decode_pb2_grpc
+from agentserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc
+
+HANDOFF_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Moved:
+    """What one KV movement carried."""
+
+    blocks: int = 0
+    bytes: int = 0
 
 
 def _export_each(engine: LLMEngine, ids: Sequence[bytes]) -> list[tuple[bytes, bytes]]:
@@ -35,25 +54,46 @@ def _import_each(engine: LLMEngine, blocks: Sequence[bytes]) -> int:
     return sum(engine.import_blocks(data) for data in blocks)
 
 
+def block_wire_bytes(engine: LLMEngine) -> int:
+    """Bytes of one full block in the block format, header included (all blocks are this size)."""
+    config = engine.model_config
+    shape = (config.num_hidden_layers, 1, engine.block_size, config.num_key_value_heads, config.head_dim)
+    zeros = torch.zeros(shape, dtype=engine.dtype)
+    return len(serialize_blocks(zeros, zeros, block_ids=[bytes(16)], fingerprint=engine.fingerprint))
+
+
+def unshaped_nics() -> dict[str, EmulatedNIC]:
+    return {"snic": EmulatedNIC("snic", 0), "cnic": EmulatedNIC("cnic", 0)}
+
+
 class KVMover:
-    def __init__(self, engine: AsyncEngine, engine_id: str, kvstore: KVStoreClient, kvstore_address: str):
+    def __init__(self, engine: AsyncEngine, engine_id: str, kvstore: KVStoreClient, kvstore_address: str,
+                 nics: Mapping[str, EmulatedNIC] | None = None):
         self.engine = engine
         self.engine_id = engine_id
         self.kvstore = kvstore
         self.kvstore_address = kvstore_address
         self.num_layers = engine.engine.model_config.num_hidden_layers
         self.fingerprint = engine.engine.fingerprint
+        # declares a load's size before its bytes arrive (NIC queue depth)
+        self.block_bytes = block_wire_bytes(engine.engine)
+        nics = dict(nics or unshaped_nics())
+        self.snic, self.cnic = nics["snic"], nics["cnic"]
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     async def load_from_store(self, ids: Sequence[bytes]) -> int:
         """Path A: fetch `ids` (a chained run) from the store into this engine; returns blocks loaded."""
         if not ids:
             return 0
-        with kv_transfer("A", "snic", self.kvstore_address, self.engine_id, self.num_layers) as record:
+        with kv_transfer("A", "snic", self.kvstore_address, self.engine_id, self.num_layers,
+                         self.snic.gbps) as record:
             datas = []
-            async for _, data in self.kvstore.get(self.fingerprint, list(ids)):
-                datas.append(data)
-                record.add(len(data))
+            async with self.snic.transfer(len(ids) * self.block_bytes) as transfer:
+                async for _, data in self.kvstore.get(self.fingerprint, list(ids)):
+                    await transfer.pace(len(data))
+                    datas.append(data)
+                    record.add(len(data))
+            record.queue_wait_s = transfer.queue_wait_s
             await self.engine.call(lambda e: _import_each(e, datas))
         return len(datas)
 
@@ -64,26 +104,46 @@ class KVMover:
         blocks = await self.engine.call(lambda e: _export_each(e, ids))
         if not blocks:
             return 0
-        with kv_transfer("persist", "snic", self.engine_id, self.kvstore_address, self.num_layers) as record:
+        with kv_transfer("persist", "snic", self.engine_id, self.kvstore_address, self.num_layers,
+                         self.snic.gbps) as record:
             for _, data in blocks:
                 record.add(len(data))
-            await self.kvstore.put(self.fingerprint, blocks)
+            async with self.snic.send(record.bytes) as transfer:  # one Put message: paced as a whole
+                await self.kvstore.put(self.fingerprint, blocks)
+            record.queue_wait_s = transfer.queue_wait_s
         return len(blocks)
 
-    async def handoff(self, ids: Sequence[bytes], decode_address: str) -> int:
-        """Stream resident blocks to a decode engine's LoadKV; returns how many were sent."""
+    async def lacking(self, decode_address: str, ids: Sequence[bytes]) -> list[bytes]:
+        """Those of `ids` the decode engine at `decode_address` does not hold, in order."""
+        if not ids:
+            return []
+        stub = decode_pb2_grpc.DecodeStub(self.channel(decode_address))
+        reply = await stub.Lookup(decode_pb2.HeldBlocksRequest(block_ids=list(ids)), metadata=outgoing_metadata(),
+                                  timeout=HANDOFF_TIMEOUT_S)
+        if len(reply.held) != len(ids):
+            raise ValueError(f"decode engine at {decode_address} answered {len(reply.held)} of {len(ids)} ids")
+        return [block_id for block_id, held in zip(ids, reply.held) if not held]
+
+    async def handoff(self, ids: Sequence[bytes], decode_address: str) -> Moved:
+        """Stream resident blocks to a decode engine's LoadKV; returns what was sent."""
         blocks = await self.engine.call(lambda e: _export_each(e, ids))
         if not blocks:
-            return 0
-        with kv_transfer("handoff", "cnic", self.engine_id, decode_address, self.num_layers) as record:
+            return Moved()
+        with kv_transfer("handoff", "cnic", self.engine_id, decode_address, self.num_layers,
+                         self.cnic.gbps) as record:
             for _, data in blocks:
                 record.add(len(data))
-            stub = decode_pb2_grpc.DecodeStub(self._channel(decode_address))
-            messages = (common_pb2.KVBlock(block_id=i, data=d) for i, d in blocks)
-            await stub.LoadKV(messages, metadata=outgoing_metadata(), timeout=60)
-        return len(blocks)
+            stub = decode_pb2_grpc.DecodeStub(self.channel(decode_address))
+            async with self.cnic.transfer(record.bytes) as transfer:
+                messages = (common_pb2.KVBlock(block_id=i, data=d) for i, d in blocks)
+                await stub.LoadKV(paced(messages, transfer, lambda m: len(m.data)),
+                                  metadata=outgoing_metadata(dict(transfer_metadata(transfer))),
+                                  timeout=HANDOFF_TIMEOUT_S)
+            record.queue_wait_s = transfer.queue_wait_s
+        return Moved(len(blocks), record.bytes)
 
-    def _channel(self, address: str) -> grpc.aio.Channel:
+    def channel(self, address: str) -> grpc.aio.Channel:
+        """One channel per peer engine, kept for the process's life (gRPC reconnects on its own)."""
         if address not in self._channels:
             self._channels[address] = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
         return self._channels[address]

@@ -1,7 +1,9 @@
-"""PrefillWorker: one turn's prefill — load store hits, compute the rest, persist, hand off."""
+"""PrefillWorker: one turn's prefill — load store hits (path A, B or both), compute the rest,
+persist, hand off what the decode engine lacks."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from dataclasses import dataclass
@@ -12,9 +14,24 @@ from agentserve.common.telemetry import tracer
 from agentserve.engine.async_engine import AsyncEngine
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.sampling import SamplingParams
-from agentserve.engine_service.kv_moves import KVMover
+from agentserve.engine_service.kv_moves import KVMover, Moved
+from agentserve.engine_service.relay import relay_load
+from agentserve.kv.paths import KVPath
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """How to load this turn's store hits: SPLIT sends the last `relay_blocks` by B, the rest by A."""
+
+    path: KVPath = KVPath.A
+    relay_address: str = ""
+    relay_blocks: int = 0  # SPLIT only
+
+    def __post_init__(self) -> None:
+        if self.path is not KVPath.A and not self.relay_address:
+            raise ValueError(f"kv path {self.path.value} needs a relay_address")
 
 
 @dataclass
@@ -28,6 +45,11 @@ class PrefillResult:
     handoff_blocks: int
     finished: bool
     finish_reason: str
+    kv_path: KVPath = KVPath.A
+    relayed_blocks: int = 0
+    handoff_bytes: int = 0
+    handoff_held_blocks: int = 0
+    handoff_failed: bool = False
 
 
 class PrefillWorker:
@@ -36,37 +58,68 @@ class PrefillWorker:
         self.mover = mover
 
     async def prefill(self, token_ids: list[int], sampling: SamplingParams, tenant: str,
-                      store_hit_blocks: int, decode_address: str) -> PrefillResult:
-        def plan(engine: LLMEngine) -> tuple[list[bytes], int]:
+                      store_hit_blocks: int, decode_address: str, plan: LoadPlan = LoadPlan()) -> PrefillResult:
+        def prepare(engine: LLMEngine) -> tuple[list[bytes], int]:
             engine.validate(token_ids, sampling)  # ValueError before any KV moves
             ids = engine.block_ids_for(token_ids, tenant)
             return ids, engine.blocks.cached_prefix(ids)
 
         with tracer().start_as_current_span("prefill") as span:
-            ids, resident = await self.engine.call(plan)
+            ids, resident = await self.engine.call(prepare)
             if store_hit_blocks > len(ids):
                 raise ValueError(f"store_hit_blocks {store_hit_blocks} exceeds the prompt's {len(ids)} full blocks")
-            loaded = await self.mover.load_from_store(ids[resident:store_hit_blocks])
+            path, loaded, relayed = await self._load(ids[resident:store_hit_blocks], plan)
             first = dataclasses.replace(sampling, max_tokens=1)
             events = [event async for event in self.engine.generate(token_ids, first, tenant)]
             seq = events[-1].seq
             persisted = await self.mover.persist(ids[store_hit_blocks:])
-            handed = await self._handoff(ids, decode_address) if decode_address else 0
+            held, handed = await self._handoff(ids, decode_address) if decode_address else (0, Moved())
+            handoff_failed, handed = handed is None, handed or Moved()
             reason = seq.finish_reason or "length"
             finished = sampling.max_tokens == 1 or reason == "stop"
-            span.set_attribute("prefill.cached_tokens", seq.num_cached_tokens)
+            span.set_attributes({"prefill.cached_tokens": seq.num_cached_tokens, "prefill.kv_path": path.value,
+                                 "prefill.relayed_blocks": relayed, "prefill.handoff_held_blocks": held})
             return PrefillResult(
                 first_token=seq.token_ids[-1], prompt_tokens=len(token_ids),
                 cached_tokens=seq.num_cached_tokens,
                 engine_cached_tokens=min(resident * self.engine.engine.block_size, seq.num_cached_tokens),
-                loaded_blocks=loaded, persisted_blocks=persisted, handoff_blocks=handed,
-                finished=finished, finish_reason=reason if finished else "")
+                loaded_blocks=loaded, persisted_blocks=persisted, handoff_blocks=handed.blocks,
+                finished=finished, finish_reason=reason if finished else "", kv_path=path, relayed_blocks=relayed,
+                handoff_bytes=handed.bytes, handoff_held_blocks=held, handoff_failed=handoff_failed)
 
-    async def _handoff(self, ids: list[bytes], decode_address: str) -> int:
+    async def _load(self, ids: list[bytes], plan: LoadPlan) -> tuple[KVPath, int, int]:
+        """Load `ids` by the plan's path; returns (path taken, blocks loaded, of which by path B)."""
+        if not ids:
+            return plan.path, 0, 0  # nothing to load: the plan stands, trivially
+        by_b = {KVPath.A: 0, KVPath.B: len(ids), KVPath.SPLIT: min(plan.relay_blocks, len(ids))}[plan.path]
+        if not by_b:
+            return KVPath.A, await self.mover.load_from_store(ids), 0
+        by_a = len(ids) - by_b
+        async with asyncio.TaskGroup() as both:  # a failure of one leg cancels the other
+            leg_a = both.create_task(self.mover.load_from_store(ids[:by_a]))
+            leg_b = both.create_task(self._relay(ids[by_a:], plan.relay_address))
+        loaded_a, relayed = leg_a.result(), leg_b.result()
+        if relayed is None:  # the relay failed: its blocks come by path A after all
+            return KVPath.A, loaded_a + await self.mover.load_from_store(ids[by_a:]), 0
+        return plan.path, loaded_a + relayed, relayed
+
+    async def _relay(self, ids: list[bytes], relay_address: str) -> int | None:
+        try:
+            return await relay_load(self.mover, ids, relay_address)
+        except (grpc.aio.AioRpcError, ValueError) as exc:
+            detail = exc.code().name if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+            log.warning("path-B relay via %s failed (%s); loading by path A", relay_address, detail)
+            return None
+
+    async def _handoff(self, ids: list[bytes], decode_address: str) -> tuple[int, Moved | None]:
+        """Suffix-only handoff: send the full blocks the decode engine lacks (it keeps the previous
+        turn's and what it relayed); returns (blocks it held, what was sent), None sent if it failed."""
         # A failed handoff is not a failed prefill: the decode engine (or a replacement the
         # scheduler picks) recomputes or loads what it lacks, and output stays identical.
         try:
-            return await self.mover.handoff(ids, decode_address)
-        except grpc.aio.AioRpcError as exc:
-            log.warning("KV handoff to %s failed (%s); decode will recompute", decode_address, exc.code().name)
-            return 0
+            lacking = await self.mover.lacking(decode_address, ids)
+            return len(ids) - len(lacking), await self.mover.handoff(lacking, decode_address)
+        except (grpc.aio.AioRpcError, ValueError) as exc:
+            detail = exc.code().name if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+            log.warning("KV handoff to %s failed (%s); decode will recompute", decode_address, detail)
+            return 0, None

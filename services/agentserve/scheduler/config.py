@@ -20,6 +20,7 @@ class SchedulerConfig:
     engine_timeout_ms: int = 5000  # an engine silent this long is dropped from routing
     max_message_tokens: int = 32768  # per turn's new tokens, after chat rendering
     turn_retries: int = 1  # extra attempts on another engine when one dies before streaming
+    kv_path_policy: str = "dualpath"  # how store hits reach prefill: dualpath, always-a, always-b (scheduler/paths.py)
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -43,5 +44,9 @@ class SchedulerConfig:
         if self.engine_timeout_ms < 2 * self.heartbeat_interval_ms:
             raise ValueError(f"engine_timeout_ms ({self.engine_timeout_ms}) must be at least twice "
                              f"heartbeat_interval_ms ({self.heartbeat_interval_ms})")
+        from agentserve.scheduler.paths import POLICIES
+
+        if self.kv_path_policy not in POLICIES:
+            raise ValueError(f"kv_path_policy must be one of {', '.join(POLICIES)}, got {self.kv_path_policy!r}")
         if not 0 <= self.turn_retries <= 10:
             raise ValueError(f"turn_retries must be in [0, 10], got {self.turn_retries}")

@@ -17,6 +17,7 @@ from agentserve.engine.sampling import SamplingParams
 from agentserve.engine.tokenizer import Tokenizer
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.engine_clients import EngineClients
+from agentserve.scheduler.paths import PathPolicy, make_path_policy
 from agentserve.scheduler.events import TurnEvent
 from agentserve.scheduler.prompts import PromptBuilder
 from agentserve.scheduler.registry import EngineRegistry, EngineStatus
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 class SchedulerCore:
     def __init__(self, config: SchedulerConfig, tokenizer: Tokenizer, *, store: StoreLookup,
                  engines: EngineCalls | None = None, router: Router | None = None,
-                 registry: EngineRegistry | None = None) -> None:
+                 registry: EngineRegistry | None = None, path_policy: PathPolicy | None = None) -> None:
         """Prefer `create`; tests pass fakes for `store` and `engines`."""
         self.config = config
         self.tokenizer = tokenizer
@@ -40,7 +41,8 @@ class SchedulerCore:
         self.engines = engines if engines is not None else EngineClients()
         self.store = store
         self.turns = TurnRunner(PromptBuilder(tokenizer, config.max_message_tokens), self.registry,
-                                router or LeastLoadedRouter(), self.engines, store, config.turn_retries)
+                                router or LeastLoadedRouter(), self.engines, store, config.turn_retries,
+                                path_policy or make_path_policy(config.kv_path_policy))
 
     @classmethod
     def create(cls, config: SchedulerConfig) -> SchedulerCore:

@@ -14,6 +14,12 @@ class TurnMeta:
     prefill_engine: str
     decode_engine: str
     trace_id: str  # hex OpenTelemetry trace id; empty if tracing is off
+    kv_path: str = "A"  # how store hits reached the prefill engine: A, B or SPLIT
+    loaded_blocks: int = 0  # store hits the prefill engine loaded, by either path
+    relayed_blocks: int = 0  # of those, by path B
+    handoff_blocks: int = 0  # full prompt blocks sent to the decode engine
+    handoff_bytes: int = 0  # their bytes on the compute network
+    handoff_held_blocks: int = 0  # full prompt blocks the decode engine already held (not sent)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,17 @@ class Role(enum.Enum):
 
 
 @dataclass(frozen=True)
+class NICLoad:
+    """One emulated NIC of an engine as its last heartbeat reported it (fabric.proto NICStatus)."""
+
+    name: str  # snic | cnic
+    configured_gbps: float = 0.0  # 0 = unshaped
+    queue_bytes: int = 0  # bytes of open transfers not yet let through
+    active_transfers: int = 0
+    bytes_total: int = 0
+
+
+@dataclass(frozen=True)
 class EngineStatus:
     """What an engine reports at registration and with every heartbeat (common.proto EngineStatus)."""
 
@@ -36,6 +47,12 @@ class EngineStatus:
     total_kv_blocks: int = 0
     vocab_size: int = 0
     max_context: int = 0
+    nics: tuple[NICLoad, ...] = ()
+    kv_block_bytes: int = 0  # one full block in the block format; 0 = not reported
+
+    def nic(self, name: str) -> NICLoad:
+        """The named NIC's last report (an idle one if the engine reports none by that name)."""
+        return next((n for n in self.nics if n.name == name), NICLoad(name))
 
     def __post_init__(self) -> None:
         if not self.engine_id:
@@ -59,6 +76,20 @@ class Engine:
     status: EngineStatus
     last_seen: float
     inflight: int = field(default=0)  # scheduler calls to it in progress, counted here, never stale
+    snic_planned_bytes: int = field(default=0)  # store reads the scheduler routed here, not yet done
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)  # the registry's, for last_seen
+
+    @property
+    def snic_queue_bytes(self) -> int:
+        """Storage-NIC backlog now: the last heartbeat's queue less what the NIC drained since at its
+        configured rate (a report can be a second old; most queues drain in milliseconds), or the
+        reads we routed here since, if that is more."""
+        nic = self.status.nic("snic")
+        reported = nic.queue_bytes
+        if reported and nic.configured_gbps > 0:
+            drained = nic.configured_gbps * 1e9 / 8 * max(0.0, self.clock() - self.last_seen)
+            reported = max(0, round(reported - drained))
+        return max(reported, self.snic_planned_bytes)
 
     @property
     def engine_id(self) -> str:
@@ -106,7 +137,7 @@ class EngineRegistry:
         self._fingerprint, self._block_size = status.model_fingerprint, status.block_size
         engine = self._engines.get(status.engine_id)
         if engine is None:
-            self._engines[status.engine_id] = Engine(status, self._clock())
+            self._engines[status.engine_id] = Engine(status, self._clock(), clock=self._clock)
         else:  # updated in place: calls in flight still hold this object and will decrement it
             engine.status, engine.last_seen = status, self._clock()
 
@@ -160,3 +191,15 @@ class EngineRegistry:
             yield
         finally:
             engine.inflight -= 1
+
+    @contextmanager
+    def plan_snic(self, engine: Engine | None, nbytes: int) -> Iterator[None]:
+        """Count `nbytes` of store reads routed to `engine`'s snic for the duration of the block."""
+        if engine is None or nbytes <= 0:
+            yield
+            return
+        engine.snic_planned_bytes += nbytes
+        try:
+            yield
+        finally:
+            engine.snic_planned_bytes -= nbytes

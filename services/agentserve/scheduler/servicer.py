@@ -9,7 +9,7 @@ from agentserve.common.telemetry import incoming_context
 from agentserve.engine.sampling import SamplingParams
 from agentserve.scheduler.core import SchedulerCore
 from agentserve.scheduler.events import TurnEvent
-from agentserve.scheduler.registry import EngineStatus, Role
+from agentserve.scheduler.registry import EngineStatus, NICLoad, Role
 from agentserve.scheduler.tool_waits import ToolCall
 from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
@@ -90,7 +90,9 @@ def engine_status_from_proto(msg: common_pb2.EngineStatus) -> EngineStatus:
         engine_id=msg.engine_id, role=ROLES[msg.role], address=msg.address, model_fingerprint=msg.model_fingerprint,
         block_size=msg.block_size, model_name=msg.model_name, running=msg.running, waiting=msg.waiting,
         free_kv_blocks=msg.free_kv_blocks, total_kv_blocks=msg.total_kv_blocks, vocab_size=msg.vocab_size,
-        max_context=msg.max_context)
+        max_context=msg.max_context, kv_block_bytes=msg.kv_block_bytes,
+        nics=tuple(NICLoad(n.name, n.configured_gbps, n.queue_bytes, n.active_transfers, n.bytes_total)
+                   for n in msg.nics))
 
 
 def tool_call_from_proto(msg: scheduler_pb2.ToolCallEvent) -> ToolCall:
@@ -105,5 +107,7 @@ def turn_chunk(event: TurnEvent) -> scheduler_pb2.TurnChunk:
         m = event.metadata
         chunk.metadata.CopyFrom(scheduler_pb2.TurnMetadata(
             turn_id=m.turn_id, turn_index=m.turn_index, prompt_tokens=m.prompt_tokens, cached_tokens=m.cached_tokens,
-            prefill_engine=m.prefill_engine, decode_engine=m.decode_engine, trace_id=m.trace_id))
+            prefill_engine=m.prefill_engine, decode_engine=m.decode_engine, trace_id=m.trace_id, kv_path=m.kv_path,
+            loaded_blocks=m.loaded_blocks, relayed_blocks=m.relayed_blocks, handoff_blocks=m.handoff_blocks,
+            handoff_bytes=m.handoff_bytes, handoff_held_blocks=m.handoff_held_blocks))
     return chunk

@@ -28,6 +28,9 @@ class Session:
     pending_system: str = ""
     history: list[int] = field(default_factory=list)  # committed turns only
     turns: int = 0
+    # The decode engine that ran the last turn and so holds the history's KV: the next turn goes
+    # there if it is alive, and the prefill hands it only the blocks it lacks.
+    kv_holder: str = ""
     closed: bool = False
     created_at: float = field(default_factory=time.time)
     last_used: float = field(default_factory=time.time)
@@ -38,9 +41,11 @@ class Session:
     def waiting_tool(self) -> bool:
         return self.tools.waiting
 
-    def commit(self, tokens: list[int]) -> None:
-        """Record a completed turn: `tokens` is the whole new history (its prompt plus its output)."""
+    def commit(self, tokens: list[int], kv_holder: str = "") -> None:
+        """Record a completed turn: `tokens` is the whole new history (its prompt plus its output),
+        `kv_holder` the decode engine that now holds its KV."""
         self.history = tokens
+        self.kv_holder = kv_holder
         self.turns += 1
         self.pending_system = ""
         self.last_used = time.time()
@@ -74,6 +79,7 @@ class SessionStore:
                 raise ValueError("a forked session must stay in its parent's tenant")
             session.tenant = parent.tenant
             session.history = list(parent.history)
+            session.kv_holder = parent.kv_holder  # the shared prefix's KV is there
             # A system prompt the parent never used carries over; the child's own one, if any, is
             # rendered with its first turn after the inherited history.
             session.pending_system = system_prompt or parent.pending_system

@@ -2,8 +2,10 @@
 
 1. Build the prompt: the committed history plus this turn's tokens (`PromptBuilder`).
 2. Ask the KV store how many leading blocks of it are stored.
-3. Prefill on one engine, which hands the KV to the chosen decode engine and returns the first
-   token; then stream the rest from that decode engine.
+3. Pick the engines (decode: the session's KV holder if alive, else the router's choice) and the
+   path store hits take to the prefill engine (`PathPolicy`: A over its own storage NIC, or B
+   relayed by the decode engine). Prefill on one engine, which hands the decode engine the KV it
+   lacks and returns the first token; then stream the rest from that decode engine.
 4. Commit prompt + output to the session only when the turn completes, so a failed turn leaves the
    history as it was and the client's retry starts clean.
 
@@ -32,10 +34,12 @@ from agentserve.common.errors import NotFoundError, RetryableError
 from agentserve.common.telemetry import outgoing_metadata, tracer
 from agentserve.engine.sampling import SamplingParams
 from agentserve.kv.block_hash import block_ids_for
+from agentserve.kv.paths import KVPath
 from agentserve.scheduler import metrics
 from agentserve.scheduler.detokenizer import IncrementalDetokenizer
 from agentserve.scheduler.engine_clients import EngineUnavailable, Metadata, sampling_to_proto
 from agentserve.scheduler.events import TurnEvent, TurnMeta
+from agentserve.scheduler.paths import DualPathPolicy, PathPolicy
 from agentserve.scheduler.prompts import PromptBuilder, check_fits
 from agentserve.scheduler.registry import Engine, EngineRegistry, Role
 from agentserve.scheduler.router import Router
@@ -74,17 +78,19 @@ class _Turn:
     turn_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     output: list[int] = field(default_factory=list)
     committed: bool = False
+    decode_engine: str = ""  # the decode engine the turn's KV went to (the session's next KV holder)
 
 
 class TurnRunner:
     def __init__(self, prompts: PromptBuilder, registry: EngineRegistry, router: Router, engines: EngineCalls,
-                 store: StoreLookup, retries: int = 1) -> None:
+                 store: StoreLookup, retries: int = 1, paths: PathPolicy | None = None) -> None:
         self.prompts = prompts
         self.registry = registry
         self.router = router
         self.engines = engines
         self.store = store
         self.retries = retries
+        self.paths = paths or DualPathPolicy()
 
     def check(self, message: str | None, token_ids: Sequence[int] | None, role: str) -> None:
         """The request checks that need no history; `run` repeats them, callers may run them early."""
@@ -160,10 +166,18 @@ class TurnRunner:
         detokenizer = IncrementalDetokenizer(self.prompts.tokenizer)
         span_context = turn.span.get_span_context()
         trace_id = format(span_context.trace_id, "032x") if span_context.is_valid else ""
+        path = KVPath.from_proto(response.kv_path)
         meta = TurnMeta(turn.turn_id, turn.index, len(turn.prompt), response.cached_tokens, prefill.engine_id,
-                        decode.engine_id, trace_id)
+                        decode.engine_id, trace_id, kv_path=path.value, loaded_blocks=response.loaded_blocks,
+                        relayed_blocks=response.relayed_blocks, handoff_blocks=response.handoff_blocks,
+                        handoff_bytes=response.handoff_bytes, handoff_held_blocks=response.handoff_held_blocks)
+        metrics.KV_PATHS.labels(path.value).inc()
+        metrics.HANDOFF_BYTES.inc(response.handoff_bytes)
         turn.span.set_attributes({"turn.cached_tokens": response.cached_tokens, "turn.store_hit_blocks": hits,
-                                  "turn.prefill_engine": prefill.engine_id, "turn.decode_engine": decode.engine_id})
+                                  "turn.prefill_engine": prefill.engine_id, "turn.decode_engine": decode.engine_id,
+                                  "turn.kv_path": path.value, "turn.relayed_blocks": response.relayed_blocks,
+                                  "turn.handoff_bytes": response.handoff_bytes,
+                                  "turn.handoff_held_blocks": response.handoff_held_blocks})
         stopped = first in turn.sampling.stop_token_ids
         if response.finished or stopped or turn.sampling.max_tokens == 1:
             reason = "stop" if stopped else response.finish_reason or "length"
@@ -190,14 +204,24 @@ class TurnRunner:
 
     async def _prefill(self, turn: _Turn, hits: int) -> tuple[Engine, Engine, prefill_pb2.PrefillResponse]:
         while True:
-            prefill, decode = self._pick(Role.PREFILL, turn), self._pick(Role.DECODE, turn)
+            prefill, decode = self._pick(Role.PREFILL, turn), self._pick_decode(turn)
+            plan = self.paths.choose(prefill, decode, hits)
+            relayed = plan.path is not KVPath.A
             request = prefill_pb2.PrefillRequest(
                 request_id=turn.turn_id, session_id=turn.session.session_id, tenant=turn.session.tenant,
                 token_ids=turn.prompt, sampling=sampling_to_proto(turn.sampling), store_hit_blocks=hits,
-                decode_address=decode.address)
+                decode_address=decode.address, kv_path=plan.path.to_proto(),
+                relay_address=decode.address if relayed else "", relay_blocks=plan.relay_blocks)
+            # The store reads count against the chosen storage NIC until the prefill returns.
+            reader = decode if plan.path is KVPath.B else prefill
             try:
-                with self.registry.track(prefill):
+                with self.registry.track(prefill), self.registry.plan_snic(reader, hits * reader.status.kv_block_bytes):
                     response = await self.engines.prefill(prefill.address, request, self._metadata(turn))
+                if response.handoff_failed and turn.retries_left > 0:
+                    # The decode engine could not take the KV: most likely gone (its registration
+                    # lags). Another one gets it; prefilling again is cheap, the KV is resident now.
+                    raise EngineUnavailable(decode.address, f"KV handoff to {decode.address} failed")
+                turn.decode_engine = decode.engine_id
                 return prefill, decode, response
             except EngineUnavailable as exc:
                 # A prefill relays a failed KV handoff as its own UNAVAILABLE; the detail then names
@@ -238,13 +262,14 @@ class TurnRunner:
                     raise RetryableError(f"decode engine {decode.engine_id} failed mid-turn; retry the turn") from exc
                 self._use_retry(turn, exc)
                 decode = self._pick(Role.DECODE, turn)
+                turn.decode_engine = decode.engine_id
                 turn.span.set_attribute("turn.decode_engine", decode.engine_id)
 
     def _finish(self, turn: _Turn, tokens: list[int], detokenizer: IncrementalDetokenizer, reason: str,
                 meta: TurnMeta | None = None) -> TurnEvent:
         # Committed before the final event is yielded: a caller that stops reading at `finished`
         # must still find the turn in the history.
-        turn.session.commit(turn.prompt + turn.output)
+        turn.session.commit(turn.prompt + turn.output, kv_holder=turn.decode_engine)
         turn.committed = True
         _end_span(turn)
         return TurnEvent(token_ids=tokens, text=detokenizer.add(tokens, final=True), metadata=meta, finished=True,
@@ -255,6 +280,16 @@ class TurnRunner:
         if not engines:
             raise RetryableError(f"no healthy {role.value} engine")
         return self.router.pick(engines, turn.session)
+
+    def _pick_decode(self, turn: _Turn) -> Engine:
+        """The session's KV holder while it is alive (sticky: it already holds the history's blocks),
+        else the router's choice."""
+        holder = turn.session.kv_holder
+        if holder:
+            alive = [e for e in self.registry.alive(Role.DECODE) if e.engine_id == holder]
+            if alive:
+                return alive[0]
+        return self._pick(Role.DECODE, turn)
 
     def _use_retry(self, turn: _Turn, exc: Exception) -> None:
         if turn.retries_left <= 0:

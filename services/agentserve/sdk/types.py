@@ -16,11 +16,18 @@ class TurnMetadata:
     prefill_engine: str
     decode_engine: str
     trace_id: str  # hex OpenTelemetry trace id of the turn
+    kv_path: str = ""  # how cached KV reached the prefill engine: A, B (relayed by decode) or SPLIT
+    loaded_blocks: int = 0  # store hits the prefill engine loaded
+    relayed_blocks: int = 0  # of those, relayed by the decode engine (path B)
+    handoff_blocks: int = 0  # full prompt blocks handed to the decode engine
+    handoff_bytes: int = 0  # their bytes on the compute network
+    handoff_held_blocks: int = 0  # blocks the decode engine already held, so not handed off
 
     @classmethod
     def from_proto(cls, m: scheduler_pb2.TurnMetadata) -> "TurnMetadata":
         return cls(m.turn_id, m.turn_index, m.prompt_tokens, m.cached_tokens, m.prefill_engine, m.decode_engine,
-                   m.trace_id)
+                   m.trace_id, m.kv_path, m.loaded_blocks, m.relayed_blocks, m.handoff_blocks, m.handoff_bytes,
+                   m.handoff_held_blocks)
 
 
 @dataclass(frozen=True)

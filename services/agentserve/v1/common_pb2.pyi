@@ -1,6 +1,9 @@
+from agentserve.v1 import fabric_pb2 as _fabric_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -37,7 +40,7 @@ class KVBlock(_message.Message):
     def __init__(self, block_id: _Optional[bytes] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class EngineStatus(_message.Message):
-    __slots__ = ("engine_id", "role", "address", "model_name", "model_fingerprint", "block_size", "running", "waiting", "free_kv_blocks", "total_kv_blocks", "vocab_size", "max_context")
+    __slots__ = ("engine_id", "role", "address", "model_name", "model_fingerprint", "block_size", "running", "waiting", "free_kv_blocks", "total_kv_blocks", "vocab_size", "max_context", "nics", "kv_block_bytes")
     ENGINE_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +53,8 @@ class EngineStatus(_message.Message):
     TOTAL_KV_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    NICS_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCK_BYTES_FIELD_NUMBER: _ClassVar[int]
     engine_id: str
     role: EngineRole
     address: str
@@ -62,4 +67,6 @@ class EngineStatus(_message.Message):
     total_kv_blocks: int
     vocab_size: int
     max_context: int
-    def __init__(self, engine_id: _Optional[str] = ..., role: _Optional[_Union[EngineRole, str]] = ..., address: _Optional[str] = ..., model_name: _Optional[str] = ..., model_fingerprint: _Optional[str] = ..., block_size: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., free_kv_blocks: _Optional[int] = ..., total_kv_blocks: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ...) -> None: ...
+    nics: _containers.RepeatedCompositeFieldContainer[_fabric_pb2.NICStatus]
+    kv_block_bytes: int
+    def __init__(self, engine_id: _Optional[str] = ..., role: _Optional[_Union[EngineRole, str]] = ..., address: _Optional[str] = ..., model_name: _Optional[str] = ..., model_fingerprint: _Optional[str] = ..., block_size: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., free_kv_blocks: _Optional[int] = ..., total_kv_blocks: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., nics: _Optional[_Iterable[_Union[_fabric_pb2.NICStatus, _Mapping]]] = ..., kv_block_bytes: _Optional[int] = ...) -> None: ...

@@ -1,4 +1,5 @@
 from agentserve.v1 import common_pb2 as _common_pb2
+from agentserve.v1 import fabric_pb2 as _fabric_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -6,6 +7,26 @@ from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class RelayRequest(_message.Message):
+    __slots__ = ("block_ids", "dst")
+    BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]
+    DST_FIELD_NUMBER: _ClassVar[int]
+    block_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    dst: str
+    def __init__(self, block_ids: _Optional[_Iterable[bytes]] = ..., dst: _Optional[str] = ...) -> None: ...
+
+class HeldBlocksRequest(_message.Message):
+    __slots__ = ("block_ids",)
+    BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]
+    block_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, block_ids: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class HeldBlocksResponse(_message.Message):
+    __slots__ = ("held",)
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    held: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, held: _Optional[_Iterable[bool]] = ...) -> None: ...
 
 class LoadKVResponse(_message.Message):
     __slots__ = ("imported", "already_present")

@@ -5,6 +5,7 @@ import warnings
 
 from agentserve.v1 import common_pb2 as agentserve_dot_v1_dot_common__pb2
 from agentserve.v1 import decode_pb2 as agentserve_dot_v1_dot_decode__pb2
+from agentserve.v1 import fabric_pb2 as agentserve_dot_v1_dot_fabric__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -46,6 +47,16 @@ class DecodeStub:
                 request_serializer=agentserve_dot_v1_dot_decode__pb2.GenerateRequest.SerializeToString,
                 response_deserializer=agentserve_dot_v1_dot_decode__pb2.GenerateChunk.FromString,
                 _registered_method=True)
+        self.RelayKV = channel.unary_stream(
+                '/agentserve.v1.Decode/RelayKV',
+                request_serializer=agentserve_dot_v1_dot_decode__pb2.RelayRequest.SerializeToString,
+                response_deserializer=agentserve_dot_v1_dot_fabric__pb2.FabricChunk.FromString,
+                _registered_method=True)
+        self.Lookup = channel.unary_unary(
+                '/agentserve.v1.Decode/Lookup',
+                request_serializer=agentserve_dot_v1_dot_decode__pb2.HeldBlocksRequest.SerializeToString,
+                response_deserializer=agentserve_dot_v1_dot_decode__pb2.HeldBlocksResponse.FromString,
+                _registered_method=True)
 
 
 class DecodeServicer:
@@ -70,6 +81,26 @@ class DecodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RelayKV(self, request, context):
+        """Called by a prefill engine, path B of DualPath: send it the chained run `block_ids` over the
+        compute network. Blocks this engine holds go from its cache; the rest it reads from the KV
+        store over its storage NIC and imports first, so it keeps them (the prefill's handoff then
+        skips them). The stream is layer-range chunks of block-format runs (the first chunk carries a
+        TransferHeader with the declared size); it ends early at the first block neither held nor
+        stored, and the prefill computes what did not arrive.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Lookup(self, request, context):
+        """Called by a prefill engine before a handoff: which of `block_ids` this engine holds in its
+        prefix cache (from the previous turn, or relayed by it): those need not be sent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DecodeServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -82,6 +113,16 @@ def add_DecodeServicer_to_server(servicer, server):
                     servicer.Generate,
                     request_deserializer=agentserve_dot_v1_dot_decode__pb2.GenerateRequest.FromString,
                     response_serializer=agentserve_dot_v1_dot_decode__pb2.GenerateChunk.SerializeToString,
+            ),
+            'RelayKV': grpc.unary_stream_rpc_method_handler(
+                    servicer.RelayKV,
+                    request_deserializer=agentserve_dot_v1_dot_decode__pb2.RelayRequest.FromString,
+                    response_serializer=agentserve_dot_v1_dot_fabric__pb2.FabricChunk.SerializeToString,
+            ),
+            'Lookup': grpc.unary_unary_rpc_method_handler(
+                    servicer.Lookup,
+                    request_deserializer=agentserve_dot_v1_dot_decode__pb2.HeldBlocksRequest.FromString,
+                    response_serializer=agentserve_dot_v1_dot_decode__pb2.HeldBlocksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -139,6 +180,60 @@ class Decode:
             '/agentserve.v1.Decode/Generate',
             agentserve_dot_v1_dot_decode__pb2.GenerateRequest.SerializeToString,
             agentserve_dot_v1_dot_decode__pb2.GenerateChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RelayKV(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/agentserve.v1.Decode/RelayKV',
+            agentserve_dot_v1_dot_decode__pb2.RelayRequest.SerializeToString,
+            agentserve_dot_v1_dot_fabric__pb2.FabricChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Lookup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentserve.v1.Decode/Lookup',
+            agentserve_dot_v1_dot_decode__pb2.HeldBlocksRequest.SerializeToString,
+            agentserve_dot_v1_dot_decode__pb2.HeldBlocksResponse.FromString,
             options,
             channel_credentials,
             insecure,

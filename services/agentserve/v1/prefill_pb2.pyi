@@ -1,5 +1,6 @@
 from agentserve.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -7,8 +8,19 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class KVPath(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    KV_PATH_UNSPECIFIED: _ClassVar[KVPath]
+    KV_PATH_A: _ClassVar[KVPath]
+    KV_PATH_B: _ClassVar[KVPath]
+    KV_PATH_SPLIT: _ClassVar[KVPath]
+KV_PATH_UNSPECIFIED: KVPath
+KV_PATH_A: KVPath
+KV_PATH_B: KVPath
+KV_PATH_SPLIT: KVPath
+
 class PrefillRequest(_message.Message):
-    __slots__ = ("request_id", "session_id", "tenant", "token_ids", "sampling", "store_hit_blocks", "decode_address")
+    __slots__ = ("request_id", "session_id", "tenant", "token_ids", "sampling", "store_hit_blocks", "decode_address", "kv_path", "relay_address", "relay_blocks")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +28,9 @@ class PrefillRequest(_message.Message):
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     STORE_HIT_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     DECODE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    KV_PATH_FIELD_NUMBER: _ClassVar[int]
+    RELAY_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    RELAY_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     session_id: str
     tenant: str
@@ -23,10 +38,13 @@ class PrefillRequest(_message.Message):
     sampling: _common_pb2.SamplingParams
     store_hit_blocks: int
     decode_address: str
-    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., store_hit_blocks: _Optional[int] = ..., decode_address: _Optional[str] = ...) -> None: ...
+    kv_path: KVPath
+    relay_address: str
+    relay_blocks: int
+    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., store_hit_blocks: _Optional[int] = ..., decode_address: _Optional[str] = ..., kv_path: _Optional[_Union[KVPath, str]] = ..., relay_address: _Optional[str] = ..., relay_blocks: _Optional[int] = ...) -> None: ...
 
 class PrefillResponse(_message.Message):
-    __slots__ = ("first_token", "prompt_tokens", "cached_tokens", "engine_cached_tokens", "loaded_blocks", "persisted_blocks", "handoff_blocks", "finished", "finish_reason")
+    __slots__ = ("first_token", "prompt_tokens", "cached_tokens", "engine_cached_tokens", "loaded_blocks", "persisted_blocks", "handoff_blocks", "finished", "finish_reason", "kv_path", "relayed_blocks", "handoff_bytes", "handoff_held_blocks", "handoff_failed")
     FIRST_TOKEN_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +54,11 @@ class PrefillResponse(_message.Message):
     HANDOFF_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    KV_PATH_FIELD_NUMBER: _ClassVar[int]
+    RELAYED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_HELD_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_FAILED_FIELD_NUMBER: _ClassVar[int]
     first_token: int
     prompt_tokens: int
     cached_tokens: int
@@ -45,4 +68,9 @@ class PrefillResponse(_message.Message):
     handoff_blocks: int
     finished: bool
     finish_reason: str
-    def __init__(self, first_token: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., engine_cached_tokens: _Optional[int] = ..., loaded_blocks: _Optional[int] = ..., persisted_blocks: _Optional[int] = ..., handoff_blocks: _Optional[int] = ..., finished: _Optional[bool] = ..., finish_reason: _Optional[str] = ...) -> None: ...
+    kv_path: KVPath
+    relayed_blocks: int
+    handoff_bytes: int
+    handoff_held_blocks: int
+    handoff_failed: bool
+    def __init__(self, first_token: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., engine_cached_tokens: _Optional[int] = ..., loaded_blocks: _Optional[int] = ..., persisted_blocks: _Optional[int] = ..., handoff_blocks: _Optional[int] = ..., finished: _Optional[bool] = ..., finish_reason: _Optional[str] = ..., kv_path: _Optional[_Union[KVPath, str]] = ..., relayed_blocks: _Optional[int] = ..., handoff_bytes: _Optional[int] = ..., handoff_held_blocks: _Optional[int] = ..., handoff_failed: _Optional[bool] = ...) -> None: ...

@@ -49,10 +49,13 @@ class PrefillServicer:
     """
 
     def Prefill(self, request, context):
-        """Loads the first `store_hit_blocks` blocks the engine does not hold from the KV store, computes
-        the remaining prompt tokens, persists the new full blocks to the store, sends every full
-        block's KV to `decode_address` (Decode.LoadKV), and returns the first generated token.
-        INVALID_ARGUMENT for an empty prompt, token ids out of range or bad sampling settings.
+        """Loads the first `store_hit_blocks` blocks the engine does not hold from the KV store (by
+        `kv_path`), computes the remaining prompt tokens, persists the new full blocks to the store,
+        asks `decode_address` which full blocks it already holds (Decode.Lookup) and sends it only the
+        others (Decode.LoadKV: suffix-only handoff), and returns the first generated token. A path-B
+        relay that fails is retried by path A, a failed handoff only costs the decode a recompute:
+        neither changes the output. INVALID_ARGUMENT for an empty prompt, token ids out of range or
+        bad sampling settings.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

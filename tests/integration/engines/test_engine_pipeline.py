@@ -8,47 +8,14 @@ import random
 import grpc
 import pytest
 
-from agentserve.engine.default_model import ensure_default_model
-from agentserve.engine.engine import LLMEngine
-from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.sampling import SamplingParams
 from agentserve.kv.block_hash import block_ids_for
 from agentserve.kvstore.client import KVStoreClient
 from agentserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
-from tests.support.processes import free_port, start_service, wait_serving
 
 pytestmark = pytest.mark.integration
 
 MAX_TOKENS = 24
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    kv_port, prefill_port, decode_port, scheduler_port = (free_port() for _ in range(4))
-    data_dir = tmp_path_factory.mktemp("kv")
-    kv = start_service("kvstore", "agentserve.kvstore", ["--grpc-port", str(kv_port), "--data-dir", str(data_dir)],
-                       kv_port)
-    # No scheduler runs here: the engines' registration retries quietly, which must not matter.
-    common = ["--advertise-host", "127.0.0.1", "--scheduler-address", f"127.0.0.1:{scheduler_port}",
-              "--kvstore-address", kv.address]
-    prefill = start_service("prefill", "agentserve.prefill", ["--grpc-port", str(prefill_port), *common],
-                            prefill_port, wait=False)
-    decode = start_service("decode", "agentserve.decode", ["--grpc-port", str(decode_port), *common], decode_port,
-                           wait=False)
-    procs = [kv, prefill, decode]
-    try:
-        for proc in (prefill, decode):
-            wait_serving(proc.address, 180, proc.proc, proc.log)
-        yield {"kv": kv, "prefill": prefill, "decode": decode}
-    finally:
-        for proc in procs:
-            proc.stop()
-
-
-@pytest.fixture(scope="module")
-def reference():
-    engine = LLMEngine.from_dir(ensure_default_model(), EngineConfig(prefix_cache=False))
-    return engine
 
 
 async def _turn(cluster, tokens: list[int], store_hits: int):
@@ -83,7 +50,7 @@ def test_two_turns_hit_store_and_match_full_recompute(cluster, reference):
     ids = block_ids_for(turn2, 16, reference.fingerprint, "")
 
     async def lookup():
-        async with KVStoreClient(cluster["kv"].address) as client:
+        async with KVStoreClient(cluster["kvstore"].address) as client:
             return await client.lookup(ids)
     store_hits = asyncio.run(lookup())
     assert store_hits == (100 + MAX_TOKENS) // 16  # prompt blocks (prefill) + output blocks (decode)

@@ -20,6 +20,7 @@ BLOCK_SIZE = 4
 VOCAB = 8192
 MAX_CONTEXT = 512
 EOS = 4  # <|im_end|> in the tiny model's tokenizer
+BLOCK_BYTES = 100  # what the fake prefill reports per handed-off block
 
 
 def status(engine_id: str, role: Role, port: int, running: int = 0, waiting: int = 0, **overrides) -> EngineStatus:
@@ -48,6 +49,7 @@ class FakeEngines:
         self.dead: set[str] = set()  # addresses whose calls fail as unreachable
         self.die_after: dict[str, int] = {}  # decode address -> chunks streamed before it dies
         self.prefill_error: Exception | None = None  # raised by the next prefill call
+        self.handoff_fails: set[str] = set()  # decode addresses a prefill cannot hand KV to
         self.prefills: list[tuple[str, prefill_pb2.PrefillRequest, list]] = []
         self.generates: list[tuple[str, decode_pb2.GenerateRequest, list]] = []
         self.cancelled: list[str] = []
@@ -63,9 +65,14 @@ class FakeEngines:
         first = self.reply[0]
         finished = first == EOS or request.sampling.max_tokens == 1
         reason = ("stop" if first == EOS else "length") if finished else ""
+        relayed = request.store_hit_blocks if request.kv_path == prefill_pb2.KV_PATH_B else 0
+        handoff = len(request.token_ids) // BLOCK_SIZE
         return prefill_pb2.PrefillResponse(
             first_token=first, prompt_tokens=len(request.token_ids),
-            cached_tokens=request.store_hit_blocks * BLOCK_SIZE, finished=finished, finish_reason=reason)
+            cached_tokens=request.store_hit_blocks * BLOCK_SIZE, finished=finished, finish_reason=reason,
+            kv_path=request.kv_path, loaded_blocks=request.store_hit_blocks, relayed_blocks=relayed,
+            handoff_blocks=handoff, handoff_bytes=handoff * BLOCK_BYTES,
+            handoff_failed=request.decode_address in self.handoff_fails)
 
     async def generate(self, address: str, request: decode_pb2.GenerateRequest,
                        metadata) -> AsyncIterator[decode_pb2.GenerateChunk]:

@@ -23,6 +23,7 @@ def test_defaults_and_flags_over_env() -> None:
                                                                         "AGENTSERVE_GRPC_PORT": "6000"})
     assert (config.grpc_port, config.turn_retries, config.http_port) == (6001, 2, 8000)
     assert config.model_name == "agentserve-tiny"
+    assert config.kv_path_policy == "dualpath"
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -35,6 +36,7 @@ def test_defaults_and_flags_over_env() -> None:
     (dict(max_message_tokens=0), "max_message_tokens"),
     (dict(turn_retries=-1), "turn_retries"),
     (dict(model_name=""), "model_name"),
+    (dict(kv_path_policy="fastest"), "kv_path_policy must be one of dualpath, always-a, always-b"),
 ])
 def test_bad_config(fields: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):

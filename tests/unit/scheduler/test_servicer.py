@@ -5,9 +5,9 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from agentserve.scheduler.registry import Role
+from agentserve.scheduler.registry import NICLoad, Role
 from agentserve.scheduler.servicer import SchedulerServicer, engine_status_from_proto, sampling_from_proto
-from agentserve.v1 import common_pb2, scheduler_pb2
+from agentserve.v1 import common_pb2, fabric_pb2, scheduler_pb2
 from tests.unit.scheduler.fakes import EOS, FakeContext, run
 
 pytestmark = pytest.mark.unit
@@ -37,6 +37,15 @@ def test_engine_status_translation() -> None:
     assert (status.role, status.address, status.running, status.waiting) == (Role.DECODE, "127.0.0.1:7009", 1, 2)
     with pytest.raises(ValueError, match="ENGINE_ROLE_UNSPECIFIED"):
         engine_status_from_proto(engine_proto(role=common_pb2.ENGINE_ROLE_UNSPECIFIED))
+
+
+def test_engine_status_carries_nic_queues() -> None:
+    nics = [fabric_pb2.NICStatus(name="snic", configured_gbps=2.5, queue_bytes=4096, active_transfers=1,
+                                 bytes_total=10), fabric_pb2.NICStatus(name="cnic")]
+    status = engine_status_from_proto(engine_proto(nics=nics, kv_block_bytes=65984))
+    assert status.nic("snic") == NICLoad("snic", 2.5, 4096, 1, 10)
+    assert status.nic("cnic") == NICLoad("cnic")
+    assert status.kv_block_bytes == 65984
 
 
 def test_session_and_turn_round_trip(make_core, tokenizer) -> None:

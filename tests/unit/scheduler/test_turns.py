@@ -10,7 +10,9 @@ from agentserve.common.errors import NotFoundError, RetryableError
 from agentserve.engine.sampling import SamplingParams
 from agentserve.kv.block_hash import block_ids_for
 from agentserve.scheduler.engine_clients import EngineUnavailable
-from tests.unit.scheduler.fakes import BLOCK_SIZE, EOS, FINGERPRINT, collect, run
+from agentserve.scheduler.registry import Role
+from agentserve.v1 import prefill_pb2
+from tests.unit.scheduler.fakes import BLOCK_BYTES, BLOCK_SIZE, EOS, FINGERPRINT, collect, run, status
 
 pytestmark = pytest.mark.unit
 
@@ -369,3 +371,71 @@ def test_a_caller_leaving_mid_turn_cancels_the_decode_and_commits_nothing(make_c
 
     assert run(go()) == (0, [], False, 0)
     assert engines.cancelled == ["127.0.0.1:7000"]
+
+
+def test_a_session_sticks_to_the_decode_engine_holding_its_kv(make_core, engines) -> None:
+    core = make_core()
+
+    async def go():
+        sid = await core.open_session()
+        await collect(core.turn(sid, token_ids=[10, 11], sampling=GREEDY))
+        # d0 now looks busier than d1: a fresh session would go to d1, this one stays with its KV.
+        core.heartbeat(status("d0", Role.DECODE, 7000, running=5))
+        second = await collect(core.turn(sid, token_ids=[12], sampling=GREEDY))
+        other = await core.open_session()
+        fresh = await collect(core.turn(other, token_ids=[13], sampling=GREEDY))
+        core.registry.mark_dead("d0")  # the holder is gone: least loaded again
+        third = await collect(core.turn(sid, token_ids=[14], sampling=GREEDY))
+        return sid, second, fresh, third
+
+    sid, second, fresh, third = run(go())
+    assert second[0].metadata.decode_engine == "d0" and fresh[0].metadata.decode_engine == "d1"
+    assert third[0].metadata.decode_engine == "d1"
+    assert core.sessions.get(sid).kv_holder == "d1"
+    assert [r.decode_address for _, r, _ in engines.prefills] == [
+        "127.0.0.1:7000", "127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7001"]
+
+
+def test_path_policy_plans_the_prefill_and_metadata_reports_the_kv_moved(make_core, engines, store) -> None:
+    store.hits = 3
+    core = make_core(kv_path_policy="always-b")
+
+    async def go():
+        sid = await core.open_session()
+        return await collect(core.turn(sid, token_ids=list(range(10, 30)), sampling=GREEDY))
+
+    events = run(go())
+    (_, request, _), = engines.prefills
+    assert (request.kv_path, request.relay_address, request.decode_address) == (
+        prefill_pb2.KV_PATH_B, "127.0.0.1:7000", "127.0.0.1:7000")
+    meta = events[0].metadata
+    assert (meta.kv_path, meta.loaded_blocks, meta.relayed_blocks) == ("B", 3, 3)
+    assert (meta.handoff_blocks, meta.handoff_bytes) == (20 // BLOCK_SIZE, 20 // BLOCK_SIZE * BLOCK_BYTES)
+
+
+def test_dualpath_default_loads_by_a_when_queues_tie(make_core, engines, store) -> None:
+    store.hits = 3
+    core = make_core()
+
+    async def go():
+        sid = await core.open_session()
+        return await collect(core.turn(sid, token_ids=list(range(10, 30)), sampling=GREEDY))
+
+    assert run(go())[0].metadata.kv_path == "A"
+    (_, request, _), = engines.prefills
+    assert (request.kv_path, request.relay_address) == (prefill_pb2.KV_PATH_A, "")
+
+
+def test_a_failed_handoff_moves_the_turn_to_another_decode_before_streaming(make_core, engines) -> None:
+    core = make_core()
+    engines.handoff_fails.add("127.0.0.1:7000")  # d0 died; its registration has not expired yet
+
+    async def go():
+        sid = await core.open_session()
+        return await collect(core.turn(sid, token_ids=[10, 11], sampling=GREEDY))
+
+    events = run(go())
+    assert events[0].metadata.decode_engine == "d1" and events[-1].finished
+    assert [r.decode_address for _, r, _ in engines.prefills] == ["127.0.0.1:7000", "127.0.0.1:7001"]
+    assert [a for a, _, _ in engines.generates] == ["127.0.0.1:7001"]
+    assert core.registry.get("d0") is None and core.registry.get("p0") is not None

@@ -1,0 +1,146 @@
+"""Path B of DualPath: store -> a decode engine's storage NIC -> compute network -> a prefill engine.
+
+Decode side (`RelaySender.relay`, behind Decode.RelayKV): the blocks the decode engine already
+holds go straight from its cache; the rest a reader task fetches from the store over the decode's
+snic (span `kv.path=B`, `net.link=snic`) and imports, so the decode keeps them for the suffix-only
+handoff. Meanwhile the sender exports groups of `RELAY_RUN_BLOCKS` blocks as one block-format run
+each and streams them as layer-range chunks paced by the decode's cnic (span `kv.path=relay`,
+`net.link=cnic`): the store read and the compute-network send overlap.
+
+Prefill side (`relay_load`): paces every chunk through the prefill's cnic, reassembles and verifies
+each run (`PacedReceiver`) and imports it as soon as it is whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack
+
+from agentserve.common.telemetry import kv_transfer, outgoing_metadata
+from agentserve.engine.engine import LLMEngine
+from agentserve.engine_service.kv_moves import KVMover
+from agentserve.fabric.chunks import DEFAULT_CHUNK_BYTES, split_run
+from agentserve.fabric.stream import PacedReceiver, receiver_latency_ms
+from agentserve.kv.block_header import read_header
+from agentserve.v1 import decode_pb2, decode_pb2_grpc, fabric_pb2
+
+RELAY_RUN_BLOCKS = 16  # blocks per run: layer-major within a run, and the unit the two legs overlap by
+RELAY_TIMEOUT_S = 60.0
+
+
+def _export_run(engine: LLMEngine, ids: Sequence[bytes]) -> bytes | None:
+    """`ids` as one run, or None if one was evicted meanwhile (the stream then ends there)."""
+    if any(engine.blocks.lookup(block_id) is None for block_id in ids):
+        return None
+    return bytes(engine.export_blocks(list(ids)))
+
+
+class RelaySender:
+    """The decode engine's side of path B."""
+
+    def __init__(self, mover: KVMover, max_chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+        self.mover = mover
+        self.max_chunk_bytes = max_chunk_bytes
+
+    async def relay(self, ids: Sequence[bytes], dst: str) -> AsyncIterator[fabric_pb2.FabricChunk]:
+        """Chunks of `ids` for the prefill engine `dst`, held blocks first, then those read from the store."""
+        mover = self.mover
+        ids = list(ids)
+        held = await mover.engine.call(lambda e: e.blocks.cached_prefix(ids))
+        ready: asyncio.Queue[list[bytes] | None] = asyncio.Queue()
+        for start in range(0, held, RELAY_RUN_BLOCKS):
+            ready.put_nowait(ids[start:min(start + RELAY_RUN_BLOCKS, held)])
+        reader = None
+        if held < len(ids):
+            reader = asyncio.create_task(self._read_from_store(ids[held:], ready), name="relay-store-read")
+        else:
+            ready.put_nowait(None)
+        try:
+            with kv_transfer("relay", "cnic", mover.engine_id, dst, mover.num_layers, mover.cnic.gbps) as record:
+                header = fabric_pb2.TransferHeader(
+                    transfer_id=uuid.uuid4().hex, path="relay", src=mover.engine_id, dst_nic="cnic",
+                    total_bytes=len(ids) * mover.block_bytes, sender_latency_ms=mover.cnic.latency_ms)
+                async with mover.cnic.transfer(header.total_bytes) as transfer:
+                    run_index = 0
+                    first: fabric_pb2.TransferHeader | None = header
+                    while (group := await ready.get()) is not None:
+                        run = await mover.engine.call(lambda e, g=group: _export_run(e, g))
+                        if run is None:
+                            break
+                        for chunk in split_run(run, self.max_chunk_bytes):
+                            await transfer.pace(chunk.nbytes)
+                            record.add(chunk.nbytes, blocks=0)
+                            yield fabric_pb2.FabricChunk(transfer=first, run=run_index, run_header=chunk.header,
+                                                         offset=chunk.offset, data=bytes(chunk.data))
+                            first = None
+                        record.blocks += len(group)
+                        run_index += 1
+                record.queue_wait_s = transfer.queue_wait_s
+            if reader is not None:
+                await reader  # a failed store read fails the relay: the prefill loads the rest by path A
+        finally:
+            if reader is not None and not reader.done():
+                reader.cancel()
+
+    async def _read_from_store(self, ids: list[bytes], ready: asyncio.Queue) -> None:
+        """The store leg: read `ids` over this engine's snic, import them, hand them to the sender by run."""
+        mover = self.mover
+        try:
+            with kv_transfer("B", "snic", mover.kvstore_address, mover.engine_id, mover.num_layers,
+                             mover.snic.gbps) as record:
+                pending: list[tuple[bytes, bytes]] = []
+                async with mover.snic.transfer(len(ids) * mover.block_bytes) as transfer:
+                    async for block_id, data in mover.kvstore.get(mover.fingerprint, ids):
+                        await transfer.pace(len(data))
+                        record.add(len(data))
+                        pending.append((block_id, data))
+                        if len(pending) == RELAY_RUN_BLOCKS:
+                            await self._import(pending, ready)
+                            pending = []
+                    if pending:
+                        await self._import(pending, ready)
+                record.queue_wait_s = transfer.queue_wait_s
+        finally:
+            ready.put_nowait(None)
+
+    async def _import(self, blocks: list[tuple[bytes, bytes]], ready: asyncio.Queue) -> None:
+        datas = [data for _, data in blocks]
+        await self.mover.engine.call(lambda e: sum(e.import_blocks(d) for d in datas))
+        ready.put_nowait([block_id for block_id, _ in blocks])
+
+
+async def relay_load(mover: KVMover, ids: Sequence[bytes], relay_address: str) -> int:
+    """The prefill engine's side of path B: receive `ids` from the decode engine at `relay_address`
+    over this engine's cnic and import them; returns how many blocks arrived (may stop short)."""
+    if not ids:
+        return 0
+    stub = decode_pb2_grpc.DecodeStub(mover.channel(relay_address))
+    call = stub.RelayKV(decode_pb2.RelayRequest(block_ids=list(ids), dst=mover.engine_id),
+                        metadata=outgoing_metadata(), timeout=RELAY_TIMEOUT_S)
+    whole: list[bytearray] = []  # runs reassembled and verified, not yet imported
+    blocks = 0
+    receiver: PacedReceiver | None = None
+    try:
+        async with AsyncExitStack() as stack:
+            async for chunk in call:
+                if receiver is None:  # the header declares the size: from here it counts in our queue depth
+                    if not chunk.HasField("transfer"):
+                        raise ValueError("relay stream did not start with a transfer header")
+                    transfer = await stack.enter_async_context(mover.cnic.transfer(
+                        chunk.transfer.total_bytes, latency_ms=receiver_latency_ms(mover.cnic, chunk.transfer)))
+                    receiver = PacedReceiver(transfer, lambda _run, buffer: whole.append(buffer))
+                await receiver.add(chunk.run, chunk.run_header, chunk.offset, chunk.data)
+                if whole:
+                    runs, whole[:] = list(whole), []
+                    blocks += await mover.engine.call(lambda e, r=runs: sum(_import_run(e, b) for b in r))
+    finally:
+        call.cancel()  # no-op once the stream ended; frees the relay when we stop early
+    return blocks
+
+
+def _import_run(engine: LLMEngine, buffer: bytearray) -> int:
+    """Import one relayed run; returns its blocks (new or already present)."""
+    engine.import_blocks(buffer)
+    return read_header(buffer).num_blocks

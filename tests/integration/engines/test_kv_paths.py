@@ -1,0 +1,114 @@
+"""DualPath at the engines: a turn's store hits loaded by path A, by path B (relayed by a cold decode
+engine that reads them from the store), split over both, or by B through a dead relay (falls back
+to A) give the same tokens as a full recompute; the relaying decode engine keeps the blocks, so the
+handoff sends only what it lacks.
+
+Each case runs the same two-turn conversation in its own tenant: block ids differ, tokens do not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import grpc
+import pytest
+
+from agentserve.engine.sampling import SamplingParams
+from agentserve.kv.block_hash import block_ids_for
+from agentserve.kvstore.client import KVStoreClient
+from agentserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
+from tests.support.processes import free_port
+
+pytestmark = pytest.mark.integration
+
+BLOCK = 16
+MAX_TOKENS = 40
+TURN1 = [random.Random(17).randrange(5, 8000) for _ in range(100)]
+EXTRA = [11, 12, 13, 14, 15]
+# turn 1: 100 prompt + 40 output = 140 tokens, 8 full blocks stored; the prefill holds the 6 of its prompt
+STORED = (len(TURN1) + MAX_TOKENS) // BLOCK
+PREFILL_HELD = len(TURN1) // BLOCK
+
+
+async def _turn(prefill: str, decode: str, tokens: list[int], tenant: str, hits: int = 0,
+                kv_path: int = prefill_pb2.KV_PATH_A, relay: str = "", relay_blocks: int = 0):
+    sampling = common_pb2.SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+    async with grpc.aio.insecure_channel(prefill) as pch, grpc.aio.insecure_channel(decode) as dch:
+        pre = await prefill_pb2_grpc.PrefillStub(pch).Prefill(prefill_pb2.PrefillRequest(
+            token_ids=tokens, sampling=sampling, tenant=tenant, store_hit_blocks=hits, decode_address=decode,
+            kv_path=kv_path, relay_address=relay, relay_blocks=relay_blocks))
+        out = [pre.first_token]
+        request = decode_pb2.GenerateRequest(
+            token_ids=tokens + out, prompt_tokens=len(tokens), tenant=tenant,
+            sampling=common_pb2.SamplingParams(max_tokens=MAX_TOKENS - 1, ignore_eos=True))
+        async for chunk in decode_pb2_grpc.DecodeStub(dch).Generate(request):
+            out.extend(chunk.token_ids)
+        return pre, out
+
+
+async def _held(decode: str, ids: list[bytes]) -> list[bool]:
+    async with grpc.aio.insecure_channel(decode) as channel:
+        reply = await decode_pb2_grpc.DecodeStub(channel).Lookup(decode_pb2.HeldBlocksRequest(block_ids=ids))
+    return list(reply.held)
+
+
+def _conversation(cluster, reference, tenant: str, kv_path: int, relay: str = "", relay_blocks: int = 0):
+    """Turn 1 by path A onto `decode`, turn 2 by `kv_path` onto the cold `decode2` (relayed by
+    `relay`: the scheduler relays through the turn's decode engine). Both turns match recompute."""
+    prefill, decode, decode2 = (cluster[n].address for n in ("prefill", "decode", "decode2"))
+    _, out1 = asyncio.run(_turn(prefill, decode, TURN1, tenant))
+    turn2 = TURN1 + out1 + EXTRA
+    ids = block_ids_for(turn2, BLOCK, reference.fingerprint, tenant)
+
+    async def lookup():
+        async with KVStoreClient(cluster["kvstore"].address) as client:
+            return await client.lookup(ids)
+
+    hits = asyncio.run(lookup())
+    assert hits == STORED
+    pre, out2 = asyncio.run(_turn(prefill, decode2, turn2, tenant, hits, kv_path, relay, relay_blocks))
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+    assert out1 == reference.generate(TURN1, params).output_token_ids
+    assert out2 == reference.generate(turn2, params).output_token_ids
+    return pre, out2, ids
+
+
+def test_path_a_b_and_split_give_identical_tokens(cluster, reference):
+    decode2 = cluster["decode2"].address
+    by_a, tokens_a, _ = _conversation(cluster, reference, "path-a", prefill_pb2.KV_PATH_A)
+    by_b, tokens_b, ids_b = _conversation(cluster, reference, "path-b", prefill_pb2.KV_PATH_B, decode2)
+    split, tokens_split, _ = _conversation(cluster, reference, "path-split", prefill_pb2.KV_PATH_SPLIT, decode2,
+                                           relay_blocks=1)
+    assert tokens_a == tokens_b == tokens_split
+
+    loaded = STORED - PREFILL_HELD  # turn 1's output blocks: the prefill engine never computed them
+    assert (by_a.kv_path, by_a.loaded_blocks, by_a.relayed_blocks) == (prefill_pb2.KV_PATH_A, loaded, 0)
+    assert (by_b.kv_path, by_b.loaded_blocks, by_b.relayed_blocks) == (prefill_pb2.KV_PATH_B, loaded, loaded)
+    assert (split.kv_path, split.loaded_blocks, split.relayed_blocks) == (prefill_pb2.KV_PATH_SPLIT, loaded, 1)
+    for pre in (by_a, by_b, split):
+        assert pre.cached_tokens == STORED * BLOCK
+
+    # The cold relay engine read the blocks from the store and kept them: the handoff skipped them
+    # and sent the rest of the prompt's full blocks.
+    full = len(ids_b)
+    assert (by_a.handoff_held_blocks, by_a.handoff_blocks) == (0, full)
+    assert (by_b.handoff_held_blocks, by_b.handoff_blocks) == (loaded, full - loaded)
+    assert by_b.handoff_bytes == (full - loaded) * by_a.handoff_bytes // full
+    assert all(asyncio.run(_held(decode2, ids_b)))
+
+
+def test_dead_relay_falls_back_to_path_a(cluster, reference):
+    dead = f"127.0.0.1:{free_port()}"
+    pre, _, _ = _conversation(cluster, reference, "dead-relay", prefill_pb2.KV_PATH_B, dead)
+    assert (pre.kv_path, pre.loaded_blocks, pre.relayed_blocks) == (prefill_pb2.KV_PATH_A, STORED - PREFILL_HELD, 0)
+
+
+def test_second_turn_on_the_same_decode_hands_off_only_the_new_blocks(cluster, reference):
+    prefill, decode = cluster["prefill"].address, cluster["decode"].address
+    _, out1 = asyncio.run(_turn(prefill, decode, TURN1, "sticky"))
+    turn2 = TURN1 + out1 + EXTRA * 8  # 40 new tokens: 2 more full blocks, the decode holds the other 8
+    ids = block_ids_for(turn2, BLOCK, reference.fingerprint, "sticky")
+    pre, out2 = asyncio.run(_turn(prefill, decode, turn2, "sticky", STORED))
+    assert out2 == reference.generate(turn2, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)).output_token_ids
+    assert (pre.handoff_held_blocks, pre.handoff_blocks) == (STORED, len(ids) - STORED)

@@ -1,0 +1,103 @@
+"""DualPath through the whole system (`agentserve up --local`'s LocalCluster, driven by the SDK):
+
+- path-B parity: the same multi-turn session with the scheduler forced to path A and to path B
+  gives tokens identical to each other and to a single-process full recompute, and the B run
+  really relayed its store hits through the decode engine;
+- suffix-only handoff: over a 5-turn session the decode engine keeps the session's KV (the
+  scheduler routes the session back to it), so turns 2-5 hand off at most 10% of a full handoff.
+"""
+
+from __future__ import annotations
+
+import random
+from contextlib import contextmanager
+
+import pytest
+
+from agentserve.bench import handoff_bench
+from agentserve.cli.up import FabricSettings, LocalCluster, LocalPorts
+from agentserve.engine.default_model import ensure_default_model
+from agentserve.engine.engine import LLMEngine
+from agentserve.engine.engine_config import EngineConfig
+from agentserve.engine.sampling import SamplingParams
+from agentserve.sdk import Client
+from tests.support.processes import free_port
+
+pytestmark = pytest.mark.integration
+
+MAX_TOKENS = 22
+_rng = random.Random(23)
+TURNS = [[_rng.randrange(5, 8000) for _ in range(n)] for n in (90, 37, 52, 18)]
+
+
+@contextmanager
+def local_cluster(tmp_path_factory, policy: str):
+    ports = LocalPorts(scheduler=free_port(), http=free_port(), kvstore=free_port(), prefill=free_port(),
+                       decode_ports=(free_port(), free_port()), toolproxy_grpc=free_port(),
+                       toolproxy_http=free_port())
+    cluster = LocalCluster(ports, decoders=2, data_dir=tmp_path_factory.mktemp(f"kv-{policy}"),
+                           log_dir=tmp_path_factory.mktemp(f"logs-{policy}"),
+                           fabric=FabricSettings(kv_path_policy=policy))
+    cluster.start(timeout_s=240)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def path_b_cluster(tmp_path_factory):
+    with local_cluster(tmp_path_factory, "always-b") as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return LLMEngine.from_dir(ensure_default_model(), EngineConfig(prefix_cache=False))
+
+
+def _client(cluster: LocalCluster) -> Client:
+    return Client(f"127.0.0.1:{cluster.ports.scheduler}", timeout_s=120)
+
+
+def run_session(cluster: LocalCluster, tenant: str) -> list:
+    """The same token-id turns every time; returns each turn's result."""
+    with _client(cluster) as client, client.open_session(tenant=tenant, agent="coder") as session:
+        return [session.turn(token_ids=t, max_tokens=MAX_TOKENS, ignore_eos=True).result() for t in TURNS]
+
+
+def test_path_b_session_matches_path_a_and_full_recompute(tmp_path_factory, path_b_cluster, reference):
+    with local_cluster(tmp_path_factory, "always-a") as path_a_cluster:
+        by_a = run_session(path_a_cluster, "parity")
+    by_b = run_session(path_b_cluster, "parity")
+
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+    history: list[int] = []
+    for i, (a, b) in enumerate(zip(by_a, by_b)):
+        prompt = history + TURNS[i]
+        assert a.prompt_tokens == b.prompt_tokens == len(prompt)
+        assert a.token_ids == b.token_ids, f"turn {i + 1}: path A and path B differ"
+        assert b.token_ids == reference.generate(prompt, params).output_token_ids, f"turn {i + 1}"
+        assert a.cached_tokens == b.cached_tokens
+        history = prompt + b.token_ids
+        if i > 0:
+            # Turn i's hits include the previous turn's output blocks, which only the decode engine
+            # computed: the prefill engine had to load them, by A in one run and by B in the other.
+            assert (a.metadata.kv_path, a.metadata.relayed_blocks) == ("A", 0)
+            assert b.metadata.kv_path == "B"
+            assert b.metadata.relayed_blocks == b.metadata.loaded_blocks > 0
+            assert a.metadata.loaded_blocks == b.metadata.loaded_blocks
+
+
+def test_suffix_only_handoff_over_five_turns(path_b_cluster):
+    with _client(path_b_cluster) as client:
+        rows = handoff_bench.measure(client, turns=5)
+    print()
+    handoff_bench.report(rows)
+    first, later = rows[0], rows[1:]
+    assert first.held_blocks == 0 and first.handoff_bytes == first.full_handoff_bytes > 0
+    assert len({r.decode_engine for r in rows}) == 1  # the session stayed with its KV holder
+    for r in later:
+        assert r.held_blocks > 0
+        assert r.handoff_bytes <= 0.10 * r.full_handoff_bytes, (
+            f"turn {r.turn}: handed off {r.handoff_bytes} bytes, full handoff {r.full_handoff_bytes}")

@@ -1,0 +1,35 @@
+"""`agentserve up --local`: the fabric profile reaches the engines, the path policy the scheduler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentserve.cli.main import main
+from agentserve.cli.up import FabricSettings, LocalCluster, LocalPorts, service_commands
+
+pytestmark = pytest.mark.unit
+
+
+def flag(cmd: list[str], name: str) -> str:
+    return cmd[cmd.index(name) + 1]
+
+
+def test_profile_and_policy_reach_the_services() -> None:
+    fabric = FabricSettings(profile="h800-node", kv_path_policy="always-b", prefill_tokens_per_s=800.0)
+    commands = {name: cmd for name, _, cmd in service_commands(LocalPorts(), Path("/m"), Path("/d"), 2, fabric)}
+    for engine in ("prefill", "decode-0", "decode-1"):
+        assert flag(commands[engine], "--fabric-profile") == "h800-node"
+        assert float(flag(commands[engine], "--fabric-prefill-tokens-per-s")) == 800.0
+    assert flag(commands["scheduler"], "--kv-path-policy") == "always-b"
+    assert "--fabric-profile" not in commands["kvstore"]
+
+
+def test_unknown_profile_or_policy_fails_before_anything_starts(capsys) -> None:
+    with pytest.raises(ValueError, match="available: h800-node, local-unshaped"):
+        LocalCluster(fabric=FabricSettings(profile="dgx-moon"))
+    with pytest.raises(ValueError, match="unknown kv path policy"):
+        LocalCluster(fabric=FabricSettings(kv_path_policy="fastest"))
+    assert main(["up", "--local", "--profile", "dgx-moon"]) == 2
+    assert "no hardware profile 'dgx-moon'" in capsys.readouterr().err

@@ -1,0 +1,77 @@
+"""Path policies: which path a turn's store hits take to the prefill engine (DualPath)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentserve.kv.paths import KVPath
+from agentserve.scheduler.paths import AlwaysA, AlwaysB, DualPathPolicy, PathPlan, make_path_policy
+from agentserve.scheduler.registry import Engine, EngineRegistry, NICLoad, Role
+from tests.unit.scheduler.fakes import status
+
+pytestmark = pytest.mark.unit
+
+BLOCK_BYTES = 1000
+
+
+def engine(engine_id: str, role: Role, snic_queue: int = 0, planned: int = 0, age_s: float = 0.0,
+           gbps: float = 0.008) -> Engine:
+    """An engine whose last heartbeat (`age_s` ago) reported `snic_queue` bytes on a `gbps` snic."""
+    nics = (NICLoad("snic", gbps, snic_queue), NICLoad("cnic", gbps, 0))
+    e = Engine(status(engine_id, role, 7000, nics=nics, kv_block_bytes=BLOCK_BYTES), 100.0,
+               clock=lambda: 100.0 + age_s)
+    e.snic_planned_bytes = planned
+    return e
+
+
+def test_dualpath_takes_the_shorter_storage_nic_queue_and_ties_go_to_a() -> None:
+    policy = DualPathPolicy()
+    idle_prefill, busy_prefill = engine("p0", Role.PREFILL), engine("p0", Role.PREFILL, snic_queue=5000)
+    idle_decode, busy_decode = engine("d0", Role.DECODE), engine("d0", Role.DECODE, snic_queue=9000)
+    assert policy.choose(busy_prefill, idle_decode, hit_blocks=4) == PathPlan(KVPath.B)
+    assert policy.choose(busy_prefill, busy_decode, hit_blocks=4) == PathPlan(KVPath.A)
+    assert policy.choose(idle_prefill, idle_decode, hit_blocks=4) == PathPlan(KVPath.A)  # tie
+    assert policy.choose(busy_prefill, idle_decode, hit_blocks=0) == PathPlan(KVPath.A)  # nothing to load
+
+
+def test_dualpath_sees_reads_it_routed_before_the_next_heartbeat() -> None:
+    # Both heartbeats said idle, but this scheduler just sent a 50-block load to the prefill's snic.
+    prefill, decode = engine("p0", Role.PREFILL, planned=50 * BLOCK_BYTES), engine("d0", Role.DECODE)
+    assert DualPathPolicy().choose(prefill, decode, hit_blocks=4).path is KVPath.B
+    # ... and a reported queue larger than what we planned counts as reported.
+    prefill = engine("p0", Role.PREFILL, snic_queue=80 * BLOCK_BYTES, planned=50 * BLOCK_BYTES)
+    assert prefill.snic_queue_bytes == 80 * BLOCK_BYTES
+
+
+def test_a_reported_queue_drains_at_the_nics_rate_until_the_next_heartbeat() -> None:
+    # 0.008 Gbps = 1 MB/s: 5000 bytes reported 3 ms ago are 2000 now, 10 ms ago they are gone.
+    assert engine("p0", Role.PREFILL, snic_queue=5000, age_s=0.003).snic_queue_bytes == 2000
+    assert engine("p0", Role.PREFILL, snic_queue=5000, age_s=0.010).snic_queue_bytes == 0
+    stale = engine("p0", Role.PREFILL, snic_queue=5000, age_s=0.5)
+    assert DualPathPolicy().choose(stale, engine("d0", Role.DECODE), hit_blocks=4).path is KVPath.A
+    # An unshaped NIC has no rate to drain at: its report stands.
+    assert engine("p0", Role.PREFILL, snic_queue=5000, age_s=0.5, gbps=0).snic_queue_bytes == 5000
+
+
+def test_registry_plans_snic_bytes_only_while_the_block_runs() -> None:
+    registry = EngineRegistry(5.0)
+    registry.register(status("p0", Role.PREFILL, 6000))
+    prefill = registry.get("p0")
+    with registry.plan_snic(prefill, 3000):
+        assert prefill.snic_queue_bytes == 3000
+    assert prefill.snic_queue_bytes == 0
+
+
+def test_fixed_policies_and_names() -> None:
+    prefill, decode = engine("p0", Role.PREFILL, snic_queue=10**9), engine("d0", Role.DECODE, snic_queue=10**9)
+    assert AlwaysA().choose(prefill, decode, 5).path is KVPath.A
+    assert AlwaysB().choose(prefill, decode, 5).path is KVPath.B
+    assert AlwaysB().choose(prefill, decode, 0).path is KVPath.A
+    assert [make_path_policy(n).name for n in ("dualpath", "always-a", "always-b")] == [
+        "dualpath", "always-a", "always-b"]
+    with pytest.raises(ValueError, match="dualpath, always-a, always-b"):
+        make_path_policy("round-robin")
+
+
+def test_engine_status_without_nics_reads_idle() -> None:
+    assert status("d0", Role.DECODE, 7000).nic("snic") == NICLoad("snic")
