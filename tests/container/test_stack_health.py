@@ -68,3 +68,30 @@ def assert_registered(stack: Stack, address: str, timeout_s: float = 30.0) -> No
     while f"at {address}" not in stack.logs("scheduler"):
         assert time.monotonic() < deadline, f"scheduler never logged registering the engine at {address}"
         time.sleep(1)
+
+
+STORE_STATS = ("import asyncio; from agentserve.kvstore.client import KVStoreClient\n"
+               "async def main():\n"
+               "    async with KVStoreClient('127.0.0.1:50052') as c:\n"
+               "        print((await c.stats()).blocks)\n"
+               "asyncio.run(main())")
+
+
+def test_scale_kvstore_shards_blocks_and_sessions_still_hit(stack: Stack):
+    from agentserve.sdk import Client
+
+    try:
+        stack.scale("kvstore", 2)
+        # Engines and the scheduler re-resolve `kvstore` periodically; wait until both see two.
+        time.sleep(35)
+        before = [int(stack.exec("kvstore", ["python", "-c", STORE_STATS], replica=r)) for r in (1, 2)]
+        with Client(stack.grpc_address, stack.toolproxy_url, timeout_s=120) as client:
+            session = client.open_session(tenant="sharded")
+            turns = [session.turn(token_ids=list(range(100 + 40 * i, 140 + 40 * i)) * 4, max_tokens=20,
+                                  ignore_eos=True).result() for i in range(3)]
+            session.close()
+        after = [int(stack.exec("kvstore", ["python", "-c", STORE_STATS], replica=r)) for r in (1, 2)]
+        assert all(a > b for a, b in zip(after, before)), (before, after)  # both shards took blocks
+        assert turns[2].cached_tokens == (turns[1].prompt_tokens + 20) // 16 * 16
+    finally:
+        stack.scale("kvstore", 1)

@@ -19,7 +19,7 @@ from agentserve.engine_service.registration import Registrar
 from agentserve.fabric.calibrate import measure_local_compute
 from agentserve.fabric.metrics import nic_status, register_nic_metrics
 from agentserve.fabric.profiles import ScaledProfile, load_profile
-from agentserve.kvstore.client import KVStoreClient
+from agentserve.kvstore.sharded import ShardedKVStoreClient
 from agentserve.v1 import common_pb2
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,9 @@ class EngineService(Service):
         self.engine = AsyncEngine(engine)
         self.address = f"{advertise_host(config.advertise_host)}:{config.grpc_port}"
         self.engine_id = config.engine_id or f"{self.role_name}-{self.address}"
-        self.kvstore = KVStoreClient(config.kvstore_address)
+        # One address or several (`kvstore:50052` resolving to every replica): blocks are placed
+        # by consistent hashing of their id, so every engine finds a block on the same instance.
+        self.kvstore = ShardedKVStoreClient(config.kvstore_address)
         self.fabric = self._scaled_profile(engine, model_dir)
         self.nics = self.fabric.nics(self.role_name)
         register_nic_metrics(self.nics.values())

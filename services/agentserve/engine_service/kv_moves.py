@@ -26,7 +26,7 @@ from agentserve.engine.engine import LLMEngine
 from agentserve.fabric.nic import EmulatedNIC
 from agentserve.fabric.stream import paced, transfer_metadata
 from agentserve.kv.block_format import serialize_blocks
-from agentserve.kvstore.client import KVStoreClient
+from agentserve.kvstore.sharded import ShardedKVStoreClient
 from agentserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc
 
 HANDOFF_TIMEOUT_S = 60.0
@@ -67,7 +67,7 @@ def unshaped_nics() -> dict[str, EmulatedNIC]:
 
 
 class KVMover:
-    def __init__(self, engine: AsyncEngine, engine_id: str, kvstore: KVStoreClient, kvstore_address: str,
+    def __init__(self, engine: AsyncEngine, engine_id: str, kvstore: ShardedKVStoreClient, kvstore_address: str,
                  nics: Mapping[str, EmulatedNIC] | None = None):
         self.engine = engine
         self.engine_id = engine_id

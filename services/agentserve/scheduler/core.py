@@ -49,11 +49,11 @@ class SchedulerCore:
         """The real thing: the tokenizer of `config.model_dir` (or the embedded default model) and
         gRPC clients for the KV store and the engines."""
         from agentserve.engine.default_model import ensure_default_model
-        from agentserve.kvstore.client import KVStoreClient
+        from agentserve.kvstore.sharded import ShardedKVStoreClient
 
         model_dir = Path(config.model_dir) if config.model_dir else ensure_default_model()
         # Bounded: a hung store must not hang turns (a failed lookup only costs the hits).
-        store = KVStoreClient(config.kvstore_address, timeout_s=config.engine_timeout_ms / 1000)
+        store = ShardedKVStoreClient(config.kvstore_address, timeout_s=config.engine_timeout_ms / 1000)
         return cls(config, Tokenizer.from_dir(model_dir), store=store)
 
     @property
