@@ -66,6 +66,15 @@ def bench_fabric(args: argparse.Namespace) -> dict:
     return result
 
 
+def bench_handoff(args: argparse.Namespace) -> dict:
+    from agentserve.bench import handoff_bench
+
+    if args.turns < 2:
+        raise ValueError(f"--turns must be at least 2, got {args.turns}")
+    return handoff_bench.run(args.address, turns=args.turns, profile=args.profile,
+                             kv_path_policy=args.kv_path_policy)
+
+
 def bench_kvstore(args: argparse.Namespace) -> dict:
     from agentserve.bench import kvstore_bench
 
@@ -92,12 +101,37 @@ def bench_kvstore_soak(args: argparse.Namespace) -> dict:
                             ssd_budget_bytes=args.ssd_mb << 20, group_commit=args.group_commit)
 
 
-def up_local(args: argparse.Namespace) -> int:
-    from agentserve.cli.up import LocalCluster
+def bench_replay(args: argparse.Namespace) -> dict | None:
+    from agentserve.bench.replay.cli import replay
 
-    cluster = LocalCluster(decoders=args.decoders)
+    return replay(args)
+
+
+def bench_capacity(args: argparse.Namespace) -> dict | None:
+    from agentserve.bench.replay.cli import capacity
+
+    return capacity(args)
+
+
+def workload_convert(args: argparse.Namespace) -> dict:
+    from agentserve.bench.workloads.cli import convert
+
+    return convert(args)
+
+
+def workload_generate(args: argparse.Namespace) -> dict:
+    from agentserve.bench.workloads.cli import generate_command
+
+    return generate_command(args)
+
+
+def up_local(args: argparse.Namespace) -> int:
+    from agentserve.cli.up import FabricSettings, LocalCluster
+
+    cluster = LocalCluster(decoders=args.decoders, fabric=FabricSettings(args.profile, args.kv_path_policy))
     print("agentserve: starting kvstore, scheduler, prefill, "
-          f"{args.decoders} decode, toolproxy (logs in {cluster.log_dir})", file=sys.stderr)
+          f"{args.decoders} decode, toolproxy; fabric {args.profile}, kv paths {args.kv_path_policy} "
+          f"(logs in {cluster.log_dir})", file=sys.stderr)
     cluster.start()
     ports = cluster.ports
     print(f"agentserve: up. gRPC 127.0.0.1:{ports.scheduler}, OpenAI HTTP http://127.0.0.1:{ports.http}/v1, "

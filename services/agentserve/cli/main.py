@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from agentserve.bench.replay import cli_args as replay_args
+from agentserve.bench.workloads import cli_args as workload_args
 from agentserve.cli import commands
 
 
@@ -40,6 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="every service as a local process on loopback (compose: docker compose up)")
     up.add_argument("--decoders", type=int, default=2)
     up.add_argument("--demo", action="store_true", help="run a demo agent session once everything is up")
+    up.add_argument("--profile", default="local-unshaped",
+                    help="hardware profile of the emulated fabric (profiles/<name>.yaml, e.g. h800-node)")
+    up.add_argument("--kv-path-policy", default="dualpath", choices=["dualpath", "always-a", "always-b"],
+                    help="how store hits reach the prefill engine (DualPath: the shorter storage-NIC queue)")
     up.set_defaults(func=commands.up_local)
 
     demo = sub.add_parser("demo", help="run a demo agent session against a running system")
@@ -62,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     fab.add_argument("--profile", help="also scale this hardware profile (profiles/<name>.yaml) to this machine")
     fab.add_argument("--json", action="store_true")
     fab.set_defaults(func=commands.bench_fabric)
+    hand = bench.add_parser("handoff", help="handoff bytes per turn of a 5-turn session vs a full-prompt handoff")
+    hand.add_argument("--address", help="scheduler gRPC address of a running system (default: start a local one)")
+    hand.add_argument("--turns", type=int, default=5)
+    hand.add_argument("--profile", default="local-unshaped", help="hardware profile of the local cluster")
+    hand.add_argument("--kv-path-policy", default="dualpath", choices=["dualpath", "always-a", "always-b"])
+    hand.add_argument("--json", action="store_true")
+    hand.set_defaults(func=commands.bench_handoff)
     kvb = bench.add_parser("kvstore", help="kvstore read/write MB/s and latency per block size vs the raw disk")
     kvb.add_argument("--data-dir", type=Path, help="where to put the bench files (default: system temp)")
     kvb.add_argument("--mb-per-size", type=int, default=256, help="MB of blocks per block size")
@@ -87,6 +100,22 @@ def build_parser() -> argparse.ArgumentParser:
     kvs.add_argument("--data-dir", type=Path)
     kvs.add_argument("--json", action="store_true")
     kvs.set_defaults(func=commands.bench_kvstore_soak)
+    rep = bench.add_parser("replay", help="replay an agent trace (Mooncake, TraceLab, agentserve workload): "
+                                          "latency first vs later turns, goodput, cache hits, KV bytes")
+    replay_args.add_replay_arguments(rep)
+    rep.set_defaults(func=commands.bench_replay)
+    capa = bench.add_parser("capacity", help="highest load (rate, concurrency or speedup) that meets an SLO")
+    replay_args.add_capacity_arguments(capa)
+    capa.set_defaults(func=commands.bench_capacity)
+
+    workload = sub.add_parser("workload", help="agent workloads for bench replay").add_subparsers(
+        dest="workload_command", required=True)
+    conv = workload.add_parser("convert", help="Mooncake or TraceLab trace -> agentserve workload JSONL")
+    workload_args.add_convert_arguments(conv)
+    conv.set_defaults(func=commands.workload_convert)
+    wgen = workload.add_parser("generate", help="synthetic multi-agent workload (fan-out, all-gather, tools)")
+    workload_args.add_generate_arguments(wgen)
+    wgen.set_defaults(func=commands.workload_generate)
     return parser
 
 

@@ -1,0 +1,66 @@
+"""The slice of a serving system the replayer drives, and its implementation over the agentserve
+SDK. Unit tests put a fake behind the same two protocols."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agentserve.sdk import AsyncClient
+
+
+@dataclass(frozen=True)
+class Chunk:
+    token_ids: tuple[int, ...]
+    cached_tokens: int | None = None  # set on the chunk that carries the turn's metadata
+    prompt_tokens: int | None = None
+    prefill_engine: str = ""
+    decode_engine: str = ""
+
+
+class ServerSession(Protocol):
+    def turn(self, token_ids: list[int], max_tokens: int) -> AsyncIterator[Chunk]:
+        """Append `token_ids` to the session and stream exactly `max_tokens` generated tokens."""
+        ...
+
+    async def call_tool(self, name: str, args: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def close(self) -> None: ...
+
+
+class ServingClient(Protocol):
+    async def open_session(self, tenant: str, agent: str) -> ServerSession: ...
+
+    async def close(self) -> None: ...
+
+
+class _SDKSession:
+    def __init__(self, session) -> None:
+        self._session = session
+
+    async def turn(self, token_ids: list[int], max_tokens: int) -> AsyncIterator[Chunk]:
+        async for chunk in self._session.turn(token_ids=token_ids, max_tokens=max_tokens, ignore_eos=True):
+            m = chunk.metadata
+            yield Chunk(tuple(chunk.token_ids), m.cached_tokens if m else None, m.prompt_tokens if m else None,
+                        m.prefill_engine if m else "", m.decode_engine if m else "")
+
+    async def call_tool(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        return await self._session.call_tool(name, args)
+
+    async def close(self) -> None:
+        await self._session.close()
+
+
+class SDKClient:
+    """agentserve over gRPC (turns) and the tool proxy's HTTP (tool calls)."""
+
+    def __init__(self, address: str, toolproxy_url: str) -> None:
+        # No deadline on tool calls: a replayed tool may legitimately take minutes.
+        self._client = AsyncClient(address, toolproxy_url, timeout_s=60.0)
+
+    async def open_session(self, tenant: str, agent: str) -> ServerSession:
+        return _SDKSession(await self._client.open_session(tenant=tenant, agent=agent))
+
+    async def close(self) -> None:
+        await self._client.close()

@@ -1,0 +1,39 @@
+"""Percentiles the way serving benchmarks report them (linear interpolation between ranks, as
+numpy's default), over plain lists."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+PERCENTILES = (50, 90, 99)
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """The `p`-th percentile (0..100) of `values`; None for no values."""
+    if not 0 <= p <= 100:
+        raise ValueError(f"percentile must be in [0, 100], got {p}")
+    data = sorted(values)
+    if not data:
+        return None
+    rank = (len(data) - 1) * p / 100
+    lo = math.floor(rank)
+    hi = min(lo + 1, len(data) - 1)
+    return data[lo] + (data[hi] - data[lo]) * (rank - lo)
+
+
+def distribution(values: Iterable[float | None], scale: float = 1.0) -> dict[str, float | int | None]:
+    """count, mean, p50/p90/p99 and max of the non-None `values`, each multiplied by `scale`."""
+    data = [v * scale for v in values if v is not None]
+    out: dict[str, float | int | None] = {"count": len(data), "mean": sum(data) / len(data) if data else None}
+    for p in PERCENTILES:
+        out[f"p{p}"] = percentile(data, p)
+    out["max"] = max(data) if data else None
+    return out
+
+
+def ecdf(values: Iterable[float | None]) -> tuple[list[float], list[float]]:
+    """Sorted values and the fraction of values at or below each (for CDF plots)."""
+    data = sorted(v for v in values if v is not None)
+    n = len(data)
+    return data, [(i + 1) / n for i in range(n)]
