@@ -118,6 +118,7 @@ class LocalCluster:
             for name, port, cmd in service_commands(self.ports, model_dir, self.data_dir, self.decoders,
                                                      self.fabric):
                 log = (self.log_dir / f"{name}.log").open("w")
+                cmd = [*cmd, *self.extra_args(name)]
                 proc = Proc(name, port, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env))
                 self.procs.append(proc)
                 # Engines warm up in parallel; the rest must be up before their dependants start.
@@ -128,6 +129,10 @@ class LocalCluster:
         except BaseException:
             self.stop()
             raise
+
+    def extra_args(self, name: str) -> list[str]:
+        """More flags for service `name` (a hook for subclasses, e.g. a metrics port each)."""
+        return []
 
     def stop(self, timeout_s: float = 15.0) -> None:
         for proc in reversed(self.procs):

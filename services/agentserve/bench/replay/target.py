@@ -6,14 +6,12 @@ from __future__ import annotations
 import asyncio
 import shutil
 import socket
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentserve.bench.replay.spans import OtlpSink, PhoenixSpans
-from agentserve.cli.up import LocalCluster, LocalPorts, Proc, service_commands, wait_serving
-from agentserve.engine.default_model import ensure_default_model
+from agentserve.cli.up import LocalCluster, LocalPorts
 
 
 def free_port() -> int:
@@ -36,26 +34,13 @@ class MeteredCluster(LocalCluster):
                          **cluster_options)
         self.metrics: dict[str, str] = {}
 
+    def extra_args(self, name: str) -> list[str]:
+        metrics_port = free_port()
+        self.metrics[name] = f"http://127.0.0.1:{metrics_port}/metrics"
+        return ["--metrics-port", str(metrics_port)]
+
     def start(self, timeout_s: float = 240.0) -> None:
-        # LocalCluster.start with one more flag per service (up.py has no hook for extra flags).
-        model_dir = self.model_dir or ensure_default_model()
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        fabric = (self.fabric,) if hasattr(self, "fabric") else ()
-        try:
-            for name, port, cmd in service_commands(self.ports, model_dir, self.data_dir, self.decoders, *fabric):
-                metrics_port = free_port()
-                self.metrics[name] = f"http://127.0.0.1:{metrics_port}/metrics"
-                log = (self.log_dir / f"{name}.log").open("w")
-                popen = subprocess.Popen([*cmd, "--metrics-port", str(metrics_port)], stdout=log,
-                                         stderr=subprocess.STDOUT, env=self.env)
-                self.procs.append(Proc(name, port, popen))
-                if not name.startswith(("prefill", "decode")):
-                    wait_serving(self.procs[-1], timeout_s)
-            for proc in self.procs:
-                wait_serving(proc, timeout_s)
-        except BaseException:
-            self.stop()
-            raise
+        super().start(timeout_s)  # a longer default: the bench often starts beside other work
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
