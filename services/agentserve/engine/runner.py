@@ -51,15 +51,18 @@ class ModelRunner:
         positions = torch.arange(num_cached, total)
         hook = None
         if external is not None and external.num_blocks > external_start:
-            slots = seq.slots[external_start:external.num_blocks]
-
-            def hook(layer: int) -> None:
-                k, v = external.load_layer(layer)
-                k, v = k[external_start:external.num_blocks], v[external_start:external.num_blocks]
-                self.pool.write_blocks(slots, k[None], v[None], range(layer, layer + 1))
+            hook = self._layer_loader(external, seq.slots[external_start:external.num_blocks], external_start)
         logits = self.model(ids, positions, self.pool, meta,
                             logits_rows=torch.tensor([total - num_cached - 1]), before_layer=hook)
         return logits[0]
+
+    def _layer_loader(self, external: ExternalPrefix, slots: list[int], start: int):
+        """The before-layer hook writing external blocks [start, num_blocks) of one layer into `slots`."""
+        def load(layer: int) -> None:
+            k, v = external.load_layer(layer)
+            k, v = k[start:external.num_blocks], v[start:external.num_blocks]
+            self.pool.write_blocks(slots, k[None], v[None], range(layer, layer + 1))
+        return load
 
     def decode(self, seqs: list[Sequence]) -> torch.Tensor:
         """One token for each sequence (its last token's KV is computed now); logits [B, vocab]."""
