@@ -101,6 +101,8 @@ class PrefillWorker:
         loaded_a, relayed = leg_a.result(), leg_b.result()
         if relayed is None:  # the relay failed: its blocks come by path A after all
             return KVPath.A, loaded_a + await self.mover.load_from_store(ids[by_a:]), 0
+        if relayed < by_b:  # the relay stopped short: the rest of its part still comes by path A
+            loaded_a += await self.mover.load_from_store(ids[by_a + relayed:])
         return plan.path, loaded_a + relayed, relayed
 
     async def _relay(self, ids: list[bytes], relay_address: str) -> int | None:
