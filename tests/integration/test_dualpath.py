@@ -21,7 +21,6 @@ from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.sampling import SamplingParams
 from agentserve.sdk import Client
-from tests.support.processes import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -32,9 +31,7 @@ TURNS = [[_rng.randrange(5, 8000) for _ in range(n)] for n in (90, 37, 52, 18)]
 
 @contextmanager
 def local_cluster(tmp_path_factory, policy: str):
-    ports = LocalPorts(scheduler=free_port(), http=free_port(), kvstore=free_port(), prefill=free_port(),
-                       decode_ports=(free_port(), free_port()), toolproxy_grpc=free_port(),
-                       toolproxy_http=free_port())
+    ports = LocalPorts.free(2)
     cluster = LocalCluster(ports, decoders=2, data_dir=tmp_path_factory.mktemp(f"kv-{policy}"),
                            log_dir=tmp_path_factory.mktemp(f"logs-{policy}"),
                            fabric=FabricSettings(kv_path_policy=policy))

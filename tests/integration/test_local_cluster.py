@@ -22,7 +22,6 @@ from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.sampling import SamplingParams
 from agentserve.sdk import Client, RetryableError
 from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
-from tests.support.processes import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -31,9 +30,7 @@ BLOCK = 16
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    ports = LocalPorts(scheduler=free_port(), http=free_port(), kvstore=free_port(), prefill=free_port(),
-                       decode_ports=(free_port(), free_port()), toolproxy_grpc=free_port(),
-                       toolproxy_http=free_port())
+    ports = LocalPorts.free(2)
     cluster = LocalCluster(ports, decoders=2, data_dir=tmp_path_factory.mktemp("kv"),
                            log_dir=tmp_path_factory.mktemp("logs"))
     cluster.start(timeout_s=240)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,14 +12,10 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from agentserve.common.netutil import free_port  # noqa: F401 - also imported from here
 
 LOG_DIR = Path(os.environ.get("AGENTSERVE_TEST_LOGS", "/tmp/agentserve-test-logs"))
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_serving(address: str, timeout_s: float = 120.0, proc: subprocess.Popen | None = None,

@@ -10,7 +10,6 @@ engines' own (TurnMetadata: handoff blocks and bytes, path taken), not estimates
 from __future__ import annotations
 
 import random
-import socket
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -78,9 +77,7 @@ def run(address: str | None = None, turns: int = 5, profile: str = "local-unshap
         from agentserve.cli.up import FabricSettings, LocalCluster, LocalPorts
 
         work = Path(tempfile.mkdtemp(prefix="agentserve-handoff-bench-"))
-        ports = LocalPorts(scheduler=_free_port(), http=_free_port(), kvstore=_free_port(), prefill=_free_port(),
-                           decode_ports=(_free_port(), _free_port()), toolproxy_grpc=_free_port(),
-                           toolproxy_http=_free_port())
+        ports = LocalPorts.free(2)
         cluster = LocalCluster(ports, decoders=2, data_dir=work / "kv", log_dir=log_dir or work / "logs",
                                fabric=FabricSettings(profile, kv_path_policy))
         print(f"starting a local cluster (fabric {profile}, kv paths {kv_path_policy}; logs in {cluster.log_dir})",
@@ -99,8 +96,3 @@ def run(address: str | None = None, turns: int = 5, profile: str = "local-unshap
             "first_turn_handoff_bytes": rows[0].handoff_bytes,
             "later_turns_max_ratio": round(max((r.ratio for r in later), default=0.0), 4)}
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

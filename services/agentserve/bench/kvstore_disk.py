@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -16,8 +15,10 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from agentserve.common.netutil import free_port  # noqa: F401 - also imported from here
 
 CHUNK = 1 << 20
+LARGE_READ = 16 << 20
 
 
 def drop_cache(path: str | os.PathLike) -> None:
@@ -30,8 +31,13 @@ def drop_cache(path: str | os.PathLike) -> None:
 
 
 def raw_disk(directory: Path, nbytes: int, concurrency: int) -> dict:
-    """One big file: sequential write (fsync at the end), cold sequential read (dd-style, with the
-    kernel's readahead), and cold 1 MB reads at random offsets from `concurrency` threads."""
+    """One big file: sequential write (fsync at the end), cold sequential read (dd-style, 1 MB
+    reads, with the kernel's readahead), cold 1 MB reads at random offsets from `concurrency`
+    threads, and a cold sequential read in 16 MB reads.
+
+    The 16 MB pass is there because on some virtual disks the dd-style figure is not what the
+    device can do: on this project's VMs the first read of a freshly written file in 1 MB reads
+    runs at ~0.35 GB/s, while 16 MB reads of it, or any re-read, run at 0.9-1.8 GB/s."""
     path = directory / "raw-disk.bin"
     chunk = os.urandom(CHUNK)
     start = time.perf_counter()
@@ -44,14 +50,7 @@ def raw_disk(directory: Path, nbytes: int, concurrency: int) -> dict:
         os.close(fd)
     write_s = time.perf_counter() - start
     drop_cache(path)
-    start = time.perf_counter()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        while os.read(fd, CHUNK):
-            pass
-    finally:
-        os.close(fd)
-    read_s = time.perf_counter() - start
+    read_s = _sequential_read_s(path, CHUNK)
     drop_cache(path)
     offsets = random.Random(0).sample(range(0, nbytes - CHUNK + 1, CHUNK), nbytes // CHUNK)
     fd = os.open(path, os.O_RDONLY)
@@ -62,10 +61,23 @@ def raw_disk(directory: Path, nbytes: int, concurrency: int) -> dict:
         random_s = time.perf_counter() - start
     finally:
         os.close(fd)
+    drop_cache(path)
+    large_s = _sequential_read_s(path, LARGE_READ)  # last, so the figures before it are taken as they always were
     path.unlink()
     mb = nbytes / 1e6
-    return {"raw_disk_read_MBps": round(mb / read_s, 1), "raw_disk_random_read_1MB_MBps": round(mb / random_s, 1),
-            "raw_disk_write_MBps": round(mb / write_s, 1)}
+    return {"raw_disk_read_MBps": round(mb / read_s, 1), "raw_disk_read_large_MBps": round(mb / large_s, 1),
+            "raw_disk_random_read_1MB_MBps": round(mb / random_s, 1), "raw_disk_write_MBps": round(mb / write_s, 1)}
+
+
+def _sequential_read_s(path: Path, read_bytes: int) -> float:
+    start = time.perf_counter()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        while os.read(fd, read_bytes):
+            pass
+    finally:
+        os.close(fd)
+    return time.perf_counter() - start
 
 
 def summary(nbytes: int, wall_s: float, latencies_s: list[float]) -> dict:
@@ -74,11 +86,6 @@ def summary(nbytes: int, wall_s: float, latencies_s: list[float]) -> dict:
     return {"MBps": round(nbytes / 1e6 / wall_s, 1), "p50_ms": round(1000 * statistics.median(lat), 3) if lat else 0.0,
             "p99_ms": round(1000 * p99, 3), "ops": len(lat)}
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class KVStoreProcess:

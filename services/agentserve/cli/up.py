@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from agentserve.common.netutil import free_port
 from agentserve.engine.default_model import ensure_default_model, models_home
 
 
@@ -28,6 +29,13 @@ class LocalPorts:
     prefill: int = 50053
     decode_base: int = 50054
     decode_ports: tuple[int, ...] = ()  # explicit ports (tests); default decode_base + i
+
+    @classmethod
+    def free(cls, decoders: int) -> "LocalPorts":
+        """Distinct free loopback ports for every service (tests, benches beside other work)."""
+        return cls(scheduler=free_port(), http=free_port(), kvstore=free_port(), prefill=free_port(),
+                   decode_ports=tuple(free_port() for _ in range(decoders)), toolproxy_grpc=free_port(),
+                   toolproxy_http=free_port())
     toolproxy_grpc: int = 50050
     toolproxy_http: int = 8080
 

@@ -76,3 +76,22 @@ def _hostname_address() -> str:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
         return FALLBACK_HOST
+
+
+_handed_out: set[int] = set()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, never one this process was given before.
+
+    The kernel may offer a just-closed port again at once, so two calls in a row could return the
+    same number and two services started side by side would collide; remembering what was handed
+    out rules that out (another process can still take the port before it is bound: rare).
+    """
+    while True:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port

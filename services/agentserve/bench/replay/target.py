@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentserve.bench.replay.spans import OtlpSink, PhoenixSpans
 from agentserve.cli.up import LocalCluster, LocalPorts
+from agentserve.common.netutil import free_port  # noqa: F401 - also imported from here
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class MeteredCluster(LocalCluster):
@@ -27,9 +22,7 @@ class MeteredCluster(LocalCluster):
     def __init__(self, decoders: int = 2, env: dict[str, str] | None = None, root: Path | None = None,
                  **cluster_options) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="agentserve-bench-")) if root is None else root
-        ports = LocalPorts(scheduler=free_port(), http=free_port(), kvstore=free_port(), prefill=free_port(),
-                           decode_ports=tuple(free_port() for _ in range(decoders)), toolproxy_grpc=free_port(),
-                           toolproxy_http=free_port())
+        ports = LocalPorts.free(decoders)
         super().__init__(ports, decoders=decoders, data_dir=self.root / "kv", log_dir=self.root / "logs", env=env,
                          **cluster_options)
         self.metrics: dict[str, str] = {}
