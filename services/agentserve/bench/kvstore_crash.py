@@ -22,6 +22,7 @@ import json
 import os
 import random
 import select
+import shutil
 import signal
 import struct
 import tempfile
@@ -112,10 +113,31 @@ def _corrupt_one(store: TieredStore, data_dir: Path, acked: dict[bytes, bytes], 
     del acked[victim]
 
 
+def _stream_seconds(data_dir: Path, makers: list[BlockMaker], blocks_per_trial: int, group_commit: bool) -> float:
+    """How long one writer's whole stream takes here, timed in a scratch store beside `data_dir`."""
+    scratch = data_dir.parent / f".{data_dir.name}-calibrate-{int(group_commit)}"
+    store = _open(scratch, group_commit)
+    try:
+        blocks = [(b, makers[i % len(makers)].make(b))
+                  for i, b in enumerate(block_id_for(("calibrate", i), "crash") for i in range(blocks_per_trial))]
+        step = 4 if group_commit else 1
+        start = time.perf_counter()
+        for i in range(0, len(blocks), step):
+            store.put_many(FINGERPRINT, blocks[i:i + step])
+        return time.perf_counter() - start
+    finally:
+        store.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def run_trials(data_dir: Path, trials: int = 200, seed: int = 0, blocks_per_trial: int = 32,
-               max_delay_s: float = 0.06, corrupt_every: int = 10) -> dict:
+               max_delay_s: float | None = None, corrupt_every: int = 10) -> dict:
+    """`max_delay_s` None: kill within 80% of a stream's measured duration on this machine, so
+    almost every kill lands mid-stream however fast or loaded the disk and CPU are."""
     rng = random.Random(seed)
     makers = [BlockMaker(FINGERPRINT, size, num_layers=8, seed=seed + i) for i, size in enumerate(SIZES)]
+    delays = {mode: max_delay_s if max_delay_s is not None
+              else 0.8 * _stream_seconds(data_dir, makers, blocks_per_trial, mode) for mode in (False, True)}
     acked: dict[bytes, bytes] = {}  # id -> digest of every acknowledged, not deliberately corrupted block
     written: dict[bytes, bytes] = {}
     killed_mid_stream = corrupted = 0
@@ -126,7 +148,7 @@ def run_trials(data_dir: Path, trials: int = 200, seed: int = 0, blocks_per_tria
         digests = {b: hashlib.blake2b(d).digest() for b, d in blocks}
         written.update(digests)
         group_commit = trial % 2 == 1
-        acks = _trial(data_dir, blocks, group_commit, rng.uniform(0, max_delay_s))
+        acks = _trial(data_dir, blocks, group_commit, rng.uniform(0, delays[group_commit]))
         killed_mid_stream += len(acks) < len(blocks)
         acked.update((ids[i], digests[ids[i]]) for i in acks)
         store = _open(data_dir, group_commit)
