@@ -18,6 +18,7 @@ import grpc
 from agentserve.common.server import GRPC_OPTIONS
 from agentserve.common.telemetry import outgoing_metadata
 from agentserve.fabric.chunks import DEFAULT_CHUNK_BYTES, RunAssembler, split_run
+from agentserve.fabric.malloc import keep_freed_buffers
 from agentserve.fabric.nic import EmulatedNIC, Transfer
 from agentserve.fabric.wire import Chunk, decode_chunk, encode_chunk
 from agentserve.kv.block_header import CorruptBlockError
@@ -133,6 +134,7 @@ class FabricServicer:
                  on_run: Callable[[fabric_pb2.TransferHeader, int, bytearray], None] | None = None) -> None:
         self.nics = dict(nics)
         self.on_run = on_run
+        keep_freed_buffers()  # every chunk received is a fresh chunk-sized buffer
 
     async def Transfer(self, request_iterator: AsyncIterator[Chunk], context) -> fabric_pb2.TransferSummary:
         messages = aiter(request_iterator)
@@ -161,6 +163,7 @@ class FabricClient:
     def __init__(self, address: str) -> None:
         self.address = address
         self._channel: grpc.aio.Channel | None = None
+        keep_freed_buffers()  # every chunk sent is serialized into a fresh chunk-sized buffer
 
     async def send(self, runs: Sequence[RunBuffer], nic: EmulatedNIC, dst_nic: str, *, path: str = "bench",
                    src: str = "", max_chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_layers: int | None = None,

@@ -14,6 +14,7 @@ import grpc
 
 from agentserve.common.server import GRPC_OPTIONS
 from agentserve.common.telemetry import outgoing_metadata
+from agentserve.fabric.malloc import keep_freed_buffers
 from agentserve.kvstore import wire
 from agentserve.kvstore.types import BlockRead, LookupResult, Tier
 from agentserve.v1 import common_pb2, kvstore_pb2, kvstore_pb2_grpc
@@ -31,6 +32,7 @@ class KVStoreClient:
         self._stub: kvstore_pb2_grpc.KVStoreStub | None = None
         self._read: grpc.aio.UnaryStreamMultiCallable | None = None
         self._get: grpc.aio.UnaryStreamMultiCallable | None = None
+        keep_freed_buffers()  # every block received is a fresh block-sized buffer
 
     async def put(self, fingerprint: str, blocks: Sequence[tuple[bytes, bytes]]) -> kvstore_pb2.PutResponse:
         """Durably store `(block_id, data)` pairs, each one serialized block of model `fingerprint`.

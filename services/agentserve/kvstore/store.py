@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentserve.fabric.malloc import keep_freed_buffers
 from agentserve.kv.block_format import FingerprintMismatchError
 from agentserve.kv.block_hash import BLOCK_ID_BYTES
 from agentserve.kvstore.blockfile import Layers, LayerRangeError, WouldBlock, read_layers, read_whole, wants_whole
@@ -76,6 +77,7 @@ class BlockStore:
         self._hits = self._misses = self._corrupt = 0
         self._made_dirs: set[str] = set()
         self._seq = itertools.count()
+        keep_freed_buffers()  # every read returns a fresh block-sized buffer
         self.root.mkdir(parents=True, exist_ok=True)
         self._fsync_dir(self.root.parent)
         self._lock_file = lock_dir(Path(data_dir))
@@ -245,6 +247,25 @@ class BlockStore:
         with self._lock:
             self._hits += 1
         return BlockRead(block_id, data, hsize, layers, header.num_layers, Tier.SSD, header)
+
+    def prefetch(self, block_ids: Sequence[bytes]) -> None:
+        """Start reading the files of stored `block_ids` into the page cache, without waiting.
+
+        Advice only (readahead): a reader that knows which blocks come next calls it so the disk
+        works on them, many at once, while it sends the ones before. Nothing is verified or
+        counted here; the reads that follow do that. Absent ids are skipped.
+        """
+        for block_id in block_ids:
+            try:
+                fd = os.open(self._path_str(bytes(block_id)), os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:  # not stored (any more)
+                continue
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
     def get(self, block_id: bytes, expected_fingerprint: str | None = None) -> bytes | None:
         """The whole stored block, verified; None if absent or found corrupt (then deleted)."""

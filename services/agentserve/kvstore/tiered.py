@@ -194,6 +194,16 @@ class TieredStore:
                     self.dram.insert(block_id, read.data, read.header)
         return read
 
+    def size_of(self, block_id: bytes) -> int | None:
+        """The stored size of a block (from the index; no disk IO), None if not stored."""
+        return self.ssd.size_of(bytes(block_id))
+
+    def prefetch(self, block_ids: Sequence[bytes]) -> None:
+        """Start SSD reads of those `block_ids` not in DRAM (see `BlockStore.prefetch`); no waiting."""
+        with self._lock:
+            cold = [b for b in map(bytes, block_ids) if b not in self.dram]
+        self.ssd.prefetch(cold)
+
     def get(self, block_id: bytes, fingerprint: str | None = None) -> bytes | None:
         read = self.read(block_id, fingerprint)
         return None if read is None else read.data

@@ -224,3 +224,13 @@ def test_concurrent_puts_of_one_block_store_it_once(make_store):
         t.join()
     assert sorted(results) == [False] * 7 + [True]
     assert files(store) == [f"{block_id.hex()}.kv"] and store.stats().bytes == len(data)
+
+
+def test_prefetch_is_advice_only_and_skips_absent_blocks(make_store):
+    store = make_store(fsync=False)
+    stored, absent = chain(2)
+    data = make_block(stored)
+    store.put(stored, data, FP)
+    store.prefetch([stored, absent])
+    assert store.stats().hits == 0 and store.stats().misses == 0  # nothing read, nothing counted
+    assert store.get(stored, FP) == data

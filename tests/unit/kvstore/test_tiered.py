@@ -308,6 +308,16 @@ def test_a_nowait_read_serves_warm_blocks_and_hands_back_cold_ones(open_store, b
     assert (s.dram.misses, s.ssd.hits, s.ssd.misses) == (3, 2, 1)
 
 
+def test_prefetch_skips_blocks_in_dram(open_store, blocks, monkeypatch):
+    store = open_store(dram_blocks=1)
+    put(store, blocks, "a", "b")  # a is evicted from DRAM by b, stays on SSD
+    advised = []
+    monkeypatch.setattr(store.ssd, "prefetch", advised.extend)
+    store.prefetch([blocks["a"][0], blocks["b"][0]])
+    assert advised == [blocks["a"][0]]
+    assert store.size_of(blocks["b"][0]) == SIZE and store.size_of(blocks["c"][0]) is None
+
+
 def test_a_write_never_evicts_the_stored_blocks_it_repeats(open_store, tmp_path, blocks):
     store = open_store(ssd_blocks=3)
     put(store, blocks, "a", "b", "c")
