@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentserve.common.protowire import LEN, VARINT, parse_fields, varint
 from agentserve.v1 import fabric_pb2
 
-_LEN, _VARINT = 2, 0
 _TRANSFER, _RUN, _RUN_HEADER, _OFFSET, _DATA = 1, 2, 3, 4, 5
 
 
@@ -35,11 +35,11 @@ def encode_chunk(transfer: fabric_pb2.TransferHeader | None, run: int, run_heade
     if transfer is not None:
         _field(parts, _TRANSFER, transfer.SerializeToString())
     if run:
-        parts += [_tag(_RUN, _VARINT), _varint(run)]
+        parts += [_tag(_RUN, VARINT), varint(run)]
     if run_header:
         _field(parts, _RUN_HEADER, run_header)
     if offset:
-        parts += [_tag(_OFFSET, _VARINT), _varint(offset)]
+        parts += [_tag(_OFFSET, VARINT), varint(offset)]
     if len(data):
         _field(parts, _DATA, data)
     return b"".join(parts)
@@ -47,23 +47,7 @@ def encode_chunk(transfer: fabric_pb2.TransferHeader | None, run: int, run_heade
 
 def decode_chunk(buf: bytes) -> Chunk:
     """Parse a serialized `FabricChunk`; unknown fields are skipped. Malformed input: ValueError."""
-    view = memoryview(buf)
-    fields: dict[int, object] = {}
-    pos = 0
-    while pos < len(view):
-        key, pos = _read_varint(view, pos)
-        number, wire_type = key >> 3, key & 7
-        if wire_type == _VARINT:
-            fields[number], pos = _read_varint(view, pos)
-        elif wire_type == _LEN:
-            length, pos = _read_varint(view, pos)
-            if pos + length > len(view):
-                raise ValueError("FabricChunk truncated")
-            fields[number], pos = view[pos:pos + length], pos + length
-        elif wire_type in (1, 5):  # fixed64 / fixed32 of a field this reader does not know
-            pos += 8 if wire_type == 1 else 4
-        else:
-            raise ValueError(f"FabricChunk: unsupported wire type {wire_type}")
+    fields = parse_fields(memoryview(buf), "FabricChunk")
     transfer = None
     if _TRANSFER in fields:
         transfer = fabric_pb2.TransferHeader.FromString(bytes(fields[_TRANSFER]))
@@ -73,31 +57,8 @@ def decode_chunk(buf: bytes) -> Chunk:
 
 
 def _field(parts: list, number: int, value: bytes | memoryview) -> None:
-    parts += [_tag(number, _LEN), _varint(len(value)), value]
+    parts += [_tag(number, LEN), varint(len(value)), value]
 
 
 def _tag(number: int, wire_type: int) -> bytes:
-    return _varint(number << 3 | wire_type)
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, value = value & 0x7F, value >> 7
-        if not value:
-            out.append(low)
-            return bytes(out)
-        out.append(low | 0x80)
-
-
-def _read_varint(view: memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(view) or shift > 63:
-            raise ValueError("FabricChunk: malformed varint")
-        byte = view[pos]
-        value |= (byte & 0x7F) << shift
-        pos += 1
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
+    return varint(number << 3 | wire_type)

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import grpc
 
+from agentserve.common.protowire import LEN, VARINT, parse_fields, write_key, write_varint
 from agentserve.kvstore.types import BlockRead, Tier
 from agentserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 SERVICE = "agentserve.v1.KVStore"
 READ_METHOD = f"/{SERVICE}/Read"
 GET_METHOD = f"/{SERVICE}/Get"
-
-_LEN, _VARINT = 2, 0
 
 
 def encode_read_chunk(read: BlockRead) -> bytes:
@@ -29,15 +28,15 @@ def encode_read_chunk(read: BlockRead) -> bytes:
     for number, value in ((3, read.header_size), (4, read.layers.start), (5, read.layers.stop),
                           (6, read.num_layers), (7, int(read.tier))):
         if value:
-            _key(head, number, _VARINT)
-            _varint(head, value)
-    _key(head, 2, _LEN)
-    _varint(head, len(read.data))
+            write_key(head, number, VARINT)
+            write_varint(head, value)
+    write_key(head, 2, LEN)
+    write_varint(head, len(read.data))
     return bytes(head) + read.data
 
 
 def decode_read_chunk(buf: bytes) -> BlockRead:
-    fields = _parse(buf)
+    fields = parse_fields(buf)
     data = fields.get(2, b"")
     return BlockRead(block_id=fields.get(1, b""), data=data, header_size=fields.get(3, 0),
                      layers=range(fields.get(4, 0), fields.get(5, 0)), num_layers=fields.get(6, 0),
@@ -48,13 +47,13 @@ def encode_kv_block(read: BlockRead) -> bytes:
     """`KVBlock` wire bytes of a whole-block read."""
     head = bytearray()
     _bytes_field(head, 1, read.block_id)
-    _key(head, 2, _LEN)
-    _varint(head, len(read.data))
+    write_key(head, 2, LEN)
+    write_varint(head, len(read.data))
     return bytes(head) + read.data
 
 
 def decode_kv_block(buf: bytes) -> tuple[bytes, bytes]:
-    fields = _parse(buf)
+    fields = parse_fields(buf)
     return fields.get(1, b""), fields.get(2, b"")
 
 
@@ -83,54 +82,8 @@ class _Capture:
         self.handlers = handlers
 
 
-def _key(out: bytearray, number: int, wire_type: int) -> None:
-    _varint(out, number << 3 | wire_type)
-
-
-def _varint(out: bytearray, value: int) -> None:
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-
-
 def _bytes_field(out: bytearray, number: int, value: bytes) -> None:
     if value:
-        _key(out, number, _LEN)
-        _varint(out, len(value))
+        write_key(out, number, LEN)
+        write_varint(out, len(value))
         out += value
-
-
-def _parse(buf: bytes) -> dict[int, int | bytes]:
-    """Field number -> last value, for varint and length-delimited fields; others are skipped."""
-    fields: dict[int, int | bytes] = {}
-    pos, end = 0, len(buf)
-    while pos < end:
-        key, pos = _read_varint(buf, pos)
-        number, wire_type = key >> 3, key & 7
-        if wire_type == _VARINT:
-            fields[number], pos = _read_varint(buf, pos)
-        elif wire_type == _LEN:
-            length, pos = _read_varint(buf, pos)
-            if pos + length > end:
-                raise ValueError("protobuf field runs past the end of the message")
-            fields[number] = buf[pos:pos + length]
-            pos += length
-        elif wire_type in (1, 5):  # fixed64 / fixed32
-            pos += 8 if wire_type == 1 else 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire_type}")
-    return fields
-
-
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("protobuf varint runs past the end of the message")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
