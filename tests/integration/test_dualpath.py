@@ -10,17 +10,17 @@
 from __future__ import annotations
 
 import random
-from contextlib import contextmanager
 
 import pytest
 
 from agentserve.bench import handoff_bench
-from agentserve.cli.up import FabricSettings, LocalCluster, LocalPorts
+from agentserve.cli.up import FabricSettings, LocalCluster
 from agentserve.engine.default_model import ensure_default_model
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.sampling import SamplingParams
 from agentserve.sdk import Client
+from tests.support.cluster import local_cluster as support_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -29,17 +29,8 @@ _rng = random.Random(23)
 TURNS = [[_rng.randrange(5, 8000) for _ in range(n)] for n in (90, 37, 52, 18)]
 
 
-@contextmanager
 def local_cluster(tmp_path_factory, policy: str):
-    ports = LocalPorts.free(2)
-    cluster = LocalCluster(ports, decoders=2, data_dir=tmp_path_factory.mktemp(f"kv-{policy}"),
-                           log_dir=tmp_path_factory.mktemp(f"logs-{policy}"),
-                           fabric=FabricSettings(kv_path_policy=policy))
-    cluster.start(timeout_s=240)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    return support_cluster(tmp_path_factory, policy, fabric=FabricSettings(kv_path_policy=policy))
 
 
 @pytest.fixture(scope="module")

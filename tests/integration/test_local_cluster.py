@@ -15,13 +15,13 @@ import grpc
 import openai
 import pytest
 
-from agentserve.cli.up import LocalCluster, LocalPorts
 from agentserve.engine.default_model import ensure_default_model
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.sampling import SamplingParams
 from agentserve.sdk import Client, RetryableError
 from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from tests.support.cluster import local_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -30,14 +30,8 @@ BLOCK = 16
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    ports = LocalPorts.free(2)
-    cluster = LocalCluster(ports, decoders=2, data_dir=tmp_path_factory.mktemp("kv"),
-                           log_dir=tmp_path_factory.mktemp("logs"))
-    cluster.start(timeout_s=240)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    with local_cluster(tmp_path_factory, "session") as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
