@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import random
-import zlib
 
 import torch
 
+from agentserve.common.checksum import crc32
 from agentserve.kv.block_hash import BLOCK_ID_BYTES
 from agentserve.kv.block_header import LayerExtent, encode_header, layer_layout
 
@@ -41,7 +41,7 @@ class BlockMaker:
         offset = int.from_bytes(digest, "little") % (len(self._pool) - self.payload_bytes)
         payload = memoryview(self._pool)[offset:offset + self.payload_bytes]
         extents = [LayerExtent(i * self._stride, self._length,
-                               zlib.crc32(payload[i * self._stride:i * self._stride + self._length]))
+                               crc32(payload[i * self._stride:i * self._stride + self._length]))
                    for i in range(self.num_layers)]
         fields = {"fingerprint": self.fingerprint, "dtype": "float16", "kv_dtype": "native",
                   "num_layers": self.num_layers, "num_blocks": 1, "block_size": 1, "num_kv_heads": 1,

@@ -10,9 +10,9 @@ complete, so a layerwise prefill can start layer 0 before the last layer has arr
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 
+from agentserve.common.checksum import crc32
 from agentserve.kv.block_header import BlockHeader, CorruptBlockError, read_header
 
 DEFAULT_CHUNK_BYTES = 1 << 20  # Python gRPC's per-message cost makes smaller messages slower
@@ -96,7 +96,7 @@ class RunAssembler:
     def _verify(self, layer: int) -> None:
         extent = self.header.layers[layer]
         start = self.header.payload_offset + extent.offset
-        if zlib.crc32(memoryview(self.buffer)[start:start + extent.length]) != extent.crc32:
+        if crc32(memoryview(self.buffer)[start:start + extent.length]) != extent.crc32:
             raise CorruptBlockError(f"KV run corrupt in transit: layer {layer} checksum mismatch", layer=layer)
 
 

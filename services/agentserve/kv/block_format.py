@@ -12,12 +12,12 @@ read-only tensors and a view of it would let a caller silently mutate an immutab
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from agentserve.common.checksum import crc32
 from agentserve.kv.block_header import (
     DTYPES,
     KV_DTYPES,
@@ -92,7 +92,7 @@ def serialize_blocks(
             _write(payload, base + layout.k, qk)
             _write(payload, base + layout.v, qv)
             _write(payload, base + layout.scales, torch.stack([k_scales, v_scales]))
-        extents[i] = LayerExtent(base, layout.length, zlib.crc32(payload[base:base + layout.length]))
+        extents[i] = LayerExtent(base, layout.length, crc32(payload[base:base + layout.length]))
     payload.release()
     out[:offset] = encode_header(fields, extents, size=offset)
     return out
@@ -138,7 +138,7 @@ def decode_layers(
     for i in layers:
         extent = header.layers[i]
         start = extent.offset - base
-        if zlib.crc32(view[start:start + extent.length]) != extent.crc32:
+        if crc32(view[start:start + extent.length]) != extent.crc32:
             raise CorruptBlockError(f"KV block payload corrupt: layer {i} checksum mismatch", layer=i)
     if view.readonly:
         view = memoryview(bytearray(view))

@@ -10,8 +10,8 @@ is corrupt and the store drops it.
 from __future__ import annotations
 
 import os
-import zlib
 
+from agentserve.common.checksum import crc32
 from agentserve.kv.block_format import (
     BlockHeader,
     CorruptBlockError,
@@ -24,6 +24,7 @@ from agentserve.kv.block_header import check_layers
 from agentserve.kvstore.verify import verify_block
 
 HEAD_READ = 4096  # one read covers the header of blocks up to ~60 layers; longer ones take two
+PROBE_ABOVE = 64 << 10  # a nowait read longer than this first checks its last byte is cached
 
 
 class LayerRangeError(ValueError):
@@ -58,7 +59,7 @@ def resolve_layers(layers: Layers, header: BlockHeader) -> range:
 
 
 def read_whole(fd: int, size: int, block_id: bytes, expected_fingerprint: str | None,
-               max_bytes: int, nowait: bool = False) -> tuple[bytes, BlockHeader]:
+               max_bytes: int, nowait: bool = False) -> tuple[bytes | bytearray, BlockHeader]:
     """The whole `size`-byte file in one read, verified exactly as a Write verifies a new block."""
     data = pread_exact(fd, size, 0, nowait)
     return data, verify_block(block_id, data, expected_fingerprint, max(max_bytes, len(data)))
@@ -96,25 +97,34 @@ def check_layer_crcs(header: BlockHeader, payload: bytes | memoryview, layers: r
         chunk = view[start:start + extent.length]
         if len(chunk) != extent.length:
             raise CorruptBlockError(f"layer {i} truncated", layer=i)
-        if zlib.crc32(chunk) != extent.crc32:
+        if crc32(chunk) != extent.crc32:
             raise CorruptBlockError(f"layer {i} checksum mismatch", layer=i)
 
 
-def pread_exact(fd: int, length: int, offset: int, nowait: bool = False) -> bytes:
+def _nowait_read(fd: int, buf: bytearray, offset: int) -> int:
+    """Bytes read into `buf` from the page cache alone; 0 where that would wait for the disk."""
+    try:
+        return os.preadv(fd, [buf], offset, os.RWF_NOWAIT) if buf else 0
+    except (BlockingIOError, OSError, AttributeError):  # not cached, or no preadv2 here
+        return 0
+
+
+def pread_exact(fd: int, length: int, offset: int, nowait: bool = False) -> bytes | bytearray:
     """Up to `length` bytes at `offset`; fewer only at end of file (verification then fails).
 
     With `nowait`, raises WouldBlock unless every byte is in the page cache (RWF_NOWAIT), so a
-    caller on an event loop can serve warm reads in place and hand cold ones to a thread.
+    caller on an event loop can serve warm reads in place and hand cold ones to a thread. It
+    returns the bytearray it read into: copying it into bytes would cost as much as the read.
     """
     if nowait:
-        buf = bytearray(length)
-        try:
-            got = os.preadv(fd, [buf], offset, os.RWF_NOWAIT) if length else 0
-        except (BlockingIOError, OSError, AttributeError):  # not cached, or no preadv2 here
-            raise WouldBlock from None
-        if got < length:
+        # Probe the last byte first: the disk fills a file front to back, so while its end is not
+        # cached the whole read would fail, after zeroing and partly filling a block-sized buffer.
+        if length > PROBE_ABOVE and _nowait_read(fd, bytearray(1), offset + length - 1) < 1:
             raise WouldBlock
-        return bytes(buf)
+        buf = bytearray(length)
+        if _nowait_read(fd, buf, offset) < length:
+            raise WouldBlock
+        return buf
     data = os.pread(fd, length, offset)
     if len(data) == length or not data:
         return data

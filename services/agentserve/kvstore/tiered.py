@@ -190,8 +190,9 @@ class TieredStore:
             self._reads.add(len(read.data))
             if self.ssd.contains(block_id):
                 self._ssd_policy.touch(block_id)
-                if read.whole:
-                    self.dram.insert(block_id, read.data, read.header)
+                if read.whole and len(read.data) <= self.dram.budget_bytes:
+                    # DRAM keeps an immutable copy: a nowait read's buffer is a bytearray.
+                    self.dram.insert(block_id, bytes(read.data), read.header)
         return read
 
     def size_of(self, block_id: bytes) -> int | None:

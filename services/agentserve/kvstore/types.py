@@ -31,10 +31,12 @@ class BlockRead:
     `data` is the block's header followed by the payload bytes of `layers`; when `layers` covers
     every layer, `data` is exactly the stored block. Decode a range with
     `block_format.decode_layers(read_header(data), memoryview(data)[header_size:], layers)`.
+    A `nowait` read of the page cache hands over the bytearray it read into, and a client's read
+    is a view of the message it received: treat `data` as read-only whatever its type.
     """
 
     block_id: bytes
-    data: bytes
+    data: bytes | bytearray | memoryview
     header_size: int
     layers: range
     num_layers: int

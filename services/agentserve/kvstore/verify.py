@@ -7,8 +7,7 @@ sender is what lets the store promise that every acknowledged block decodes.
 
 from __future__ import annotations
 
-import zlib
-
+from agentserve.common.checksum import crc32
 from agentserve.kv.block_format import BlockHeader, CorruptBlockError, check_fingerprint, read_header
 from agentserve.kv.block_hash import BLOCK_ID_BYTES
 
@@ -45,6 +44,6 @@ def verify_block(block_id: bytes, data: bytes | bytearray | memoryview,
         raise CorruptBlockError(f"block has {len(view) - size} trailing bytes after the {size} its header describes")
     for i, extent in enumerate(header.layers):
         start = header.payload_offset + extent.offset
-        if zlib.crc32(view[start:start + extent.length]) != extent.crc32:
+        if crc32(view[start:start + extent.length]) != extent.crc32:
             raise CorruptBlockError(f"layer {i} checksum mismatch", layer=i)
     return header

@@ -36,9 +36,9 @@ def encode_read_chunk(read: BlockRead) -> bytes:
 
 
 def decode_read_chunk(buf: bytes) -> BlockRead:
-    fields = parse_fields(buf)
-    data = fields.get(2, b"")
-    return BlockRead(block_id=fields.get(1, b""), data=data, header_size=fields.get(3, 0),
+    """The read in `ReadChunk` wire bytes; its `data` is a read-only view of `buf` (no copy)."""
+    fields = parse_fields(memoryview(buf))
+    return BlockRead(block_id=bytes(fields.get(1, b"")), data=fields.get(2, memoryview(b"")), header_size=fields.get(3, 0),
                      layers=range(fields.get(4, 0), fields.get(5, 0)), num_layers=fields.get(6, 0),
                      tier=Tier(fields.get(7, 0)))
 
