@@ -80,7 +80,7 @@ def bench_kvstore(args: argparse.Namespace) -> dict:
 
     sizes = tuple(s.strip() for s in args.sizes.split(",") if s.strip())
     return kvstore_bench.run(args.data_dir, mb_per_size=args.mb_per_size, raw_mb=args.raw_mb,
-                             concurrency=args.concurrency, sizes=sizes)
+                             concurrency=args.concurrency, sizes=sizes, passes=args.passes)
 
 
 def bench_kvstore_trace(args: argparse.Namespace) -> dict:

@@ -81,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     kvb.add_argument("--raw-mb", type=int, default=1024, help="size of the raw sequential-read file")
     kvb.add_argument("--concurrency", type=int, default=4, help="reader threads / gRPC streams")
     kvb.add_argument("--sizes", default="64KB,1MB,8MB", help="comma-separated block sizes (64KB, 1MB, 8MB)")
+    kvb.add_argument("--passes", type=int, default=3,
+                     help="side-by-side cold passes (raw disk, in process, gRPC) the headline ratios are medians of")
     kvb.add_argument("--json", action="store_true")
     kvb.set_defaults(func=commands.bench_kvstore)
     kvt = bench.add_parser("kvstore-trace", help="hit ratio of the real store on a Mooncake trace vs exact LRU")

@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 
+# What a stream of whole blocks keeps on its way from disk. Measured on this project's VMs, with 4
+# streams of 1 MB blocks: an 8 MB window reads cold blocks at about the rate of 4 threads of plain
+# 1 MB reads (~1.1-1.3 GB/s), 32 MB at ~1.4-1.5 GB/s, near the disk's sequential rate. It bounds
+# page cache, not process memory.
+READ_AHEAD_BYTES = 32 << 20
+
 
 class ReadAhead:
     """Keeps the blocks within `window_bytes` after the one being served on their way from disk.

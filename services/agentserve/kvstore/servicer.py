@@ -25,7 +25,7 @@ from agentserve.kv.block_hash import BLOCK_ID_BYTES
 from agentserve.kvstore.blockfile import Layers, wants_whole
 from agentserve.kvstore.metrics import KVStoreMetrics
 from agentserve.kvstore.policy import Hint
-from agentserve.kvstore.readahead import ReadAhead
+from agentserve.kvstore.readahead import READ_AHEAD_BYTES, ReadAhead
 from agentserve.kvstore.store import BlockRejectedError
 from agentserve.kvstore.tiered import TieredStore
 from agentserve.kvstore.types import NOT_CACHED, BlockRead, WriteResult
@@ -35,7 +35,6 @@ from agentserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 WRITE_BATCH_BLOCKS = 64  # a Write stream is committed in batches of this many blocks or bytes
 WRITE_BATCH_BYTES = 32 << 20
 READ_BATCH_BYTES = 4 << 20  # a worker thread reads cold blocks until it has this much
-READ_AHEAD_BYTES = 8 << 20  # a whole-block read stream keeps this much of what comes next on its way from disk
 
 
 class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):

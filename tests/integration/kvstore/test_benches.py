@@ -55,10 +55,14 @@ def test_trace_rejects_a_block_size_the_trace_cannot_express(capsys, tmp_path):
 
 def test_throughput_bench_reports_every_size_and_the_ratios(capsys, tmp_path):
     result = run_cli(capsys, "bench", "kvstore", "--mb-per-size", "2", "--raw-mb", "8", "--sizes", "64KB,1MB",
-                     "--data-dir", str(tmp_path), "--json")
+                     "--passes", "2", "--data-dir", str(tmp_path), "--json")
     assert result["raw_disk_read_MBps"] > 0
     for key in ("cold_read_vs_raw_1MB", "grpc_vs_inprocess_read_1MB", "grpc_vs_inprocess_read_1MB_warm"):
         assert result[key] > 0
+    passes = result["passes_1MB"]
+    assert len(passes) == 2 and all(p["raw_sequential_MBps"] > 0 and p["grpc_cold_MBps"] > 0 for p in passes)
+    assert min(p["cold_read_vs_raw"] for p in passes) <= result["cold_read_vs_raw_1MB"] \
+        <= max(p["cold_read_vs_raw"] for p in passes)  # the headline ratio is their median
     for size in ("64KB", "1MB"):
         for mode in ("write_fsync_each", "write_group_commit", "read_cold", "read_warm", "read_dram"):
             assert {"MBps", "p50_ms", "p99_ms"} <= set(result["sizes"][size][mode])

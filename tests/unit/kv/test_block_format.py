@@ -127,6 +127,25 @@ def test_flipped_header_byte_raises():
         deserialize_blocks(buf)
 
 
+def test_a_header_parsed_once_is_reused_and_a_flipped_copy_still_fails():
+    from agentserve.kv import block_header
+
+    k, v, block_ids = make_kv(seed=7)
+    buf = serialize_blocks(k, v, block_ids, FP)
+    first = read_header(buf)
+    hits = block_header._parse_body_cached.cache_info().hits
+    assert read_header(bytes(buf)) is first  # same bytes: the cached (immutable) header
+    assert block_header._parse_body_cached.cache_info().hits == hits + 1
+    flipped = bytearray(buf)
+    flipped[PREFIX_SIZE + 10] ^= 0x01
+    with pytest.raises(ValueError, match="header corrupt"):
+        read_header(flipped)
+    wrong_crc = bytearray(buf)
+    wrong_crc[PREFIX_SIZE - 1] ^= 0x01  # the stored checksum itself
+    with pytest.raises(ValueError, match="header corrupt"):
+        read_header(wrong_crc)
+
+
 def test_bad_magic_version_and_truncation_raise():
     k, v, block_ids = make_kv()
     good = serialize_blocks(k, v, block_ids, FP)

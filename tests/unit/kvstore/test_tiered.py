@@ -308,6 +308,45 @@ def test_a_nowait_read_serves_warm_blocks_and_hands_back_cold_ones(open_store, b
     assert (s.dram.misses, s.ssd.hits, s.ssd.misses) == (3, 2, 1)
 
 
+def test_a_nowait_read_of_a_cold_file_probes_its_last_byte_before_reading_it(open_store, blocks, monkeypatch):
+    from agentserve.kvstore import blockfile
+    from agentserve.kvstore.types import NOT_CACHED
+
+    store = open_store()
+    block_id, data = blocks["a"]
+    store.put(block_id, data, FP)
+    monkeypatch.setattr(blockfile, "PROBE_ABOVE", 0)  # the test blocks are small
+    asked = []
+
+    def tail_not_cached(fd, buffers, offset, flags):
+        asked.append((len(buffers[0]), offset))
+        return 0  # RWF_NOWAIT found nothing cached
+
+    monkeypatch.setattr(blockfile.os, "preadv", tail_not_cached)
+    assert store.read(block_id, FP, nowait=True) is NOT_CACHED
+    assert asked == [(1, SIZE - 1)]  # no block-sized buffer was zeroed and filled in vain
+    monkeypatch.undo()
+    read = store.read(block_id, FP, nowait=True)  # cached after all: served from the buffer read into
+    assert read.data == data and isinstance(read.data, bytearray)
+
+
+def test_a_read_stream_serves_in_order_until_the_first_absent_block_with_the_next_ones_prefetched(
+        open_store, blocks, monkeypatch):
+    store = open_store()
+    put(store, blocks, "a", "b", "c", "d")
+    advised = []
+    monkeypatch.setattr(store.ssd, "prefetch", advised.extend)
+    ids = [blocks[n][0] for n in "abe"] + [blocks["c"][0]]  # e is not stored: the stream ends there
+    reads = list(store.read_stream(ids, FP, read_ahead_bytes=2 * SIZE))
+    assert [r.data for r in reads] == [blocks["a"][1], blocks["b"][1]]
+    assert advised == [blocks["a"][0], blocks["b"][0]]  # the window, up to the first absent id
+    advised.clear()
+    ranged = list(store.read_stream([blocks["c"][0], blocks["d"][0]], FP, range(1, 2)))
+    assert [r.layers for r in ranged] == [range(1, 2)] * 2 and advised == []  # ranges are not read ahead
+    with pytest.raises(FingerprintMismatchError):
+        list(store.read_stream(ids, "another-model"))
+
+
 def test_prefetch_skips_blocks_in_dram(open_store, blocks, monkeypatch):
     store = open_store(dram_blocks=1)
     put(store, blocks, "a", "b")  # a is evicted from DRAM by b, stays on SSD

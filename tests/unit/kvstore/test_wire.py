@@ -17,7 +17,9 @@ def test_read_chunks_match_protobuf_both_ways(read):
     assert (message.block_id, message.data, message.header_size, message.layer_start, message.layer_stop,
             message.num_layers, message.tier) == (read.block_id, read.data, read.header_size, read.layers.start,
                                                   read.layers.stop, read.num_layers, int(read.tier))
-    assert wire.decode_read_chunk(message.SerializeToString()) == read
+    decoded = wire.decode_read_chunk(message.SerializeToString())
+    assert decoded == read and isinstance(decoded.data, memoryview)  # a view of the message, not a copy
+    assert type(decoded.block_id) is bytes
 
 
 def test_kv_blocks_match_protobuf_both_ways():
