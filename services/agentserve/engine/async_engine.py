@@ -67,6 +67,19 @@ class AsyncEngine:
         self._submit(command)
         return await future
 
+    def post(self, fn: Callable[[LLMEngine], Any]) -> None:
+        """Queue `fn(engine)` on the engine thread without waiting for it (errors are logged).
+
+        Commands run in the order they were queued, so a post runs after every `call` queued before
+        it; a `finally` that must release engine state can post even while being cancelled."""
+        def command() -> None:
+            try:
+                fn(self.engine)
+            except Exception:  # noqa: BLE001 - nobody awaits a post
+                log.exception("posted engine command failed")
+
+        self._submit(command)
+
     async def generate(self, prompt_token_ids: list[int], params: SamplingParams, tenant_salt: str = "",
                        external_prefix: ExternalPrefix | None = None) -> AsyncIterator[TokenEvent]:
         """Stream each sampled token; cancelling the iteration aborts the request."""

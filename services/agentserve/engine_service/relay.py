@@ -5,7 +5,10 @@ holds go straight from its cache; the rest a reader task fetches from the store 
 snic (span `kv.path=B`, `net.link=snic`) and imports, so the decode keeps them for the suffix-only
 handoff. Meanwhile the sender exports groups of `RELAY_RUN_BLOCKS` blocks as one block-format run
 each and streams them as layer-range chunks paced by the decode's cnic (span `kv.path=relay`,
-`net.link=cnic`): the store read and the compute-network send overlap.
+`net.link=cnic`): the store read and the compute-network send overlap. Every block is pinned in
+the decode's pool from the moment it is found or imported until the relay ends: a block imported
+now is exported later, and in between the engine keeps stepping, so under load an unpinned block
+could be evicted and the relay would stop short.
 
 Prefill side (`relay_load`): paces every chunk through the prefill's cnic, reassembles and verifies
 each run (`PacedReceiver`) and imports it as soon as it is whole.
@@ -14,6 +17,7 @@ each run (`PacedReceiver`) and imports it as soon as it is whole.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
@@ -25,6 +29,8 @@ from agentserve.fabric.chunks import DEFAULT_CHUNK_BYTES, split_run
 from agentserve.fabric.stream import PacedReceiver, receiver_latency_ms
 from agentserve.kv.block_header import read_header
 from agentserve.v1 import decode_pb2, decode_pb2_grpc, fabric_pb2
+
+log = logging.getLogger(__name__)
 
 RELAY_RUN_BLOCKS = 16  # blocks per run: layer-major within a run, and the unit the two legs overlap by
 RELAY_TIMEOUT_S = 60.0
@@ -48,13 +54,20 @@ class RelaySender:
         """Chunks of `ids` for the prefill engine `dst`, held blocks first, then those read from the store."""
         mover = self.mover
         ids = list(ids)
-        held = await mover.engine.call(lambda e: e.blocks.cached_prefix(ids))
+        pinned: list[int] = []  # pool slots held for this relay; touched on the engine thread only
+
+        def pin_held(engine: LLMEngine) -> int:
+            held = engine.blocks.cached_prefix(ids)
+            pinned.extend(engine.blocks.pin(ids[:held]))
+            return held
+
+        held = await mover.engine.call(pin_held)
         ready: asyncio.Queue[list[bytes] | None] = asyncio.Queue()
         for start in range(0, held, RELAY_RUN_BLOCKS):
             ready.put_nowait(ids[start:min(start + RELAY_RUN_BLOCKS, held)])
         reader = None
         if held < len(ids):
-            reader = asyncio.create_task(self._read_from_store(ids[held:], ready), name="relay-store-read")
+            reader = asyncio.create_task(self._read_from_store(ids[held:], ready, pinned), name="relay-store-read")
         else:
             ready.put_nowait(None)
         try:
@@ -67,7 +80,8 @@ class RelaySender:
                     first: fabric_pb2.TransferHeader | None = header
                     while (group := await ready.get()) is not None:
                         run = await mover.engine.call(lambda e, g=group: _export_run(e, g))
-                        if run is None:
+                        if run is None:  # pinned, so this is a bug, not load: say so
+                            log.warning("relay to %s stopped short: a pinned block left the pool", dst)
                             break
                         for chunk in split_run(run, self.max_chunk_bytes):
                             await transfer.pace(chunk.nbytes)
@@ -82,9 +96,12 @@ class RelaySender:
                 await reader  # a failed store read fails the relay: the prefill loads the rest by path A
         finally:
             if reader is not None and not reader.done():
-                reader.cancel()
+                reader.cancel()  # it queues no engine command after this
+            # Posted, not awaited (this may run while cancelled): it runs after any import the
+            # reader already queued, so every pin that import adds is released too.
+            mover.engine.post(lambda e: e.blocks.free(pinned))
 
-    async def _read_from_store(self, ids: list[bytes], ready: asyncio.Queue) -> None:
+    async def _read_from_store(self, ids: list[bytes], ready: asyncio.Queue, pinned: list[int]) -> None:
         """The store leg: read `ids` over this engine's snic, import them, hand them to the sender by run."""
         mover = self.mover
         try:
@@ -97,18 +114,24 @@ class RelaySender:
                         record.add(len(data))
                         pending.append((block_id, data))
                         if len(pending) == RELAY_RUN_BLOCKS:
-                            await self._import(pending, ready)
+                            await self._import(pending, ready, pinned)
                             pending = []
                     if pending:
-                        await self._import(pending, ready)
+                        await self._import(pending, ready, pinned)
                 record.queue_wait_s = transfer.queue_wait_s
         finally:
             ready.put_nowait(None)
 
-    async def _import(self, blocks: list[tuple[bytes, bytes]], ready: asyncio.Queue) -> None:
-        datas = [data for _, data in blocks]
-        await self.mover.engine.call(lambda e: sum(e.import_blocks(d) for d in datas))
-        ready.put_nowait([block_id for block_id, _ in blocks])
+    async def _import(self, blocks: list[tuple[bytes, bytes]], ready: asyncio.Queue, pinned: list[int]) -> None:
+        ids = [block_id for block_id, _ in blocks]
+
+        def import_and_pin(engine: LLMEngine) -> None:  # one engine command: nothing runs in between
+            for _, data in blocks:
+                engine.import_blocks(data)
+            pinned.extend(engine.blocks.pin(ids))
+
+        await self.mover.engine.call(import_and_pin)
+        ready.put_nowait(ids)
 
 
 async def relay_load(mover: KVMover, ids: Sequence[bytes], relay_address: str) -> int:

@@ -101,6 +101,23 @@ class BlockManager:
         self.miss_blocks += len(block_ids) - num_hit_blocks
         return Allocation(slots=slots, num_cached_tokens=num_hit_blocks * self.block_size)
 
+    def pin(self, block_ids: Sequence[bytes]) -> list[int]:
+        """Reference resident blocks so that no allocation can evict them until `free(slots)`.
+
+        For a transfer that holds blocks across engine steps (a relay exports them some time after
+        it imported them). Not a cache hit: the hit counters do not move. Raises ValueError, with
+        nothing pinned, if one of them is not resident.
+        """
+        slots = []
+        for block_id in block_ids:
+            slot = self._slot_of.get(block_id)
+            if slot is None:
+                raise ValueError(f"block {bytes(block_id).hex()} is not resident; only resident blocks can be pinned")
+            slots.append(slot)
+        for slot in slots:
+            self._take_ref(slot)
+        return slots
+
     def can_append(self, slots: Sequence[int], num_tokens_after: int) -> bool:
         """Whether `append(slots, num_tokens_after)` would succeed."""
         needed = self._num_blocks(num_tokens_after) - len(slots)

@@ -61,3 +61,18 @@ def test_abandoned_stream_is_aborted(base_engine):
         return await engine.call(lambda e: (len(e.running), len(e.waiting)))
 
     assert _run(base_engine, main) == (0, 0)
+
+
+def test_posted_commands_run_in_order_after_calls_and_a_failing_one_is_only_logged(base_engine, caplog):
+    async def main(engine):
+        seen = []
+        call = asyncio.ensure_future(engine.call(lambda e: seen.append("call")))
+        await asyncio.sleep(0)  # the call is queued first
+        engine.post(lambda e: seen.append("post"))
+        engine.post(lambda e: 1 / 0)
+        await call
+        return seen, await engine.call(lambda e: list(seen))
+
+    first, after = _run(base_engine, main)
+    assert after == ["call", "post"]
+    assert "posted engine command failed" in caplog.text

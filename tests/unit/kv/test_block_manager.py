@@ -262,3 +262,28 @@ def test_lookup_finds_resident_blocks_without_touching_lru():
     assert mgr.lookup(first) == 0 and mgr.lookup(second) == 1
     assert mgr.lookup(ids([9, 9])[0]) is None
     assert snapshot(mgr) == before
+
+
+def test_pinned_blocks_survive_eviction_pressure_until_freed_and_count_no_hits():
+    mgr = BlockManager(num_slots=4, block_size=BS)
+    cached = ids([1, 2, 3, 4])
+    slots = run_and_cache(mgr, [1, 2, 3, 4])
+    hits_before = mgr.stats()["hit_blocks"]
+    assert mgr.pin(cached) == slots and mgr.stats()["hit_blocks"] == hits_before
+    assert not mgr.can_allocate(6, 0, ids([9, 9, 9, 9, 9, 9]))  # only 2 slots are not pinned
+    other = mgr.allocate(ids([7, 7, 7, 7]), 4, 0)  # takes the 2 free slots, evicts nothing
+    assert mgr.cached_prefix(cached) == 2 and mgr.stats()["evictions"] == 0
+    mgr.free(other.slots)
+    mgr.free(slots)  # unpinned: cached again, evictable
+    mgr.allocate(ids([8, 8, 8, 8, 8, 8, 8, 8]), 8, 0)
+    assert mgr.cached_prefix(cached) == 0
+
+
+def test_pinning_a_block_not_resident_pins_nothing():
+    mgr = BlockManager(num_slots=4, block_size=BS)
+    cached = ids([1, 2])
+    run_and_cache(mgr, [1, 2])
+    before = snapshot(mgr)
+    with pytest.raises(ValueError, match="not resident"):
+        mgr.pin(cached + ids([5, 6]))
+    assert snapshot(mgr) == before
