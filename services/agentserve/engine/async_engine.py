@@ -71,7 +71,11 @@ class AsyncEngine:
         """Queue `fn(engine)` on the engine thread without waiting for it (errors are logged).
 
         Commands run in the order they were queued, so a post runs after every `call` queued before
-        it; a `finally` that must release engine state can post even while being cancelled."""
+        it; a `finally` that must release engine state can post even while being cancelled. A
+        stopped engine drops it: its state no longer matters."""
+        if self._stopped.is_set():
+            return
+
         def command() -> None:
             try:
                 fn(self.engine)

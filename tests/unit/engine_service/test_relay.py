@@ -13,51 +13,13 @@ import pytest
 
 from agentserve.engine.async_engine import AsyncEngine
 from agentserve.engine.engine import LLMEngine
-from agentserve.engine.engine_config import EngineConfig
-from agentserve.engine.sampling import SamplingParams
 from agentserve.engine_service.kv_moves import KVMover
-from agentserve.engine_service.relay import RELAY_RUN_BLOCKS, RelaySender
+from agentserve.engine_service.relay import RelaySender
 from agentserve.fabric.chunks import RunAssembler
 
+from tests.support.engine_pool import CONFIG, Store, evict_everything_evictable
+
 pytestmark = pytest.mark.unit
-
-STORE_BLOCKS = 2 * RELAY_RUN_BLOCKS
-CONFIG = EngineConfig(kv_cache_bytes=16 << 20)
-
-
-@pytest.fixture(scope="module")
-def source(tiny_model_dir):
-    """An engine that computed STORE_BLOCKS + 4 blocks of a prompt, and their stored bytes."""
-    engine = LLMEngine.from_dir(tiny_model_dir, CONFIG)
-    prompt = [(7 * i) % 200 + 3 for i in range((STORE_BLOCKS + 4) * engine.block_size + 1)]
-    engine.generate(prompt, SamplingParams(max_tokens=1))
-    ids = engine.block_ids_for(prompt)[:STORE_BLOCKS + 4]
-    return engine, ids, {block_id: bytes(engine.export_blocks([block_id])) for block_id in ids}
-
-
-class Store:
-    """Serves blocks like `ShardedKVStoreClient.get`; awaits `at_end` once the last block is taken."""
-
-    def __init__(self, blocks: dict[bytes, bytes], at_end=None) -> None:
-        self.blocks = blocks
-        self.at_end = at_end
-
-    async def get(self, fingerprint, ids):
-        for block_id in ids:
-            if block_id not in self.blocks:
-                return
-            yield block_id, self.blocks[block_id]
-        if self.at_end is not None:
-            await self.at_end()
-
-
-def evict_everything_evictable(engine: LLMEngine) -> int:
-    """Take every slot an allocation can get (free, or by evicting a cached block), then give them back."""
-    n = engine.blocks.num_free_slots
-    tokens = list(range(n * engine.block_size))
-    alloc = engine.blocks.allocate(engine.block_ids_for(tokens, "pressure"), len(tokens), 0)
-    engine.blocks.free(alloc.slots)
-    return n
 
 
 def run_relay(source, held: int, consume):
