@@ -9,11 +9,15 @@ CONFIG = EngineConfig(kv_cache_bytes=16 << 20)
 
 
 class Store:
-    """Serves blocks like `ShardedKVStoreClient.get`; awaits `at_end` once the last block is taken."""
+    """Serves and stores blocks like `ShardedKVStoreClient` get/put; `get` awaits `at_end` once the
+    last block is taken."""
 
-    def __init__(self, blocks: dict[bytes, bytes], at_end=None) -> None:
-        self.blocks = blocks
+    def __init__(self, blocks: dict[bytes, bytes] | None = None, at_end=None) -> None:
+        self.blocks = {} if blocks is None else blocks
         self.at_end = at_end
+
+    async def put(self, fingerprint, blocks):
+        self.blocks.update((bytes(block_id), bytes(data)) for block_id, data in blocks)
 
     async def get(self, fingerprint, ids):
         for block_id in ids:

@@ -50,13 +50,8 @@ def _export_each(engine: LLMEngine, ids: Sequence[bytes]) -> list[tuple[bytes, b
     return out
 
 
-def _import_each(engine: LLMEngine, ids: Sequence[bytes], blocks: Sequence[bytes], pinned: list[int] | None) -> int:
-    """Import serialized blocks; with `pinned`, also pin them (same engine command: nothing can
-    evict them in between) and add their slots to it."""
-    imported = sum(engine.import_blocks(data) for data in blocks)
-    if pinned is not None:
-        pinned.extend(engine.blocks.pin(ids))
-    return imported
+def _import_each(engine: LLMEngine, blocks: Sequence[bytes]) -> int:
+    return sum(engine.import_blocks(data) for data in blocks)
 
 
 def block_wire_bytes(engine: LLMEngine) -> int:
@@ -86,24 +81,20 @@ class KVMover:
         self.snic, self.cnic = nics["snic"], nics["cnic"]
         self._channels: dict[str, grpc.aio.Channel] = {}
 
-    async def load_from_store(self, ids: Sequence[bytes], pinned: list[int] | None = None) -> int:
-        """Path A: fetch `ids` (a chained run) from the store into this engine; returns blocks loaded.
-
-        With `pinned`, the loaded blocks are pinned in the pool and their slots added to it: the
-        caller frees them (`engine.blocks.free`) once its sequence holds them."""
+    async def load_from_store(self, ids: Sequence[bytes]) -> int:
+        """Path A: fetch `ids` (a chained run) from the store into this engine; returns blocks loaded."""
         if not ids:
             return 0
         with kv_transfer("A", "snic", self.kvstore_address, self.engine_id, self.num_layers,
                          self.snic.gbps) as record:
-            got, datas = [], []
+            datas = []
             async with self.snic.transfer(len(ids) * self.block_bytes) as transfer:
-                async for block_id, data in self.kvstore.get(self.fingerprint, list(ids)):
+                async for _, data in self.kvstore.get(self.fingerprint, list(ids)):
                     await transfer.pace(len(data))
-                    got.append(block_id)
                     datas.append(data)
                     record.add(len(data))
             record.queue_wait_s = transfer.queue_wait_s
-            await self.engine.call(lambda e: _import_each(e, got, datas, pinned))
+            await self.engine.call(lambda e: _import_each(e, datas))
         return len(datas)
 
     async def persist(self, ids: Sequence[bytes]) -> int:

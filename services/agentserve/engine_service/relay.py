@@ -134,10 +134,9 @@ class RelaySender:
         ready.put_nowait(ids)
 
 
-async def relay_load(mover: KVMover, ids: Sequence[bytes], relay_address: str, pinned: list[int] | None = None) -> int:
+async def relay_load(mover: KVMover, ids: Sequence[bytes], relay_address: str) -> int:
     """The prefill engine's side of path B: receive `ids` from the decode engine at `relay_address`
-    over this engine's cnic and import them; returns how many blocks arrived (may stop short).
-    With `pinned`, imported blocks are pinned as in `KVMover.load_from_store`."""
+    over this engine's cnic and import them; returns how many blocks arrived (may stop short)."""
     if not ids:
         return 0
     stub = decode_pb2_grpc.DecodeStub(mover.channel(relay_address))
@@ -158,16 +157,13 @@ async def relay_load(mover: KVMover, ids: Sequence[bytes], relay_address: str, p
                 await receiver.add(chunk.run, chunk.run_header, chunk.offset, chunk.data)
                 if whole:
                     runs, whole[:] = list(whole), []
-                    blocks += await mover.engine.call(lambda e, r=runs: sum(_import_run(e, b, pinned) for b in r))
+                    blocks += await mover.engine.call(lambda e, r=runs: sum(_import_run(e, b) for b in r))
     finally:
         call.cancel()  # no-op once the stream ended; frees the relay when we stop early
     return blocks
 
 
-def _import_run(engine: LLMEngine, buffer: bytearray, pinned: list[int] | None) -> int:
-    """Import one relayed run (pinning it, with `pinned`); returns its blocks (new or already present)."""
+def _import_run(engine: LLMEngine, buffer: bytearray) -> int:
+    """Import one relayed run; returns its blocks (new or already present)."""
     engine.import_blocks(buffer)
-    header = read_header(buffer)
-    if pinned is not None:
-        pinned.extend(engine.blocks.pin(header.block_ids))
-    return header.num_blocks
+    return read_header(buffer).num_blocks

@@ -59,36 +59,34 @@ class PrefillWorker:
 
     async def prefill(self, token_ids: list[int], sampling: SamplingParams, tenant: str,
                       store_hit_blocks: int, decode_address: str, plan: LoadPlan = LoadPlan()) -> PrefillResult:
-        # Every block this turn hits or computes is pinned in the pool from the moment it is found,
-        # loaded or computed until the turn's persist and handoff are done: the engine steps other
-        # sequences in between, and an evicted hit would be recomputed, an evicted new block neither
-        # persisted nor handed off. Slots are added on the engine thread and freed there at the end.
-        pinned: list[int] = []
-
         def prepare(engine: LLMEngine) -> tuple[list[bytes], int]:
             engine.validate(token_ids, sampling)  # ValueError before any KV moves
             ids = engine.block_ids_for(token_ids, tenant)
-            resident = engine.blocks.cached_prefix(ids)
-            pinned.extend(engine.blocks.pin(ids[:resident]))
-            return ids, resident
+            return ids, engine.blocks.cached_prefix(ids)
 
-        def pin_computed(engine: LLMEngine) -> None:
+        # The prompt's blocks are pinned from the end of the prefill until its persist and handoff
+        # have exported them: the engine steps other sequences meanwhile, and an evicted block would
+        # be neither persisted nor handed off. Not before: a turn waiting for slots while holding
+        # pins could wait on another doing the same, for ever; an evicted hit is only recomputed.
+        pinned: list[int] = []
+
+        def pin_prompt(engine: LLMEngine) -> None:
             pinned.extend(engine.blocks.pin(ids[:engine.blocks.cached_prefix(ids)]))
 
         with tracer().start_as_current_span("prefill") as span:
+            ids, resident = await self.engine.call(prepare)
+            if store_hit_blocks > len(ids):
+                raise ValueError(f"store_hit_blocks {store_hit_blocks} exceeds the prompt's {len(ids)} full blocks")
+            path, loaded, relayed = await self._load(ids[resident:store_hit_blocks], plan)
+            first = dataclasses.replace(sampling, max_tokens=1)
+            events = [event async for event in self.engine.generate(token_ids, first, tenant)]
+            seq = events[-1].seq
             try:
-                ids, resident = await self.engine.call(prepare)
-                if store_hit_blocks > len(ids):
-                    raise ValueError(f"store_hit_blocks {store_hit_blocks} exceeds the prompt's {len(ids)} full blocks")
-                path, loaded, relayed = await self._load(ids[resident:store_hit_blocks], plan, pinned)
-                first = dataclasses.replace(sampling, max_tokens=1)
-                events = [event async for event in self.engine.generate(token_ids, first, tenant)]
-                await self.engine.call(pin_computed)
-                seq = events[-1].seq
+                await self.engine.call(pin_prompt)
                 persisted = await self.mover.persist(ids[store_hit_blocks:])
                 held, handed = await self._handoff(ids, decode_address) if decode_address else (0, Moved())
             finally:
-                self.engine.post(lambda e: e.blocks.free(pinned))  # after any command queued above
+                self.engine.post(lambda e: e.blocks.free(pinned))  # runs after any command queued above
             handoff_failed, handed = handed is None, handed or Moved()
             reason = seq.finish_reason or "length"
             finished = sampling.max_tokens == 1 or reason == "stop"
@@ -102,29 +100,29 @@ class PrefillWorker:
                 finished=finished, finish_reason=reason if finished else "", kv_path=path, relayed_blocks=relayed,
                 handoff_bytes=handed.bytes, handoff_held_blocks=held, handoff_failed=handoff_failed)
 
-    async def _load(self, ids: list[bytes], plan: LoadPlan, pinned: list[int]) -> tuple[KVPath, int, int]:
-        """Load `ids` by the plan's path, pinning them; returns (path taken, blocks loaded, of which by path B)."""
+    async def _load(self, ids: list[bytes], plan: LoadPlan) -> tuple[KVPath, int, int]:
+        """Load `ids` by the plan's path; returns (path taken, blocks loaded, of which by path B)."""
         if not ids:
             return plan.path, 0, 0  # nothing to load: the plan stands, trivially
         by_b = {KVPath.A: 0, KVPath.B: len(ids), KVPath.SPLIT: min(plan.relay_blocks, len(ids))}[plan.path]
         if not by_b:
-            return KVPath.A, await self.mover.load_from_store(ids, pinned), 0
+            return KVPath.A, await self.mover.load_from_store(ids), 0
         by_a = len(ids) - by_b
         async with asyncio.TaskGroup() as both:  # a failure of one leg cancels the other
-            leg_a = both.create_task(self.mover.load_from_store(ids[:by_a], pinned))
-            leg_b = both.create_task(self._relay(ids[by_a:], plan.relay_address, pinned))
+            leg_a = both.create_task(self.mover.load_from_store(ids[:by_a]))
+            leg_b = both.create_task(self._relay(ids[by_a:], plan.relay_address))
         loaded_a, relayed = leg_a.result(), leg_b.result()
         if relayed is None:  # the relay failed: its blocks come by path A after all
-            return KVPath.A, loaded_a + await self.mover.load_from_store(ids[by_a:], pinned), 0
+            return KVPath.A, loaded_a + await self.mover.load_from_store(ids[by_a:]), 0
         if relayed < by_b:  # the relay stopped short: the rest of its part still comes by path A
             log.warning("path-B relay via %s stopped short: %d of %d blocks; the rest by path A",
                         plan.relay_address, relayed, by_b)
-            loaded_a += await self.mover.load_from_store(ids[by_a + relayed:], pinned)
+            loaded_a += await self.mover.load_from_store(ids[by_a + relayed:])
         return plan.path, loaded_a + relayed, relayed
 
-    async def _relay(self, ids: list[bytes], relay_address: str, pinned: list[int]) -> int | None:
+    async def _relay(self, ids: list[bytes], relay_address: str) -> int | None:
         try:
-            return await relay_load(self.mover, ids, relay_address, pinned)
+            return await relay_load(self.mover, ids, relay_address)
         except (grpc.aio.AioRpcError, ValueError) as exc:
             detail = exc.code().name if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
             log.warning("path-B relay via %s failed (%s); loading by path A", relay_address, detail)

@@ -1,0 +1,58 @@
+"""PrefillWorker on a real engine: the prompt's blocks stay resident until its persist and handoff
+have taken them, whatever the engine allocates for other sequences meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentserve.engine.async_engine import AsyncEngine
+from agentserve.engine.engine import LLMEngine
+from agentserve.engine.sampling import SamplingParams
+from agentserve.engine_service.kv_moves import KVMover, Moved
+from agentserve.kv.block_manager import BlockManager
+from agentserve.prefill.worker import PrefillWorker
+
+from tests.support.engine_pool import CONFIG, Store, evict_everything_evictable
+
+pytestmark = pytest.mark.unit
+
+BLOCKS = 8
+
+
+def prefill_with_a_sweep_before_the_handoff(tiny_model_dir) -> tuple[int, int, int, int]:
+    """(prompt blocks, of them resident when the handoff exports, persisted, slots in use at the end)."""
+    engine = AsyncEngine(LLMEngine.from_dir(tiny_model_dir, CONFIG))
+    engine.start()
+    try:
+        async def main():
+            mover = KVMover(engine, "prefill-0", Store(), "store:0")
+            seen = {}
+
+            async def lacking(decode_address, ids):  # the decode answers while the engine runs others
+                await engine.call(evict_everything_evictable)
+                return list(ids)
+
+            async def handoff(ids, decode_address):
+                seen["resident"] = await engine.call(lambda e: e.blocks.cached_prefix(ids))
+                return Moved(len(ids), 0)
+
+            mover.lacking, mover.handoff = lacking, handoff
+            prompt = [(5 * i) % 150 + 7 for i in range(BLOCKS * engine.engine.block_size + 3)]
+            result = await PrefillWorker(engine, mover).prefill(prompt, SamplingParams(max_tokens=1), "", 0,
+                                                                "decode-0")
+            used = await engine.call(lambda e: e.blocks.stats()["used"])
+            return result.handoff_blocks, seen["resident"], result.persisted_blocks, used
+        return asyncio.run(main())
+    finally:
+        engine.stop()
+
+
+def test_the_prompt_blocks_are_pinned_until_the_handoff_and_released_after(tiny_model_dir):
+    assert prefill_with_a_sweep_before_the_handoff(tiny_model_dir) == (BLOCKS, BLOCKS, BLOCKS, 0)
+
+
+def test_without_pins_the_sweep_evicts_them(tiny_model_dir, monkeypatch):
+    monkeypatch.setattr(BlockManager, "pin", lambda self, ids: [])  # what the pins prevent
+    assert prefill_with_a_sweep_before_the_handoff(tiny_model_dir) == (BLOCKS, 0, BLOCKS, 0)
