@@ -83,6 +83,12 @@ def bench_kvstore(args: argparse.Namespace) -> dict:
                              concurrency=args.concurrency, sizes=sizes, passes=args.passes)
 
 
+def bench_disk_patterns(args: argparse.Namespace) -> dict:
+    from agentserve.bench import disk_patterns
+
+    return disk_patterns.run(args.data_dir, mb=args.mb, concurrency=args.concurrency, passes=args.passes)
+
+
 def bench_kvstore_trace(args: argparse.Namespace) -> dict:
     from agentserve.bench import kvstore_trace
 

@@ -67,3 +67,15 @@ def test_throughput_bench_reports_every_size_and_the_ratios(capsys, tmp_path):
         for mode in ("write_fsync_each", "write_group_commit", "read_cold", "read_warm", "read_dram"):
             assert {"MBps", "p50_ms", "p99_ms"} <= set(result["sizes"][size][mode])
     assert {"grpc_read_cold", "grpc_read_warm"} <= set(result["sizes"]["1MB"])
+
+
+def test_disk_patterns_reads_every_pattern_and_reports_medians(capsys, tmp_path):
+    result = run_cli(capsys, "bench", "disk-patterns", "--mb", "16", "--passes", "2", "--data-dir", str(tmp_path),
+                     "--json")
+    patterns = {"sequential_1MB", "sequential_16MB", "streams_contiguous_1MB", "threads_interleaved_1MB",
+                "threads_interleaved_4MB", "block_files_1MB"}
+    assert len(result["passes"]) == 2 and all(set(p) == patterns for p in result["passes"])
+    assert all(v > 0 for v in result["median_MBps"].values()) and set(result["vs_sequential"]) == patterns
+    assert max(result["vs_sequential"]["sequential_1MB"], result["vs_sequential"]["sequential_16MB"]) == 1.0
+    assert list(tmp_path.iterdir()) == []  # its files are gone
+    assert main(["bench", "disk-patterns", "--mb", "8"]) == 2 and "at least 16" in capsys.readouterr().err
