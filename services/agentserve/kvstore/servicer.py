@@ -8,6 +8,8 @@ exception: they run in place, since handing a warm 1 MB block to a thread and ba
 reading it (measured: ~1.7x the throughput of a gRPC read stream on this machine). A stream of
 whole blocks also keeps the disk busy with the blocks after the one it sends (`ReadAhead`), so
 cold blocks mostly arrive in the page cache before their turn and are served in place too.
+(Tried and dropped: a reader thread one batch ahead of the sender, so the loop only sends. GIL
+hand-offs made it slower, ~0.7 against ~0.9 GB/s for warm 1 MB blocks on 2 cores.)
 """
 
 from __future__ import annotations
