@@ -11,7 +11,7 @@ from agentserve.engine.async_engine import AsyncEngine
 from agentserve.engine.sampling import SamplingParams
 from agentserve.engine_service.kv_moves import KVMover
 from agentserve.engine_service.relay import RelaySender
-from agentserve.kv.block_hash import BLOCK_ID_BYTES
+from agentserve.kv.block_hash import checked_block_ids
 from agentserve.v1 import fabric_pb2
 
 
@@ -32,12 +32,12 @@ class DecodeWorker:
 
     async def held(self, block_ids: list[bytes]) -> list[bool]:
         """Whether each of `block_ids` is resident in this engine's prefix cache."""
-        _check_ids(block_ids)
+        checked_block_ids(block_ids)
         return await self.engine.call(lambda e: [e.blocks.lookup(block_id) is not None for block_id in block_ids])
 
     def relay(self, block_ids: list[bytes], dst: str) -> AsyncIterator[fabric_pb2.FabricChunk]:
         """Path B: the chunks of `block_ids` for the prefill engine `dst` (see `RelaySender`)."""
-        _check_ids(block_ids)
+        checked_block_ids(block_ids)
         return self.relay_sender.relay(block_ids, dst)
 
     async def load_kv(self, blocks: list[bytes]) -> tuple[int, int]:
@@ -66,9 +66,3 @@ class DecodeWorker:
             yield DecodeChunk([event.token_id], event.finished, event.finish_reason or "",
                               event.seq.num_cached_tokens if first else 0, persisted)
             first = False
-
-
-def _check_ids(block_ids: list[bytes]) -> None:
-    for i, block_id in enumerate(block_ids):
-        if len(block_id) != BLOCK_ID_BYTES:
-            raise ValueError(f"block id {i} is {len(block_id)} bytes, expected {BLOCK_ID_BYTES}")

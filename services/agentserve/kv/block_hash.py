@@ -17,6 +17,22 @@ from collections.abc import Sequence
 
 BLOCK_ID_BYTES = 16
 
+
+def check_block_id(block_id: bytes) -> None:
+    if len(block_id) != BLOCK_ID_BYTES:
+        raise ValueError(f"block id must be {BLOCK_ID_BYTES} bytes, got {len(block_id)}")
+
+
+def checked_block_ids(block_ids: Sequence[bytes]) -> list[bytes]:
+    """`block_ids` as bytes; ValueError naming the first malformed one (`block_ids[i]: ...`)."""
+    ids = [bytes(b) for b in block_ids]
+    for i, block_id in enumerate(ids):
+        try:
+            check_block_id(block_id)
+        except ValueError as exc:
+            raise ValueError(f"block_ids[{i}]: {exc}") from None
+    return ids
+
 # Domain separation: these digests can never collide with blake2b digests computed elsewhere
 # for another purpose.
 _PERSON = b"agentserve.kv.1"

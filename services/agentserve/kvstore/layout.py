@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from agentserve.kvstore.verify import check_block_id
+from agentserve.kv.block_hash import check_block_id
 
 log = logging.getLogger(__name__)
 

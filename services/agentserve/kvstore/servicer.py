@@ -23,7 +23,7 @@ from opentelemetry import propagate
 
 from agentserve.common.errors import grpc_errors
 from agentserve.common.telemetry import incoming_context, tracer
-from agentserve.kv.block_hash import BLOCK_ID_BYTES
+from agentserve.kv.block_hash import BLOCK_ID_BYTES, checked_block_ids
 from agentserve.kvstore.blockfile import Layers, wants_whole
 from agentserve.kvstore.metrics import KVStoreMetrics
 from agentserve.kvstore.policy import Hint
@@ -31,7 +31,6 @@ from agentserve.kvstore.readahead import READ_AHEAD_BYTES, ReadAhead
 from agentserve.kvstore.store import BlockRejectedError
 from agentserve.kvstore.tiered import TieredStore
 from agentserve.kvstore.types import NOT_CACHED, BlockRead, WriteResult
-from agentserve.kvstore.verify import check_block_id
 from agentserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 
 WRITE_BATCH_BLOCKS = 64  # a Write stream is committed in batches of this many blocks or bytes
@@ -101,7 +100,7 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
     async def Read(self, request: kvstore_pb2.ReadRequest,
                    context: grpc.aio.ServicerContext) -> AsyncIterator[BlockRead]:
         fingerprint = _require_fingerprint(request.model_fingerprint)
-        ids = _require_ids(request.block_ids)
+        ids = checked_block_ids(request.block_ids)
         stop = request.layer_stop if request.HasField("layer_stop") else None
         if stop is not None and stop <= request.layer_start:
             raise ValueError(f"layer range [{request.layer_start}, {stop}) is empty")
@@ -238,13 +237,3 @@ def _require_fingerprint(fingerprint: str) -> str:
     if not fingerprint:
         raise ValueError("model_fingerprint must not be empty")
     return fingerprint
-
-
-def _require_ids(block_ids: Sequence[bytes]) -> list[bytes]:
-    ids = [bytes(b) for b in block_ids]
-    for i, block_id in enumerate(ids):
-        try:
-            check_block_id(block_id)
-        except ValueError as exc:
-            raise ValueError(f"block_ids[{i}]: {exc}") from None
-    return ids

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from agentserve.common.errors import RetryableError
 from agentserve.kv.block_format import BlockHeader, check_fingerprint, payload_range
+from agentserve.kv.block_hash import check_block_id, checked_block_ids
 from agentserve.kvstore.blockfile import Layers, resolve_layers, wants_whole
 from agentserve.kvstore.dram import DramTier
 from agentserve.kvstore.policy import Hint, LRUPolicy, PolicyFactory, Pins, pick_victims
@@ -39,7 +40,7 @@ from agentserve.kvstore.types import (
     TierStats,
     WriteResult,
 )
-from agentserve.kvstore.verify import check_block_id, verify_block
+from agentserve.kvstore.verify import verify_block
 
 MAX_PIN_TTL_S = 24 * 3600.0
 NOWAIT_MAX_BYTES = 4 << 20  # a `nowait` read of a bigger SSD block is not tried (checksums take ~1 ms/3 MB)
@@ -238,7 +239,7 @@ class TieredStore:
         """Keep stored blocks from eviction for `ttl_s` seconds; returns how many were stored."""
         if not 0 < ttl_s <= MAX_PIN_TTL_S:
             raise ValueError(f"pin ttl_s must be in (0, {MAX_PIN_TTL_S:.0f}], got {ttl_s}")
-        ids = _checked_ids(block_ids)
+        ids = checked_block_ids(block_ids)
         with self._lock:
             present = [b for b in ids if self.ssd.contains(b)]
             for block_id in present:
@@ -248,13 +249,13 @@ class TieredStore:
         return len(present)
 
     def unpin(self, block_ids: Sequence[bytes]) -> int:
-        ids = _checked_ids(block_ids)
+        ids = checked_block_ids(block_ids)
         with self._lock:
             return sum(self._pins.unpin(b) for b in ids)
 
     def hint(self, block_ids: Sequence[bytes], hint: Hint) -> int:
         """Pass advice to both tiers' policies; returns how many ids are stored."""
-        ids = _checked_ids(block_ids)
+        ids = checked_block_ids(block_ids)
         with self._lock:
             present = [b for b in ids if self.ssd.contains(b)]
             for block_id in present:
@@ -264,7 +265,7 @@ class TieredStore:
 
     def delete(self, block_ids: Sequence[bytes]) -> int:
         """Remove blocks from every tier (durably); returns how many were stored."""
-        ids = _checked_ids(block_ids)
+        ids = checked_block_ids(block_ids)
         with self._lock:
             deleted = [b for b in ids if self.ssd.delete(b, durable=False)]
             for block_id in ids:
@@ -329,8 +330,3 @@ def _slice(block_id: bytes, data: bytes, header: BlockHeader, fingerprint: str |
     return BlockRead(block_id, out, header.payload_offset, layers, header.num_layers, Tier.DRAM)
 
 
-def _checked_ids(block_ids: Sequence[bytes]) -> list[bytes]:
-    ids = [bytes(b) for b in block_ids]
-    for block_id in ids:
-        check_block_id(block_id)
-    return ids

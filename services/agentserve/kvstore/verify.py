@@ -9,12 +9,7 @@ from __future__ import annotations
 
 from agentserve.common.checksum import crc32
 from agentserve.kv.block_format import BlockHeader, CorruptBlockError, check_fingerprint, read_header
-from agentserve.kv.block_hash import BLOCK_ID_BYTES
-
-
-def check_block_id(block_id: bytes) -> None:
-    if len(block_id) != BLOCK_ID_BYTES:
-        raise ValueError(f"block id must be {BLOCK_ID_BYTES} bytes, got {len(block_id)}")
+from agentserve.kv.block_hash import check_block_id
 
 
 def verify_block(block_id: bytes, data: bytes | bytearray | memoryview,
