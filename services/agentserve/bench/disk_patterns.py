@@ -51,8 +51,8 @@ def _one_pass(raw: RawFile, files: list[Path], concurrency: int) -> dict[str, fl
         "sequential_1MB": raw.sequential_MBps(CHUNK),
         "sequential_16MB": raw.sequential_MBps(LARGE_READ),
         "streams_contiguous_1MB": _MBps(raw.nbytes, lambda: _contiguous_streams(raw, concurrency)),
-        "threads_interleaved_1MB": _MBps(raw.nbytes, lambda: _interleaved(raw, CHUNK, concurrency)),
-        "threads_interleaved_4MB": _MBps(raw.nbytes, lambda: _interleaved(raw, 4 * CHUNK, concurrency)),
+        "threads_interleaved_1MB": _interleaved(raw, CHUNK, concurrency),
+        "threads_interleaved_4MB": _interleaved(raw, 4 * CHUNK, concurrency),
         "block_files_1MB": _MBps(raw.nbytes, lambda: _block_files(files, concurrency)),
     }
 
@@ -94,16 +94,8 @@ def _contiguous_streams(raw: RawFile, concurrency: int) -> None:
         list(pool.map(stream, range(concurrency)))
 
 
-def _interleaved(raw: RawFile, request: int, concurrency: int) -> None:
-    drop_cache(raw.path)
-    fd = os.open(raw.path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-        offsets = range(0, raw.nbytes, request)
-        with ThreadPoolExecutor(concurrency) as pool:
-            list(pool.map(lambda offset: os.pread(fd, request, offset), offsets))
-    finally:
-        os.close(fd)
+def _interleaved(raw: RawFile, request: int, concurrency: int) -> float:
+    return raw.parallel_reads_MBps(range(0, raw.nbytes, request), request, concurrency, os.POSIX_FADV_RANDOM)
 
 
 def _block_files(paths: list[Path], concurrency: int) -> None:

@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -70,13 +71,21 @@ class RawFile:
 
     def random_MBps(self, concurrency: int) -> float:
         """Cold 1 MB reads at random offsets from `concurrency` threads."""
-        drop_cache(self.path)
         offsets = random.Random(0).sample(range(0, self.nbytes - CHUNK + 1, CHUNK), self.nbytes // CHUNK)
+        return self.parallel_reads_MBps(offsets, CHUNK, concurrency)
+
+    def parallel_reads_MBps(self, offsets: Sequence[int], request: int, concurrency: int,
+                            advice: int | None = None) -> float:
+        """Cold `request`-byte reads at `offsets` (covering the file once) from `concurrency`
+        threads, after `posix_fadvise(advice)` if given (e.g. POSIX_FADV_RANDOM: no readahead)."""
+        drop_cache(self.path)
         fd = os.open(self.path, os.O_RDONLY)
         try:
+            if advice is not None:
+                os.posix_fadvise(fd, 0, 0, advice)
             start = time.perf_counter()
             with ThreadPoolExecutor(concurrency) as pool:
-                list(pool.map(lambda offset: os.pread(fd, CHUNK, offset), offsets))
+                list(pool.map(lambda offset: os.pread(fd, request, offset), offsets))
             return self._MBps(time.perf_counter() - start)
         finally:
             os.close(fd)
