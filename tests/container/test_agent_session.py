@@ -13,9 +13,7 @@ import urllib.request
 
 import pytest
 
-from agentserve.engine.default_model import ensure_default_model
 from agentserve.engine.engine import LLMEngine
-from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.sampling import SamplingParams
 from agentserve.sdk import Client, RetryableError, TurnResult
 from tests.support.compose import Stack, replica_number
@@ -32,11 +30,6 @@ ADVERTISED = "from agentserve.common.netutil import advertise_host; print(advert
 def client(stack: Stack):
     with Client(stack.grpc_address, stack.toolproxy_url, timeout_s=120) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def reference() -> LLMEngine:
-    return LLMEngine.from_dir(ensure_default_model(), EngineConfig(prefix_cache=False))
 
 
 def run_turns(client: Client, tenant: str, messages=TURNS) -> list[TurnResult]:

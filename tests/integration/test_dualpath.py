@@ -15,9 +15,6 @@ import pytest
 
 from agentserve.bench import handoff_bench
 from agentserve.cli.up import FabricSettings, LocalCluster
-from agentserve.engine.default_model import ensure_default_model
-from agentserve.engine.engine import LLMEngine
-from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.sampling import SamplingParams
 from agentserve.sdk import Client
 from tests.support.cluster import local_cluster as support_cluster
@@ -37,11 +34,6 @@ def local_cluster(tmp_path_factory, policy: str):
 def path_b_cluster(tmp_path_factory):
     with local_cluster(tmp_path_factory, "always-b") as cluster:
         yield cluster
-
-
-@pytest.fixture(scope="module")
-def reference():
-    return LLMEngine.from_dir(ensure_default_model(), EngineConfig(prefix_cache=False))
 
 
 def _client(cluster: LocalCluster) -> Client:

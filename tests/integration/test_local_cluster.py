@@ -15,9 +15,6 @@ import grpc
 import openai
 import pytest
 
-from agentserve.engine.default_model import ensure_default_model
-from agentserve.engine.engine import LLMEngine
-from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.sampling import SamplingParams
 from agentserve.sdk import Client, RetryableError
 from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
@@ -32,11 +29,6 @@ BLOCK = 16
 def cluster(tmp_path_factory):
     with local_cluster(tmp_path_factory, "session") as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def reference():
-    return LLMEngine.from_dir(ensure_default_model(), EngineConfig(prefix_cache=False))
 
 
 def _client(cluster) -> Client:

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from agentserve.engine.default_model import ensure_default_model
-from agentserve.engine.engine import LLMEngine
-from agentserve.engine.engine_config import EngineConfig
 from tests.support.processes import free_port, start_service, wait_serving
 
 
@@ -34,7 +31,3 @@ def cluster(tmp_path_factory):
             proc.stop()
 
 
-@pytest.fixture(scope="package")
-def reference() -> LLMEngine:
-    """Full recompute in this process: the parity anchor."""
-    return LLMEngine.from_dir(ensure_default_model(), EngineConfig(prefix_cache=False))
