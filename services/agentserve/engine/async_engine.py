@@ -8,10 +8,11 @@ tokens to per-request asyncio queues. gRPC handlers never block the event loop o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -83,6 +84,17 @@ class AsyncEngine:
                 log.exception("posted engine command failed")
 
         self._submit(command)
+
+    @contextlib.contextmanager
+    def pinning(self) -> Iterator[list[int]]:
+        """A list for the slots a holder pins on the engine thread (`engine.blocks.pin`); on exit,
+        however it comes (cancellation included), a post frees every one of them. The post runs
+        after every command queued before the exit, so pins those commands add are freed too."""
+        pinned: list[int] = []
+        try:
+            yield pinned
+        finally:
+            self.post(lambda engine: engine.blocks.free(pinned))
 
     async def generate(self, prompt_token_ids: list[int], params: SamplingParams, tenant_salt: str = "",
                        external_prefix: ExternalPrefix | None = None) -> AsyncIterator[TokenEvent]:

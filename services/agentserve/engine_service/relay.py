@@ -54,52 +54,51 @@ class RelaySender:
         """Chunks of `ids` for the prefill engine `dst`, held blocks first, then those read from the store."""
         mover = self.mover
         ids = list(ids)
-        pinned: list[int] = []  # pool slots held for this relay; touched on the engine thread only
+        # Entered before the first pin: a relay cancelled while that command waits still frees it.
+        with mover.engine.pinning() as pinned:
+            def pin_held(engine: LLMEngine) -> int:
+                held = engine.blocks.cached_prefix(ids)
+                pinned.extend(engine.blocks.pin(ids[:held]))
+                return held
 
-        def pin_held(engine: LLMEngine) -> int:
-            held = engine.blocks.cached_prefix(ids)
-            pinned.extend(engine.blocks.pin(ids[:held]))
-            return held
-
-        held = await mover.engine.call(pin_held)
-        ready: asyncio.Queue[list[bytes] | None] = asyncio.Queue()
-        for start in range(0, held, RELAY_RUN_BLOCKS):
-            ready.put_nowait(ids[start:min(start + RELAY_RUN_BLOCKS, held)])
-        reader = None
-        if held < len(ids):
-            reader = asyncio.create_task(self._read_from_store(ids[held:], ready, pinned), name="relay-store-read")
-        else:
-            ready.put_nowait(None)
-        try:
-            with kv_transfer("relay", "cnic", mover.engine_id, dst, mover.num_layers, mover.cnic.gbps) as record:
-                header = fabric_pb2.TransferHeader(
-                    transfer_id=uuid.uuid4().hex, path="relay", src=mover.engine_id, dst_nic="cnic",
-                    total_bytes=len(ids) * mover.block_bytes, sender_latency_ms=mover.cnic.latency_ms)
-                async with mover.cnic.transfer(header.total_bytes) as transfer:
-                    run_index = 0
-                    first: fabric_pb2.TransferHeader | None = header
-                    while (group := await ready.get()) is not None:
-                        run = await mover.engine.call(lambda e, g=group: _export_run(e, g))
-                        if run is None:  # pinned, so this is a bug, not load: say so
-                            log.warning("relay to %s stopped short: a pinned block left the pool", dst)
-                            break
-                        for chunk in split_run(run, self.max_chunk_bytes):
-                            await transfer.pace(chunk.nbytes)
-                            record.add(chunk.nbytes, blocks=0)
-                            yield fabric_pb2.FabricChunk(transfer=first, run=run_index, run_header=chunk.header,
-                                                         offset=chunk.offset, data=bytes(chunk.data))
-                            first = None
-                        record.blocks += len(group)
-                        run_index += 1
-                record.queue_wait_s = transfer.queue_wait_s
-            if reader is not None:
-                await reader  # a failed store read fails the relay: the prefill loads the rest by path A
-        finally:
-            if reader is not None and not reader.done():
-                reader.cancel()  # it queues no engine command after this
-            # Posted, not awaited (this may run while cancelled): it runs after any import the
-            # reader already queued, so every pin that import adds is released too.
-            mover.engine.post(lambda e: e.blocks.free(pinned))
+            held = await mover.engine.call(pin_held)
+            ready: asyncio.Queue[list[bytes] | None] = asyncio.Queue()
+            for start in range(0, held, RELAY_RUN_BLOCKS):
+                ready.put_nowait(ids[start:min(start + RELAY_RUN_BLOCKS, held)])
+            reader = None
+            if held < len(ids):
+                reader = asyncio.create_task(self._read_from_store(ids[held:], ready, pinned),
+                                             name="relay-store-read")
+            else:
+                ready.put_nowait(None)
+            try:
+                with kv_transfer("relay", "cnic", mover.engine_id, dst, mover.num_layers,
+                                 mover.cnic.gbps) as record:
+                    header = fabric_pb2.TransferHeader(
+                        transfer_id=uuid.uuid4().hex, path="relay", src=mover.engine_id, dst_nic="cnic",
+                        total_bytes=len(ids) * mover.block_bytes, sender_latency_ms=mover.cnic.latency_ms)
+                    async with mover.cnic.transfer(header.total_bytes) as transfer:
+                        run_index = 0
+                        first: fabric_pb2.TransferHeader | None = header
+                        while (group := await ready.get()) is not None:
+                            run = await mover.engine.call(lambda e, g=group: _export_run(e, g))
+                            if run is None:  # pinned, so this is a bug, not load: say so
+                                log.warning("relay to %s stopped short: a pinned block left the pool", dst)
+                                break
+                            for chunk in split_run(run, self.max_chunk_bytes):
+                                await transfer.pace(chunk.nbytes)
+                                record.add(chunk.nbytes, blocks=0)
+                                yield fabric_pb2.FabricChunk(transfer=first, run=run_index, run_header=chunk.header,
+                                                             offset=chunk.offset, data=bytes(chunk.data))
+                                first = None
+                            record.blocks += len(group)
+                            run_index += 1
+                    record.queue_wait_s = transfer.queue_wait_s
+                if reader is not None:
+                    await reader  # a failed store read fails the relay: the prefill loads the rest by path A
+            finally:
+                if reader is not None and not reader.done():
+                    reader.cancel()  # it queues no engine command after this, so the unpin comes last
 
     async def _read_from_store(self, ids: list[bytes], ready: asyncio.Queue, pinned: list[int]) -> None:
         """The store leg: read `ids` over this engine's snic, import them, hand them to the sender by run."""

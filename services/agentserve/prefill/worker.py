@@ -64,15 +64,6 @@ class PrefillWorker:
             ids = engine.block_ids_for(token_ids, tenant)
             return ids, engine.blocks.cached_prefix(ids)
 
-        # The prompt's blocks are pinned from the end of the prefill until its persist and handoff
-        # have exported them: the engine steps other sequences meanwhile, and an evicted block would
-        # be neither persisted nor handed off. Not before: a turn waiting for slots while holding
-        # pins could wait on another doing the same, for ever; an evicted hit is only recomputed.
-        pinned: list[int] = []
-
-        def pin_prompt(engine: LLMEngine) -> None:
-            pinned.extend(engine.blocks.pin(ids[:engine.blocks.cached_prefix(ids)]))
-
         with tracer().start_as_current_span("prefill") as span:
             ids, resident = await self.engine.call(prepare)
             if store_hit_blocks > len(ids):
@@ -81,12 +72,14 @@ class PrefillWorker:
             first = dataclasses.replace(sampling, max_tokens=1)
             events = [event async for event in self.engine.generate(token_ids, first, tenant)]
             seq = events[-1].seq
-            try:
-                await self.engine.call(pin_prompt)
+            # The prompt's blocks are pinned from the end of the prefill until its persist and handoff
+            # have exported them: the engine steps other sequences meanwhile, and an evicted block would
+            # be neither persisted nor handed off. Not before: a turn waiting for slots while holding
+            # pins could wait on another doing the same, for ever; an evicted hit is only recomputed.
+            with self.engine.pinning() as pinned:
+                await self.engine.call(lambda e: pinned.extend(e.blocks.pin(ids[:e.blocks.cached_prefix(ids)])))
                 persisted = await self.mover.persist(ids[store_hit_blocks:])
                 held, handed = await self._handoff(ids, decode_address) if decode_address else (0, Moved())
-            finally:
-                self.engine.post(lambda e: e.blocks.free(pinned))  # runs after any command queued above
             handoff_failed, handed = handed is None, handed or Moved()
             reason = seq.finish_reason or "length"
             finished = sampling.max_tokens == 1 or reason == "stop"

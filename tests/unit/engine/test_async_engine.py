@@ -76,3 +76,17 @@ def test_posted_commands_run_in_order_after_calls_and_a_failing_one_is_only_logg
     first, after = _run(base_engine, main)
     assert after == ["call", "post"]
     assert "posted engine command failed" in caplog.text
+
+
+def test_pins_taken_under_pinning_are_freed_on_exit_even_by_an_error(base_engine):
+    async def main(engine):
+        ids = await engine.call(lambda e: e.block_ids_for(list(range(4 * e.block_size))))
+        await engine.call(lambda e: e.generate(list(range(4 * e.block_size + 1)), SamplingParams(max_tokens=1)))
+        with pytest.raises(RuntimeError, match="boom"):
+            with engine.pinning() as pinned:
+                await engine.call(lambda e: pinned.extend(e.blocks.pin(ids)))
+                assert await engine.call(lambda e: e.blocks.stats()["used"]) == len(ids)
+                raise RuntimeError("boom")
+        return await engine.call(lambda e: (e.blocks.stats()["used"], e.blocks.cached_prefix(ids)))
+
+    assert _run(base_engine, main) == (0, 4)  # unpinned, still cached
