@@ -57,10 +57,12 @@ def test_throughput_bench_reports_every_size_and_the_ratios(capsys, tmp_path):
     result = run_cli(capsys, "bench", "kvstore", "--mb-per-size", "2", "--raw-mb", "8", "--sizes", "64KB,1MB",
                      "--passes", "2", "--data-dir", str(tmp_path), "--json")
     assert result["raw_disk_read_MBps"] > 0
-    for key in ("cold_read_vs_raw_1MB", "grpc_vs_inprocess_read_1MB", "grpc_vs_inprocess_read_1MB_warm"):
+    for key in ("cold_read_vs_raw_1MB", "grpc_vs_inprocess_read_1MB", "grpc_vs_inprocess_read_1MB_warm",
+                "grpc_dram_vs_inprocess_read_1MB"):
         assert result[key] > 0
     passes = result["passes_1MB"]
-    assert len(passes) == 2 and all(p["raw_sequential_MBps"] > 0 and p["grpc_cold_MBps"] > 0 for p in passes)
+    assert len(passes) == 2 and all(p["raw_sequential_MBps"] > 0 and p["grpc_cold_MBps"] > 0 and p["grpc_dram_MBps"] > 0
+                                    for p in passes)
     assert min(p["cold_read_vs_raw"] for p in passes) <= result["cold_read_vs_raw_1MB"] \
         <= max(p["cold_read_vs_raw"] for p in passes)  # the headline ratio is their median
     for size in ("64KB", "1MB"):
