@@ -27,7 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from agentserve.bench.kvstore_disk import CHUNK, LARGE_READ, RawFile, drop_cache
+from agentserve.bench.kvstore_disk import CHUNK, LARGE_READ, MBps, RawFile, drop_cache
 
 
 def run(data_dir: Path | None = None, mb: int = 512, concurrency: int = 4, passes: int = 3) -> dict:
@@ -60,7 +60,7 @@ def _one_pass(raw: RawFile, files: list[Path], concurrency: int) -> dict[str, fl
 def _MBps(nbytes: int, read) -> float:
     start = time.perf_counter()
     read()
-    return round(nbytes / 1e6 / (time.perf_counter() - start), 1)
+    return MBps(nbytes, time.perf_counter() - start)
 
 
 def _write_block_files(directory: Path, count: int) -> list[Path]:

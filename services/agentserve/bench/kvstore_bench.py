@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from agentserve.bench.kvstore_blocks import BlockMaker, block_id_for
-from agentserve.bench.kvstore_disk import KVStoreProcess, RawFile, drop_cache, raw_disk, summary
+from agentserve.bench.kvstore_disk import KVStoreProcess, MBps, RawFile, drop_cache, raw_disk, summary
 from agentserve.kvstore.client import KVStoreClient
 from agentserve.kvstore.store import block_path
 from agentserve.kvstore.tiered import TieredStore
@@ -162,7 +162,7 @@ async def _grpc_cold_MBps(address: str, data_dir: Path, ids: list[bytes], concur
         await client.lookup(ids[:1])  # connect first: the pass times reads, not the handshake
         _drop_blocks(data_dir, ids)
         nbytes, seconds = await _grpc_stream_reads(client, ids, concurrency)
-    return round(nbytes / 1e6 / seconds, 1)
+    return MBps(nbytes, seconds)
 
 
 async def _grpc_dram_MBps(address: str, ids: list[bytes], concurrency: int) -> float:
@@ -171,7 +171,7 @@ async def _grpc_dram_MBps(address: str, ids: list[bytes], concurrency: int) -> f
     async with KVStoreClient(address, timeout_s=600) as client:
         await _grpc_stream_reads(client, ids, concurrency)
         nbytes, seconds = await _grpc_stream_reads(client, ids, concurrency)
-    return round(nbytes / 1e6 / seconds, 1)
+    return MBps(nbytes, seconds)
 
 
 def side_by_side(raw: RawFile, data_dir: Path, ids: list[bytes], concurrency: int, passes: int) -> dict:
@@ -184,11 +184,12 @@ def side_by_side(raw: RawFile, data_dir: Path, ids: list[bytes], concurrency: in
         try:
             _drop_blocks(data_dir, ids)
             nbytes, seconds = _streams(store, ids, concurrency)
-            inprocess = round(nbytes / 1e6 / seconds, 1)
+            inprocess = MBps(nbytes, seconds)
         finally:
             store.close()
         with KVStoreProcess(data_dir, "--dram-budget-bytes", "0") as kvstore:
             grpc_MBps = asyncio.run(_grpc_cold_MBps(kvstore.address, data_dir, ids, concurrency))
+        # Its own process: with DRAM on, the cold pass above would also copy each block into DRAM.
         with KVStoreProcess(data_dir, "--dram-budget-bytes", str(BIG_BUDGET)) as kvstore:
             dram_MBps = asyncio.run(_grpc_dram_MBps(kvstore.address, ids, concurrency))
         rows.append({"raw_sequential_MBps": raw_MBps, "store_cold_MBps": inprocess, "grpc_cold_MBps": grpc_MBps,

@@ -94,7 +94,12 @@ class RawFile:
         self.path.unlink(missing_ok=True)
 
     def _MBps(self, seconds: float) -> float:
-        return round(self.nbytes / 1e6 / seconds, 1)
+        return MBps(self.nbytes, seconds)
+
+
+def MBps(nbytes: int, seconds: float) -> float:
+    """The rate every kvstore bench figure is printed in: MB (10^6 bytes) per second, 0.1 apart."""
+    return round(nbytes / 1e6 / seconds, 1)
 
 
 def raw_disk(raw: RawFile, concurrency: int) -> dict:
@@ -108,7 +113,7 @@ def raw_disk(raw: RawFile, concurrency: int) -> dict:
 def summary(nbytes: int, wall_s: float, latencies_s: list[float]) -> dict:
     lat = sorted(latencies_s)
     p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else 0.0
-    return {"MBps": round(nbytes / 1e6 / wall_s, 1), "p50_ms": round(1000 * statistics.median(lat), 3) if lat else 0.0,
+    return {"MBps": MBps(nbytes, wall_s), "p50_ms": round(1000 * statistics.median(lat), 3) if lat else 0.0,
             "p99_ms": round(1000 * p99, 3), "ops": len(lat)}
 
 
