@@ -116,8 +116,14 @@ ordinary special rare common familiar foreign friendly lonely busy lazy early la
 pleasant terrible wonderful awful important useful useless helpful harmful dangerous safe simple
 """.split()
 
-IRREGULAR_PAST = {"write": "wrote", "send": "sent", "build": "built", "split": "split",
-                  "read": "read", "catch": "caught"}
+IRREGULAR_PAST = {
+    "write": "wrote",
+    "send": "sent",
+    "build": "built",
+    "split": "split",
+    "read": "read",
+    "catch": "caught",
+}
 # Short verbs that double their final consonant before -ed/-ing (map -> mapped, mapping).
 DOUBLING = ["map", "plan", "commit", "skip", "pad", "log", "drop", "stop"]
 
@@ -135,16 +141,76 @@ quickly slowly carefully eagerly lazily safely rarely often always never usually
 immediately gradually silently loudly correctly incorrectly twice again already still briefly
 """.split()
 
-CONNECTIVES = ["However", "Meanwhile", "In practice", "As a result", "For example", "In short",
-               "By contrast", "Later", "Meanwhile", "Therefore", "On the other hand", "First",
-               "Next", "Finally", "Sometimes", "In most cases", "Under load", "At start-up"]
+CONNECTIVES = [
+    "However",
+    "Meanwhile",
+    "In practice",
+    "As a result",
+    "For example",
+    "In short",
+    "By contrast",
+    "Later",
+    "Meanwhile",
+    "Therefore",
+    "On the other hand",
+    "First",
+    "Next",
+    "Finally",
+    "Sometimes",
+    "In most cases",
+    "Under load",
+    "At start-up",
+]
 
-PREPOSITIONS = ["in", "on", "from", "into", "through", "behind", "before", "after", "with",
-                "without", "under", "over", "across", "around", "between", "near", "inside"]
+PREPOSITIONS = [
+    "in",
+    "on",
+    "from",
+    "into",
+    "through",
+    "behind",
+    "before",
+    "after",
+    "with",
+    "without",
+    "under",
+    "over",
+    "across",
+    "around",
+    "between",
+    "near",
+    "inside",
+]
 
-NAMES = ["Ada", "Grace", "Linus", "Margaret", "Ken", "Barbara", "Dennis", "Frances", "Alan",
-         "Radia", "Edsger", "Katherine", "Niklaus", "Sophie", "Tariq", "Mei", "Olu", "Priya",
-         "Mateo", "Ingrid", "Kenji", "Amara", "Yusuf", "Elena", "Rohan", "Freya", "Diego"]
+NAMES = [
+    "Ada",
+    "Grace",
+    "Linus",
+    "Margaret",
+    "Ken",
+    "Barbara",
+    "Dennis",
+    "Frances",
+    "Alan",
+    "Radia",
+    "Edsger",
+    "Katherine",
+    "Niklaus",
+    "Sophie",
+    "Tariq",
+    "Mei",
+    "Olu",
+    "Priya",
+    "Mateo",
+    "Ingrid",
+    "Kenji",
+    "Amara",
+    "Yusuf",
+    "Elena",
+    "Rohan",
+    "Freya",
+    "Diego",
+]
 
 UNICODE_LINES = [
     "Le café près de la gare ouvre à sept heures.",
@@ -273,32 +339,42 @@ class Writer:
         """Everyday prose, so common English words get merges of their own."""
         lines = []
         for _ in range(self.rng.randrange(3, 7)):
-            name, n1, n2, n3 = self.pick(NAMES), self.pick(EVERYDAY_NOUNS), self.pick(EVERYDAY_NOUNS), \
-                self.pick(EVERYDAY_NOUNS)
+            name, n1, n2, n3 = (
+                self.pick(NAMES),
+                self.pick(EVERYDAY_NOUNS),
+                self.pick(EVERYDAY_NOUNS),
+                self.pick(EVERYDAY_NOUNS),
+            )
             v1, v2 = self.pick(EVERYDAY_VERBS), self.pick(EVERYDAY_VERBS)
             a1, a2 = self.pick(EVERYDAY_ADJECTIVES), self.pick(EVERYDAY_ADJECTIVES)
-            lines.append(self.pick([
-                f"{name} {past(v1)} to the {n1} with a {a1} {n2}.",
-                f"The {plural(n1)} were {a1} and the {n2} smelled {a2}.",
-                f"After {gerund(v1)} the {n1}, {name} decided to {v2} the {a1} {n2}.",
-                f"{self.pick(CONNECTIVES)}, {self.pick(['my', 'our', 'their', 'her', 'his'])} {n1} "
-                f"{third_person(v1)} every {n2} near the {n3}.",
-                f"\"{a1.capitalize()} {plural(n1)} never {v1} {plural(n2)},\" said {name}.",
-                f"In {self.number()}, a {a1} {n1} {past(v2)} {self.rng.randrange(2, 40)} {plural(n2)} "
-                f"{self.pick(PREPOSITIONS)} the {n3}.",
-                f"Would you {v1} the {a1} {n1} or {v2} the {a2} {n2}?",
-                f"{name} {adverb(a1)} {past(v1)} the {n1} while the {n2} {adverb(a2)} {past(v2)}.",
-                f"The {quality(a1)} of the {n1} surprised everyone at the {n3}.",
-                f"{name}'s {n1} is {a1}er than the {n2}, but the {n3} is the most {a2} of all.",
-            ]))
+            lines.append(
+                self.pick(
+                    [
+                        f"{name} {past(v1)} to the {n1} with a {a1} {n2}.",
+                        f"The {plural(n1)} were {a1} and the {n2} smelled {a2}.",
+                        f"After {gerund(v1)} the {n1}, {name} decided to {v2} the {a1} {n2}.",
+                        f"{self.pick(CONNECTIVES)}, {self.pick(['my', 'our', 'their', 'her', 'his'])} {n1} "
+                        f"{third_person(v1)} every {n2} near the {n3}.",
+                        f'"{a1.capitalize()} {plural(n1)} never {v1} {plural(n2)}," said {name}.',
+                        f"In {self.number()}, a {a1} {n1} {past(v2)} {self.rng.randrange(2, 40)} {plural(n2)} "
+                        f"{self.pick(PREPOSITIONS)} the {n3}.",
+                        f"Would you {v1} the {a1} {n1} or {v2} the {a2} {n2}?",
+                        f"{name} {adverb(a1)} {past(v1)} the {n1} while the {n2} {adverb(a2)} {past(v2)}.",
+                        f"The {quality(a1)} of the {n1} surprised everyone at the {n3}.",
+                        f"{name}'s {n1} is {a1}er than the {n2}, but the {n3} is the most {a2} of all.",
+                    ]
+                )
+            )
         return " ".join(lines)
 
     def heading(self) -> str:
         words = [self.pick(NOUNS + EVERYDAY_NOUNS) for _ in range(self.rng.randrange(1, 4))]
         title = " ".join(w.capitalize() for w in [self.pick(ADJECTIVES + EVERYDAY_ADJECTIVES)] + words)
         term = self.pick(NOUNS + EVERYDAY_NOUNS).capitalize()
-        return (f"{'#' * self.rng.randrange(1, 4)} {title}\n\n"
-                f"- **{term}**: {self.sentence()}\n- **{plural(term)}**: {self.sentence()}")
+        return (
+            f"{'#' * self.rng.randrange(1, 4)} {title}\n\n"
+            f"- **{term}**: {self.sentence()}\n- **{plural(term)}**: {self.sentence()}"
+        )
 
     def dialogue(self) -> str:
         n1, n2, v1, v2 = self.pick(NOUNS), self.pick(NOUNS), self.pick(VERBS), self.pick(VERBS)
@@ -313,22 +389,26 @@ class Writer:
     def python(self) -> str:
         fn = snake(self.identifier(self.rng.randrange(2, 4)))
         cls = pascal(self.identifier(self.rng.randrange(2, 4)))
-        args = [snake([self.pick(NOUNS)]) + "_" + str(i) if self.rng.random() < 0.1 else self.pick(NOUNS)
-                for i in range(self.rng.randrange(1, 4))]
+        args = [
+            snake([self.pick(NOUNS)]) + "_" + str(i) if self.rng.random() < 0.1 else self.pick(NOUNS)
+            for i in range(self.rng.randrange(1, 4))
+        ]
         typed = ", ".join(f"{a}: {self.pick(TYPES)}" for a in args)
         ret, n1, v1 = self.pick(TYPES), self.pick(NOUNS), self.pick(VERBS)
-        return "\n".join([
-            f"class {cls}:",
-            f'    """{v1.capitalize()} {plural(n1)} for the {self.pick(NOUNS)}."""',
-            "",
-            f"    def {fn}(self, {typed}) -> {ret}:",
-            f"        if not {args[0]}:",
-            f'            raise ValueError(f"{args[0]} must not be empty, got {{{args[0]}!r}}")',
-            f"        self._{n1}_count += {self.rng.randrange(1, 64)}",
-            f"        for i in range(len({args[-1]})):",
-            f"            self.{snake(self.identifier(2))}[i] = {args[0]} * {self.number().replace(',', '')}",
-            f"        return self.{self.pick(VERBS)}_{n1}({', '.join(args)})",
-        ])
+        return "\n".join(
+            [
+                f"class {cls}:",
+                f'    """{v1.capitalize()} {plural(n1)} for the {self.pick(NOUNS)}."""',
+                "",
+                f"    def {fn}(self, {typed}) -> {ret}:",
+                f"        if not {args[0]}:",
+                f'            raise ValueError(f"{args[0]} must not be empty, got {{{args[0]}!r}}")',
+                f"        self._{n1}_count += {self.rng.randrange(1, 64)}",
+                f"        for i in range(len({args[-1]})):",
+                f"            self.{snake(self.identifier(2))}[i] = {args[0]} * {self.number().replace(',', '')}",
+                f"        return self.{self.pick(VERBS)}_{n1}({', '.join(args)})",
+            ]
+        )
 
     def json_call(self) -> str:
         args: dict[str, object] = {}
@@ -337,26 +417,31 @@ class Writer:
             # JSON APIs mix snake_case and camelCase keys.
             key = snake(parts) if self.rng.random() < 0.6 else parts[0] + pascal(parts[1:])
             roll = self.rng.random()
-            args[key] = (self.rng.randrange(0, 100_000) if roll < 0.3 else
-                         round(self.rng.uniform(0, 1), 3) if roll < 0.45 else
-                         self.rng.random() < 0.5 if roll < 0.55 else
-                         [self.pick(NOUNS) for _ in range(self.rng.randrange(1, 4))] if roll < 0.7 else
-                         f"{self.pick(ADJECTIVES)} {self.pick(NOUNS)}")
-        call = {"name": snake(self.identifier(2)), "arguments": args,
-                "id": f"call_{self.rng.getrandbits(48):012x}"}
+            args[key] = (
+                self.rng.randrange(0, 100_000)
+                if roll < 0.3
+                else round(self.rng.uniform(0, 1), 3)
+                if roll < 0.45
+                else self.rng.random() < 0.5
+                if roll < 0.55
+                else [self.pick(NOUNS) for _ in range(self.rng.randrange(1, 4))]
+                if roll < 0.7
+                else f"{self.pick(ADJECTIVES)} {self.pick(NOUNS)}"
+            )
+        call = {"name": snake(self.identifier(2)), "arguments": args, "id": f"call_{self.rng.getrandbits(48):012x}"}
         return json.dumps(call, indent=2 if self.rng.random() < 0.4 else None)
 
     def shell(self) -> str:
         noun, verb = self.pick(NOUNS), self.pick(VERBS)
         commands = [
-            f"$ git commit -m \"{verb.capitalize()} {noun} {self.pick(PREPOSITIONS)} {self.pick(NOUNS)}\"",
+            f'$ git commit -m "{verb.capitalize()} {noun} {self.pick(PREPOSITIONS)} {self.pick(NOUNS)}"',
             f"$ curl -s http://localhost:{self.rng.randrange(1024, 65536)}/v1/{plural(noun)} | jq '.{noun}'",
             f"$ ls -la /var/lib/{noun}/{self.pick(NOUNS)}-{self.rng.randrange(1, 99)}",
             f"$ pip install {noun}-{self.pick(NOUNS)}=={self.rng.randrange(0, 5)}.{self.rng.randrange(0, 30)}"
             f".{self.rng.randrange(0, 10)}",
             f"$ export {noun.upper()}_{self.pick(NOUNS).upper()}={self.number().replace(',', '')}",
             f"$ python -m pytest tests/{noun}/test_{verb}.py -k {self.pick(NOUNS)} -q",
-            f"$ grep -rn \"{verb}_{noun}\" src/ | wc -l\n{self.rng.randrange(0, 500)}",
+            f'$ grep -rn "{verb}_{noun}" src/ | wc -l\n{self.rng.randrange(0, 500)}',
             f"$ docker run --rm -p {self.rng.randrange(1024, 9999)}:8080 {noun}/{self.pick(NOUNS)}:latest",
         ]
         return self.pick(commands)
@@ -379,8 +464,17 @@ class Writer:
         return "\n".join(rows)
 
     def block(self) -> str:
-        kinds = ([self.paragraph] * 6 + [self.story] * 5 + [self.heading] * 2 + [self.dialogue] * 2
-                 + [self.python] * 3 + [self.json_call] * 2 + [self.shell] * 2 + [self.log] * 2 + [self.table])
+        kinds = (
+            [self.paragraph] * 6
+            + [self.story] * 5
+            + [self.heading] * 2
+            + [self.dialogue] * 2
+            + [self.python] * 3
+            + [self.json_call] * 2
+            + [self.shell] * 2
+            + [self.log] * 2
+            + [self.table]
+        )
         if self.rng.random() < 0.03:
             return self.pick(UNICODE_LINES)
         return self.pick(kinds)()

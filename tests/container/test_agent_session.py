@@ -41,7 +41,8 @@ def run_turns(client: Client, tenant: str, messages=TURNS) -> list[TurnResult]:
 
 
 def test_three_turn_session_with_tool_call_hits_cache_matches_recompute_and_is_traced(
-        stack: Stack, client: Client, reference: LLMEngine):
+    stack: Stack, client: Client, reference: LLMEngine
+):
     rng = random.Random(5)
     turns = [[rng.randrange(5, 8000) for _ in range(n)] for n in (75, 30, 41)]
     params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)

@@ -28,10 +28,21 @@ from tests.support.screenshot import ARTIFACTS, screenshot
 pytestmark = pytest.mark.container
 
 ENGINE_PORTS = {"prefill": 50053, "decode": 50054}
-ATTRIBUTES = ("kv.bytes", "kv.blocks", "kv.layers", "kv.path", "net.link", "net.src", "net.dst",
-              "net.configured_gbps", "net.achieved_gbps", "net.queue_wait_ms")
-METRICS = ("import urllib.request; "
-           "print(urllib.request.urlopen('http://127.0.0.1:9100/metrics', timeout=10).read().decode())")
+ATTRIBUTES = (
+    "kv.bytes",
+    "kv.blocks",
+    "kv.layers",
+    "kv.path",
+    "net.link",
+    "net.src",
+    "net.dst",
+    "net.configured_gbps",
+    "net.achieved_gbps",
+    "net.queue_wait_ms",
+)
+METRICS = (
+    "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9100/metrics', timeout=10).read().decode())"
+)
 ADVERTISED = "from agentserve.common.netutil import advertise_host; print(advertise_host(''))"
 MAX_TOKENS = 20
 
@@ -66,8 +77,10 @@ def engine_ids(stack: Stack) -> dict[tuple[str, int], str]:
 
 
 def read_counters(stack: Stack, engines: dict[tuple[str, int], str]) -> dict[str, EngineCounters]:
-    return {engine_id: EngineCounters(stack.exec(service, ["python", "-c", METRICS], replica=replica))
-            for (service, replica), engine_id in engines.items()}
+    return {
+        engine_id: EngineCounters(stack.exec(service, ["python", "-c", METRICS], replica=replica))
+        for (service, replica), engine_id in engines.items()
+    }
 
 
 def run_session(address: str, tenant: str, seed: int, barrier: threading.Barrier, out: list) -> None:
@@ -85,8 +98,10 @@ def test_every_kv_transfer_is_one_span_with_the_bytes_moved(stack: Stack):
     before = read_counters(stack, engines)
     results: dict[str, list] = {"s1": [], "s2": []}
     barrier = threading.Barrier(2)
-    threads = [threading.Thread(target=run_session, args=(stack.grpc_address, f"spans-{name}", seed, barrier,
-                                                          results[name])) for seed, name in enumerate(results)]
+    threads = [
+        threading.Thread(target=run_session, args=(stack.grpc_address, f"spans-{name}", seed, barrier, results[name]))
+        for seed, name in enumerate(results)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -119,8 +134,12 @@ def test_every_kv_transfer_is_one_span_with_the_bytes_moved(stack: Stack):
     # Each emulated NIC let through exactly the bytes of the spans that crossed it.
     for engine_id in engines.values():
         for nic in ("snic", "cnic"):
-            crossed = sum(s["attributes"]["kv.bytes"] for s in spans if s["attributes"]["net.link"] == nic
-                          and names(engine_id, s["attributes"]["net.src"], s["attributes"]["net.dst"]))
+            crossed = sum(
+                s["attributes"]["kv.bytes"]
+                for s in spans
+                if s["attributes"]["net.link"] == nic
+                and names(engine_id, s["attributes"]["net.src"], s["attributes"]["net.dst"])
+            )
             moved = after[engine_id].nic_bytes[nic] - before[engine_id].nic_bytes[nic]
             assert moved == crossed, f"{engine_id} {nic}: NIC let through {moved} bytes, spans say {crossed}"
 
@@ -131,11 +150,16 @@ def test_every_kv_transfer_is_one_span_with_the_bytes_moved(stack: Stack):
         by_trace.setdefault(s["context"]["trace_id"], set()).add(s["attributes"]["kv.path"])
     shown = max(trace_ids, key=lambda t: (len(by_trace.get(t, ())), "relay" in by_trace.get(t, ())))
     preference = {"relay": 0, "B": 1, "handoff": 2}
-    selected = min((s for s in spans if s["context"]["trace_id"] == shown),
-                   key=lambda s: preference.get(s["attributes"]["kv.path"], len(preference)))
+    selected = min(
+        (s for s in spans if s["context"]["trace_id"] == shown),
+        key=lambda s: preference.get(s["attributes"]["kv.path"], len(preference)),
+    )
     png = screenshot(stack.phoenix.trace_url(shown, selected), ARTIFACTS / "kv-transfer-trace.png")
-    print(f"[kv.transfer] trace {shown} ({sorted(by_trace[shown])}), {selected['attributes']['kv.path']} span "
-          f"selected, rendered to {png}", file=sys.stderr)
+    print(
+        f"[kv.transfer] trace {shown} ({sorted(by_trace[shown])}), {selected['attributes']['kv.path']} span "
+        f"selected, rendered to {png}",
+        file=sys.stderr,
+    )
     assert png.stat().st_size > 20_000  # a rendered page, not a blank one
 
 

@@ -26,7 +26,13 @@ def test_every_service_runs_healthy(stack: Stack):
         assert (c.State, c.Health) == ("running", "healthy"), c.Name
         by_service.setdefault(c.Service, []).append(c.Name)
     assert {s: len(names) for s, names in by_service.items()} == {
-        "kvstore": 1, "scheduler": 1, "prefill": 1, "decode": 2, "toolproxy": 1, "tracing": 1}
+        "kvstore": 1,
+        "scheduler": 1,
+        "prefill": 1,
+        "decode": 2,
+        "toolproxy": 1,
+        "tracing": 1,
+    }
 
 
 def test_scheduler_answers_on_published_ports(stack: Stack):
@@ -70,11 +76,13 @@ def assert_registered(stack: Stack, address: str, timeout_s: float = 30.0) -> No
         time.sleep(1)
 
 
-STORE_STATS = ("import asyncio; from agentserve.kvstore.client import KVStoreClient\n"
-               "async def main():\n"
-               "    async with KVStoreClient('127.0.0.1:50052') as c:\n"
-               "        print((await c.stats()).blocks)\n"
-               "asyncio.run(main())")
+STORE_STATS = (
+    "import asyncio; from agentserve.kvstore.client import KVStoreClient\n"
+    "async def main():\n"
+    "    async with KVStoreClient('127.0.0.1:50052') as c:\n"
+    "        print((await c.stats()).blocks)\n"
+    "asyncio.run(main())"
+)
 
 
 def test_scale_kvstore_shards_blocks_and_sessions_still_hit(stack: Stack):
@@ -87,8 +95,12 @@ def test_scale_kvstore_shards_blocks_and_sessions_still_hit(stack: Stack):
         before = [int(stack.exec("kvstore", ["python", "-c", STORE_STATS], replica=r)) for r in (1, 2)]
         with Client(stack.grpc_address, stack.toolproxy_url, timeout_s=120) as client:
             session = client.open_session(tenant="sharded")
-            turns = [session.turn(token_ids=list(range(100 + 40 * i, 140 + 40 * i)) * 4, max_tokens=20,
-                                  ignore_eos=True).result() for i in range(3)]
+            turns = [
+                session.turn(
+                    token_ids=list(range(100 + 40 * i, 140 + 40 * i)) * 4, max_tokens=20, ignore_eos=True
+                ).result()
+                for i in range(3)
+            ]
             session.close()
         after = [int(stack.exec("kvstore", ["python", "-c", STORE_STATS], replica=r)) for r in (1, 2)]
         assert all(a > b for a, b in zip(after, before)), (before, after)  # both shards took blocks

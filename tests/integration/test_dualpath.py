@@ -80,4 +80,5 @@ def test_suffix_only_handoff_over_five_turns(path_b_cluster):
     for r in later:
         assert r.held_blocks > 0
         assert r.handoff_bytes <= 0.10 * r.full_handoff_bytes, (
-            f"turn {r.turn}: handed off {r.handoff_bytes} bytes, full handoff {r.full_handoff_bytes}")
+            f"turn {r.turn}: handed off {r.handoff_bytes} bytes, full handoff {r.full_handoff_bytes}"
+        )

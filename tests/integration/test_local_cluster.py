@@ -32,7 +32,9 @@ def cluster(tmp_path_factory):
 
 
 def _client(cluster) -> Client:
-    return Client(f"127.0.0.1:{cluster.ports.scheduler}", toolproxy_url=f"http://127.0.0.1:{cluster.ports.toolproxy_http}")
+    return Client(
+        f"127.0.0.1:{cluster.ports.scheduler}", toolproxy_url=f"http://127.0.0.1:{cluster.ports.toolproxy_http}"
+    )
 
 
 def test_agent_session_with_tool_call_hits_cache_and_matches_recompute(cluster, reference):
@@ -70,8 +72,7 @@ def test_openai_client_streaming_and_not(cluster):
     model = client.models.list().data[0].id
     messages = [{"role": "user", "content": "Say something about caches."}]
     whole = client.chat.completions.create(model=model, messages=messages, max_tokens=12, temperature=0)
-    streamed = client.chat.completions.create(model=model, messages=messages, max_tokens=12, temperature=0,
-                                              stream=True)
+    streamed = client.chat.completions.create(model=model, messages=messages, max_tokens=12, temperature=0, stream=True)
     text = "".join(chunk.choices[0].delta.content or "" for chunk in streamed if chunk.choices)
     assert whole.usage.completion_tokens > 0
     assert text == whole.choices[0].message.content
@@ -96,10 +97,12 @@ def test_bad_grpc_input_is_invalid_argument_and_service_stays_up(cluster):
         cases = {
             "unknown session": scheduler_pb2.TurnRequest(session_id="nope", message="hi", sampling=ok),
             "empty message": scheduler_pb2.TurnRequest(session_id=session, message="", sampling=ok),
-            "max_tokens 0": scheduler_pb2.TurnRequest(session_id=session, message="hi",
-                                                      sampling=common_pb2.SamplingParams(max_tokens=0)),
-            "max_tokens 1e9": scheduler_pb2.TurnRequest(session_id=session, message="hi",
-                                                        sampling=common_pb2.SamplingParams(max_tokens=10**9)),
+            "max_tokens 0": scheduler_pb2.TurnRequest(
+                session_id=session, message="hi", sampling=common_pb2.SamplingParams(max_tokens=0)
+            ),
+            "max_tokens 1e9": scheduler_pb2.TurnRequest(
+                session_id=session, message="hi", sampling=common_pb2.SamplingParams(max_tokens=10**9)
+            ),
             "token out of range": scheduler_pb2.TurnRequest(session_id=session, token_ids=[5, 10**6], sampling=ok),
             "oversize message": scheduler_pb2.TurnRequest(session_id=session, token_ids=[5] * 40000, sampling=ok),
         }
@@ -115,8 +118,9 @@ def test_bad_grpc_input_is_invalid_argument_and_service_stays_up(cluster):
 
 
 def _post(cluster, path: str, body: bytes) -> tuple[int, dict]:
-    request = urllib.request.Request(f"http://127.0.0.1:{cluster.ports.http}{path}", data=body,
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{cluster.ports.http}{path}", data=body, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=60) as reply:
             return reply.status, json.loads(reply.read())
@@ -134,8 +138,10 @@ def test_bad_http_input_is_400_and_service_stays_up(cluster):
         "max_tokens 0": (chat, json.dumps({"model": "m", "messages": msg, "max_tokens": 0}).encode()),
         "max_tokens 1e9": (chat, json.dumps({"model": "m", "messages": msg, "max_tokens": 10**9}).encode()),
         "token ids out of range": ("/v1/completions", json.dumps({"model": "m", "prompt": [5, 10**6]}).encode()),
-        "oversize message": (chat, json.dumps({"model": "m", "messages": [
-            {"role": "user", "content": "word " * 60000}]}).encode()),
+        "oversize message": (
+            chat,
+            json.dumps({"model": "m", "messages": [{"role": "user", "content": "word " * 60000}]}).encode(),
+        ),
     }
     for name, (path, body) in cases.items():
         status, reply = _post(cluster, path, body)
@@ -152,8 +158,9 @@ def test_decode_engine_killed_mid_turn(cluster):
         turn = session.turn(token_ids=list(range(100, 140)), max_tokens=400, ignore_eos=True)
         chunks = iter(turn)
         first = next(chunks)  # the turn is streaming from some decode engine now
-        victim = next(p for p in decoders if first.metadata and p.name and
-                      str(p.grpc_port) in first.metadata.decode_engine)
+        victim = next(
+            p for p in decoders if first.metadata and p.name and str(p.grpc_port) in first.metadata.decode_engine
+        )
         threading.Timer(0.0, victim.popen.send_signal, args=(signal.SIGKILL,)).start()
         try:
             tokens = list(first.token_ids) + [t for chunk in chunks for t in chunk.token_ids]

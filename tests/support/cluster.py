@@ -11,8 +11,13 @@ from agentserve.cli.up import LocalCluster, LocalPorts
 @contextmanager
 def local_cluster(tmp_path_factory, name: str, decoders: int = 2, **options) -> Iterator[LocalCluster]:
     """A started `LocalCluster` (data and logs under pytest's tmp dirs), stopped on exit."""
-    cluster = LocalCluster(LocalPorts.free(decoders), decoders=decoders, data_dir=tmp_path_factory.mktemp(f"kv-{name}"),
-                           log_dir=tmp_path_factory.mktemp(f"logs-{name}"), **options)
+    cluster = LocalCluster(
+        LocalPorts.free(decoders),
+        decoders=decoders,
+        data_dir=tmp_path_factory.mktemp(f"kv-{name}"),
+        log_dir=tmp_path_factory.mktemp(f"logs-{name}"),
+        **options,
+    )
     cluster.start(timeout_s=240)
     try:
         yield cluster

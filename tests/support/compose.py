@@ -25,10 +25,10 @@ from pathlib import Path
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 os.environ.setdefault("TESTCONTAINERS_CONNECTION_MODE", "docker_host")
 
-from testcontainers.compose import ComposeContainer, DockerCompose  # noqa: E402
+from testcontainers.compose import ComposeContainer, DockerCompose
 
-from tests.support.phoenix import PhoenixClient  # noqa: E402
-from tests.support.processes import LOG_DIR, free_port, wait_serving  # noqa: E402
+from tests.support.phoenix import PhoenixClient
+from tests.support.processes import LOG_DIR, free_port, wait_serving
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -41,8 +41,9 @@ def build_images() -> None:
     """scripts/build_images.sh: builds what changed, else returns in seconds."""
     env = {**os.environ, "PYTHON": sys.executable}
     started = time.monotonic()
-    result = subprocess.run([str(ROOT / "scripts" / "build_images.sh")], env=env, cwd=ROOT,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "build_images.sh")], env=env, cwd=ROOT, capture_output=True, text=True
+    )
     if result.returncode != 0:
         raise RuntimeError(f"scripts/build_images.sh failed ({result.returncode}):\n{result.stderr[-4000:]}")
     print(f"[compose] images ready in {time.monotonic() - started:.0f}s", file=sys.stderr)
@@ -89,8 +90,13 @@ class Stack:
         self.ports = ports
         self.env_file = env_file
         self.replicas = dict(DEFAULT_REPLICAS)
-        self.compose = _ProjectCompose(context=str(ROOT), compose_file_name=[str(f) for f in files],
-                                       env_file=str(env_file), wait=False, project_name=project)
+        self.compose = _ProjectCompose(
+            context=str(ROOT),
+            compose_file_name=[str(f) for f in files],
+            env_file=str(env_file),
+            wait=False,
+            project_name=project,
+        )
 
     # ---- addresses, all on loopback ----
     @property
@@ -116,17 +122,19 @@ class Stack:
     # ---- compose ----
     def run(self, *args: str, check: bool = True, timeout_s: float | None = None) -> subprocess.CompletedProcess:
         """`docker compose -p PROJECT -f ... --env-file ... ARGS`."""
-        result = subprocess.run([*self.compose.docker_compose_command(), *args], cwd=ROOT,
-                                capture_output=True, text=True, timeout=timeout_s)
+        result = subprocess.run(
+            [*self.compose.docker_compose_command(), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout_s
+        )
         if check and result.returncode != 0:
-            raise RuntimeError(f"docker compose {' '.join(args)} failed ({result.returncode}):\n"
-                               f"{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
+            raise RuntimeError(
+                f"docker compose {' '.join(args)} failed ({result.returncode}):\n"
+                f"{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
+            )
         return result
 
     def containers(self, service: str | None = None) -> list[ComposeContainer]:
         """Containers of `service` (all services if None), stopped ones included, by replica number."""
-        found = [c for c in self.compose.get_containers(include_all=True)
-                 if service is None or c.Service == service]
+        found = [c for c in self.compose.get_containers(include_all=True) if service is None or c.Service == service]
         return sorted(found, key=lambda c: (c.Service or "", replica_number(c)))
 
     def container(self, service: str, replica: int = 1) -> ComposeContainer:
@@ -227,8 +235,9 @@ def replica_number(container: ComposeContainer) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def start_stack(extra_files: list[Path] | None = None, build: bool = True,
-                timeout_s: float = STARTUP_TIMEOUT_S) -> Stack:
+def start_stack(
+    extra_files: list[Path] | None = None, build: bool = True, timeout_s: float = STARTUP_TIMEOUT_S
+) -> Stack:
     """Build images, start a fresh project on free ports, wait until ready. Caller closes it."""
     if build:
         build_images()
@@ -239,4 +248,3 @@ def start_stack(extra_files: list[Path] | None = None, build: bool = True,
     stack = Stack(project, ports, [COMPOSE_FILE, *(extra_files or [])], env_file)
     stack.start(timeout_s)
     return stack
-

@@ -60,8 +60,9 @@ class PhoenixClient:
             if not cursor:
                 return spans
 
-    def wait_for_spans(self, name: str, count: int = 1, trace_id: str | None = None,
-                       timeout_s: float = 60.0, poll_s: float = 1.0) -> list[Span]:
+    def wait_for_spans(
+        self, name: str, count: int = 1, trace_id: str | None = None, timeout_s: float = 60.0, poll_s: float = 1.0
+    ) -> list[Span]:
         """Block until at least `count` spans named `name` (in `trace_id`, if given) exist; return them.
 
         Spans reach Phoenix through each service's batch exporter (~5 s delay by default).
@@ -73,8 +74,9 @@ class PhoenixClient:
                 return found
             if time.monotonic() >= deadline:
                 where = f" in trace {trace_id}" if trace_id else ""
-                raise TimeoutError(f"{len(found)} of {count} '{name}' spans{where} in project "
-                                   f"{self.project!r} after {timeout_s}s")
+                raise TimeoutError(
+                    f"{len(found)} of {count} '{name}' spans{where} in project {self.project!r} after {timeout_s}s"
+                )
             time.sleep(poll_s)
 
     def project_global_id(self) -> str:
@@ -107,7 +109,8 @@ class PhoenixClient:
         return reply["data"]
 
     def _request(self, path: str, body: bytes | None = None) -> dict[str, Any]:
-        request = urllib.request.Request(self.base_url + path, data=body,
-                                         headers={"Content-Type": "application/json"} if body else {})
+        request = urllib.request.Request(
+            self.base_url + path, data=body, headers={"Content-Type": "application/json"} if body else {}
+        )
         with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
             return json.loads(response.read())

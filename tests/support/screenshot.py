@@ -28,17 +28,30 @@ def ensure_chromium() -> str:
     return found
 
 
-def screenshot(url: str, out: Path, width: int = 1600, height: int = 1000, budget_ms: int = 30000,
-               timeout_s: float = 120.0) -> Path:
+def screenshot(
+    url: str, out: Path, width: int = 1600, height: int = 1000, budget_ms: int = 30000, timeout_s: float = 120.0
+) -> Path:
     """Render `url` headless and save a PNG at `out`; returns `out`."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
-        command = [ensure_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                   "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                   "--disable-sync", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-                   f"--user-data-dir={profile}", f"--virtual-time-budget={budget_ms}",
-                   "--run-all-compositor-stages-before-draw", f"--window-size={width},{height}",
-                   f"--screenshot={out}", url]
+        command = [
+            ensure_chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+            f"--user-data-dir={profile}",
+            f"--virtual-time-budget={budget_ms}",
+            "--run-all-compositor-stages-before-draw",
+            f"--window-size={width},{height}",
+            f"--screenshot={out}",
+            url,
+        ]
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
     if result.returncode != 0 or not out.is_file():
         raise RuntimeError(f"chromium screenshot of {url} failed ({result.returncode}):\n{result.stderr[-3000:]}")

@@ -41,9 +41,13 @@ def run(data_dir: Path | None = None, mb: int = 512, concurrency: int = 4, passe
         raw.remove()
     medians = {name: statistics.median(row[name] for row in rows) for name in rows[0]}
     sequential = max(medians["sequential_1MB"], medians["sequential_16MB"])
-    return {"MB": raw.nbytes / 1e6, "concurrency": concurrency, "median_MBps": medians,
-            "vs_sequential": {name: round(value / sequential, 3) for name, value in medians.items()},
-            "passes": rows}
+    return {
+        "MB": raw.nbytes / 1e6,
+        "concurrency": concurrency,
+        "median_MBps": medians,
+        "vs_sequential": {name: round(value / sequential, 3) for name, value in medians.items()},
+        "passes": rows,
+    }
 
 
 def _one_pass(raw: RawFile, files: list[Path], concurrency: int) -> dict[str, float]:

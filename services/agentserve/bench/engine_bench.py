@@ -31,7 +31,7 @@ def prefill_tokens_per_s(engine: LLMEngine, rng: random.Random, contexts, reps: 
     vocab = engine.model_config.vocab_size
     out = {}
     for n in contexts:
-        times = [_timed(lambda: engine.generate(_tokens(rng, n, vocab), ONE_TOKEN)) for _ in range(reps)]
+        times = [_timed(lambda n=n: engine.generate(_tokens(rng, n, vocab), ONE_TOKEN)) for _ in range(reps)]
         out[str(n)] = round(n / statistics.median(times), 1)
     return out
 
@@ -51,8 +51,9 @@ def decode_step_ms(engine: LLMEngine, rng: random.Random, batches, prompt_len: i
     return out
 
 
-def cached_prefill_speedup(model_dir_engine: LLMEngine, rng: random.Random, reps: int,
-                           total: int = 1000, cached: int = 960) -> dict[str, float]:
+def cached_prefill_speedup(
+    model_dir_engine: LLMEngine, rng: random.Random, reps: int, total: int = 1000, cached: int = 960
+) -> dict[str, float]:
     """Prefill of `total` tokens from scratch ÷ with the first `cached` tokens already in cache."""
     vocab = model_dir_engine.model_config.vocab_size
     cold_engine = LLMEngine(model_dir_engine.model, model_dir_engine.fingerprint, EngineConfig(prefix_cache=False))
@@ -63,13 +64,21 @@ def cached_prefill_speedup(model_dir_engine: LLMEngine, rng: random.Random, reps
     for _ in range(reps):
         cold.append(_timed(lambda: cold_engine.generate(_tokens(rng, total, vocab), ONE_TOKEN)))
         seq_box = []
-        warm.append(_timed(lambda: seq_box.append(
-            warm_engine.generate(prefix + _tokens(rng, total - cached, vocab), ONE_TOKEN))))
+        warm.append(
+            _timed(
+                lambda seq_box=seq_box: seq_box.append(
+                    warm_engine.generate(prefix + _tokens(rng, total - cached, vocab), ONE_TOKEN)
+                )
+            )
+        )
         if seq_box[0].num_cached_tokens != cached:
             raise RuntimeError(f"expected {cached} cached tokens, got {seq_box[0].num_cached_tokens}")
     cold_s, warm_s = statistics.median(cold), statistics.median(warm)
-    return {"speedup": round(cold_s / warm_s, 2), "scratch_ms": round(cold_s * 1000, 2),
-            "cached_ms": round(warm_s * 1000, 2)}
+    return {
+        "speedup": round(cold_s / warm_s, 2),
+        "scratch_ms": round(cold_s * 1000, 2),
+        "cached_ms": round(warm_s * 1000, 2),
+    }
 
 
 def run(model_dir: Path, dtype: str = "fp32", quick: bool = False) -> dict:

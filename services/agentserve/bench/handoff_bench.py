@@ -35,8 +35,15 @@ class TurnHandoff:
         return self.handoff_bytes / self.full_handoff_bytes if self.full_handoff_bytes else 0.0
 
 
-def measure(client: Client, turns: int = 5, first_tokens: int = 480, new_tokens: int = 20, max_tokens: int = 12,
-            seed: int = 0, tenant: str = "handoff-bench") -> list[TurnHandoff]:
+def measure(
+    client: Client,
+    turns: int = 5,
+    first_tokens: int = 480,
+    new_tokens: int = 20,
+    max_tokens: int = 12,
+    seed: int = 0,
+    tenant: str = "handoff-bench",
+) -> list[TurnHandoff]:
     """Run one session of `turns` token-id turns; the handoff of each, from its metadata."""
     rng = random.Random(seed)
     rows: list[TurnHandoff] = []
@@ -48,27 +55,50 @@ def measure(client: Client, turns: int = 5, first_tokens: int = 480, new_tokens:
             full_blocks = meta.prompt_tokens // BLOCK_TOKENS
             if meta.handoff_blocks:
                 block_bytes = meta.handoff_bytes // meta.handoff_blocks  # every block serializes the same size
-            rows.append(TurnHandoff(i + 1, meta.prompt_tokens, meta.kv_path, meta.decode_engine,
-                                    meta.handoff_blocks, meta.handoff_held_blocks, meta.handoff_bytes,
-                                    full_blocks * block_bytes))
+            rows.append(
+                TurnHandoff(
+                    i + 1,
+                    meta.prompt_tokens,
+                    meta.kv_path,
+                    meta.decode_engine,
+                    meta.handoff_blocks,
+                    meta.handoff_held_blocks,
+                    meta.handoff_bytes,
+                    full_blocks * block_bytes,
+                )
+            )
     if not block_bytes:
         raise RuntimeError("no turn handed off any block: is the prompt shorter than a block?")
     # A turn that sent nothing learned no block size: fill in from the others.
-    return [r if r.full_handoff_bytes else TurnHandoff(**{**asdict(r), "full_handoff_bytes":
-                                                           r.prompt_tokens // BLOCK_TOKENS * block_bytes})
-            for r in rows]
+    return [
+        r
+        if r.full_handoff_bytes
+        else TurnHandoff(**{**asdict(r), "full_handoff_bytes": r.prompt_tokens // BLOCK_TOKENS * block_bytes})
+        for r in rows
+    ]
 
 
 def report(rows: list[TurnHandoff], out=sys.stdout) -> None:
-    print(f"{'turn':>4} {'prompt':>7} {'path':>5} {'sent':>5} {'held':>5} {'handoff bytes':>14} "
-          f"{'full handoff':>13} {'ratio':>7}", file=out)
+    print(
+        f"{'turn':>4} {'prompt':>7} {'path':>5} {'sent':>5} {'held':>5} {'handoff bytes':>14} "
+        f"{'full handoff':>13} {'ratio':>7}",
+        file=out,
+    )
     for r in rows:
-        print(f"{r.turn:>4} {r.prompt_tokens:>7} {r.kv_path:>5} {r.handoff_blocks:>5} {r.held_blocks:>5} "
-              f"{r.handoff_bytes:>14,} {r.full_handoff_bytes:>13,} {r.ratio:>7.1%}", file=out)
+        print(
+            f"{r.turn:>4} {r.prompt_tokens:>7} {r.kv_path:>5} {r.handoff_blocks:>5} {r.held_blocks:>5} "
+            f"{r.handoff_bytes:>14,} {r.full_handoff_bytes:>13,} {r.ratio:>7.1%}",
+            file=out,
+        )
 
 
-def run(address: str | None = None, turns: int = 5, profile: str = "local-unshaped", kv_path_policy: str = "dualpath",
-        log_dir: Path | None = None) -> dict:
+def run(
+    address: str | None = None,
+    turns: int = 5,
+    profile: str = "local-unshaped",
+    kv_path_policy: str = "dualpath",
+    log_dir: Path | None = None,
+) -> dict:
     """Against the scheduler at `address`, or a fresh local cluster (`agentserve up --local`) if None."""
     cluster = None
     if address is None:
@@ -78,10 +108,17 @@ def run(address: str | None = None, turns: int = 5, profile: str = "local-unshap
 
         work = Path(tempfile.mkdtemp(prefix="agentserve-handoff-bench-"))
         ports = LocalPorts.free(2)
-        cluster = LocalCluster(ports, decoders=2, data_dir=work / "kv", log_dir=log_dir or work / "logs",
-                               fabric=FabricSettings(profile, kv_path_policy))
-        print(f"starting a local cluster (fabric {profile}, kv paths {kv_path_policy}; logs in {cluster.log_dir})",
-              file=sys.stderr)
+        cluster = LocalCluster(
+            ports,
+            decoders=2,
+            data_dir=work / "kv",
+            log_dir=log_dir or work / "logs",
+            fabric=FabricSettings(profile, kv_path_policy),
+        )
+        print(
+            f"starting a local cluster (fabric {profile}, kv paths {kv_path_policy}; logs in {cluster.log_dir})",
+            file=sys.stderr,
+        )
         cluster.start()
         address = f"127.0.0.1:{ports.scheduler}"
     try:
@@ -92,7 +129,8 @@ def run(address: str | None = None, turns: int = 5, profile: str = "local-unshap
             cluster.stop()
     report(rows, out=sys.stderr)
     later = rows[1:]
-    return {"turns": [dict(asdict(r), ratio=round(r.ratio, 4)) for r in rows],
-            "first_turn_handoff_bytes": rows[0].handoff_bytes,
-            "later_turns_max_ratio": round(max((r.ratio for r in later), default=0.0), 4)}
-
+    return {
+        "turns": [dict(asdict(r), ratio=round(r.ratio, 4)) for r in rows],
+        "first_turn_handoff_bytes": rows[0].handoff_bytes,
+        "later_turns_max_ratio": round(max((r.ratio for r in later), default=0.0), 4),
+    }

@@ -64,6 +64,7 @@ def _drop_blocks(data_dir: Path, ids: list[bytes]) -> None:
 
 def _stream_reader(store: TieredStore):
     """Read a share of the blocks as one stream with read-ahead, as a Read RPC does: -> bytes."""
+
     def read(share: list[bytes]) -> int:
         nbytes = count = 0
         for got in store.read_stream(share, FINGERPRINT):
@@ -71,6 +72,7 @@ def _stream_reader(store: TieredStore):
         if count != len(share):
             raise RuntimeError(f"{len(share) - count} blocks missing from the bench store")
         return nbytes
+
     return read
 
 
@@ -88,6 +90,7 @@ def _reader(store: TieredStore, layers: range | None = None):
         if got is None:
             raise RuntimeError(f"block {block_id.hex()} missing from the bench store")
         return len(got.data)
+
     return read
 
 
@@ -128,6 +131,7 @@ def bench_size(root: Path, label: str, size: int, total_bytes: int, concurrency:
 
 async def _grpc_stream_reads(client: KVStoreClient, ids: list[bytes], concurrency: int) -> tuple[int, float]:
     """`concurrency` Read streams over shares of `ids`: (bytes, seconds)."""
+
     async def stream(share: list[bytes]) -> int:
         return sum([len(r.data) async for r in client.read(FINGERPRINT, share)])
 
@@ -140,6 +144,7 @@ async def _grpc_reads(address: str, data_dir: Path, ids: list[bytes], concurrenc
     """Cold, then warm: `concurrency` Read streams over shares of `ids`; latency from one-block
     Read RPCs made one at a time."""
     async with KVStoreClient(address, timeout_s=600) as client:
+
         async def one_at_a_time(sample: list[bytes]) -> list[float]:
             latencies = []
             for block_id in sample:
@@ -192,22 +197,36 @@ def side_by_side(raw: RawFile, data_dir: Path, ids: list[bytes], concurrency: in
         # Its own process: with DRAM on, the cold pass above would also copy each block into DRAM.
         with KVStoreProcess(data_dir, "--dram-budget-bytes", str(BIG_BUDGET)) as kvstore:
             dram_MBps = asyncio.run(_grpc_dram_MBps(kvstore.address, ids, concurrency))
-        rows.append({"raw_sequential_MBps": raw_MBps, "store_cold_MBps": inprocess, "grpc_cold_MBps": grpc_MBps,
-                     "grpc_dram_MBps": dram_MBps,
-                     "cold_read_vs_raw": round(inprocess / raw_MBps, 3),
-                     "grpc_vs_inprocess": round(grpc_MBps / inprocess, 3),
-                     "grpc_dram_vs_inprocess": round(dram_MBps / inprocess, 3)})
-    return {"raw_disk_read_MBps": statistics.median(r["raw_sequential_MBps"] for r in rows),
-            "cold_read_vs_raw_1MB": statistics.median(r["cold_read_vs_raw"] for r in rows),
-            "grpc_vs_inprocess_read_1MB": statistics.median(r["grpc_vs_inprocess"] for r in rows),
-            # gRPC from DRAM over the in-process cold read: what grpc_vs_inprocess would be if the
-            # store's disk reads cost the gRPC path nothing.
-            "grpc_dram_vs_inprocess_read_1MB": statistics.median(r["grpc_dram_vs_inprocess"] for r in rows),
-            "passes_1MB": rows}
+        rows.append(
+            {
+                "raw_sequential_MBps": raw_MBps,
+                "store_cold_MBps": inprocess,
+                "grpc_cold_MBps": grpc_MBps,
+                "grpc_dram_MBps": dram_MBps,
+                "cold_read_vs_raw": round(inprocess / raw_MBps, 3),
+                "grpc_vs_inprocess": round(grpc_MBps / inprocess, 3),
+                "grpc_dram_vs_inprocess": round(dram_MBps / inprocess, 3),
+            }
+        )
+    return {
+        "raw_disk_read_MBps": statistics.median(r["raw_sequential_MBps"] for r in rows),
+        "cold_read_vs_raw_1MB": statistics.median(r["cold_read_vs_raw"] for r in rows),
+        "grpc_vs_inprocess_read_1MB": statistics.median(r["grpc_vs_inprocess"] for r in rows),
+        # gRPC from DRAM over the in-process cold read: what grpc_vs_inprocess would be if the
+        # store's disk reads cost the gRPC path nothing.
+        "grpc_dram_vs_inprocess_read_1MB": statistics.median(r["grpc_dram_vs_inprocess"] for r in rows),
+        "passes_1MB": rows,
+    }
 
 
-def run(data_dir: Path | None = None, mb_per_size: int = 256, raw_mb: int = 1024, concurrency: int = 4,
-        sizes: tuple[str, ...] = tuple(SIZES), passes: int = 3) -> dict:
+def run(
+    data_dir: Path | None = None,
+    mb_per_size: int = 256,
+    raw_mb: int = 1024,
+    concurrency: int = 4,
+    sizes: tuple[str, ...] = tuple(SIZES),
+    passes: int = 3,
+) -> dict:
     if mb_per_size <= 0 or raw_mb <= 0 or concurrency <= 0 or passes <= 0:
         raise ValueError("mb_per_size, raw_mb, concurrency and passes must be positive")
     unknown = [s for s in sizes if s not in SIZES]
@@ -227,9 +246,11 @@ def run(data_dir: Path | None = None, mb_per_size: int = 256, raw_mb: int = 1024
             with KVStoreProcess(root / "1MB", "--dram-budget-bytes", "0") as kvstore:
                 one.update(asyncio.run(_grpc_reads(kvstore.address, root / "1MB", ids_1mb, concurrency)))
             result["grpc_vs_inprocess_read_1MB_warm"] = round(
-                one["grpc_read_warm"]["MBps"] / one["read_warm"]["MBps"], 3)
+                one["grpc_read_warm"]["MBps"] / one["read_warm"]["MBps"], 3
+            )
             result["cold_read_vs_raw_random_1MB"] = round(
-                one["read_cold"]["MBps"] / result["raw_disk_random_read_1MB_MBps"], 3)
+                one["read_cold"]["MBps"] / result["raw_disk_random_read_1MB_MBps"], 3
+            )
             result.update(side_by_side(raw, root / "1MB", ids_1mb, concurrency, passes))
         raw.remove()
     return result

@@ -39,13 +39,24 @@ class BlockMaker:
         """The block of `block_id`: the same bytes every time for one id (and maker)."""
         digest = hashlib.blake2b(bytes(block_id), digest_size=8).digest()
         offset = int.from_bytes(digest, "little") % (len(self._pool) - self.payload_bytes)
-        payload = memoryview(self._pool)[offset:offset + self.payload_bytes]
-        extents = [LayerExtent(i * self._stride, self._length,
-                               crc32(payload[i * self._stride:i * self._stride + self._length]))
-                   for i in range(self.num_layers)]
-        fields = {"fingerprint": self.fingerprint, "dtype": "float16", "kv_dtype": "native",
-                  "num_layers": self.num_layers, "num_blocks": 1, "block_size": 1, "num_kv_heads": 1,
-                  "head_dim": self._head_dim, "block_ids": [bytes(block_id).hex()]}
+        payload = memoryview(self._pool)[offset : offset + self.payload_bytes]
+        extents = [
+            LayerExtent(
+                i * self._stride, self._length, crc32(payload[i * self._stride : i * self._stride + self._length])
+            )
+            for i in range(self.num_layers)
+        ]
+        fields = {
+            "fingerprint": self.fingerprint,
+            "dtype": "float16",
+            "kv_dtype": "native",
+            "num_layers": self.num_layers,
+            "num_blocks": 1,
+            "block_size": 1,
+            "num_kv_heads": 1,
+            "head_dim": self._head_dim,
+            "block_ids": [bytes(block_id).hex()],
+        }
         return encode_header(fields, extents) + payload
 
 

@@ -41,8 +41,9 @@ _ACK = struct.Struct("<H")
 
 def _open(data_dir: Path, group_commit: bool, dram_budget_bytes: int = 0) -> TieredStore:
     """No DRAM tier by default: the checks must read what is on disk."""
-    return TieredStore.open(data_dir, dram_budget_bytes=dram_budget_bytes, ssd_budget_bytes=1 << 40,
-                            group_commit=group_commit)
+    return TieredStore.open(
+        data_dir, dram_budget_bytes=dram_budget_bytes, ssd_budget_bytes=1 << 40, group_commit=group_commit
+    )
 
 
 def _writer(data_dir: Path, blocks: list[tuple[bytes, bytes]], group_commit: bool, ack_fd: int) -> None:
@@ -51,7 +52,7 @@ def _writer(data_dir: Path, blocks: list[tuple[bytes, bytes]], group_commit: boo
     os.write(ack_fd, b"R")
     step = 4 if group_commit else 1  # group commit: batches of 4 share one commit
     for start in range(0, len(blocks), step):
-        batch = blocks[start:start + step]
+        batch = blocks[start : start + step]
         store.put_many(FINGERPRINT, batch)
         os.write(ack_fd, b"".join(_ACK.pack(start + i) for i in range(len(batch))))
 
@@ -118,26 +119,38 @@ def _stream_seconds(data_dir: Path, makers: list[BlockMaker], blocks_per_trial: 
     scratch = data_dir.parent / f".{data_dir.name}-calibrate-{int(group_commit)}"
     store = _open(scratch, group_commit)
     try:
-        blocks = [(b, makers[i % len(makers)].make(b))
-                  for i, b in enumerate(block_id_for(("calibrate", i), "crash") for i in range(blocks_per_trial))]
+        blocks = [
+            (b, makers[i % len(makers)].make(b))
+            for i, b in enumerate(block_id_for(("calibrate", i), "crash") for i in range(blocks_per_trial))
+        ]
         step = 4 if group_commit else 1
         start = time.perf_counter()
         for i in range(0, len(blocks), step):
-            store.put_many(FINGERPRINT, blocks[i:i + step])
+            store.put_many(FINGERPRINT, blocks[i : i + step])
         return time.perf_counter() - start
     finally:
         store.close()
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def run_trials(data_dir: Path, trials: int = 200, seed: int = 0, blocks_per_trial: int = 32,
-               max_delay_s: float | None = None, corrupt_every: int = 10) -> dict:
+def run_trials(
+    data_dir: Path,
+    trials: int = 200,
+    seed: int = 0,
+    blocks_per_trial: int = 32,
+    max_delay_s: float | None = None,
+    corrupt_every: int = 10,
+) -> dict:
     """`max_delay_s` None: kill within 80% of a stream's measured duration on this machine, so
     almost every kill lands mid-stream however fast or loaded the disk and CPU are."""
     rng = random.Random(seed)
     makers = [BlockMaker(FINGERPRINT, size, num_layers=8, seed=seed + i) for i, size in enumerate(SIZES)]
-    delays = {mode: max_delay_s if max_delay_s is not None
-              else 0.8 * _stream_seconds(data_dir, makers, blocks_per_trial, mode) for mode in (False, True)}
+    delays = {
+        mode: max_delay_s
+        if max_delay_s is not None
+        else 0.8 * _stream_seconds(data_dir, makers, blocks_per_trial, mode)
+        for mode in (False, True)
+    }
     acked: dict[bytes, bytes] = {}  # id -> digest of every acknowledged, not deliberately corrupted block
     written: dict[bytes, bytes] = {}
     killed_mid_stream = corrupted = 0
@@ -172,9 +185,14 @@ def run_trials(data_dir: Path, trials: int = 200, seed: int = 0, blocks_per_tria
         listed = _check_listed(store, written, list(written))
     finally:
         store.close()
-    return {"trials": trials, "killed_mid_stream": killed_mid_stream, "acknowledged_blocks": len(acked),
-            "blocks_listed_and_verified": listed, "corruptions_detected": corrupted,
-            "seconds": round(time.perf_counter() - start, 1)}
+    return {
+        "trials": trials,
+        "killed_mid_stream": killed_mid_stream,
+        "acknowledged_blocks": len(acked),
+        "blocks_listed_and_verified": listed,
+        "corruptions_detected": corrupted,
+        "seconds": round(time.perf_counter() - start, 1),
+    }
 
 
 def main() -> None:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from agentserve.common.netutil import free_port  # noqa: F401 - also imported from here
+
+from agentserve.common.netutil import free_port
 
 CHUNK = 1 << 20
 LARGE_READ = 16 << 20
@@ -74,8 +75,9 @@ class RawFile:
         offsets = random.Random(0).sample(range(0, self.nbytes - CHUNK + 1, CHUNK), self.nbytes // CHUNK)
         return self.parallel_reads_MBps(offsets, CHUNK, concurrency)
 
-    def parallel_reads_MBps(self, offsets: Sequence[int], request: int, concurrency: int,
-                            advice: int | None = None) -> float:
+    def parallel_reads_MBps(
+        self, offsets: Sequence[int], request: int, concurrency: int, advice: int | None = None
+    ) -> float:
         """Cold `request`-byte reads at `offsets` (covering the file once) from `concurrency`
         threads, after `posix_fadvise(advice)` if given (e.g. POSIX_FADV_RANDOM: no readahead)."""
         drop_cache(self.path)
@@ -105,17 +107,23 @@ def MBps(nbytes: int, seconds: float) -> float:
 def raw_disk(raw: RawFile, concurrency: int) -> dict:
     """The raw file's figures: its write, its first read (dd-style, right after writing: on this
     project's VMs that pass alone often runs at ~0.35 GB/s), random 1 MB reads and 16 MB reads."""
-    return {"raw_disk_first_read_MBps": raw.sequential_MBps(CHUNK),
-            "raw_disk_random_read_1MB_MBps": raw.random_MBps(concurrency),
-            "raw_disk_read_large_MBps": raw.sequential_MBps(LARGE_READ), "raw_disk_write_MBps": raw.write_MBps}
+    return {
+        "raw_disk_first_read_MBps": raw.sequential_MBps(CHUNK),
+        "raw_disk_random_read_1MB_MBps": raw.random_MBps(concurrency),
+        "raw_disk_read_large_MBps": raw.sequential_MBps(LARGE_READ),
+        "raw_disk_write_MBps": raw.write_MBps,
+    }
 
 
 def summary(nbytes: int, wall_s: float, latencies_s: list[float]) -> dict:
     lat = sorted(latencies_s)
     p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else 0.0
-    return {"MBps": MBps(nbytes, wall_s), "p50_ms": round(1000 * statistics.median(lat), 3) if lat else 0.0,
-            "p99_ms": round(1000 * p99, 3), "ops": len(lat)}
-
+    return {
+        "MBps": MBps(nbytes, wall_s),
+        "p50_ms": round(1000 * statistics.median(lat), 3) if lat else 0.0,
+        "p99_ms": round(1000 * p99, 3),
+        "ops": len(lat),
+    }
 
 
 class KVStoreProcess:
@@ -130,8 +138,9 @@ class KVStoreProcess:
 
     def __enter__(self) -> KVStoreProcess:
         with open(self._log, "w") as log:
-            self._proc = subprocess.Popen([sys.executable, "-m", "agentserve.kvstore", *self._args],
-                                          stdout=log, stderr=subprocess.STDOUT)
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "agentserve.kvstore", *self._args], stdout=log, stderr=subprocess.STDOUT
+            )
         deadline = time.monotonic() + 120
         with grpc.insecure_channel(self.address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)

@@ -35,8 +35,18 @@ class _Load:
         self.ids = [block_id_for(i, f"soak-{seed}") for i in range(working_set)]
         self.stop = threading.Event()
         self.lock = threading.Lock()
-        self.counts = {"writes": 0, "reads": 0, "read_hits": 0, "layer_reads": 0, "lookups": 0, "pins": 0,
-                       "deletes": 0, "store_full": 0, "wrong_bytes": 0, "errors": 0}
+        self.counts = {
+            "writes": 0,
+            "reads": 0,
+            "read_hits": 0,
+            "layer_reads": 0,
+            "lookups": 0,
+            "pins": 0,
+            "deletes": 0,
+            "store_full": 0,
+            "wrong_bytes": 0,
+            "errors": 0,
+        }
         self.first_error = ""
 
     def block(self, block_id: bytes) -> bytes:
@@ -58,7 +68,7 @@ class _Load:
 
     def write(self, rng: random.Random) -> None:
         start = rng.randrange(len(self.ids))
-        chain = self.ids[start:start + rng.randint(1, 8)]
+        chain = self.ids[start : start + rng.randint(1, 8)]
         self.store.put_many(FINGERPRINT, [(b, self.block(b)) for b in chain])
         self.count("writes", len(chain))
 
@@ -74,7 +84,7 @@ class _Load:
         if layers is not None:
             self.count("layer_reads")
             offset, length = payload_range(read_header(expected), layers.start, layers.stop)
-            expected = expected[:got.header_size] + expected[offset:offset + length]
+            expected = expected[: got.header_size] + expected[offset : offset + length]
         if got.data != expected:
             self.count("wrong_bytes")
 
@@ -95,19 +105,30 @@ class _Load:
         time.sleep(0.005)
 
 
-def run(seconds: float, data_dir: Path | None = None, dram_budget_bytes: int = 4 << 20,
-        ssd_budget_bytes: int = 32 << 20, working_set: int = 4000, writers: int = 2, readers: int = 2,
-        group_commit: bool = False, seed: int = 0) -> dict:
+def run(
+    seconds: float,
+    data_dir: Path | None = None,
+    dram_budget_bytes: int = 4 << 20,
+    ssd_budget_bytes: int = 32 << 20,
+    working_set: int = 4000,
+    writers: int = 2,
+    readers: int = 2,
+    group_commit: bool = False,
+    seed: int = 0,
+) -> dict:
     if seconds <= 0:
         raise ValueError(f"duration must be positive, got {seconds} s")
     with tempfile.TemporaryDirectory(prefix="kvstore-soak-", dir=data_dir) as tmp:
-        store = TieredStore.open(tmp, dram_budget_bytes=dram_budget_bytes, ssd_budget_bytes=ssd_budget_bytes,
-                                 group_commit=group_commit)
+        store = TieredStore.open(
+            tmp, dram_budget_bytes=dram_budget_bytes, ssd_budget_bytes=ssd_budget_bytes, group_commit=group_commit
+        )
         load = _Load(store, working_set, seed)
         max_disk = 0
-        bodies = ([lambda r=random.Random(seed + i): load.write(r) for i in range(writers)]
-                  + [lambda r=random.Random(seed + 100 + i): load.read(r) for i in range(readers)]
-                  + [lambda r=random.Random(seed + 200): load.lifecycle(r)])
+        bodies = (
+            [lambda r=random.Random(seed + i): load.write(r) for i in range(writers)]
+            + [lambda r=random.Random(seed + 100 + i): load.read(r) for i in range(readers)]
+            + [lambda r=random.Random(seed + 200): load.lifecycle(r)]
+        )
         threads = [threading.Thread(target=load.guarded, args=(body,), daemon=True) for body in bodies]
         start = time.monotonic()
         try:
@@ -129,12 +150,22 @@ def run(seconds: float, data_dir: Path | None = None, dram_budget_bytes: int = 4
     return {
         "seconds": round(elapsed, 1),
         "working_set_bytes_approx": working_set * sum(m.payload_bytes for m in load.makers) // len(load.makers),
-        "dram": {"budget_bytes": dram_budget_bytes, "max_bytes": stats.dram.peak_bytes,
-                 "evictions": stats.dram.evictions, "hits": stats.dram.hits},
-        "ssd": {"budget_bytes": ssd_budget_bytes, "max_bytes": stats.ssd.peak_bytes,
-                "max_bytes_on_disk_sampled": max_disk, "evictions": stats.ssd.evictions, "hits": stats.ssd.hits},
-        "within_budget": stats.dram.peak_bytes <= dram_budget_bytes and stats.ssd.peak_bytes <= ssd_budget_bytes
-                         and max_disk <= ssd_budget_bytes,
+        "dram": {
+            "budget_bytes": dram_budget_bytes,
+            "max_bytes": stats.dram.peak_bytes,
+            "evictions": stats.dram.evictions,
+            "hits": stats.dram.hits,
+        },
+        "ssd": {
+            "budget_bytes": ssd_budget_bytes,
+            "max_bytes": stats.ssd.peak_bytes,
+            "max_bytes_on_disk_sampled": max_disk,
+            "evictions": stats.ssd.evictions,
+            "hits": stats.ssd.hits,
+        },
+        "within_budget": stats.dram.peak_bytes <= dram_budget_bytes
+        and stats.ssd.peak_bytes <= ssd_budget_bytes
+        and max_disk <= ssd_budget_bytes,
         "ops_per_s": round(sum(load.counts[k] for k in ("writes", "reads", "lookups")) / elapsed, 1),
         **load.counts,
         "first_error": load.first_error,

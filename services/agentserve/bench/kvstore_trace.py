@@ -26,8 +26,10 @@ BLOCK_PAYLOAD_BYTES = 256
 def trace_block_keys(path: Path, block_tokens: int) -> Iterator[list[tuple[int, int]]]:
     """Per request, the keys of its `block_tokens`-token blocks: (hash id, part of it)."""
     if block_tokens <= 0 or MOONCAKE_BLOCK_TOKENS % block_tokens:
-        raise ValueError(f"the trace's hash ids cover {MOONCAKE_BLOCK_TOKENS}-token blocks; "
-                         f"--block-tokens must divide {MOONCAKE_BLOCK_TOKENS}, got {block_tokens}")
+        raise ValueError(
+            f"the trace's hash ids cover {MOONCAKE_BLOCK_TOKENS}-token blocks; "
+            f"--block-tokens must divide {MOONCAKE_BLOCK_TOKENS}, got {block_tokens}"
+        )
     parts = MOONCAKE_BLOCK_TOKENS // block_tokens
     with open(path) as f:
         for line_no, line in enumerate(f, 1):
@@ -59,13 +61,15 @@ def lru_reference(requests: list[list[tuple[int, int]]], capacity: int) -> float
     return hits / max(total, 1)
 
 
-def replay(requests: list[list[tuple[int, int]]], capacity: int, data_dir: Path, fsync: bool,
-           dram_fraction: float) -> dict:
+def replay(
+    requests: list[list[tuple[int, int]]], capacity: int, data_dir: Path, fsync: bool, dram_fraction: float
+) -> dict:
     maker = BlockMaker(FINGERPRINT, BLOCK_PAYLOAD_BYTES, num_layers=1)
     block_bytes = len(maker.make(block_id_for(0)))
     ssd_budget = capacity * block_bytes
-    store = TieredStore.open(data_dir, dram_budget_bytes=int(dram_fraction * ssd_budget),
-                             ssd_budget_bytes=ssd_budget, fsync=fsync)
+    store = TieredStore.open(
+        data_dir, dram_budget_bytes=int(dram_fraction * ssd_budget), ssd_budget_bytes=ssd_budget, fsync=fsync
+    )
     ids: dict[tuple[int, int], bytes] = {}
     prefix_hits = block_hits = total = 0
     start = time.perf_counter()
@@ -76,10 +80,10 @@ def replay(requests: list[list[tuple[int, int]]], capacity: int, data_dir: Path,
             total += len(block_ids)
             prefix_hits += found.prefix_blocks
             block_hits += sum(1 for t in found.tiers if t)
-            for block_id in block_ids[:found.prefix_blocks]:
+            for block_id in block_ids[: found.prefix_blocks]:
                 if store.read(block_id, FINGERPRINT) is None:
                     raise RuntimeError(f"block {block_id.hex()} looked up as stored but did not read")
-            store.put_many(FINGERPRINT, [(b, maker.make(b)) for b in block_ids[found.prefix_blocks:]])
+            store.put_many(FINGERPRINT, [(b, maker.make(b)) for b in block_ids[found.prefix_blocks :]])
         stats = store.stats()
     finally:
         store.close()
@@ -97,8 +101,14 @@ def replay(requests: list[list[tuple[int, int]]], capacity: int, data_dir: Path,
     }
 
 
-def run(trace: Path, block_tokens: int, capacities: list[int], data_dir: Path | None = None,
-        fsync: bool = False, dram_fraction: float = 0.25) -> dict:
+def run(
+    trace: Path,
+    block_tokens: int,
+    capacities: list[int],
+    data_dir: Path | None = None,
+    fsync: bool = False,
+    dram_fraction: float = 0.25,
+) -> dict:
     if not capacities or min(capacities) <= 0:
         raise ValueError(f"capacities must be positive block counts, got {capacities}")
     if not 0 <= dram_fraction <= 1:

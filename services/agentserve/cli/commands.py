@@ -71,16 +71,21 @@ def bench_handoff(args: argparse.Namespace) -> dict:
 
     if args.turns < 2:
         raise ValueError(f"--turns must be at least 2, got {args.turns}")
-    return handoff_bench.run(args.address, turns=args.turns, profile=args.profile,
-                             kv_path_policy=args.kv_path_policy)
+    return handoff_bench.run(args.address, turns=args.turns, profile=args.profile, kv_path_policy=args.kv_path_policy)
 
 
 def bench_kvstore(args: argparse.Namespace) -> dict:
     from agentserve.bench import kvstore_bench
 
     sizes = tuple(s.strip() for s in args.sizes.split(",") if s.strip())
-    return kvstore_bench.run(args.data_dir, mb_per_size=args.mb_per_size, raw_mb=args.raw_mb,
-                             concurrency=args.concurrency, sizes=sizes, passes=args.passes)
+    return kvstore_bench.run(
+        args.data_dir,
+        mb_per_size=args.mb_per_size,
+        raw_mb=args.raw_mb,
+        concurrency=args.concurrency,
+        sizes=sizes,
+        passes=args.passes,
+    )
 
 
 def bench_disk_patterns(args: argparse.Namespace) -> dict:
@@ -96,15 +101,26 @@ def bench_kvstore_trace(args: argparse.Namespace) -> dict:
         capacities = [int(c) for c in args.capacity_blocks.split(",") if c.strip()]
     except ValueError:
         raise ValueError(f"--capacity-blocks must be integers, got {args.capacity_blocks!r}") from None
-    return kvstore_trace.run(args.trace, args.block_tokens, capacities, data_dir=args.data_dir, fsync=args.fsync,
-                             dram_fraction=args.dram_fraction)
+    return kvstore_trace.run(
+        args.trace,
+        args.block_tokens,
+        capacities,
+        data_dir=args.data_dir,
+        fsync=args.fsync,
+        dram_fraction=args.dram_fraction,
+    )
 
 
 def bench_kvstore_soak(args: argparse.Namespace) -> dict:
     from agentserve.bench import kvstore_soak
 
-    return kvstore_soak.run(args.minutes * 60, data_dir=args.data_dir, dram_budget_bytes=args.dram_mb << 20,
-                            ssd_budget_bytes=args.ssd_mb << 20, group_commit=args.group_commit)
+    return kvstore_soak.run(
+        args.minutes * 60,
+        data_dir=args.data_dir,
+        dram_budget_bytes=args.dram_mb << 20,
+        ssd_budget_bytes=args.ssd_mb << 20,
+        group_commit=args.group_commit,
+    )
 
 
 def bench_replay(args: argparse.Namespace) -> dict | None:
@@ -135,13 +151,19 @@ def up_local(args: argparse.Namespace) -> int:
     from agentserve.cli.up import FabricSettings, LocalCluster
 
     cluster = LocalCluster(decoders=args.decoders, fabric=FabricSettings(args.profile, args.kv_path_policy))
-    print("agentserve: starting kvstore, scheduler, prefill, "
-          f"{args.decoders} decode, toolproxy; fabric {args.profile}, kv paths {args.kv_path_policy} "
-          f"(logs in {cluster.log_dir})", file=sys.stderr)
+    print(
+        "agentserve: starting kvstore, scheduler, prefill, "
+        f"{args.decoders} decode, toolproxy; fabric {args.profile}, kv paths {args.kv_path_policy} "
+        f"(logs in {cluster.log_dir})",
+        file=sys.stderr,
+    )
     cluster.start()
     ports = cluster.ports
-    print(f"agentserve: up. gRPC 127.0.0.1:{ports.scheduler}, OpenAI HTTP http://127.0.0.1:{ports.http}/v1, "
-          f"tools http://127.0.0.1:{ports.toolproxy_http}/tools/<name>. Ctrl-C stops everything.", file=sys.stderr)
+    print(
+        f"agentserve: up. gRPC 127.0.0.1:{ports.scheduler}, OpenAI HTTP http://127.0.0.1:{ports.http}/v1, "
+        f"tools http://127.0.0.1:{ports.toolproxy_http}/tools/<name>. Ctrl-C stops everything.",
+        file=sys.stderr,
+    )
     if args.demo:
         from agentserve.cli.demo import run_demo
 

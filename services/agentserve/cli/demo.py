@@ -22,15 +22,25 @@ MESSAGES = (
 def run_demo(address: str, toolproxy_url: str, turns: int = 3, max_tokens: int = 32, out=sys.stdout) -> list[dict]:
     """Run the session; returns per-turn metadata (also printed)."""
     summary = []
-    with Client(address, toolproxy_url=toolproxy_url) as client, \
-            client.open_session(tenant="demo", agent="coder") as session:
+    with (
+        Client(address, toolproxy_url=toolproxy_url) as client,
+        client.open_session(tenant="demo", agent="coder") as session,
+    ):
         for i in range(turns):
             result = session.turn(MESSAGES[i % len(MESSAGES)], max_tokens=max_tokens).result()
-            row = {"turn": i + 1, "prompt_tokens": result.prompt_tokens, "cached_tokens": result.cached_tokens,
-                   "completion_tokens": len(result.token_ids), "trace_id": result.trace_id}
+            row = {
+                "turn": i + 1,
+                "prompt_tokens": result.prompt_tokens,
+                "cached_tokens": result.cached_tokens,
+                "completion_tokens": len(result.token_ids),
+                "trace_id": result.trace_id,
+            }
             summary.append(row)
-            print(f"turn {i + 1}: prompt {row['prompt_tokens']} tokens, {row['cached_tokens']} from cache, "
-                  f"{row['completion_tokens']} generated, trace {row['trace_id']}", file=out)
+            print(
+                f"turn {i + 1}: prompt {row['prompt_tokens']} tokens, {row['cached_tokens']} from cache, "
+                f"{row['completion_tokens']} generated, trace {row['trace_id']}",
+                file=out,
+            )
             print(f"  > {result.text!r}", file=out)
             if i + 1 < turns:
                 tool = session.call_tool("sleep", {"seconds": 0.2})

@@ -38,14 +38,25 @@ def build_parser() -> argparse.ArgumentParser:
     gen.set_defaults(func=commands.generate)
 
     up = sub.add_parser("up", help="run the whole system")
-    up.add_argument("--local", action="store_true", required=True,
-                    help="every service as a local process on loopback (compose: docker compose up)")
+    up.add_argument(
+        "--local",
+        action="store_true",
+        required=True,
+        help="every service as a local process on loopback (compose: docker compose up)",
+    )
     up.add_argument("--decoders", type=int, default=2)
     up.add_argument("--demo", action="store_true", help="run a demo agent session once everything is up")
-    up.add_argument("--profile", default="local-unshaped",
-                    help="hardware profile of the emulated fabric (profiles/<name>.yaml, e.g. h800-node)")
-    up.add_argument("--kv-path-policy", default="dualpath", choices=["dualpath", "always-a", "always-b"],
-                    help="how store hits reach the prefill engine (DualPath: the shorter storage-NIC queue)")
+    up.add_argument(
+        "--profile",
+        default="local-unshaped",
+        help="hardware profile of the emulated fabric (profiles/<name>.yaml, e.g. h800-node)",
+    )
+    up.add_argument(
+        "--kv-path-policy",
+        default="dualpath",
+        choices=["dualpath", "always-a", "always-b"],
+        help="how store hits reach the prefill engine (DualPath: the shorter storage-NIC queue)",
+    )
     up.set_defaults(func=commands.up_local)
 
     demo = sub.add_parser("demo", help="run a demo agent session against a running system")
@@ -81,12 +92,19 @@ def build_parser() -> argparse.ArgumentParser:
     kvb.add_argument("--raw-mb", type=int, default=1024, help="size of the raw sequential-read file")
     kvb.add_argument("--concurrency", type=int, default=4, help="reader threads / gRPC streams")
     kvb.add_argument("--sizes", default="64KB,1MB,8MB", help="comma-separated block sizes (64KB, 1MB, 8MB)")
-    kvb.add_argument("--passes", type=int, default=3,
-                     help="side-by-side cold passes (raw disk, in process, gRPC) the headline ratios are medians of")
+    kvb.add_argument(
+        "--passes",
+        type=int,
+        default=3,
+        help="side-by-side cold passes (raw disk, in process, gRPC) the headline ratios are medians of",
+    )
     kvb.add_argument("--json", action="store_true")
     kvb.set_defaults(func=commands.bench_kvstore)
-    dpt = bench.add_parser("disk-patterns", help="cold read MB/s of the disk per access pattern (sequential, "
-                                                 "contiguous streams, interleaved requests, a file per block)")
+    dpt = bench.add_parser(
+        "disk-patterns",
+        help="cold read MB/s of the disk per access pattern (sequential, "
+        "contiguous streams, interleaved requests, a file per block)",
+    )
     dpt.add_argument("--data-dir", type=Path, help="where to put the files (default: system temp)")
     dpt.add_argument("--mb", type=int, default=512, help="bytes every pattern reads")
     dpt.add_argument("--concurrency", type=int, default=4, help="streams / threads of the parallel patterns")
@@ -110,8 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
     kvs.add_argument("--data-dir", type=Path)
     kvs.add_argument("--json", action="store_true")
     kvs.set_defaults(func=commands.bench_kvstore_soak)
-    rep = bench.add_parser("replay", help="replay an agent trace (Mooncake, TraceLab, agentserve workload): "
-                                          "latency first vs later turns, goodput, cache hits, KV bytes")
+    rep = bench.add_parser(
+        "replay",
+        help="replay an agent trace (Mooncake, TraceLab, agentserve workload): "
+        "latency first vs later turns, goodput, cache hits, KV bytes",
+    )
     replay_args.add_replay_arguments(rep)
     rep.set_defaults(func=commands.bench_replay)
     capa = bench.add_parser("capacity", help="highest load (rate, concurrency or speedup) that meets an SLO")
@@ -119,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     capa.set_defaults(func=commands.bench_capacity)
 
     workload = sub.add_parser("workload", help="agent workloads for bench replay").add_subparsers(
-        dest="workload_command", required=True)
+        dest="workload_command", required=True
+    )
     conv = workload.add_parser("convert", help="Mooncake or TraceLab trace -> agentserve workload JSONL")
     workload_args.add_convert_arguments(conv)
     conv.set_defaults(func=commands.workload_convert)

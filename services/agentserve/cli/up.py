@@ -31,11 +31,18 @@ class LocalPorts:
     decode_ports: tuple[int, ...] = ()  # explicit ports (tests); default decode_base + i
 
     @classmethod
-    def free(cls, decoders: int) -> "LocalPorts":
+    def free(cls, decoders: int) -> LocalPorts:
         """Distinct free loopback ports for every service (tests, benches beside other work)."""
-        return cls(scheduler=free_port(), http=free_port(), kvstore=free_port(), prefill=free_port(),
-                   decode_ports=tuple(free_port() for _ in range(decoders)), toolproxy_grpc=free_port(),
-                   toolproxy_http=free_port())
+        return cls(
+            scheduler=free_port(),
+            http=free_port(),
+            kvstore=free_port(),
+            prefill=free_port(),
+            decode_ports=tuple(free_port() for _ in range(decoders)),
+            toolproxy_grpc=free_port(),
+            toolproxy_http=free_port(),
+        )
+
     toolproxy_grpc: int = 50050
     toolproxy_http: int = 8080
 
@@ -73,35 +80,83 @@ class FabricSettings:
     prefill_tokens_per_s: float = 0.0  # what the profile is scaled against; 0 = each engine measures
 
 
-def service_commands(ports: LocalPorts, model_dir: Path, data_dir: Path, decoders: int,
-                     fabric: FabricSettings = FabricSettings()) -> list[tuple[str, int, list[str]]]:
+def service_commands(
+    ports: LocalPorts, model_dir: Path, data_dir: Path, decoders: int, fabric: FabricSettings = FabricSettings()
+) -> list[tuple[str, int, list[str]]]:
     py = [sys.executable, "-m"]
-    engine_common = ["--model-dir", str(model_dir), "--advertise-host", "127.0.0.1",
-                     "--scheduler-address", f"127.0.0.1:{ports.scheduler}",
-                     "--kvstore-address", f"127.0.0.1:{ports.kvstore}", "--fabric-profile", fabric.profile,
-                     "--fabric-prefill-tokens-per-s", repr(fabric.prefill_tokens_per_s)]
+    engine_common = [
+        "--model-dir",
+        str(model_dir),
+        "--advertise-host",
+        "127.0.0.1",
+        "--scheduler-address",
+        f"127.0.0.1:{ports.scheduler}",
+        "--kvstore-address",
+        f"127.0.0.1:{ports.kvstore}",
+        "--fabric-profile",
+        fabric.profile,
+        "--fabric-prefill-tokens-per-s",
+        repr(fabric.prefill_tokens_per_s),
+    ]
     cmds = [
-        ("kvstore", ports.kvstore, py + ["agentserve.kvstore", "--grpc-port", str(ports.kvstore),
-                                         "--data-dir", str(data_dir)]),
-        ("scheduler", ports.scheduler, py + ["agentserve.scheduler", "--grpc-port", str(ports.scheduler),
-                                             "--http-port", str(ports.http), "--model-dir", str(model_dir),
-                                             "--kvstore-address", f"127.0.0.1:{ports.kvstore}",
-                                             "--kv-path-policy", fabric.kv_path_policy]),
+        (
+            "kvstore",
+            ports.kvstore,
+            py + ["agentserve.kvstore", "--grpc-port", str(ports.kvstore), "--data-dir", str(data_dir)],
+        ),
+        (
+            "scheduler",
+            ports.scheduler,
+            py
+            + [
+                "agentserve.scheduler",
+                "--grpc-port",
+                str(ports.scheduler),
+                "--http-port",
+                str(ports.http),
+                "--model-dir",
+                str(model_dir),
+                "--kvstore-address",
+                f"127.0.0.1:{ports.kvstore}",
+                "--kv-path-policy",
+                fabric.kv_path_policy,
+            ],
+        ),
         ("prefill", ports.prefill, py + ["agentserve.prefill", "--grpc-port", str(ports.prefill)] + engine_common),
     ]
     for i in range(decoders):
         port = ports.decode_ports[i] if ports.decode_ports else ports.decode_base + i
         cmds.append((f"decode-{i}", port, py + ["agentserve.decode", "--grpc-port", str(port)] + engine_common))
-    cmds.append(("toolproxy", ports.toolproxy_grpc, py + [
-        "agentserve.toolproxy", "--grpc-port", str(ports.toolproxy_grpc), "--http-port", str(ports.toolproxy_http),
-        "--scheduler-address", f"127.0.0.1:{ports.scheduler}"]))
+    cmds.append(
+        (
+            "toolproxy",
+            ports.toolproxy_grpc,
+            py
+            + [
+                "agentserve.toolproxy",
+                "--grpc-port",
+                str(ports.toolproxy_grpc),
+                "--http-port",
+                str(ports.toolproxy_http),
+                "--scheduler-address",
+                f"127.0.0.1:{ports.scheduler}",
+            ],
+        )
+    )
     return cmds
 
 
 class LocalCluster:
-    def __init__(self, ports: LocalPorts = LocalPorts(), decoders: int = 2, data_dir: Path | None = None,
-                 log_dir: Path | None = None, model_dir: Path | None = None, env: dict[str, str] | None = None,
-                 fabric: FabricSettings = FabricSettings()):
+    def __init__(
+        self,
+        ports: LocalPorts = LocalPorts(),
+        decoders: int = 2,
+        data_dir: Path | None = None,
+        log_dir: Path | None = None,
+        model_dir: Path | None = None,
+        env: dict[str, str] | None = None,
+        fabric: FabricSettings = FabricSettings(),
+    ):
         if decoders < 1:
             raise ValueError("at least one decode engine is required")
         from agentserve.fabric.profiles import load_profile
@@ -123,8 +178,7 @@ class LocalCluster:
         model_dir = self.model_dir or ensure_default_model()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
-            for name, port, cmd in service_commands(self.ports, model_dir, self.data_dir, self.decoders,
-                                                     self.fabric):
+            for name, port, cmd in service_commands(self.ports, model_dir, self.data_dir, self.decoders, self.fabric):
                 log = (self.log_dir / f"{name}.log").open("w")
                 cmd = [*cmd, *self.extra_args(name)]
                 proc = Proc(name, port, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env))
@@ -168,8 +222,11 @@ class LocalCluster:
             while stop["sig"] is None:
                 dead = [p for p in self.procs if p.popen.poll() is not None]
                 if dead:
-                    print(f"agentserve: {dead[0].name} exited ({dead[0].popen.returncode}); stopping all "
-                          f"(logs in {self.log_dir})", file=sys.stderr)
+                    print(
+                        f"agentserve: {dead[0].name} exited ({dead[0].popen.returncode}); stopping all "
+                        f"(logs in {self.log_dir})",
+                        file=sys.stderr,
+                    )
                     return 1
                 time.sleep(0.5)
             return 0

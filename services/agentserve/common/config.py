@@ -51,8 +51,9 @@ def load_config(cls: type[T], argv: Sequence[str] | None = None, env: dict[str, 
                 values[f.name] = convert(env[env_name])
             except ValueError as exc:
                 raise ValueError(f"{env_name}: {exc}") from None
-        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=convert, default=None,
-                            help=f"(env {env_name})")
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"), dest=f.name, type=convert, default=None, help=f"(env {env_name})"
+        )
     try:
         args = parser.parse_args(list(argv or []))
     except (argparse.ArgumentError, SystemExit) as exc:

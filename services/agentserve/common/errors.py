@@ -42,6 +42,7 @@ async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, method: 
 def grpc_errors(method):
     """Decorate an async servicer method (unary or server-streaming) to translate exceptions."""
     if inspect.isasyncgenfunction(method):
+
         @functools.wraps(method)
         async def stream_wrapper(self, request, context):
             try:
@@ -51,6 +52,7 @@ def grpc_errors(method):
                 raise
             except Exception as exc:  # noqa: BLE001 - translated to a status, never swallowed
                 await _abort(context, exc, method.__qualname__)
+
         return stream_wrapper
 
     @functools.wraps(method)
@@ -61,4 +63,5 @@ def grpc_errors(method):
             raise
         except Exception as exc:  # noqa: BLE001
             await _abort(context, exc, method.__qualname__)
+
     return unary_wrapper

@@ -55,7 +55,7 @@ def parse_fields(buf: bytes | memoryview, what: str = "message") -> dict[int, in
             length, pos = read_varint(buf, pos, what)
             if pos + length > end:
                 raise ValueError(f"{what} truncated: a field runs past the end of the message")
-            fields[number], pos = buf[pos:pos + length], pos + length
+            fields[number], pos = buf[pos : pos + length], pos + length
         elif wire_type in (FIXED64, FIXED32):  # a field this reader does not know
             pos += 8 if wire_type == FIXED64 else 4
         else:

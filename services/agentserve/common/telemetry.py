@@ -23,10 +23,10 @@ from prometheus_client import Counter
 PROJECT = os.environ.get("AGENTSERVE_TRACE_PROJECT", "agentserve")
 _provider: TracerProvider | None = None
 
-KV_TRANSFERS = Counter("agentserve_kv_transfers_total", "kv.transfer spans recorded (KV movements)",
-                       ["path", "link"])
-KV_TRANSFER_BYTES = Counter("agentserve_kv_transfer_bytes_total", "KV bytes moved, as the kv.transfer spans say",
-                            ["path", "link"])
+KV_TRANSFERS = Counter("agentserve_kv_transfers_total", "kv.transfer spans recorded (KV movements)", ["path", "link"])
+KV_TRANSFER_BYTES = Counter(
+    "agentserve_kv_transfer_bytes_total", "KV bytes moved, as the kv.transfer spans say", ["path", "link"]
+)
 
 
 def setup_tracing(service: str, exporter: SpanExporter | None = None) -> TracerProvider:
@@ -41,6 +41,7 @@ def setup_tracing(service: str, exporter: SpanExporter | None = None) -> TracerP
     endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     if exporter is None and endpoint:
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
         exporter = OTLPSpanExporter(endpoint=endpoint, insecure=True)
     if exporter is not None:
         provider.add_span_processor(BatchSpanProcessor(exporter))
@@ -96,8 +97,9 @@ class TransferRecord:
 
 
 @contextmanager
-def kv_transfer(path: str, link: str, src: str, dst: str, layers: int,
-                configured_gbps: float = 0.0) -> Iterator[TransferRecord]:
+def kv_transfer(
+    path: str, link: str, src: str, dst: str, layers: int, configured_gbps: float = 0.0
+) -> Iterator[TransferRecord]:
     """A `kv.transfer` span around one KV movement (attributes as in DESIGN.md)."""
     record = TransferRecord()
     with tracer().start_as_current_span("kv.transfer") as span:

@@ -4,8 +4,8 @@ import sys
 
 from agentserve.common.config import load_config
 from agentserve.common.server import ServerSettings, run
-from agentserve.engine_service.config import DecodeConfig
 from agentserve.decode.service import DecodeService
+from agentserve.engine_service.config import DecodeConfig
 
 
 def main(argv: list[str]) -> None:

@@ -30,8 +30,9 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
     async def Generate(self, request: decode_pb2.GenerateRequest, context):
         with incoming_context(context):
             sampling = sampling_from_proto(request.sampling)
-            async for chunk in self.worker.generate(list(request.token_ids), request.prompt_tokens, sampling,
-                                                    request.tenant):
+            async for chunk in self.worker.generate(
+                list(request.token_ids), request.prompt_tokens, sampling, request.tenant
+            ):
                 yield decode_pb2.GenerateChunk(**chunk.__dict__)
 
     @grpc_errors

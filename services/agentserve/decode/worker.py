@@ -44,8 +44,9 @@ class DecodeWorker:
         imported = await self.engine.call(lambda e: sum(e.import_blocks(d) for d in blocks))
         return imported, len(blocks) - imported
 
-    async def generate(self, token_ids: list[int], prompt_tokens: int, sampling: SamplingParams,
-                       tenant: str) -> AsyncIterator[DecodeChunk]:
+    async def generate(
+        self, token_ids: list[int], prompt_tokens: int, sampling: SamplingParams, tenant: str
+    ) -> AsyncIterator[DecodeChunk]:
         if not token_ids:
             raise ValueError("prompt is empty: at least one token is required")
         if not 0 < prompt_tokens <= len(token_ids):
@@ -61,8 +62,13 @@ class DecodeWorker:
                 seq = event.seq
                 bs = self.engine.engine.block_size
                 # The prompt's blocks were persisted by the prefill engine; this turn adds the rest.
-                ids = seq.block_ids[prompt_tokens // bs: seq.num_computed // bs]
+                ids = seq.block_ids[prompt_tokens // bs : seq.num_computed // bs]
                 persisted = await self.mover.persist(ids)
-            yield DecodeChunk([event.token_id], event.finished, event.finish_reason or "",
-                              event.seq.num_cached_tokens if first else 0, persisted)
+            yield DecodeChunk(
+                [event.token_id],
+                event.finished,
+                event.finish_reason or "",
+                event.seq.num_cached_tokens if first else 0,
+                persisted,
+            )
             first = False

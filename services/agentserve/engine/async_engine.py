@@ -80,7 +80,7 @@ class AsyncEngine:
         def command() -> None:
             try:
                 fn(self.engine)
-            except Exception:  # noqa: BLE001 - nobody awaits a post
+            except Exception:
                 log.exception("posted engine command failed")
 
         self._submit(command)
@@ -96,8 +96,13 @@ class AsyncEngine:
         finally:
             self.post(lambda engine: engine.blocks.free(pinned))
 
-    async def generate(self, prompt_token_ids: list[int], params: SamplingParams, tenant_salt: str = "",
-                       external_prefix: ExternalPrefix | None = None) -> AsyncIterator[TokenEvent]:
+    async def generate(
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        tenant_salt: str = "",
+        external_prefix: ExternalPrefix | None = None,
+    ) -> AsyncIterator[TokenEvent]:
         """Stream each sampled token; cancelling the iteration aborts the request."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
@@ -158,7 +163,7 @@ class AsyncEngine:
                 continue
             try:
                 stepped = engine.step()
-            except Exception as exc:  # noqa: BLE001 - fail the affected requests, keep serving
+            except Exception as exc:
                 log.exception("engine step failed")
                 self._fail_all(exc)
                 continue

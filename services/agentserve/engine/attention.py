@@ -36,7 +36,7 @@ class PrefillMetadata:
     chunk_masks: list[tuple[int, torch.Tensor]]
 
     @classmethod
-    def build(cls, slots: Sequence[int], block_size: int, num_cached: int, num_new: int) -> "PrefillMetadata":
+    def build(cls, slots: Sequence[int], block_size: int, num_cached: int, num_new: int) -> PrefillMetadata:
         total = num_cached + num_new
         masks = []
         if num_cached:
@@ -46,8 +46,11 @@ class PrefillMetadata:
                 masks.append((start, key_pos[None, :] <= query_pos[:, None]))
         return cls(
             write_rows=slot_mapping(slots, block_size, num_cached, total),
-            block_table=torch.as_tensor(list(slots[:-(-total // block_size)]), dtype=torch.long),
-            block_size=block_size, total=total, num_cached=num_cached, chunk_masks=masks,
+            block_table=torch.as_tensor(list(slots[: -(-total // block_size)]), dtype=torch.long),
+            block_size=block_size,
+            total=total,
+            num_cached=num_cached,
+            chunk_masks=masks,
         )
 
 
@@ -58,7 +61,7 @@ class DecodeMetadata:
     key_mask: torch.Tensor  # [B, 1, 1, max_len] True where the key is real
 
     @classmethod
-    def build(cls, slot_tables: Sequence[Sequence[int]], block_size: int, lengths: Sequence[int]) -> "DecodeMetadata":
+    def build(cls, slot_tables: Sequence[Sequence[int]], block_size: int, lengths: Sequence[int]) -> DecodeMetadata:
         """lengths[b] counts sequence b's tokens including the one being decoded."""
         max_len = max(lengths)
         rows = torch.zeros(len(lengths), max_len, dtype=torch.long)
@@ -66,14 +69,21 @@ class DecodeMetadata:
         for b, (slots, length) in enumerate(zip(slot_tables, lengths)):
             rows[b, :length] = slot_mapping(slots, block_size, 0, length)
             mask[b, :length] = True
-        return cls(write_rows=rows[torch.arange(len(lengths)), torch.as_tensor(lengths) - 1],
-                   context_rows=rows, key_mask=mask[:, None, None, :])
+        return cls(
+            write_rows=rows[torch.arange(len(lengths)), torch.as_tensor(lengths) - 1],
+            context_rows=rows,
+            key_mask=mask[:, None, None, :],
+        )
 
 
 def paged_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-    k_rows: torch.Tensor, v_rows: torch.Tensor,
-    meta: PrefillMetadata | DecodeMetadata, groups: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_rows: torch.Tensor,
+    v_rows: torch.Tensor,
+    meta: PrefillMetadata | DecodeMetadata,
+    groups: int,
 ) -> torch.Tensor:
     """q: [N, H, d]; k, v: [N, KVH, d] for the new tokens; k_rows/v_rows: a layer's flat pool.
 
@@ -84,8 +94,9 @@ def paged_attention(
     if isinstance(meta, DecodeMetadata):
         keys = k_rows[meta.context_rows].transpose(1, 2)  # [B, KVH, S, d]
         values = v_rows[meta.context_rows].transpose(1, 2)
-        out = F.scaled_dot_product_attention(q[:, :, None, :], keys, values, attn_mask=meta.key_mask,
-                                             enable_gqa=groups > 1)
+        out = F.scaled_dot_product_attention(
+            q[:, :, None, :], keys, values, attn_mask=meta.key_mask, enable_gqa=groups > 1
+        )
         return out[:, :, 0, :]
     # CPU SDPA only takes its fused (flash) kernel for 4-D inputs; 3-D falls back to the math path
     # that materialises the whole [T, S] score matrix.
@@ -96,13 +107,16 @@ def paged_attention(
     if not meta.chunk_masks:
         out = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, enable_gqa=gqa)
         return out[0].transpose(0, 1)
-    outs = [F.scaled_dot_product_attention(queries[:, :, start:start + mask.shape[0]], keys, values,
-                                           attn_mask=mask, enable_gqa=gqa)
-            for start, mask in meta.chunk_masks]
+    outs = [
+        F.scaled_dot_product_attention(
+            queries[:, :, start : start + mask.shape[0]], keys, values, attn_mask=mask, enable_gqa=gqa
+        )
+        for start, mask in meta.chunk_masks
+    ]
     return torch.cat(outs, dim=2)[0].transpose(0, 1)
 
 
 def _gather_blocks(rows: torch.Tensor, meta: PrefillMetadata) -> torch.Tensor:
     """A layer's context KV in order, `[total, heads, d]`, gathered by block (not by token row)."""
     blocks = rows.view(-1, meta.block_size, *rows.shape[1:]).index_select(0, meta.block_table)
-    return blocks.view(-1, *rows.shape[1:])[:meta.total]
+    return blocks.view(-1, *rows.shape[1:])[: meta.total]

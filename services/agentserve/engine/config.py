@@ -65,8 +65,15 @@ class ModelConfig:
             raise ValueError(
                 f"unsupported model_type {self.model_type!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
             )
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                     "num_attention_heads", "num_key_value_heads", "head_dim"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"config.{name} must be a positive integer, got {value!r}")
@@ -90,7 +97,7 @@ class ModelConfig:
         return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * elem
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> "ModelConfig":
+    def from_dict(cls, raw: dict[str, Any]) -> ModelConfig:
         model_type = raw.get("model_type")
         if model_type is None:
             raise ValueError("config.json has no model_type")
@@ -131,7 +138,7 @@ class ModelConfig:
             raise ValueError(f"config.json is missing required field {exc.args[0]!r}") from None
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "ModelConfig":
+    def from_file(cls, path: str | Path) -> ModelConfig:
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"no config.json at {path}")

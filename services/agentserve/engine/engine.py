@@ -8,7 +8,8 @@ context lengths runs as one forward pass.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence as Seq
+from collections.abc import Iterable
+from collections.abc import Sequence as Seq
 from pathlib import Path
 
 import torch
@@ -45,7 +46,7 @@ class LLMEngine:
             torch.set_num_threads(config.num_threads)
 
     @classmethod
-    def from_dir(cls, model_dir: str | Path, config: EngineConfig = EngineConfig()) -> "LLMEngine":
+    def from_dir(cls, model_dir: str | Path, config: EngineConfig = EngineConfig()) -> LLMEngine:
         model, fingerprint = load_model(model_dir, config.dtype)
         return cls(model, fingerprint, config)
 
@@ -64,13 +65,19 @@ class LLMEngine:
         if total > limit:
             raise ValueError(
                 f"prompt ({len(prompt_token_ids)} tokens) + max_tokens ({params.max_tokens}) = {total} "
-                f"exceeds the model's context length {limit}")
+                f"exceeds the model's context length {limit}"
+            )
         blocks = -(-total // self.block_size)
         if blocks > self.pool.num_slots:
             raise ValueError(f"request needs {blocks} KV blocks but the pool holds only {self.pool.num_slots}")
 
-    def add_request(self, prompt_token_ids: Seq[int], params: SamplingParams, tenant_salt: str = "",
-                    external_prefix: ExternalPrefix | None = None) -> Sequence:
+    def add_request(
+        self,
+        prompt_token_ids: Seq[int],
+        params: SamplingParams,
+        tenant_salt: str = "",
+        external_prefix: ExternalPrefix | None = None,
+    ) -> Sequence:
         tokens = list(prompt_token_ids)
         self.validate(tokens, params)
         if external_prefix is not None and external_prefix.num_blocks * self.block_size >= len(tokens):
@@ -158,9 +165,7 @@ class LLMEngine:
         token = sample(logits, seq.params, seq.generator)
         seq.token_ids.append(token)
         p = seq.params
-        if not p.ignore_eos and token in self.model_config.eos_token_id:
-            self._finish(seq, "stop")
-        elif token in p.stop_token_ids:
+        if not p.ignore_eos and token in self.model_config.eos_token_id or token in p.stop_token_ids:
             self._finish(seq, "stop")
         elif seq.num_output_tokens >= p.max_tokens:
             self._finish(seq, "length")
@@ -168,7 +173,12 @@ class LLMEngine:
     def _finish(self, seq: Sequence, reason: str, free: bool = True) -> None:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
-        if free and self.config.prefix_cache and len(seq) % self.block_size == 0 and len(seq.slots) * self.block_size >= len(seq):
+        if (
+            free
+            and self.config.prefix_cache
+            and len(seq) % self.block_size == 0
+            and len(seq.slots) * self.block_size >= len(seq)
+        ):
             # The last sampled token completes a block: compute its KV too (one small forward) so
             # the next turn, whose prompt is this whole history, hits every full block.
             self.runner.decode([seq])
@@ -186,7 +196,8 @@ class LLMEngine:
         for i in range(len(seq.block_ids), len(seq) // bs):
             parent = seq.block_ids[-1] if seq.block_ids else None
             seq.block_ids.append(
-                compute_block_id(parent, self.fingerprint, seq.tenant_salt, seq.token_ids[i * bs:(i + 1) * bs]))
+                compute_block_id(parent, self.fingerprint, seq.tenant_salt, seq.token_ids[i * bs : (i + 1) * bs])
+            )
 
     def _seal_full_blocks(self, seq: Sequence) -> None:
         if not self.config.prefix_cache:
@@ -238,12 +249,22 @@ class LLMEngine:
 
     # ---- convenience ---------------------------------------------------------------------
 
-    def generate(self, prompt_token_ids: Seq[int], params: SamplingParams, tenant_salt: str = "",
-                 external_prefix: ExternalPrefix | None = None) -> Sequence:
+    def generate(
+        self,
+        prompt_token_ids: Seq[int],
+        params: SamplingParams,
+        tenant_salt: str = "",
+        external_prefix: ExternalPrefix | None = None,
+    ) -> Sequence:
         return self.generate_many([prompt_token_ids], params, tenant_salt, [external_prefix])[0]
 
-    def generate_many(self, prompts: Iterable[Seq[int]], params: SamplingParams, tenant_salt: str = "",
-                      external_prefixes: list[ExternalPrefix | None] | None = None) -> list[Sequence]:
+    def generate_many(
+        self,
+        prompts: Iterable[Seq[int]],
+        params: SamplingParams,
+        tenant_salt: str = "",
+        external_prefixes: list[ExternalPrefix | None] | None = None,
+    ) -> list[Sequence]:
         prompts = list(prompts)
         externals = external_prefixes or [None] * len(prompts)
         seqs = [self.add_request(p, params, tenant_salt, e) for p, e in zip(prompts, externals)]

@@ -27,7 +27,7 @@ class KVPool:
         self.dtype = dtype
 
     @classmethod
-    def for_budget(cls, config: ModelConfig, budget_bytes: int, block_size: int, dtype: torch.dtype) -> "KVPool":
+    def for_budget(cls, config: ModelConfig, budget_bytes: int, block_size: int, dtype: torch.dtype) -> KVPool:
         per_slot = config.kv_bytes_per_token(dtype) * block_size
         num_slots = budget_bytes // per_slot
         if num_slots < 2:

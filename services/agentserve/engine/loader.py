@@ -64,7 +64,7 @@ def load_state_dict(model_dir: Path) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     for path in weight_files(model_dir):
         with safe_open(str(path), framework="pt") as f:
-            for name in f.keys():
+            for name in f.keys():  # noqa: SIM118 - safe_open is not a dict
                 if not name.endswith(IGNORED_SUFFIXES):
                     tensors[name] = f.get_tensor(name)
     return tensors

@@ -57,8 +57,16 @@ class ModelPreset:
     rms_norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                     "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "max_position_embeddings",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"preset {name} must be a positive integer, got {value!r}")
@@ -73,10 +81,26 @@ class ModelPreset:
 
 
 PRESETS: dict[str, ModelPreset] = {
-    "tiny": ModelPreset(vocab_size=8192, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
-                        num_attention_heads=4, num_key_value_heads=2, head_dim=64, tie_word_embeddings=True),
-    "small": ModelPreset(vocab_size=16384, hidden_size=512, intermediate_size=1408, num_hidden_layers=8,
-                         num_attention_heads=8, num_key_value_heads=4, head_dim=64, tie_word_embeddings=False),
+    "tiny": ModelPreset(
+        vocab_size=8192,
+        hidden_size=256,
+        intermediate_size=704,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        tie_word_embeddings=True,
+    ),
+    "small": ModelPreset(
+        vocab_size=16384,
+        hidden_size=512,
+        intermediate_size=1408,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=64,
+        tie_word_embeddings=False,
+    ),
 }
 
 
@@ -108,8 +132,9 @@ def init_model(out_dir: str | Path, preset: str = "tiny", seed: int = 0, model_t
     tokenizer.save(str(out / "tokenizer.json"), pretty=True)
     _write_json(out / "tokenizer_config.json", tokenizer_config(spec))
     _write_json(out / "special_tokens_map.json", special_tokens_map())
-    _write_json(out / "generation_config.json",
-                {"bos_token_id": BOS_ID, "eos_token_id": STOP_IDS, "pad_token_id": PAD_ID})
+    _write_json(
+        out / "generation_config.json", {"bos_token_id": BOS_ID, "eos_token_id": STOP_IDS, "pad_token_id": PAD_ID}
+    )
     _write_json(out / "config.json", model_config(spec, model_type))
     # save() + write_bytes rather than save_file, which creates the file 0600 whatever the umask and so
     # breaks images that build the model as one user and serve it as another.
@@ -157,8 +182,14 @@ def tokenizer_config(spec: ModelPreset) -> dict[str, Any]:
         # Decoding must be the exact inverse of encoding; HF's cleanup would drop spaces before punctuation.
         "clean_up_tokenization_spaces": False,
         "added_tokens_decoder": {
-            str(i): {"content": tok, "lstrip": False, "normalized": False, "rstrip": False,
-                     "single_word": False, "special": True}
+            str(i): {
+                "content": tok,
+                "lstrip": False,
+                "normalized": False,
+                "rstrip": False,
+                "single_word": False,
+                "special": True,
+            }
             for i, tok in enumerate(SPECIAL_TOKENS)
         },
         "chat_template": CHAT_TEMPLATE,
@@ -215,7 +246,7 @@ def init_weights(spec: ModelPreset, model_type: str, seed: int) -> dict[str, tor
         # Fan-in scaling: each layer's update is as large as its input, so the residual stream is
         # not just the (tiny) token embedding. With 0.02 everywhere a tied-embedding model keeps
         # predicting its input token and every greedy continuation repeats one token.
-        return normal(out_features, in_features, std=in_features ** -0.5)
+        return normal(out_features, in_features, std=in_features**-0.5)
 
     def norm() -> torch.Tensor:
         # Not exactly 1.0, so a kernel that ignores the norm weight fails parity tests.

@@ -37,8 +37,9 @@ class ModelRunner:
         self.model = model
         self.pool = pool
 
-    def prefill(self, seq: Sequence, num_cached: int, external: ExternalPrefix | None = None,
-                external_start: int = 0) -> torch.Tensor:
+    def prefill(
+        self, seq: Sequence, num_cached: int, external: ExternalPrefix | None = None, external_start: int = 0
+    ) -> torch.Tensor:
         """Compute KV for seq.token_ids[num_cached:] and return the last position's logits [vocab].
 
         With `external`, blocks [external_start, external.num_blocks) are filled layer by layer from
@@ -51,17 +52,20 @@ class ModelRunner:
         positions = torch.arange(num_cached, total)
         hook = None
         if external is not None and external.num_blocks > external_start:
-            hook = self._layer_loader(external, seq.slots[external_start:external.num_blocks], external_start)
-        logits = self.model(ids, positions, self.pool, meta,
-                            logits_rows=torch.tensor([total - num_cached - 1]), before_layer=hook)
+            hook = self._layer_loader(external, seq.slots[external_start : external.num_blocks], external_start)
+        logits = self.model(
+            ids, positions, self.pool, meta, logits_rows=torch.tensor([total - num_cached - 1]), before_layer=hook
+        )
         return logits[0]
 
     def _layer_loader(self, external: ExternalPrefix, slots: list[int], start: int):
         """The before-layer hook writing external blocks [start, num_blocks) of one layer into `slots`."""
+
         def load(layer: int) -> None:
             k, v = external.load_layer(layer)
-            k, v = k[start:external.num_blocks], v[start:external.num_blocks]
+            k, v = k[start : external.num_blocks], v[start : external.num_blocks]
             self.pool.write_blocks(slots, k[None], v[None], range(layer, layer + 1))
+
         return load
 
     def decode(self, seqs: list[Sequence]) -> torch.Tensor:

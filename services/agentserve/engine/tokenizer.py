@@ -46,7 +46,7 @@ class Tokenizer:
         self._template = None if chat_template is None else _compile_chat_template(chat_template)
 
     @classmethod
-    def from_dir(cls, path: str | Path) -> "Tokenizer":
+    def from_dir(cls, path: str | Path) -> Tokenizer:
         """Load from a folder with `tokenizer.json` and `tokenizer_config.json`.
 
         EOS ids are the union, in this order, of the config's eos_token, generation_config.json's
@@ -61,7 +61,7 @@ class Tokenizer:
             raise ValueError(f"no tokenizer.json in {folder}")
         try:
             backend = BackendTokenizer.from_file(str(tokenizer_file))
-        except Exception as exc:  # the Rust side raises a bare Exception for any parse failure
+        except Exception as exc:  # noqa: BLE001 - the Rust side raises a bare Exception for any parse failure
             raise ValueError(f"{tokenizer_file} is not a valid tokenizer: {exc}") from None
         config = _read_json(folder / "tokenizer_config.json", required=True)
 
@@ -76,8 +76,12 @@ class Tokenizer:
             eos_ids.append(backend.token_to_id(special_tokens["eos_token"]))
         for extra in ("generation_config.json", "config.json"):
             eos_ids.extend(_id_list(_read_json(folder / extra).get("eos_token_id"), folder / extra))
-        return cls(backend, special_tokens=special_tokens, eos_token_ids=[i for i in eos_ids if i is not None],
-                   chat_template=_find_chat_template(folder, config))
+        return cls(
+            backend,
+            special_tokens=special_tokens,
+            eos_token_ids=[i for i in eos_ids if i is not None],
+            chat_template=_find_chat_template(folder, config),
+        )
 
     @property
     def vocab_size(self) -> int:
@@ -155,17 +159,20 @@ def _compile_chat_template(source: str) -> jinja2.Template:
     def raise_exception(message: str) -> None:
         raise jinja2.TemplateError(message)
 
-    def tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
-               separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    def tojson(
+        value: Any,
+        ensure_ascii: bool = False,
+        indent: int | None = None,
+        separators: tuple[str, str] | None = None,
+        sort_keys: bool = False,
+    ) -> str:
         # jinja's own tojson HTML-escapes, which would change the prompt text.
-        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                          sort_keys=sort_keys)
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
     def strftime_now(fmt: str) -> str:
         return datetime.now().strftime(fmt)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now

@@ -32,9 +32,16 @@ class EngineService(Service):
     def __init__(self, config: EngineServiceConfig):
         self.config = config
         model_dir = config.model_dir or str(ensure_default_model())
-        engine = LLMEngine.from_dir(model_dir, EngineConfig(
-            block_size=config.block_size, kv_cache_bytes=config.kv_cache_mb << 20, dtype=config.dtype,
-            max_batch_size=config.max_batch_size, num_threads=config.num_threads))
+        engine = LLMEngine.from_dir(
+            model_dir,
+            EngineConfig(
+                block_size=config.block_size,
+                kv_cache_bytes=config.kv_cache_mb << 20,
+                dtype=config.dtype,
+                max_batch_size=config.max_batch_size,
+                num_threads=config.num_threads,
+            ),
+        )
         self.engine = AsyncEngine(engine)
         self.address = f"{advertise_host(config.advertise_host)}:{config.grpc_port}"
         self.engine_id = config.engine_id or f"{self.role_name}-{self.address}"
@@ -62,31 +69,50 @@ class EngineService(Service):
         engine = self.engine.engine
         load = self.engine.load()
         return common_pb2.EngineStatus(
-            engine_id=self.engine_id, role=self.role, address=self.address, model_name=self.config.model_name,
-            model_fingerprint=engine.fingerprint, block_size=engine.block_size,
-            running=load["running"], waiting=load["waiting"], free_kv_blocks=load["free_kv_blocks"],
-            total_kv_blocks=load["total_kv_blocks"], vocab_size=engine.model_config.vocab_size,
-            max_context=engine.model_config.max_position_embeddings, nics=nic_status(self.nics.values()),
-            kv_block_bytes=self.mover.block_bytes)
+            engine_id=self.engine_id,
+            role=self.role,
+            address=self.address,
+            model_name=self.config.model_name,
+            model_fingerprint=engine.fingerprint,
+            block_size=engine.block_size,
+            running=load["running"],
+            waiting=load["waiting"],
+            free_kv_blocks=load["free_kv_blocks"],
+            total_kv_blocks=load["total_kv_blocks"],
+            vocab_size=engine.model_config.vocab_size,
+            max_context=engine.model_config.max_position_embeddings,
+            nics=nic_status(self.nics.values()),
+            kv_block_bytes=self.mover.block_bytes,
+        )
 
     async def start(self) -> None:
         # Logged here, not in __init__: the server configures logging after building the service.
         engine = self.engine.engine
-        log.info("%s %s serving %s (fingerprint %s)", self.role_name, self.engine_id, self.model_dir,
-                 engine.fingerprint)
+        log.info(
+            "%s %s serving %s (fingerprint %s)", self.role_name, self.engine_id, self.model_dir, engine.fingerprint
+        )
         nics = self.fabric.engines[self.role_name]
-        log.info("fabric profile %s (time dilation %.3g): snic %.4g Gbps %.3g ms, cnic %.4g Gbps %.3g ms",
-                 self.fabric.profile.name, self.fabric.time_dilation, nics.snic.gbps, nics.snic.latency_ms,
-                 nics.cnic.gbps, nics.cnic.latency_ms)
+        log.info(
+            "fabric profile %s (time dilation %.3g): snic %.4g Gbps %.3g ms, cnic %.4g Gbps %.3g ms",
+            self.fabric.profile.name,
+            self.fabric.time_dilation,
+            nics.snic.gbps,
+            nics.snic.latency_ms,
+            nics.cnic.gbps,
+            nics.cnic.latency_ms,
+        )
         self.engine.start()
 
     async def warmup(self) -> None:
         # A real generation through the engine thread: SERVING means the model really runs.
-        tokens = [event.token_id async for event in self.engine.generate(
-            [1, 2, 3, 4, 5, 6, 7, 8], SamplingParams(max_tokens=2, ignore_eos=True))]
+        tokens = [
+            event.token_id
+            async for event in self.engine.generate(
+                [1, 2, 3, 4, 5, 6, 7, 8], SamplingParams(max_tokens=2, ignore_eos=True)
+            )
+        ]
         log.info("warm-up generated %s on %s", tokens, socket.gethostname())
-        self.registrar = Registrar(self.config.scheduler_address, self.status,
-                                   self.config.heartbeat_interval_ms / 1000)
+        self.registrar = Registrar(self.config.scheduler_address, self.status, self.config.heartbeat_interval_ms / 1000)
         self.registrar.start()
 
     async def stop(self) -> None:

@@ -67,8 +67,14 @@ def unshaped_nics() -> dict[str, EmulatedNIC]:
 
 
 class KVMover:
-    def __init__(self, engine: AsyncEngine, engine_id: str, kvstore: ShardedKVStoreClient, kvstore_address: str,
-                 nics: Mapping[str, EmulatedNIC] | None = None):
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        engine_id: str,
+        kvstore: ShardedKVStoreClient,
+        kvstore_address: str,
+        nics: Mapping[str, EmulatedNIC] | None = None,
+    ):
         self.engine = engine
         self.engine_id = engine_id
         self.kvstore = kvstore
@@ -85,8 +91,7 @@ class KVMover:
         """Path A: fetch `ids` (a chained run) from the store into this engine; returns blocks loaded."""
         if not ids:
             return 0
-        with kv_transfer("A", "snic", self.kvstore_address, self.engine_id, self.num_layers,
-                         self.snic.gbps) as record:
+        with kv_transfer("A", "snic", self.kvstore_address, self.engine_id, self.num_layers, self.snic.gbps) as record:
             datas = []
             async with self.snic.transfer(len(ids) * self.block_bytes) as transfer:
                 async for _, data in self.kvstore.get(self.fingerprint, list(ids)):
@@ -104,8 +109,9 @@ class KVMover:
         blocks = await self.engine.call(lambda e: _export_each(e, ids))
         if not blocks:
             return 0
-        with kv_transfer("persist", "snic", self.engine_id, self.kvstore_address, self.num_layers,
-                         self.snic.gbps) as record:
+        with kv_transfer(
+            "persist", "snic", self.engine_id, self.kvstore_address, self.num_layers, self.snic.gbps
+        ) as record:
             for _, data in blocks:
                 record.add(len(data))
             async with self.snic.send(record.bytes) as transfer:  # one Put message: paced as a whole
@@ -118,8 +124,9 @@ class KVMover:
         if not ids:
             return []
         stub = decode_pb2_grpc.DecodeStub(self.channel(decode_address))
-        reply = await stub.Lookup(decode_pb2.HeldBlocksRequest(block_ids=list(ids)), metadata=outgoing_metadata(),
-                                  timeout=HANDOFF_TIMEOUT_S)
+        reply = await stub.Lookup(
+            decode_pb2.HeldBlocksRequest(block_ids=list(ids)), metadata=outgoing_metadata(), timeout=HANDOFF_TIMEOUT_S
+        )
         if len(reply.held) != len(ids):
             raise ValueError(f"decode engine at {decode_address} answered {len(reply.held)} of {len(ids)} ids")
         return [block_id for block_id, held in zip(ids, reply.held) if not held]
@@ -129,16 +136,17 @@ class KVMover:
         blocks = await self.engine.call(lambda e: _export_each(e, ids))
         if not blocks:
             return Moved()
-        with kv_transfer("handoff", "cnic", self.engine_id, decode_address, self.num_layers,
-                         self.cnic.gbps) as record:
+        with kv_transfer("handoff", "cnic", self.engine_id, decode_address, self.num_layers, self.cnic.gbps) as record:
             for _, data in blocks:
                 record.add(len(data))
             stub = decode_pb2_grpc.DecodeStub(self.channel(decode_address))
             async with self.cnic.transfer(record.bytes) as transfer:
                 messages = (common_pb2.KVBlock(block_id=i, data=d) for i, d in blocks)
-                await stub.LoadKV(paced(messages, transfer, lambda m: len(m.data)),
-                                  metadata=outgoing_metadata(dict(transfer_metadata(transfer))),
-                                  timeout=HANDOFF_TIMEOUT_S)
+                await stub.LoadKV(
+                    paced(messages, transfer, lambda m: len(m.data)),
+                    metadata=outgoing_metadata(dict(transfer_metadata(transfer))),
+                    timeout=HANDOFF_TIMEOUT_S,
+                )
             record.queue_wait_s = transfer.queue_wait_s
         return Moved(len(blocks), record.bytes)
 

@@ -56,6 +56,7 @@ class RelaySender:
         ids = list(ids)
         # Entered before the first pin: a relay cancelled while that command waits still frees it.
         with mover.engine.pinning() as pinned:
+
             def pin_held(engine: LLMEngine) -> int:
                 held = engine.blocks.cached_prefix(ids)
                 pinned.extend(engine.blocks.pin(ids[:held]))
@@ -64,19 +65,22 @@ class RelaySender:
             held = await mover.engine.call(pin_held)
             ready: asyncio.Queue[list[bytes] | None] = asyncio.Queue()
             for start in range(0, held, RELAY_RUN_BLOCKS):
-                ready.put_nowait(ids[start:min(start + RELAY_RUN_BLOCKS, held)])
+                ready.put_nowait(ids[start : min(start + RELAY_RUN_BLOCKS, held)])
             reader = None
             if held < len(ids):
-                reader = asyncio.create_task(self._read_from_store(ids[held:], ready, pinned),
-                                             name="relay-store-read")
+                reader = asyncio.create_task(self._read_from_store(ids[held:], ready, pinned), name="relay-store-read")
             else:
                 ready.put_nowait(None)
             try:
-                with kv_transfer("relay", "cnic", mover.engine_id, dst, mover.num_layers,
-                                 mover.cnic.gbps) as record:
+                with kv_transfer("relay", "cnic", mover.engine_id, dst, mover.num_layers, mover.cnic.gbps) as record:
                     header = fabric_pb2.TransferHeader(
-                        transfer_id=uuid.uuid4().hex, path="relay", src=mover.engine_id, dst_nic="cnic",
-                        total_bytes=len(ids) * mover.block_bytes, sender_latency_ms=mover.cnic.latency_ms)
+                        transfer_id=uuid.uuid4().hex,
+                        path="relay",
+                        src=mover.engine_id,
+                        dst_nic="cnic",
+                        total_bytes=len(ids) * mover.block_bytes,
+                        sender_latency_ms=mover.cnic.latency_ms,
+                    )
                     async with mover.cnic.transfer(header.total_bytes) as transfer:
                         run_index = 0
                         first: fabric_pb2.TransferHeader | None = header
@@ -88,8 +92,13 @@ class RelaySender:
                             for chunk in split_run(run, self.max_chunk_bytes):
                                 await transfer.pace(chunk.nbytes)
                                 record.add(chunk.nbytes, blocks=0)
-                                yield fabric_pb2.FabricChunk(transfer=first, run=run_index, run_header=chunk.header,
-                                                             offset=chunk.offset, data=bytes(chunk.data))
+                                yield fabric_pb2.FabricChunk(
+                                    transfer=first,
+                                    run=run_index,
+                                    run_header=chunk.header,
+                                    offset=chunk.offset,
+                                    data=bytes(chunk.data),
+                                )
                                 first = None
                             record.blocks += len(group)
                             run_index += 1
@@ -104,8 +113,9 @@ class RelaySender:
         """The store leg: read `ids` over this engine's snic, import them, hand them to the sender by run."""
         mover = self.mover
         try:
-            with kv_transfer("B", "snic", mover.kvstore_address, mover.engine_id, mover.num_layers,
-                             mover.snic.gbps) as record:
+            with kv_transfer(
+                "B", "snic", mover.kvstore_address, mover.engine_id, mover.num_layers, mover.snic.gbps
+            ) as record:
                 pending: list[tuple[bytes, bytes]] = []
                 async with mover.snic.transfer(len(ids) * mover.block_bytes) as transfer:
                     async for block_id, data in mover.kvstore.get(mover.fingerprint, ids):
@@ -139,8 +149,11 @@ async def relay_load(mover: KVMover, ids: Sequence[bytes], relay_address: str) -
     if not ids:
         return 0
     stub = decode_pb2_grpc.DecodeStub(mover.channel(relay_address))
-    call = stub.RelayKV(decode_pb2.RelayRequest(block_ids=list(ids), dst=mover.engine_id),
-                        metadata=outgoing_metadata(), timeout=RELAY_TIMEOUT_S)
+    call = stub.RelayKV(
+        decode_pb2.RelayRequest(block_ids=list(ids), dst=mover.engine_id),
+        metadata=outgoing_metadata(),
+        timeout=RELAY_TIMEOUT_S,
+    )
     whole: list[bytearray] = []  # runs reassembled and verified, not yet imported
     blocks = 0
     receiver: PacedReceiver | None = None
@@ -150,8 +163,11 @@ async def relay_load(mover: KVMover, ids: Sequence[bytes], relay_address: str) -
                 if receiver is None:  # the header declares the size: from here it counts in our queue depth
                     if not chunk.HasField("transfer"):
                         raise ValueError("relay stream did not start with a transfer header")
-                    transfer = await stack.enter_async_context(mover.cnic.transfer(
-                        chunk.transfer.total_bytes, latency_ms=receiver_latency_ms(mover.cnic, chunk.transfer)))
+                    transfer = await stack.enter_async_context(
+                        mover.cnic.transfer(
+                            chunk.transfer.total_bytes, latency_ms=receiver_latency_ms(mover.cnic, chunk.transfer)
+                        )
+                    )
                     receiver = PacedReceiver(transfer, lambda _run, buffer: whole.append(buffer))
                 await receiver.add(chunk.run, chunk.run_header, chunk.offset, chunk.data)
                 if whole:

@@ -14,12 +14,13 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class LocalCompute:
-    kv_bytes_per_token: int      # K and V of every layer, in the engine's KV dtype
+    kv_bytes_per_token: int  # K and V of every layer, in the engine's KV dtype
     prefill_tokens_per_s: float  # one engine, one sequence, from scratch
 
 
-def measure_local_compute(model_dir: Path | None = None, dtype: str = "fp32", tokens: int = 1024,
-                          reps: int = 3) -> LocalCompute:
+def measure_local_compute(
+    model_dir: Path | None = None, dtype: str = "fp32", tokens: int = 1024, reps: int = 3
+) -> LocalCompute:
     """Median prefill speed of `tokens` fresh tokens (no prefix cache) over `reps` runs."""
     from agentserve.engine.default_model import ensure_default_model
     from agentserve.engine.engine import LLMEngine

@@ -20,18 +20,19 @@ DEFAULT_CHUNK_BYTES = 1 << 20  # Python gRPC's per-message cost makes smaller me
 
 @dataclass(frozen=True)
 class RunChunk:
-    offset: int          # where `data` starts in the run buffer
-    data: memoryview     # payload bytes (never the header)
-    header: bytes        # the run's prefix + header on the first chunk, else b""
-    layers_done: int     # leading layers complete once this chunk has arrived
+    offset: int  # where `data` starts in the run buffer
+    data: memoryview  # payload bytes (never the header)
+    header: bytes  # the run's prefix + header on the first chunk, else b""
+    layers_done: int  # leading layers complete once this chunk has arrived
 
     @property
     def nbytes(self) -> int:
         return len(self.header) + len(self.data)
 
 
-def split_run(buf: bytes | bytearray | memoryview, max_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-              max_layers: int | None = None) -> list[RunChunk]:
+def split_run(
+    buf: bytes | bytearray | memoryview, max_chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_layers: int | None = None
+) -> list[RunChunk]:
     """Chunks of one run, in order and contiguous; together they carry the whole run buffer.
 
     `max_layers` caps the layers per chunk (1: every layer its own chunk, for layerwise loads).
@@ -45,20 +46,29 @@ def split_run(buf: bytes | bytearray | memoryview, max_chunk_bytes: int = DEFAUL
     header = read_header(view)
     if len(view) < _bound(header, header.num_layers):
         raise CorruptBlockError(f"run truncated: {len(view)} bytes, expected {_bound(header, header.num_layers)}")
-    head = bytes(view[:header.payload_offset])
+    head = bytes(view[: header.payload_offset])
     chunks: list[RunChunk] = []
     layer = 0
     while layer < header.num_layers:
         start = _bound(header, layer)
         stop = layer + 1  # widen the chunk while whole layers still fit
-        while (stop < header.num_layers and stop - layer < max_layers
-               and _bound(header, stop + 1) - start <= max_chunk_bytes):
+        while (
+            stop < header.num_layers
+            and stop - layer < max_layers
+            and _bound(header, stop + 1) - start <= max_chunk_bytes
+        ):
             stop += 1
         end = _bound(header, stop)
         for piece in range(start, end, max_chunk_bytes):
             piece_end = min(piece + max_chunk_bytes, end)
-            chunks.append(RunChunk(offset=piece, data=view[piece:piece_end], header=b"" if chunks else head,
-                                   layers_done=stop if piece_end == end else layer))
+            chunks.append(
+                RunChunk(
+                    offset=piece,
+                    data=view[piece:piece_end],
+                    header=b"" if chunks else head,
+                    layers_done=stop if piece_end == end else layer,
+                )
+            )
         layer = stop
     return chunks
 
@@ -71,7 +81,7 @@ class RunAssembler:
         if len(header_bytes) != self.header.payload_offset:
             raise CorruptBlockError(f"run header is {len(header_bytes)} bytes, expected {self.header.payload_offset}")
         self.buffer = bytearray(_bound(self.header, self.header.num_layers))
-        self.buffer[:len(header_bytes)] = header_bytes
+        self.buffer[: len(header_bytes)] = header_bytes
         self.layers_done = 0
         self._high = len(header_bytes)  # every byte below this has arrived
 
@@ -96,7 +106,7 @@ class RunAssembler:
     def _verify(self, layer: int) -> None:
         extent = self.header.layers[layer]
         start = self.header.payload_offset + extent.offset
-        if crc32(memoryview(self.buffer)[start:start + extent.length]) != extent.crc32:
+        if crc32(memoryview(self.buffer)[start : start + extent.length]) != extent.crc32:
             raise CorruptBlockError(f"KV run corrupt in transit: layer {layer} checksum mismatch", layer=layer)
 
 

@@ -41,7 +41,7 @@ DEFAULT_CATCHUP_MS = 50.0
 
 
 class TransferState(enum.Enum):
-    PENDING = "pending"            # declared, no byte let through yet (latency, waiting for tokens)
+    PENDING = "pending"  # declared, no byte let through yet (latency, waiting for tokens)
     TRANSFERRING = "transferring"
     DONE = "done"
     FAILED = "failed"
@@ -50,20 +50,27 @@ class TransferState(enum.Enum):
 @dataclass(frozen=True)
 class NICStats:
     name: str
-    gbps: float               # configured; 0 = unshaped
+    gbps: float  # configured; 0 = unshaped
     latency_ms: float
-    queue_bytes: int          # bytes of open transfers not yet let through
+    queue_bytes: int  # bytes of open transfers not yet let through
     active_transfers: int
-    bytes_total: int          # let through since start
-    transfers_total: int      # finished (done or failed)
-    wait_s_total: float       # time chunks spent waiting for this NIC's tokens
-    busy_s_total: float       # bytes_total at the configured rate: time the wire was occupied
+    bytes_total: int  # let through since start
+    transfers_total: int  # finished (done or failed)
+    wait_s_total: float  # time chunks spent waiting for this NIC's tokens
+    busy_s_total: float  # bytes_total at the configured rate: time the wire was occupied
 
 
 class EmulatedNIC:
-    def __init__(self, name: str, gbps: float, latency_ms: float = 0.0, burst_ms: float = DEFAULT_BURST_MS,
-                 catchup_ms: float = DEFAULT_CATCHUP_MS, clock: Clock = time.monotonic,
-                 sleep: Sleep = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        name: str,
+        gbps: float,
+        latency_ms: float = 0.0,
+        burst_ms: float = DEFAULT_BURST_MS,
+        catchup_ms: float = DEFAULT_CATCHUP_MS,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
         if not gbps >= 0:
             raise ValueError(f"NIC {name}: gbps must be >= 0 (0 = unshaped), got {gbps!r}")
         if not latency_ms >= 0:
@@ -117,10 +124,16 @@ class EmulatedNIC:
 
     def stats(self) -> NICStats:
         return NICStats(
-            name=self.name, gbps=self.gbps, latency_ms=self.latency_ms, queue_bytes=self._queued,
-            active_transfers=self._active, bytes_total=self._bytes, transfers_total=self._transfers,
+            name=self.name,
+            gbps=self.gbps,
+            latency_ms=self.latency_ms,
+            queue_bytes=self._queued,
+            active_transfers=self._active,
+            bytes_total=self._bytes,
+            transfers_total=self._transfers,
             wait_s_total=self._wait_s,
-            busy_s_total=self._bytes / self.bytes_per_s if self.bucket is not None else 0.0)
+            busy_s_total=self._bytes / self.bytes_per_s if self.bucket is not None else 0.0,
+        )
 
     def __repr__(self) -> str:
         return f"EmulatedNIC({self.name!r}, gbps={self.gbps}, latency_ms={self.latency_ms})"

@@ -72,13 +72,15 @@ class HardwareProfile:
     engines: dict[str, RoleNICs]  # by role: prefill, decode
     decode_per_prefill: float
     target: TargetSpec | None = None
-    burst_ms: float = DEFAULT_BURST_MS      # tokens an idle NIC holds
+    burst_ms: float = DEFAULT_BURST_MS  # tokens an idle NIC holds
     catchup_ms: float = DEFAULT_CATCHUP_MS  # tokens a sending NIC may bank when its process lags
 
     def __post_init__(self) -> None:
         if set(self.engines) != set(ROLES):
-            raise ValueError(f"profile {self.name}: engines must be exactly {', '.join(ROLES)}, got "
-                             f"{', '.join(sorted(self.engines)) or 'none'}")
+            raise ValueError(
+                f"profile {self.name}: engines must be exactly {', '.join(ROLES)}, got "
+                f"{', '.join(sorted(self.engines)) or 'none'}"
+            )
         if self.decode_per_prefill <= 0:
             raise ValueError(f"profile {self.name}: decode_per_prefill must be positive")
         if not 0 < self.burst_ms <= self.catchup_ms:
@@ -92,16 +94,17 @@ class HardwareProfile:
             return ScaledProfile(self, time_dilation=1.0, bandwidth_scale=1.0, engines=self.engines)
         dilation = self.target.prefill_tokens_per_s / local_prefill_tokens_per_s
         scale = local_kv_bytes_per_token / self.target.kv_bytes_per_token / dilation
-        engines = {role: RoleNICs(*(NICSpec(spec.gbps * scale, spec.latency_ms * dilation)
-                                    for spec in (nics.snic, nics.cnic)))
-                   for role, nics in self.engines.items()}
+        engines = {
+            role: RoleNICs(*(NICSpec(spec.gbps * scale, spec.latency_ms * dilation) for spec in (nics.snic, nics.cnic)))
+            for role, nics in self.engines.items()
+        }
         return ScaledProfile(self, time_dilation=dilation, bandwidth_scale=scale, engines=engines)
 
 
 @dataclass(frozen=True)
 class ScaledProfile:
     profile: HardwareProfile
-    time_dilation: float    # local seconds per target second
+    time_dilation: float  # local seconds per target second
     bandwidth_scale: float  # local gbps per target gbps
     engines: dict[str, RoleNICs]
 
@@ -110,18 +113,23 @@ class ScaledProfile:
         if role not in self.engines:
             raise ValueError(f"unknown engine role {role!r}; choose one of {', '.join(ROLES)}")
         specs = self.engines[role]
-        return {name: EmulatedNIC(name, spec.gbps, spec.latency_ms, self.profile.burst_ms, self.profile.catchup_ms,
-                                  **clock)
-                for name, spec in (("snic", specs.snic), ("cnic", specs.cnic))}
+        return {
+            name: EmulatedNIC(name, spec.gbps, spec.latency_ms, self.profile.burst_ms, self.profile.catchup_ms, **clock)
+            for name, spec in (("snic", specs.snic), ("cnic", specs.cnic))
+        }
 
     def to_dict(self) -> dict[str, Any]:
         def nic(spec: NICSpec) -> dict[str, float]:
             return {"gbps": float(f"{spec.gbps:.4g}"), "latency_ms": float(f"{spec.latency_ms:.4g}")}
 
-        return {"profile": self.profile.name, "time_dilation": float(f"{self.time_dilation:.4g}"),
-                "bandwidth_scale": float(f"{self.bandwidth_scale:.4g}"),
-                "engines": {role: {name: nic(getattr(nics, name)) for name in NIC_NAMES}
-                            for role, nics in self.engines.items()}}
+        return {
+            "profile": self.profile.name,
+            "time_dilation": float(f"{self.time_dilation:.4g}"),
+            "bandwidth_scale": float(f"{self.bandwidth_scale:.4g}"),
+            "engines": {
+                role: {name: nic(getattr(nics, name)) for name in NIC_NAMES} for role, nics in self.engines.items()
+            },
+        }
 
 
 def profiles_dir() -> Path:
@@ -138,8 +146,10 @@ def load_profile(name_or_path: str | Path) -> HardwareProfile:
     if path.suffix not in (".yaml", ".yml"):
         path = profiles_dir() / f"{name_or_path}.yaml"
         if not path.is_file():
-            raise ValueError(f"no hardware profile {name_or_path!r} in {profiles_dir()}; "
-                             f"available: {', '.join(available_profiles()) or 'none'}")
+            raise ValueError(
+                f"no hardware profile {name_or_path!r} in {profiles_dir()}; "
+                f"available: {', '.join(available_profiles()) or 'none'}"
+            )
     try:
         doc = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
@@ -149,8 +159,12 @@ def load_profile(name_or_path: str | Path) -> HardwareProfile:
 
 def parse_profile(doc: Any, source: str = "<profile>") -> HardwareProfile:
     """Validate a profile document; every problem is a ValueError naming the file and key."""
-    top = _mapping(doc, source, required=("name", "engines", "decode_per_prefill"),
-                   optional=("description", "target", "burst_ms", "catchup_ms"))
+    top = _mapping(
+        doc,
+        source,
+        required=("name", "engines", "decode_per_prefill"),
+        optional=("description", "target", "burst_ms", "catchup_ms"),
+    )
     try:
         engines = {}
         for role, nics in _mapping(top["engines"], f"{source}: engines", optional=ROLES).items():
@@ -161,13 +175,20 @@ def parse_profile(doc: Any, source: str = "<profile>") -> HardwareProfile:
         if top.get("target") is not None:
             where = f"{source}: target"
             t = _mapping(top["target"], where, required=("model", "kv_bytes_per_token", "prefill_tokens_per_s"))
-            target = TargetSpec(str(t["model"]), _number(t["kv_bytes_per_token"], f"{where}.kv_bytes_per_token"),
-                                _number(t["prefill_tokens_per_s"], f"{where}.prefill_tokens_per_s"))
+            target = TargetSpec(
+                str(t["model"]),
+                _number(t["kv_bytes_per_token"], f"{where}.kv_bytes_per_token"),
+                _number(t["prefill_tokens_per_s"], f"{where}.prefill_tokens_per_s"),
+            )
         return HardwareProfile(
-            name=str(top["name"]), description=str(top.get("description", "")), engines=engines,
+            name=str(top["name"]),
+            description=str(top.get("description", "")),
+            engines=engines,
             decode_per_prefill=_number(top["decode_per_prefill"], f"{source}: decode_per_prefill"),
-            target=target, burst_ms=_number(top.get("burst_ms", DEFAULT_BURST_MS), f"{source}: burst_ms"),
-            catchup_ms=_number(top.get("catchup_ms", DEFAULT_CATCHUP_MS), f"{source}: catchup_ms"))
+            target=target,
+            burst_ms=_number(top.get("burst_ms", DEFAULT_BURST_MS), f"{source}: burst_ms"),
+            catchup_ms=_number(top.get("catchup_ms", DEFAULT_CATCHUP_MS), f"{source}: catchup_ms"),
+        )
     except ValueError as exc:
         message = str(exc)
         raise ValueError(message if message.startswith(source) else f"{source}: {message}") from None
@@ -188,8 +209,9 @@ def _mapping(value: Any, where: str, required: tuple[str, ...] = (), optional: t
 def _nic(value: Any, where: str) -> NICSpec:
     spec = _mapping(value, where, required=("gbps",), optional=("latency_ms",))
     try:
-        return NICSpec(_number(spec["gbps"], f"{where}.gbps"),
-                       _number(spec.get("latency_ms", 0.0), f"{where}.latency_ms"))
+        return NICSpec(
+            _number(spec["gbps"], f"{where}.gbps"), _number(spec.get("latency_ms", 0.0), f"{where}.latency_ms")
+        )
     except ValueError as exc:
         message = str(exc)
         raise ValueError(message if message.startswith(where) else f"{where}: {message}") from None

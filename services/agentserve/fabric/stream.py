@@ -60,15 +60,20 @@ async def paced(messages: Iterable[T], transfer: Transfer, size: Callable[[T], i
         yield message
 
 
-def run_bytes(runs: Sequence[RunBuffer], max_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-              max_layers: int | None = None) -> int:
+def run_bytes(
+    runs: Sequence[RunBuffer], max_chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_layers: int | None = None
+) -> int:
     """Bytes `paced_chunks` will pace for `runs` (headers included): a transfer's `expected_bytes`."""
     return sum(chunk.nbytes for run in runs for chunk in split_run(run, max_chunk_bytes, max_layers))
 
 
-async def paced_chunks(runs: Sequence[RunBuffer], transfer: Transfer, header: fabric_pb2.TransferHeader,
-                       max_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                       max_layers: int | None = None) -> AsyncIterator[bytes]:
+async def paced_chunks(
+    runs: Sequence[RunBuffer],
+    transfer: Transfer,
+    header: fabric_pb2.TransferHeader,
+    max_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    max_layers: int | None = None,
+) -> AsyncIterator[bytes]:
     """The request stream of one `Fabric.Transfer` (serialized `FabricChunk`s, see `wire`): each
     chunk is yielded once `transfer` lets it go; the first carries `header`."""
     first: fabric_pb2.TransferHeader | None = header
@@ -113,15 +118,22 @@ class PacedReceiver:
         t = self.transfer
         elapsed = t.elapsed_s
         return fabric_pb2.TransferSummary(
-            bytes=t.bytes, chunks=t.chunks, runs=self.runs, elapsed_s=elapsed, queue_wait_s=t.queue_wait_s,
-            achieved_gbps=t.bytes * 8 / elapsed / 1e9 if elapsed > 0 else 0.0)
+            bytes=t.bytes,
+            chunks=t.chunks,
+            runs=self.runs,
+            elapsed_s=elapsed,
+            queue_wait_s=t.queue_wait_s,
+            achieved_gbps=t.bytes * 8 / elapsed / 1e9 if elapsed > 0 else 0.0,
+        )
 
 
 def add_fabric_to_server(servicer: FabricServicer, server: grpc.aio.Server) -> str:
     """Register `servicer` with the zero-copy chunk decoder (`wire.decode_chunk`); returns the service name."""
     handler = grpc.stream_unary_rpc_method_handler(
-        servicer.Transfer, request_deserializer=decode_chunk,
-        response_serializer=fabric_pb2.TransferSummary.SerializeToString)
+        servicer.Transfer,
+        request_deserializer=decode_chunk,
+        response_serializer=fabric_pb2.TransferSummary.SerializeToString,
+    )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Transfer": handler}),))
     return SERVICE
 
@@ -130,8 +142,11 @@ class FabricServicer:
     """Receives transfers on this process's NICs (by name); translates chunks for `PacedReceiver`.
     Register it with `add_fabric_to_server` (requests arrive as `wire.Chunk`)."""
 
-    def __init__(self, nics: Mapping[str, EmulatedNIC],
-                 on_run: Callable[[fabric_pb2.TransferHeader, int, bytearray], None] | None = None) -> None:
+    def __init__(
+        self,
+        nics: Mapping[str, EmulatedNIC],
+        on_run: Callable[[fabric_pb2.TransferHeader, int, bytearray], None] | None = None,
+    ) -> None:
         self.nics = dict(nics)
         self.on_run = on_run
         keep_freed_buffers()  # every chunk received is a fresh chunk-sized buffer
@@ -165,21 +180,40 @@ class FabricClient:
         self._channel: grpc.aio.Channel | None = None
         keep_freed_buffers()  # every chunk sent is serialized into a fresh chunk-sized buffer
 
-    async def send(self, runs: Sequence[RunBuffer], nic: EmulatedNIC, dst_nic: str, *, path: str = "bench",
-                   src: str = "", max_chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_layers: int | None = None,
-                   timeout_s: float | None = None) -> tuple[fabric_pb2.TransferSummary, Transfer]:
+    async def send(
+        self,
+        runs: Sequence[RunBuffer],
+        nic: EmulatedNIC,
+        dst_nic: str,
+        *,
+        path: str = "bench",
+        src: str = "",
+        max_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        max_layers: int | None = None,
+        timeout_s: float | None = None,
+    ) -> tuple[fabric_pb2.TransferSummary, Transfer]:
         """Stream `runs` paced by `nic`; returns the receiver's summary and the sender's transfer."""
         if self._channel is None:
             self._channel = grpc.aio.insecure_channel(self.address, options=GRPC_OPTIONS)
         # requests are already serialized by `paced_chunks`
-        transfer_call = self._channel.stream_unary(TRANSFER_METHOD, request_serializer=None,
-                                                   response_deserializer=fabric_pb2.TransferSummary.FromString)
+        transfer_call = self._channel.stream_unary(
+            TRANSFER_METHOD, request_serializer=None, response_deserializer=fabric_pb2.TransferSummary.FromString
+        )
         total = run_bytes(runs, max_chunk_bytes, max_layers)
-        header = fabric_pb2.TransferHeader(transfer_id=uuid.uuid4().hex, path=path, src=src, dst_nic=dst_nic,
-                                           total_bytes=total, sender_latency_ms=nic.latency_ms)
+        header = fabric_pb2.TransferHeader(
+            transfer_id=uuid.uuid4().hex,
+            path=path,
+            src=src,
+            dst_nic=dst_nic,
+            total_bytes=total,
+            sender_latency_ms=nic.latency_ms,
+        )
         async with nic.transfer(total) as transfer:
-            summary = await transfer_call(paced_chunks(runs, transfer, header, max_chunk_bytes, max_layers),
-                                          metadata=outgoing_metadata(), timeout=timeout_s)
+            summary = await transfer_call(
+                paced_chunks(runs, transfer, header, max_chunk_bytes, max_layers),
+                metadata=outgoing_metadata(),
+                timeout=timeout_s,
+            )
         return summary, transfer
 
     async def close(self) -> None:

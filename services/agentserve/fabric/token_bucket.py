@@ -20,8 +20,7 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 class TokenBucket:
-    def __init__(self, rate: float, burst: float, clock: Clock = time.monotonic,
-                 sleep: Sleep = asyncio.sleep) -> None:
+    def __init__(self, rate: float, burst: float, clock: Clock = time.monotonic, sleep: Sleep = asyncio.sleep) -> None:
         """`rate` in bytes/s, `burst` in bytes (the bucket starts full); `clock` is monotonic seconds."""
         if not rate > 0:
             raise ValueError(f"token bucket rate must be positive, got {rate!r}")

@@ -28,8 +28,9 @@ class Chunk:
     data: memoryview
 
 
-def encode_chunk(transfer: fabric_pb2.TransferHeader | None, run: int, run_header: bytes, offset: int,
-                 data: bytes | memoryview) -> bytes:
+def encode_chunk(
+    transfer: fabric_pb2.TransferHeader | None, run: int, run_header: bytes, offset: int, data: bytes | memoryview
+) -> bytes:
     """Serialized `FabricChunk` (byte-identical to the generated code's output)."""
     parts: list[bytes | memoryview] = []
     if transfer is not None:
@@ -52,8 +53,13 @@ def decode_chunk(buf: bytes) -> Chunk:
     if _TRANSFER in fields:
         transfer = fabric_pb2.TransferHeader.FromString(bytes(fields[_TRANSFER]))
     empty = memoryview(b"")
-    return Chunk(transfer=transfer, run=int(fields.get(_RUN, 0)), run_header=fields.get(_RUN_HEADER, empty),
-                 offset=int(fields.get(_OFFSET, 0)), data=fields.get(_DATA, empty))
+    return Chunk(
+        transfer=transfer,
+        run=int(fields.get(_RUN, 0)),
+        run_header=fields.get(_RUN_HEADER, empty),
+        offset=int(fields.get(_OFFSET, 0)),
+        data=fields.get(_DATA, empty),
+    )
 
 
 def _field(parts: list, number: int, value: bytes | memoryview) -> None:

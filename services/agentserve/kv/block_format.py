@@ -40,9 +40,18 @@ from agentserve.kv.fp8 import FP8_DTYPE, dequantize, quantize_per_block
 
 # The store and engines import the whole format from here; block_header holds the details.
 __all__ = [
-    "PREFIX_SIZE", "BlockHeader", "CorruptBlockError", "FingerprintMismatchError", "KVBlocks",
-    "check_fingerprint", "decode_layers", "deserialize_blocks", "header_size", "payload_range",
-    "read_header", "serialize_blocks",
+    "PREFIX_SIZE",
+    "BlockHeader",
+    "CorruptBlockError",
+    "FingerprintMismatchError",
+    "KVBlocks",
+    "check_fingerprint",
+    "decode_layers",
+    "deserialize_blocks",
+    "header_size",
+    "payload_range",
+    "read_header",
+    "serialize_blocks",
 ]
 
 
@@ -71,9 +80,14 @@ def serialize_blocks(
     num_layers, num_blocks, block_size, num_kv_heads, head_dim = k.shape
     layout = layer_layout(k.dtype, kv_dtype, num_blocks, block_size, num_kv_heads, head_dim)
     fields = {
-        "fingerprint": fingerprint, "dtype": dtype_name(k.dtype), "kv_dtype": kv_dtype,
-        "num_layers": num_layers, "num_blocks": num_blocks, "block_size": block_size,
-        "num_kv_heads": num_kv_heads, "head_dim": head_dim,
+        "fingerprint": fingerprint,
+        "dtype": dtype_name(k.dtype),
+        "kv_dtype": kv_dtype,
+        "num_layers": num_layers,
+        "num_blocks": num_blocks,
+        "block_size": block_size,
+        "num_kv_heads": num_kv_heads,
+        "head_dim": head_dim,
         "block_ids": [bytes(b).hex() for b in block_ids],
     }
     extents = [LayerExtent(i * layout.stride, layout.length, 0) for i in range(num_layers)]
@@ -92,7 +106,7 @@ def serialize_blocks(
             _write(payload, base + layout.k, qk)
             _write(payload, base + layout.v, qv)
             _write(payload, base + layout.scales, torch.stack([k_scales, v_scales]))
-        extents[i] = LayerExtent(base, layout.length, crc32(payload[base:base + layout.length]))
+        extents[i] = LayerExtent(base, layout.length, crc32(payload[base : base + layout.length]))
     payload.release()
     out[:offset] = encode_header(fields, extents, size=offset)
     return out
@@ -113,7 +127,7 @@ def deserialize_blocks(
     check_fingerprint(header, expected_fingerprint)
     layers = check_layers(header, layers)
     offset, length = payload_range(header, layers.start, layers.stop)
-    return decode_layers(header, view[offset:offset + length], layers, dtype)
+    return decode_layers(header, view[offset : offset + length], layers, dtype)
 
 
 def decode_layers(
@@ -130,15 +144,14 @@ def decode_layers(
     _, length = payload_range(header, layers.start, layers.stop)
     if len(view) < length:
         raise CorruptBlockError(
-            f"KV block payload truncated: layers {layers.start}..{layers.stop - 1} need {length} "
-            f"bytes, got {len(view)}"
+            f"KV block payload truncated: layers {layers.start}..{layers.stop - 1} need {length} bytes, got {len(view)}"
         )
     view = view[:length]
     base = header.layers[layers.start].offset
     for i in layers:
         extent = header.layers[i]
         start = extent.offset - base
-        if crc32(view[start:start + extent.length]) != extent.crc32:
+        if crc32(view[start : start + extent.length]) != extent.crc32:
             raise CorruptBlockError(f"KV block payload corrupt: layer {i} checksum mismatch", layer=i)
     if view.readonly:
         view = memoryview(bytearray(view))
@@ -154,8 +167,9 @@ def decode_layers(
     return KVBlocks(header=header, k=k, v=v, layers=layers)
 
 
-def _check_inputs(k: torch.Tensor, v: torch.Tensor, block_ids: Sequence[bytes], fingerprint: str,
-                  kv_dtype: str) -> None:
+def _check_inputs(
+    k: torch.Tensor, v: torch.Tensor, block_ids: Sequence[bytes], fingerprint: str, kv_dtype: str
+) -> None:
     if kv_dtype not in KV_DTYPES:
         raise ValueError(f"kv_dtype must be one of {', '.join(KV_DTYPES)}, got {kv_dtype!r}")
     if k.dim() != 5 or k.shape != v.shape or k.dtype != v.dtype:
@@ -178,8 +192,7 @@ def _write(payload: memoryview, offset: int, tensor: torch.Tensor) -> None:
     torch.frombuffer(payload, dtype=torch.uint8, offset=offset, count=src.numel()).copy_(src)
 
 
-def _strided(view: memoryview, header: BlockHeader, num_layers: int, section: int,
-             dtype: torch.dtype) -> torch.Tensor:
+def _strided(view: memoryview, header: BlockHeader, num_layers: int, section: int, dtype: torch.dtype) -> torch.Tensor:
     """[num_layers, num_blocks, block_size, heads, head_dim] view of one section of every layer."""
     elem = dtype.itemsize
     flat = torch.frombuffer(view, dtype=dtype, count=len(view) // elem)
@@ -195,5 +208,6 @@ def _scales(view: memoryview, header: BlockHeader, num_layers: int) -> torch.Ten
     """float32 [num_layers, 2, num_blocks]: K then V scales of each layer."""
     layout = header.layout
     flat = torch.frombuffer(view, dtype=torch.float32, count=len(view) // 4)
-    return flat.as_strided((num_layers, 2, header.num_blocks), (layout.stride // 4, header.num_blocks, 1),
-                           layout.scales // 4)
+    return flat.as_strided(
+        (num_layers, 2, header.num_blocks), (layout.stride // 4, header.num_blocks, 1), layout.scales // 4
+    )

@@ -33,6 +33,7 @@ def checked_block_ids(block_ids: Sequence[bytes]) -> list[bytes]:
             raise ValueError(f"block_ids[{i}]: {exc}") from None
     return ids
 
+
 # Domain separation: these digests can never collide with blake2b digests computed elsewhere
 # for another purpose.
 _PERSON = b"agentserve.kv.1"
@@ -52,8 +53,7 @@ def compute_block_id(
 
     Any number of tokens is accepted; callers normally hash only full blocks (`block_ids_for`).
     """
-    return _hash(_parent_field(parent), _text_field(fingerprint), _text_field(tenant_salt),
-                 _pack_tokens(token_ids))
+    return _hash(_parent_field(parent), _text_field(fingerprint), _text_field(tenant_salt), _pack_tokens(token_ids))
 
 
 def block_ids_for(
@@ -75,7 +75,7 @@ def block_ids_for(
     parent: bytes | None = None
     view = memoryview(packed)
     for start in range(0, len(packed) - block_bytes + 1, block_bytes):
-        parent = _hash(_parent_field(parent), fp, salt, view[start:start + block_bytes])
+        parent = _hash(_parent_field(parent), fp, salt, view[start : start + block_bytes])
         ids.append(parent)
     return ids
 

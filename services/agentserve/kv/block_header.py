@@ -86,12 +86,14 @@ class BlockHeader:
 
     @property
     def layout(self) -> LayerLayout:
-        return layer_layout(self.dtype, self.kv_dtype, self.num_blocks, self.block_size,
-                            self.num_kv_heads, self.head_dim)
+        return layer_layout(
+            self.dtype, self.kv_dtype, self.num_blocks, self.block_size, self.num_kv_heads, self.head_dim
+        )
 
 
-def layer_layout(dtype: torch.dtype, kv_dtype: str, num_blocks: int, block_size: int,
-                 num_kv_heads: int, head_dim: int) -> LayerLayout:
+def layer_layout(
+    dtype: torch.dtype, kv_dtype: str, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
+) -> LayerLayout:
     elem = 1 if kv_dtype == "fp8_e4m3" else dtype.itemsize
     side = num_blocks * block_size * num_kv_heads * head_dim * elem
     v = _align(side)
@@ -109,8 +111,11 @@ def encode_header(fields: dict, layers: list[LayerExtent], size: int | None = No
     With `size` the result is padded to exactly that many bytes; `header_bound` gives a size every
     choice of crc values fits in, so the payload can be written before its checksums are known.
     """
-    doc = {"version": FORMAT_VERSION, **fields,
-           "layers": [{"offset": e.offset, "length": e.length, "crc32": e.crc32} for e in layers]}
+    doc = {
+        "version": FORMAT_VERSION,
+        **fields,
+        "layers": [{"offset": e.offset, "length": e.length, "crc32": e.crc32} for e in layers],
+    }
     body = json.dumps(doc, separators=(",", ":")).encode("utf-8")
     total = size if size is not None else _align(PREFIX_SIZE + len(body))
     if PREFIX_SIZE + len(body) > total:
@@ -162,20 +167,17 @@ _parse_body_cached = functools.lru_cache(maxsize=HEADER_CACHE_ENTRIES)(_parse_bo
 
 def check_fingerprint(header: BlockHeader, expected: str | None) -> None:
     if expected is not None and header.fingerprint != expected:
-        raise FingerprintMismatchError(
-            f"block belongs to model {header.fingerprint}, expected {expected}"
-        )
+        raise FingerprintMismatchError(f"block belongs to model {header.fingerprint}, expected {expected}")
 
 
 def check_layers(header: BlockHeader, layers: range | None) -> range:
     """Normalize a layer selection (None = all) and reject an empty, stepped or out-of-range one."""
     if layers is None:
         return range(header.num_layers)
-    if not isinstance(layers, range) or layers.step != 1 or not (
-        0 <= layers.start < layers.stop <= header.num_layers
-    ):
-        raise ValueError(f"layers must be a non-empty range(start, stop) within "
-                         f"[0, {header.num_layers}), got {layers!r}")
+    if not isinstance(layers, range) or layers.step != 1 or not (0 <= layers.start < layers.stop <= header.num_layers):
+        raise ValueError(
+            f"layers must be a non-empty range(start, stop) within [0, {header.num_layers}), got {layers!r}"
+        )
     return layers
 
 
@@ -221,9 +223,16 @@ def _header_from_doc(doc: dict, payload_offset: int) -> BlockHeader:
     if len(block_ids) != shape["num_blocks"]:
         raise ValueError(f"{len(block_ids)} block ids for {shape['num_blocks']} blocks")
     layers = tuple(LayerExtent(int(e["offset"]), int(e["length"]), int(e["crc32"])) for e in doc["layers"])
-    header = BlockHeader(version=doc["version"], fingerprint=str(doc["fingerprint"]),
-                         dtype=DTYPES[doc["dtype"]], kv_dtype=doc["kv_dtype"], **shape,
-                         block_ids=block_ids, layers=layers, payload_offset=payload_offset)
+    header = BlockHeader(
+        version=doc["version"],
+        fingerprint=str(doc["fingerprint"]),
+        dtype=DTYPES[doc["dtype"]],
+        kv_dtype=doc["kv_dtype"],
+        **shape,
+        block_ids=block_ids,
+        layers=layers,
+        payload_offset=payload_offset,
+    )
     layout = header.layout
     expected = [(i * layout.stride, layout.length) for i in range(header.num_layers)]
     if [(e.offset, e.length) for e in layers] != expected:

@@ -61,9 +61,7 @@ class BlockManager:
         """The slot holding `block_id` (in use or cached), or None. Changes nothing, not even LRU order."""
         return self._slot_of.get(block_id)
 
-    def can_allocate(
-        self, num_tokens: int, num_hit_blocks: int, block_ids: Sequence[bytes] | None = None
-    ) -> bool:
+    def can_allocate(self, num_tokens: int, num_hit_blocks: int, block_ids: Sequence[bytes] | None = None) -> bool:
         """Whether `allocate(block_ids, num_tokens, num_hit_blocks)` would succeed.
 
         Reviving a cached hit takes that slot out of the evictable pool, so the exact answer needs
@@ -90,8 +88,7 @@ class BlockManager:
         num_fresh, available = self._plan(block_ids, num_tokens, num_hit_blocks)
         if num_fresh > available:
             raise RuntimeError(
-                f"out of KV slots: need {num_fresh} fresh slots, {available} available; "
-                "call can_allocate() first"
+                f"out of KV slots: need {num_fresh} fresh slots, {available} available; call can_allocate() first"
             )
         slots = [self._slot_of[block_id] for block_id in block_ids[:num_hit_blocks]]
         for slot in slots:
@@ -129,9 +126,7 @@ class BlockManager:
         if needed <= 0:
             return
         if needed > 1:
-            raise ValueError(
-                f"{num_tokens_after} tokens need {needed} more slots; append grows by one token at a time"
-            )
+            raise ValueError(f"{num_tokens_after} tokens need {needed} more slots; append grows by one token at a time")
         if self.num_free_slots == 0:
             raise RuntimeError("out of KV slots: cannot append a block; call can_append() first")
         slots.append(self._take_fresh())
@@ -217,9 +212,7 @@ class BlockManager:
         hits = block_ids[:num_hit_blocks]
         resident = self.cached_prefix(hits)
         if resident < num_hit_blocks:
-            raise ValueError(
-                f"hit block {resident} is not resident; num_hit_blocks must come from cached_prefix()"
-            )
+            raise ValueError(f"hit block {resident} is not resident; num_hit_blocks must come from cached_prefix()")
         # A cached hit leaves the evictable pool when revived, so it is no longer available fresh.
         revived = {self._slot_of[b] for b in hits if self._refs[self._slot_of[b]] == 0}
         return num_blocks - num_hit_blocks, self.num_free_slots - len(revived)

@@ -9,8 +9,8 @@ from agentserve.v1 import prefill_pb2
 
 
 class KVPath(enum.Enum):
-    A = "A"          # store -> the prefill engine's storage NIC
-    B = "B"          # store -> a decode engine's storage NIC -> compute network -> the prefill engine
+    A = "A"  # store -> the prefill engine's storage NIC
+    B = "B"  # store -> a decode engine's storage NIC -> compute network -> the prefill engine
     SPLIT = "SPLIT"  # some blocks by A, the others by B, concurrently
 
     def to_proto(self) -> int:

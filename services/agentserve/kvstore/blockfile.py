@@ -58,15 +58,17 @@ def resolve_layers(layers: Layers, header: BlockHeader) -> range:
         raise LayerRangeError(f"block {header.block_ids[0].hex()}: {exc}") from None
 
 
-def read_whole(fd: int, size: int, block_id: bytes, expected_fingerprint: str | None,
-               max_bytes: int, nowait: bool = False) -> tuple[bytes | bytearray, BlockHeader]:
+def read_whole(
+    fd: int, size: int, block_id: bytes, expected_fingerprint: str | None, max_bytes: int, nowait: bool = False
+) -> tuple[bytes | bytearray, BlockHeader]:
     """The whole `size`-byte file in one read, verified exactly as a Write verifies a new block."""
     data = pread_exact(fd, size, 0, nowait)
     return data, verify_block(block_id, data, expected_fingerprint, max(max_bytes, len(data)))
 
 
-def read_layers(fd: int, size: int, block_id: bytes, expected_fingerprint: str | None,
-                layers: Layers, nowait: bool = False) -> tuple[bytes, int, BlockHeader, range]:
+def read_layers(
+    fd: int, size: int, block_id: bytes, expected_fingerprint: str | None, layers: Layers, nowait: bool = False
+) -> tuple[bytes, int, BlockHeader, range]:
     """(header bytes + payload of `layers`, header size, header, layers): two reads, `layers` verified."""
     head = pread_exact(fd, min(size, HEAD_READ), 0, nowait)
     hsize = header_size(head)
@@ -78,8 +80,9 @@ def read_layers(fd: int, size: int, block_id: bytes, expected_fingerprint: str |
     check_fingerprint(header, expected_fingerprint)
     last = header.layers[-1]
     if size != header.payload_offset + last.offset + last.length:
-        raise CorruptBlockError(f"file is {size} bytes, its header describes "
-                                f"{header.payload_offset + last.offset + last.length}")
+        raise CorruptBlockError(
+            f"file is {size} bytes, its header describes {header.payload_offset + last.offset + last.length}"
+        )
     layers = resolve_layers(layers, header)
     offset, length = payload_range(header, layers.start, layers.stop)
     payload = pread_exact(fd, length, offset, nowait)
@@ -94,7 +97,7 @@ def check_layer_crcs(header: BlockHeader, payload: bytes | memoryview, layers: r
     for i in layers:
         extent = header.layers[i]
         start = extent.offset - base
-        chunk = view[start:start + extent.length]
+        chunk = view[start : start + extent.length]
         if len(chunk) != extent.length:
             raise CorruptBlockError(f"layer {i} truncated", layer=i)
         if crc32(chunk) != extent.crc32:

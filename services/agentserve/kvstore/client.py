@@ -57,22 +57,24 @@ class KVStoreClient:
         finally:
             call.cancel()  # no-op when the stream ended; frees the server when the caller stops early
 
-    async def write(self, fingerprint: str,
-                    blocks: BlockSource) -> kvstore_pb2.PutResponse:
+    async def write(self, fingerprint: str, blocks: BlockSource) -> kvstore_pb2.PutResponse:
         """Stream `(block_id, data)` pairs (a list, or an async iterator of blocks as they are made);
         returns once every block is durable. Errors as `put`, indexed by position in the stream."""
 
         async def messages() -> AsyncIterator[kvstore_pb2.WriteRequest]:
             first = True
             async for block_id, data in _aiter(blocks):
-                yield kvstore_pb2.WriteRequest(model_fingerprint=fingerprint if first else "",
-                                               block=common_pb2.KVBlock(block_id=bytes(block_id), data=bytes(data)))
+                yield kvstore_pb2.WriteRequest(
+                    model_fingerprint=fingerprint if first else "",
+                    block=common_pb2.KVBlock(block_id=bytes(block_id), data=bytes(data)),
+                )
                 first = False
 
         return await self._kv().Write(messages(), metadata=outgoing_metadata(), timeout=self.timeout_s)
 
-    async def read(self, fingerprint: str, block_ids: Sequence[bytes],
-                   layers: range | None = None) -> AsyncIterator[BlockRead]:
+    async def read(
+        self, fingerprint: str, block_ids: Sequence[bytes], layers: range | None = None
+    ) -> AsyncIterator[BlockRead]:
         """Yield each block (or `layers` of it) in request order, ending at the first one not stored."""
         request = kvstore_pb2.ReadRequest(model_fingerprint=fingerprint, block_ids=[bytes(b) for b in block_ids])
         if layers is not None:
@@ -107,11 +109,13 @@ class KVStoreClient:
         request = kvstore_pb2.UnpinRequest(block_ids=[bytes(b) for b in block_ids])
         return (await self._kv().Unpin(request, metadata=outgoing_metadata(), timeout=self.timeout_s)).unpinned
 
-    async def hint(self, block_ids: Sequence[bytes], priority: int | None = None,
-                   next_use_in_s: float | None = None) -> int:
+    async def hint(
+        self, block_ids: Sequence[bytes], priority: int | None = None, next_use_in_s: float | None = None
+    ) -> int:
         """Advise the eviction policy; returns how many ids are stored."""
-        request = kvstore_pb2.HintRequest(block_ids=[bytes(b) for b in block_ids], priority=priority,
-                                          next_use_in_s=next_use_in_s)
+        request = kvstore_pb2.HintRequest(
+            block_ids=[bytes(b) for b in block_ids], priority=priority, next_use_in_s=next_use_in_s
+        )
         return (await self._kv().Hint(request, metadata=outgoing_metadata(), timeout=self.timeout_s)).stored
 
     async def delete(self, block_ids: Sequence[bytes]) -> int:
@@ -120,8 +124,7 @@ class KVStoreClient:
         return (await self._kv().Delete(request, metadata=outgoing_metadata(), timeout=self.timeout_s)).deleted
 
     async def stats(self) -> kvstore_pb2.StatsResponse:
-        return await self._kv().Stats(kvstore_pb2.StatsRequest(), metadata=outgoing_metadata(),
-                                      timeout=self.timeout_s)
+        return await self._kv().Stats(kvstore_pb2.StatsRequest(), metadata=outgoing_metadata(), timeout=self.timeout_s)
 
     async def close(self) -> None:
         if self._channel is not None:
@@ -139,10 +142,12 @@ class KVStoreClient:
             self._channel = grpc.aio.insecure_channel(self.address, options=GRPC_OPTIONS)
             self._stub = kvstore_pb2_grpc.KVStoreStub(self._channel)
             # The KV-carrying streams decode with `wire`: one copy of each block instead of three.
-            self._read = self._channel.unary_stream(wire.READ_METHOD, request_serializer=_serialize,
-                                                    response_deserializer=wire.decode_read_chunk)
-            self._get = self._channel.unary_stream(wire.GET_METHOD, request_serializer=_serialize,
-                                                   response_deserializer=wire.decode_kv_block)
+            self._read = self._channel.unary_stream(
+                wire.READ_METHOD, request_serializer=_serialize, response_deserializer=wire.decode_read_chunk
+            )
+            self._get = self._channel.unary_stream(
+                wire.GET_METHOD, request_serializer=_serialize, response_deserializer=wire.decode_kv_block
+            )
         return self._stub
 
 

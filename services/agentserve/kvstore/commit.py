@@ -36,8 +36,9 @@ class Staged:
 
 
 class GroupCommitter:
-    def __init__(self, sync: Callable[[], None], install: Callable[[Staged], None],
-                 discard: Callable[[Staged], None]) -> None:
+    def __init__(
+        self, sync: Callable[[], None], install: Callable[[Staged], None], discard: Callable[[Staged], None]
+    ) -> None:
         self._sync = sync
         self._install = install
         self._discard = discard

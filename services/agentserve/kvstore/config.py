@@ -42,5 +42,7 @@ class KVStoreConfig:
         if self.dram_budget_bytes < 0:
             raise ValueError(f"dram_budget_bytes must be >= 0 (0 disables DRAM), got {self.dram_budget_bytes}")
         if self.ssd_budget_bytes < self.max_block_bytes:
-            raise ValueError(f"ssd_budget_bytes must be at least max_block_bytes ({self.max_block_bytes}), "
-                             f"got {self.ssd_budget_bytes}")
+            raise ValueError(
+                f"ssd_budget_bytes must be at least max_block_bytes ({self.max_block_bytes}), "
+                f"got {self.ssd_budget_bytes}"
+            )

@@ -63,8 +63,9 @@ class DramTier:
         size = len(data)
         if size > self.budget_bytes:
             return False
-        victims = pick_victims(self._policy, self.bytes + size - self.budget_bytes,
-                               lambda b: len(self._entries[b].data), self._pinned)
+        victims = pick_victims(
+            self._policy, self.bytes + size - self.budget_bytes, lambda b: len(self._entries[b].data), self._pinned
+        )
         if victims is None:
             return False
         for victim in victims:

@@ -71,7 +71,7 @@ def _parse_name(name: str) -> bytes | None:
     if not name.endswith(BLOCK_SUFFIX):
         return None
     try:
-        block_id = bytes.fromhex(name[:-len(BLOCK_SUFFIX)])
+        block_id = bytes.fromhex(name[: -len(BLOCK_SUFFIX)])
         check_block_id(block_id)
     except ValueError:
         return None

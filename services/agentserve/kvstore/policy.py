@@ -22,8 +22,8 @@ class Hint:
     Times are on the store's clock (`time.monotonic()` unless a test injects one).
     """
 
-    priority: int | None = None       # session priority: higher should stay longer
-    pin_until: float | None = None    # the store will not evict the block before this time
+    priority: int | None = None  # session priority: higher should stay longer
+    pin_until: float | None = None  # the store will not evict the block before this time
     next_use_at: float | None = None  # when the block is expected to be read again
 
 
@@ -47,7 +47,7 @@ class EvictionPolicy(ABC):
         """Every block of the tier, the one to evict first first. The caller stops early and may
         skip some (pinned); it removes the ones it evicts with `remove` after iterating."""
 
-    def hint(self, block_id: bytes, hint: Hint) -> None:
+    def hint(self, block_id: bytes, hint: Hint) -> None:  # noqa: B027 - optional: most policies ignore hints
         """Advice about one stored block; a policy that has no use for it ignores it."""
 
 
@@ -111,8 +111,9 @@ class Pins:
         return len(self._until)
 
 
-def pick_victims(policy: EvictionPolicy, need: int, size_of: Callable[[bytes], int],
-                 pinned: Callable[[bytes], bool]) -> list[bytes] | None:
+def pick_victims(
+    policy: EvictionPolicy, need: int, size_of: Callable[[bytes], int], pinned: Callable[[bytes], bool]
+) -> list[bytes] | None:
     """The policy's first unpinned blocks that together free at least `need` bytes, or None when
     even every unpinned block would not free that much (then nothing should be evicted)."""
     chosen: list[bytes] = []

@@ -22,8 +22,7 @@ class ReadAhead:
     window at a time, so a stream of 1 MB blocks makes one prefetch call per ~4 blocks.
     """
 
-    def __init__(self, block_ids: Sequence[bytes], size_of: Callable[[bytes], int | None],
-                 window_bytes: int) -> None:
+    def __init__(self, block_ids: Sequence[bytes], size_of: Callable[[bytes], int | None], window_bytes: int) -> None:
         if window_bytes <= 0:
             raise ValueError(f"window_bytes must be positive, got {window_bytes}")
         self._ids = block_ids

@@ -10,14 +10,14 @@ from pathlib import Path
 import grpc
 import torch
 
-from agentserve.common.server import Service, ServerSettings
+from agentserve.common.server import ServerSettings, Service
 from agentserve.kv.block_format import serialize_blocks
 from agentserve.kv.block_hash import BLOCK_ID_BYTES
+from agentserve.kvstore import wire
 from agentserve.kvstore.config import KVStoreConfig
 from agentserve.kvstore.metrics import KVStoreMetrics
 from agentserve.kvstore.servicer import KVStoreServicer
 from agentserve.kvstore.tiered import TieredStore
-from agentserve.kvstore import wire
 from agentserve.v1 import kvstore_pb2
 
 log = logging.getLogger(__name__)
@@ -52,9 +52,14 @@ class KVStoreService(Service):
 
 def open_store(config: KVStoreConfig) -> TieredStore:
     def open_at(data_dir: Path) -> TieredStore:
-        return TieredStore.open(data_dir, dram_budget_bytes=config.dram_budget_bytes,
-                                ssd_budget_bytes=config.ssd_budget_bytes, fsync=config.fsync,
-                                group_commit=config.group_commit, max_block_bytes=config.max_block_bytes)
+        return TieredStore.open(
+            data_dir,
+            dram_budget_bytes=config.dram_budget_bytes,
+            ssd_budget_bytes=config.ssd_budget_bytes,
+            fsync=config.fsync,
+            group_commit=config.group_commit,
+            max_block_bytes=config.max_block_bytes,
+        )
 
     if not config.claim_instance_dir:
         return open_at(Path(config.data_dir))

@@ -54,8 +54,9 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
         return _put_response(result)
 
     @grpc_errors
-    async def Write(self, request_iterator: AsyncIterator[kvstore_pb2.WriteRequest],
-                    context: grpc.aio.ServicerContext) -> kvstore_pb2.PutResponse:
+    async def Write(
+        self, request_iterator: AsyncIterator[kvstore_pb2.WriteRequest], context: grpc.aio.ServicerContext
+    ) -> kvstore_pb2.PutResponse:
         with incoming_context(context), tracer().start_as_current_span("kvstore.write") as span:
             fingerprint, result, index = "", WriteResult(), 0
             batch: list[tuple[bytes, bytes]] = []
@@ -64,8 +65,10 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
             try:
                 async for message in request_iterator:
                     if message.model_fingerprint and fingerprint and message.model_fingerprint != fingerprint:
-                        raise ValueError(f"block {index}: model_fingerprint {message.model_fingerprint!r} differs "
-                                         f"from the stream's {fingerprint!r}")
+                        raise ValueError(
+                            f"block {index}: model_fingerprint {message.model_fingerprint!r} differs "
+                            f"from the stream's {fingerprint!r}"
+                        )
                     fingerprint = fingerprint or _require_fingerprint(message.model_fingerprint)
                     batch.append((message.block.block_id, message.block.data))
                     batch_bytes += len(message.block.data)
@@ -87,18 +90,18 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
         return _put_response(result)
 
     @grpc_errors
-    async def Get(self, request: kvstore_pb2.GetRequest,
-                  context: grpc.aio.ServicerContext) -> AsyncIterator[BlockRead]:
+    async def Get(self, request: kvstore_pb2.GetRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[BlockRead]:
         fingerprint = _require_fingerprint(request.model_fingerprint)
         ids = [bytes(b) for b in request.block_ids]
         # Get predates id checks: a malformed id is a block not stored, where the reply stops.
-        ids = ids[:next((i for i, b in enumerate(ids) if len(b) != BLOCK_ID_BYTES), len(ids))]
+        ids = ids[: next((i for i, b in enumerate(ids) if len(b) != BLOCK_ID_BYTES), len(ids))]
         async for read in self._reads("kvstore.get", context, fingerprint, ids, None):
             yield read  # encoded as a KVBlock by wire.encode_kv_block
 
     @grpc_errors
-    async def Read(self, request: kvstore_pb2.ReadRequest,
-                   context: grpc.aio.ServicerContext) -> AsyncIterator[BlockRead]:
+    async def Read(
+        self, request: kvstore_pb2.ReadRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[BlockRead]:
         fingerprint = _require_fingerprint(request.model_fingerprint)
         ids = checked_block_ids(request.block_ids)
         stop = request.layer_stop if request.HasField("layer_stop") else None
@@ -109,8 +112,9 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
             yield read  # encoded as a ReadChunk by wire.encode_read_chunk
 
     @grpc_errors
-    async def Lookup(self, request: kvstore_pb2.LookupRequest,
-                     context: grpc.aio.ServicerContext) -> kvstore_pb2.LookupResponse:
+    async def Lookup(
+        self, request: kvstore_pb2.LookupRequest, context: grpc.aio.ServicerContext
+    ) -> kvstore_pb2.LookupResponse:
         # Index only, no disk IO: cheap enough to run on the event loop.
         result = self._store.lookup(request.block_ids)
         return kvstore_pb2.LookupResponse(prefix_blocks=result.prefix_blocks, tiers=[int(t) for t in result.tiers])
@@ -120,44 +124,70 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
         return kvstore_pb2.PinResponse(pinned=self._store.pin(request.block_ids, request.ttl_s))
 
     @grpc_errors
-    async def Unpin(self, request: kvstore_pb2.UnpinRequest,
-                    context: grpc.aio.ServicerContext) -> kvstore_pb2.UnpinResponse:
+    async def Unpin(
+        self, request: kvstore_pb2.UnpinRequest, context: grpc.aio.ServicerContext
+    ) -> kvstore_pb2.UnpinResponse:
         return kvstore_pb2.UnpinResponse(unpinned=self._store.unpin(request.block_ids))
 
     @grpc_errors
-    async def Hint(self, request: kvstore_pb2.HintRequest,
-                   context: grpc.aio.ServicerContext) -> kvstore_pb2.HintResponse:
+    async def Hint(
+        self, request: kvstore_pb2.HintRequest, context: grpc.aio.ServicerContext
+    ) -> kvstore_pb2.HintResponse:
         next_use = time.monotonic() + request.next_use_in_s if request.HasField("next_use_in_s") else None
         hint = Hint(priority=request.priority if request.HasField("priority") else None, next_use_at=next_use)
         return kvstore_pb2.HintResponse(stored=self._store.hint(request.block_ids, hint))
 
     @grpc_errors
-    async def Delete(self, request: kvstore_pb2.DeleteRequest,
-                     context: grpc.aio.ServicerContext) -> kvstore_pb2.DeleteResponse:
+    async def Delete(
+        self, request: kvstore_pb2.DeleteRequest, context: grpc.aio.ServicerContext
+    ) -> kvstore_pb2.DeleteResponse:
         deleted = await asyncio.to_thread(self._store.delete, list(request.block_ids))
         return kvstore_pb2.DeleteResponse(deleted=deleted)
 
     @grpc_errors
-    async def Stats(self, request: kvstore_pb2.StatsRequest,
-                    context: grpc.aio.ServicerContext) -> kvstore_pb2.StatsResponse:
+    async def Stats(
+        self, request: kvstore_pb2.StatsRequest, context: grpc.aio.ServicerContext
+    ) -> kvstore_pb2.StatsResponse:
         s = self._store.stats()
-        tiers = [kvstore_pb2.TierStats(tier=int(t.tier), blocks=t.blocks, bytes=t.bytes, budget_bytes=t.budget_bytes,
-                                       hits=t.hits, misses=t.misses, evictions=t.evictions, peak_bytes=t.peak_bytes)
-                 for t in (s.dram, s.ssd)]
+        tiers = [
+            kvstore_pb2.TierStats(
+                tier=int(t.tier),
+                blocks=t.blocks,
+                bytes=t.bytes,
+                budget_bytes=t.budget_bytes,
+                hits=t.hits,
+                misses=t.misses,
+                evictions=t.evictions,
+                peak_bytes=t.peak_bytes,
+            )
+            for t in (s.dram, s.ssd)
+        ]
         return kvstore_pb2.StatsResponse(
-            blocks=s.ssd.blocks, bytes=s.ssd.bytes, hits=s.dram.hits + s.ssd.hits, misses=s.ssd.misses,
-            corrupt_dropped=s.corrupt_dropped, tiers=tiers, reserved_bytes=s.reserved_bytes,
-            pinned_blocks=s.pinned_blocks, read_bytes=s.read_bytes, write_bytes=s.write_bytes,
-            read_bytes_per_s=s.read_bytes_per_s, write_bytes_per_s=s.write_bytes_per_s)
+            blocks=s.ssd.blocks,
+            bytes=s.ssd.bytes,
+            hits=s.dram.hits + s.ssd.hits,
+            misses=s.ssd.misses,
+            corrupt_dropped=s.corrupt_dropped,
+            tiers=tiers,
+            reserved_bytes=s.reserved_bytes,
+            pinned_blocks=s.pinned_blocks,
+            read_bytes=s.read_bytes,
+            write_bytes=s.write_bytes,
+            read_bytes_per_s=s.read_bytes_per_s,
+            write_bytes_per_s=s.write_bytes_per_s,
+        )
 
-    async def _write(self, fingerprint: str, blocks: Sequence[tuple[bytes, bytes]], first_index: int,
-                     of_total: str) -> WriteResult:
+    async def _write(
+        self, fingerprint: str, blocks: Sequence[tuple[bytes, bytes]], first_index: int, of_total: str
+    ) -> WriteResult:
         try:
             result = await asyncio.to_thread(self._store.put_many, fingerprint, blocks, first_index)
         except BlockRejectedError as exc:
             self._metrics.put_blocks.labels("rejected").inc()
-            raise ValueError(f"block {exc.index}{of_total} (id {bytes(blocks[exc.index - first_index][0])[:16].hex()})"
-                             f" rejected: {exc.cause}; blocks before it are stored") from None
+            raise ValueError(
+                f"block {exc.index}{of_total} (id {bytes(blocks[exc.index - first_index][0])[:16].hex()})"
+                f" rejected: {exc.cause}; blocks before it are stored"
+            ) from None
         self._count_stored(result)
         return result
 
@@ -166,8 +196,9 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
         self._metrics.put_blocks.labels("existing").inc(result.existing)
         self._metrics.put_bytes.inc(result.bytes_written)
 
-    async def _reads(self, name: str, context: grpc.aio.ServicerContext, fingerprint: str,
-                     ids: list[bytes], layers: Layers) -> AsyncIterator[BlockRead]:
+    async def _reads(
+        self, name: str, context: grpc.aio.ServicerContext, fingerprint: str, ids: list[bytes], layers: Layers
+    ) -> AsyncIterator[BlockRead]:
         """Read `ids` in order, stopping at the first one not stored."""
         # The span is not made current: attaching a context across yields would leave it dangling
         # if the client cancels the stream and the generator is closed elsewhere.
@@ -183,8 +214,11 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
                 # Warm blocks (DRAM, page cache) are served in place: a thread hop costs more than
                 # the read. Cold ones go to a thread, with the blocks after them, a batch at a time.
                 read = self._store.read(ids[i], fingerprint, layers, nowait=True)
-                batch = [read] if read is not NOT_CACHED else await asyncio.to_thread(
-                    self._read_batch, ids, i, fingerprint, layers)
+                batch = (
+                    [read]
+                    if read is not NOT_CACHED
+                    else await asyncio.to_thread(self._read_batch, ids, i, fingerprint, layers)
+                )
                 i += len(batch)
                 for read in batch:
                     if isinstance(read, BaseException):
@@ -208,8 +242,9 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
             future = asyncio.get_running_loop().run_in_executor(None, self._store.prefetch, block_ids)
             future.add_done_callback(lambda f: f.cancelled() or f.exception())
 
-    def _read_batch(self, ids: list[bytes], start: int, fingerprint: str,
-                    layers: Layers) -> list[BlockRead | None | Exception]:
+    def _read_batch(
+        self, ids: list[bytes], start: int, fingerprint: str, layers: Layers
+    ) -> list[BlockRead | None | Exception]:
         """Read from `ids[start]` on until READ_BATCH_BYTES are read, a block is missing (None)
         or a read fails (the error, last): one thread hop per batch, not per block."""
         batch: list[BlockRead | None | Exception] = []

@@ -22,14 +22,31 @@ from agentserve.kvstore.types import BlockRead, LookupResult, Tier
 from agentserve.v1 import kvstore_pb2
 
 T = TypeVar("T")
-_SUMMED = ("blocks", "bytes", "hits", "misses", "corrupt_dropped", "reserved_bytes", "pinned_blocks",
-           "read_bytes", "write_bytes", "read_bytes_per_s", "write_bytes_per_s")
+_SUMMED = (
+    "blocks",
+    "bytes",
+    "hits",
+    "misses",
+    "corrupt_dropped",
+    "reserved_bytes",
+    "pinned_blocks",
+    "read_bytes",
+    "write_bytes",
+    "read_bytes_per_s",
+    "write_bytes_per_s",
+)
 _TIER_SUMMED = ("blocks", "bytes", "budget_bytes", "hits", "misses", "evictions", "peak_bytes")
 
 
 class ShardedKVStoreClient:
-    def __init__(self, addresses: str | Sequence[str], timeout_s: float | None = None, refresh_s: float = 30.0,
-                 vnodes: int = DEFAULT_VNODES, resolve: Callable[[str], list[str]] = resolve_addresses) -> None:
+    def __init__(
+        self,
+        addresses: str | Sequence[str],
+        timeout_s: float | None = None,
+        refresh_s: float = 30.0,
+        vnodes: int = DEFAULT_VNODES,
+        resolve: Callable[[str], list[str]] = resolve_addresses,
+    ) -> None:
         self.spec = addresses if isinstance(addresses, str) else ",".join(addresses)
         self.timeout_s = timeout_s
         self.refresh_s = refresh_s
@@ -47,8 +64,7 @@ class ShardedKVStoreClient:
         parts = await self._split(blocks, key=lambda b: b[0])
         return _sum_puts(await _gather(self._clients[a].put(fingerprint, part) for a, part in parts.items()))
 
-    async def write(self, fingerprint: str,
-                    blocks: BlockSource) -> kvstore_pb2.PutResponse:
+    async def write(self, fingerprint: str, blocks: BlockSource) -> kvstore_pb2.PutResponse:
         items = [b async for b in blocks] if hasattr(blocks, "__aiter__") else list(blocks)
         parts = await self._split(items, key=lambda b: b[0])
         return _sum_puts(await _gather(self._clients[a].write(fingerprint, part) for a, part in parts.items()))
@@ -57,8 +73,9 @@ class ShardedKVStoreClient:
         async for item in self._merged(block_ids, lambda c, ids: c.get(fingerprint, ids)):
             yield item
 
-    async def read(self, fingerprint: str, block_ids: Sequence[bytes],
-                   layers: range | None = None) -> AsyncIterator[BlockRead]:
+    async def read(
+        self, fingerprint: str, block_ids: Sequence[bytes], layers: range | None = None
+    ) -> AsyncIterator[BlockRead]:
         async for item in self._merged(block_ids, lambda c, ids: c.read(fingerprint, ids, layers)):
             yield item
 
@@ -81,8 +98,9 @@ class ShardedKVStoreClient:
     async def unpin(self, block_ids: Sequence[bytes]) -> int:
         return await self._count(block_ids, lambda c, ids: c.unpin(ids))
 
-    async def hint(self, block_ids: Sequence[bytes], priority: int | None = None,
-                   next_use_in_s: float | None = None) -> int:
+    async def hint(
+        self, block_ids: Sequence[bytes], priority: int | None = None, next_use_in_s: float | None = None
+    ) -> int:
         return await self._count(block_ids, lambda c, ids: c.hint(ids, priority, next_use_in_s))
 
     async def delete(self, block_ids: Sequence[bytes]) -> int:
@@ -141,13 +159,15 @@ class ShardedKVStoreClient:
             parts.setdefault(self._ring.node_for(bytes(key(item))), []).append(item)
         return parts
 
-    async def _count(self, block_ids: Sequence[bytes],
-                     call: Callable[[KVStoreClient, list[bytes]], Awaitable[int]]) -> int:
+    async def _count(
+        self, block_ids: Sequence[bytes], call: Callable[[KVStoreClient, list[bytes]], Awaitable[int]]
+    ) -> int:
         parts = await self._split(block_ids, key=lambda b: b)
         return sum(await _gather(call(self._clients[a], part) for a, part in parts.items()))
 
-    async def _merged(self, block_ids: Sequence[bytes],
-                      stream: Callable[[KVStoreClient, list[bytes]], AsyncIterator[T]]) -> AsyncIterator[T]:
+    async def _merged(
+        self, block_ids: Sequence[bytes], stream: Callable[[KVStoreClient, list[bytes]], AsyncIterator[T]]
+    ) -> AsyncIterator[T]:
         """One stream per instance, merged back into request order up to the first missing block."""
         parts = await self._split(block_ids, key=lambda b: b)
         owners = [self._ring.node_for(bytes(b)) for b in block_ids]
@@ -180,5 +200,8 @@ async def _gather(calls: Iterable[Awaitable[T]]) -> list[T]:
 
 
 def _sum_puts(responses: Sequence[kvstore_pb2.PutResponse]) -> kvstore_pb2.PutResponse:
-    return kvstore_pb2.PutResponse(stored=sum(r.stored for r in responses), existing=sum(r.existing for r in responses),
-                                   bytes_written=sum(r.bytes_written for r in responses))
+    return kvstore_pb2.PutResponse(
+        stored=sum(r.stored for r in responses),
+        existing=sum(r.existing for r in responses),
+        bytes_written=sum(r.bytes_written for r in responses),
+    )

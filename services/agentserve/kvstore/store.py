@@ -29,7 +29,7 @@ from pathlib import Path
 from agentserve.fabric.malloc import keep_freed_buffers
 from agentserve.kv.block_format import FingerprintMismatchError
 from agentserve.kv.block_hash import BLOCK_ID_BYTES
-from agentserve.kvstore.blockfile import Layers, LayerRangeError, WouldBlock, read_layers, read_whole, wants_whole
+from agentserve.kvstore.blockfile import LayerRangeError, Layers, WouldBlock, read_layers, read_whole, wants_whole
 from agentserve.kvstore.commit import GroupCommitter, Staged, make_syncfs
 from agentserve.kvstore.layout import BLOCK_SUFFIX, TEMP_SUFFIX, block_path, lock_dir, scan_blocks
 from agentserve.kvstore.types import NOT_CACHED, BlockRead, NotCached, Tier
@@ -53,15 +53,21 @@ class BlockRejectedError(ValueError):
     """Block `index` of a write failed verification; the blocks before it are stored."""
 
     def __init__(self, index: int, block_id: bytes, cause: ValueError) -> None:
-        super().__init__(f"block {index} (id {bytes(block_id)[:16].hex()}) rejected: {cause}; "
-                         "blocks before it are stored")
+        super().__init__(
+            f"block {index} (id {bytes(block_id)[:16].hex()}) rejected: {cause}; blocks before it are stored"
+        )
         self.index = index
         self.cause = cause
 
 
 class BlockStore:
-    def __init__(self, data_dir: str | os.PathLike, fsync: bool = True,
-                 max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES, group_commit: bool = False) -> None:
+    def __init__(
+        self,
+        data_dir: str | os.PathLike,
+        fsync: bool = True,
+        max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
+        group_commit: bool = False,
+    ) -> None:
         if max_block_bytes <= 0:
             raise ValueError(f"max_block_bytes must be positive, got {max_block_bytes}")
         self.root = Path(data_dir) / "blocks"
@@ -81,8 +87,9 @@ class BlockStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self._fsync_dir(self.root.parent)
         self._lock_file = lock_dir(Path(data_dir))
-        self._committer = (GroupCommitter(make_syncfs(self.root), self._install, self._discard)
-                           if self.group_commit else None)
+        self._committer = (
+            GroupCommitter(make_syncfs(self.root), self._install, self._discard) if self.group_commit else None
+        )
         self._scan()
 
     def close(self) -> None:
@@ -113,9 +120,14 @@ class BlockStore:
             raise rejected
         return stored
 
-    def write(self, fingerprint: str, blocks: Sequence[tuple[bytes, bytes]], first_index: int = 0,
-              verified: bool = False, reserved: Mapping[bytes, int] | None = None,
-              ) -> tuple[list[bool], BlockRejectedError | None]:
+    def write(
+        self,
+        fingerprint: str,
+        blocks: Sequence[tuple[bytes, bytes]],
+        first_index: int = 0,
+        verified: bool = False,
+        reserved: Mapping[bytes, int] | None = None,
+    ) -> tuple[list[bool], BlockRejectedError | None]:
         """`put_many` that returns the rejection (with what was stored before it) instead of raising
         it. `verified=True` skips verification the caller has just done. With `reserved` (id ->
         size, added by `reserve`), only those blocks are written, each one's reservation turning
@@ -207,8 +219,9 @@ class BlockStore:
 
     # -- reads ------------------------------------------------------------------------------------
 
-    def read(self, block_id: bytes, expected_fingerprint: str | None = None,
-             layers: Layers = None, nowait: bool = False) -> BlockRead | None | NotCached:
+    def read(
+        self, block_id: bytes, expected_fingerprint: str | None = None, layers: Layers = None, nowait: bool = False
+    ) -> BlockRead | None | NotCached:
         """The whole block or `layers` of it, verified; None if absent or found corrupt (then deleted).
 
         Raises FingerprintMismatchError if the block belongs to another model than
@@ -229,12 +242,12 @@ class BlockStore:
         try:
             st = os.fstat(fd)
             if wants_whole(layers):
-                data, header = read_whole(fd, st.st_size, block_id, expected_fingerprint, self.max_block_bytes,
-                                          nowait)
+                data, header = read_whole(fd, st.st_size, block_id, expected_fingerprint, self.max_block_bytes, nowait)
                 hsize, layers = header.payload_offset, range(header.num_layers)
             else:
-                data, hsize, header, layers = read_layers(fd, st.st_size, block_id, expected_fingerprint, layers,
-                                                          nowait)
+                data, hsize, header, layers = read_layers(
+                    fd, st.st_size, block_id, expected_fingerprint, layers, nowait
+                )
         except WouldBlock:
             return NOT_CACHED
         except (FingerprintMismatchError, LayerRangeError):
@@ -296,8 +309,13 @@ class BlockStore:
 
     def stats(self) -> StoreStats:
         with self._lock:
-            return StoreStats(blocks=len(self._index), bytes=self._bytes, hits=self._hits,
-                              misses=self._misses, corrupt_dropped=self._corrupt)
+            return StoreStats(
+                blocks=len(self._index),
+                bytes=self._bytes,
+                hits=self._hits,
+                misses=self._misses,
+                corrupt_dropped=self._corrupt,
+            )
 
     # -- internals --------------------------------------------------------------------------------
 

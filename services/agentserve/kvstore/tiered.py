@@ -26,7 +26,7 @@ from agentserve.kv.block_format import BlockHeader, check_fingerprint, payload_r
 from agentserve.kv.block_hash import check_block_id, checked_block_ids
 from agentserve.kvstore.blockfile import Layers, resolve_layers, wants_whole
 from agentserve.kvstore.dram import DramTier
-from agentserve.kvstore.policy import Hint, LRUPolicy, PolicyFactory, Pins, pick_victims
+from agentserve.kvstore.policy import Hint, LRUPolicy, Pins, PolicyFactory, pick_victims
 from agentserve.kvstore.rates import RateMeter
 from agentserve.kvstore.readahead import READ_AHEAD_BYTES, ReadAhead
 from agentserve.kvstore.store import DEFAULT_MAX_BLOCK_BYTES, BlockRejectedError, BlockStore
@@ -51,8 +51,15 @@ class StoreFullError(RetryableError):
 
 
 class TieredStore:
-    def __init__(self, ssd: BlockStore, *, dram_budget_bytes: int, ssd_budget_bytes: int,
-                 policy: PolicyFactory = LRUPolicy, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        ssd: BlockStore,
+        *,
+        dram_budget_bytes: int,
+        ssd_budget_bytes: int,
+        policy: PolicyFactory = LRUPolicy,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if ssd_budget_bytes <= 0:
             raise ValueError(f"SSD budget must be positive, got {ssd_budget_bytes}")
         self.ssd = ssd
@@ -71,13 +78,23 @@ class TieredStore:
             self._make_ssd_room(0)  # the budget may have shrunk since the last run
 
     @classmethod
-    def open(cls, data_dir: str | os.PathLike, *, dram_budget_bytes: int, ssd_budget_bytes: int,
-             fsync: bool = True, group_commit: bool = False, max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
-             policy: PolicyFactory = LRUPolicy, clock: Callable[[], float] = time.monotonic) -> TieredStore:
+    def open(
+        cls,
+        data_dir: str | os.PathLike,
+        *,
+        dram_budget_bytes: int,
+        ssd_budget_bytes: int,
+        fsync: bool = True,
+        group_commit: bool = False,
+        max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
+        policy: PolicyFactory = LRUPolicy,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> TieredStore:
         ssd = BlockStore(data_dir, fsync=fsync, max_block_bytes=max_block_bytes, group_commit=group_commit)
         try:
-            return cls(ssd, dram_budget_bytes=dram_budget_bytes, ssd_budget_bytes=ssd_budget_bytes,
-                       policy=policy, clock=clock)
+            return cls(
+                ssd, dram_budget_bytes=dram_budget_bytes, ssd_budget_bytes=ssd_budget_bytes, policy=policy, clock=clock
+            )
         except BaseException:
             ssd.close()
             raise
@@ -106,13 +123,13 @@ class TieredStore:
             result += WriteResult(1, 0, len(data)) if new else WriteResult(0, 1, 0)
         return result
 
-    def _write(self, fingerprint: str, blocks: Sequence[tuple[bytes, bytes]],
-               first_index: int) -> tuple[list[bool], BlockRejectedError | None]:
+    def _write(
+        self, fingerprint: str, blocks: Sequence[tuple[bytes, bytes]], first_index: int
+    ) -> tuple[list[bool], BlockRejectedError | None]:
         if not fingerprint:
             raise ValueError("model fingerprint must not be empty")
         # Verified before any room is made, so a bad write never evicts a good block.
-        blocks, headers, rejected = self._verified_prefix(fingerprint, [(bytes(b), d) for b, d in blocks],
-                                                          first_index)
+        blocks, headers, rejected = self._verified_prefix(fingerprint, [(bytes(b), d) for b, d in blocks], first_index)
         with self._lock:
             new = {b: len(d) for b, d in blocks if not self.ssd.contains(b)}
             for block_id, _ in blocks:  # a write uses the blocks it repeats: never evict them for it
@@ -142,8 +159,12 @@ class TieredStore:
                         self.dram.insert(block_id, bytes(data), header)
         return [bool(s) for s in stored], rejected
 
-    def _verified_prefix(self, fingerprint: str, blocks: list[tuple[bytes, bytes]], first_index: int,
-                         ) -> tuple[list[tuple[bytes, bytes]], list[BlockHeader], BlockRejectedError | None]:
+    def _verified_prefix(
+        self,
+        fingerprint: str,
+        blocks: list[tuple[bytes, bytes]],
+        first_index: int,
+    ) -> tuple[list[tuple[bytes, bytes]], list[BlockHeader], BlockRejectedError | None]:
         """The blocks before the first bad one, their headers, and the bad one's rejection."""
         headers: list[BlockHeader] = []
         for i, (block_id, data) in enumerate(blocks):
@@ -157,8 +178,9 @@ class TieredStore:
 
     # -- reads ------------------------------------------------------------------------------------
 
-    def read(self, block_id: bytes, fingerprint: str | None = None, layers: Layers = None,
-             nowait: bool = False) -> BlockRead | None | NotCached:
+    def read(
+        self, block_id: bytes, fingerprint: str | None = None, layers: Layers = None, nowait: bool = False
+    ) -> BlockRead | None | NotCached:
         """The whole block or `layers` of it (a range, or a slice with an open stop), from the
         fastest tier holding it; None if not stored (or found corrupt, then dropped). Raises
         ValueError for a malformed id, FingerprintMismatchError for another model's block,
@@ -207,8 +229,13 @@ class TieredStore:
             cold = [b for b in map(bytes, block_ids) if b not in self.dram]
         self.ssd.prefetch(cold)
 
-    def read_stream(self, block_ids: Sequence[bytes], fingerprint: str | None = None, layers: Layers = None,
-                    read_ahead_bytes: int = READ_AHEAD_BYTES) -> Iterator[BlockRead]:
+    def read_stream(
+        self,
+        block_ids: Sequence[bytes],
+        fingerprint: str | None = None,
+        layers: Layers = None,
+        read_ahead_bytes: int = READ_AHEAD_BYTES,
+    ) -> Iterator[BlockRead]:
         """`read` of each id in order, ending at the first one not stored, with the blocks after
         the one being read on their way from disk (whole-block reads): the in-process twin of a
         Read stream."""
@@ -279,14 +306,25 @@ class TieredStore:
         with self._lock:
             d = self.dram
             return TieredStats(
-                dram=TierStats(Tier.DRAM, len(d), d.bytes, d.budget_bytes, d.hits, d.misses, d.evictions,
-                               d.peak_bytes),
-                ssd=TierStats(Tier.SSD, ssd.blocks, ssd.bytes, self.ssd_budget_bytes, self._ssd_hits,
-                              self._ssd_misses, self._ssd_evictions, self._ssd_peak),
-                reserved_bytes=self.ssd.committed_bytes()[1], pinned_blocks=self._pins.count(),
-                corrupt_dropped=ssd.corrupt_dropped, read_bytes=self._reads.total,
-                write_bytes=self._writes.total, read_bytes_per_s=self._reads.rate(),
-                write_bytes_per_s=self._writes.rate())
+                dram=TierStats(Tier.DRAM, len(d), d.bytes, d.budget_bytes, d.hits, d.misses, d.evictions, d.peak_bytes),
+                ssd=TierStats(
+                    Tier.SSD,
+                    ssd.blocks,
+                    ssd.bytes,
+                    self.ssd_budget_bytes,
+                    self._ssd_hits,
+                    self._ssd_misses,
+                    self._ssd_evictions,
+                    self._ssd_peak,
+                ),
+                reserved_bytes=self.ssd.committed_bytes()[1],
+                pinned_blocks=self._pins.count(),
+                corrupt_dropped=ssd.corrupt_dropped,
+                read_bytes=self._reads.total,
+                write_bytes=self._writes.total,
+                read_bytes_per_s=self._reads.rate(),
+                write_bytes_per_s=self._writes.rate(),
+            )
 
     def disk_bytes(self) -> int:
         """Bytes on disk right now, with evictions and new reservations held still meanwhile:
@@ -307,8 +345,10 @@ class TieredStore:
             return
         victims = pick_victims(self._ssd_policy, excess, lambda b: self.ssd.size_of(b) or 0, self._pins.pinned)
         if victims is None:
-            raise StoreFullError(f"SSD tier full: {nbytes} bytes to write, budget {self.ssd_budget_bytes}, "
-                                 f"{self.ssd.committed_bytes()[1]} bytes in flight, {self._pins.count()} blocks pinned")
+            raise StoreFullError(
+                f"SSD tier full: {nbytes} bytes to write, budget {self.ssd_budget_bytes}, "
+                f"{self.ssd.committed_bytes()[1]} bytes in flight, {self._pins.count()} blocks pinned"
+            )
         for block_id in victims:
             self.ssd.delete(block_id, durable=False)  # a crash may bring it back, intact: harmless
             self._forget(block_id)
@@ -326,7 +366,5 @@ def _slice(block_id: bytes, data: bytes, header: BlockHeader, fingerprint: str |
         return BlockRead(block_id, data, header.payload_offset, layers, header.num_layers, Tier.DRAM)
     offset, length = payload_range(header, layers.start, layers.stop)
     view = memoryview(data)
-    out = bytes(view[:header.payload_offset]) + bytes(view[offset:offset + length])
+    out = bytes(view[: header.payload_offset]) + bytes(view[offset : offset + length])
     return BlockRead(block_id, out, header.payload_offset, layers, header.num_layers, Tier.DRAM)
-
-

@@ -12,7 +12,7 @@ class Tier(enum.IntEnum):
 
     NONE = 0  # not stored
     DRAM = 1  # in the DRAM cache (and, since DRAM is inclusive, on SSD too)
-    SSD = 2   # on SSD only
+    SSD = 2  # on SSD only
 
 
 class NotCached(enum.Enum):
@@ -56,13 +56,14 @@ class LookupResult:
 
 @dataclass(frozen=True)
 class WriteResult:
-    stored: int = 0    # newly written and durable
+    stored: int = 0  # newly written and durable
     existing: int = 0  # already stored; nothing written
     bytes_written: int = 0
 
     def __add__(self, other: WriteResult) -> WriteResult:
-        return WriteResult(self.stored + other.stored, self.existing + other.existing,
-                           self.bytes_written + other.bytes_written)
+        return WriteResult(
+            self.stored + other.stored, self.existing + other.existing, self.bytes_written + other.bytes_written
+        )
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,8 @@ class TierStats:
     blocks: int
     bytes: int
     budget_bytes: int
-    hits: int       # reads served by this tier
-    misses: int     # reads this tier could not serve (DRAM misses go on to SSD)
+    hits: int  # reads served by this tier
+    misses: int  # reads this tier could not serve (DRAM misses go on to SSD)
     evictions: int  # blocks removed to stay within the budget (deletes and corrupt drops not counted)
     peak_bytes: int  # most bytes held since start (SSD: including writes in flight)
 

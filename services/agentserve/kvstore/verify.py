@@ -12,8 +12,9 @@ from agentserve.kv.block_format import BlockHeader, CorruptBlockError, check_fin
 from agentserve.kv.block_hash import check_block_id
 
 
-def verify_block(block_id: bytes, data: bytes | bytearray | memoryview,
-                 expected_fingerprint: str | None, max_bytes: int) -> BlockHeader:
+def verify_block(
+    block_id: bytes, data: bytes | bytearray | memoryview, expected_fingerprint: str | None, max_bytes: int
+) -> BlockHeader:
     """Return the header of `data` if it is exactly one intact block with id `block_id`.
 
     Raises ValueError naming the reason: FingerprintMismatchError for another model's block,
@@ -27,8 +28,9 @@ def verify_block(block_id: bytes, data: bytes | bytearray | memoryview,
     if header.num_blocks != 1:
         raise ValueError(f"a stored block must hold exactly 1 block, this buffer holds {header.num_blocks}")
     if header.block_ids[0] != bytes(block_id):
-        raise ValueError(f"block id {bytes(block_id).hex()} does not match the id in its header "
-                         f"{header.block_ids[0].hex()}")
+        raise ValueError(
+            f"block id {bytes(block_id).hex()} does not match the id in its header {header.block_ids[0].hex()}"
+        )
     check_fingerprint(header, expected_fingerprint)
     last = header.layers[-1]
     size = header.payload_offset + last.offset + last.length
@@ -39,6 +41,6 @@ def verify_block(block_id: bytes, data: bytes | bytearray | memoryview,
         raise CorruptBlockError(f"block has {len(view) - size} trailing bytes after the {size} its header describes")
     for i, extent in enumerate(header.layers):
         start = header.payload_offset + extent.offset
-        if crc32(view[start:start + extent.length]) != extent.crc32:
+        if crc32(view[start : start + extent.length]) != extent.crc32:
             raise CorruptBlockError(f"layer {i} checksum mismatch", layer=i)
     return header

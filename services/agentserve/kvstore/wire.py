@@ -25,8 +25,13 @@ def encode_read_chunk(read: BlockRead) -> bytes:
     """`ReadChunk` wire bytes of a read."""
     head = bytearray()
     _bytes_field(head, 1, read.block_id)
-    for number, value in ((3, read.header_size), (4, read.layers.start), (5, read.layers.stop),
-                          (6, read.num_layers), (7, int(read.tier))):
+    for number, value in (
+        (3, read.header_size),
+        (4, read.layers.start),
+        (5, read.layers.stop),
+        (6, read.num_layers),
+        (7, int(read.tier)),
+    ):
         if value:
             write_key(head, number, VARINT)
             write_varint(head, value)
@@ -38,9 +43,14 @@ def encode_read_chunk(read: BlockRead) -> bytes:
 def decode_read_chunk(buf: bytes) -> BlockRead:
     """The read in `ReadChunk` wire bytes; its `data` is a read-only view of `buf` (no copy)."""
     fields = parse_fields(memoryview(buf))
-    return BlockRead(block_id=bytes(fields.get(1, b"")), data=fields.get(2, memoryview(b"")), header_size=fields.get(3, 0),
-                     layers=range(fields.get(4, 0), fields.get(5, 0)), num_layers=fields.get(6, 0),
-                     tier=Tier(fields.get(7, 0)))
+    return BlockRead(
+        block_id=bytes(fields.get(1, b"")),
+        data=fields.get(2, memoryview(b"")),
+        header_size=fields.get(3, 0),
+        layers=range(fields.get(4, 0), fields.get(5, 0)),
+        num_layers=fields.get(6, 0),
+        tier=Tier(fields.get(7, 0)),
+    )
 
 
 def encode_kv_block(read: BlockRead) -> bytes:
@@ -63,9 +73,11 @@ def add_to_server(servicer: kvstore_pb2_grpc.KVStoreServicer, server: grpc.aio.S
     kvstore_pb2_grpc.add_KVStoreServicer_to_server(servicer, capture)
     handlers = dict(capture.handlers)
     handlers["Read"] = grpc.unary_stream_rpc_method_handler(
-        servicer.Read, request_deserializer=kvstore_pb2.ReadRequest.FromString, response_serializer=encode_read_chunk)
+        servicer.Read, request_deserializer=kvstore_pb2.ReadRequest.FromString, response_serializer=encode_read_chunk
+    )
     handlers["Get"] = grpc.unary_stream_rpc_method_handler(
-        servicer.Get, request_deserializer=kvstore_pb2.GetRequest.FromString, response_serializer=encode_kv_block)
+        servicer.Get, request_deserializer=kvstore_pb2.GetRequest.FromString, response_serializer=encode_kv_block
+    )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     server.add_registered_method_handlers(SERVICE, handlers)
 

@@ -18,9 +18,13 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
     async def Prefill(self, request: prefill_pb2.PrefillRequest, context) -> prefill_pb2.PrefillResponse:
         with incoming_context(context):
             result = await self.worker.prefill(
-                list(request.token_ids), sampling_from_proto(request.sampling), tenant=request.tenant,
-                store_hit_blocks=request.store_hit_blocks, decode_address=request.decode_address,
-                plan=load_plan_from_proto(request))
+                list(request.token_ids),
+                sampling_from_proto(request.sampling),
+                tenant=request.tenant,
+                store_hit_blocks=request.store_hit_blocks,
+                decode_address=request.decode_address,
+                plan=load_plan_from_proto(request),
+            )
         return response_to_proto(result)
 
 

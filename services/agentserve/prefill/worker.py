@@ -57,8 +57,15 @@ class PrefillWorker:
         self.engine = engine
         self.mover = mover
 
-    async def prefill(self, token_ids: list[int], sampling: SamplingParams, tenant: str,
-                      store_hit_blocks: int, decode_address: str, plan: LoadPlan = LoadPlan()) -> PrefillResult:
+    async def prefill(
+        self,
+        token_ids: list[int],
+        sampling: SamplingParams,
+        tenant: str,
+        store_hit_blocks: int,
+        decode_address: str,
+        plan: LoadPlan = LoadPlan(),
+    ) -> PrefillResult:
         def prepare(engine: LLMEngine) -> tuple[list[bytes], int]:
             engine.validate(token_ids, sampling)  # ValueError before any KV moves
             ids = engine.block_ids_for(token_ids, tenant)
@@ -77,21 +84,36 @@ class PrefillWorker:
             # be neither persisted nor handed off. Not before: a turn waiting for slots while holding
             # pins could wait on another doing the same, for ever; an evicted hit is only recomputed.
             with self.engine.pinning() as pinned:
-                await self.engine.call(lambda e: pinned.extend(e.blocks.pin(ids[:e.blocks.cached_prefix(ids)])))
+                await self.engine.call(lambda e: pinned.extend(e.blocks.pin(ids[: e.blocks.cached_prefix(ids)])))
                 persisted = await self.mover.persist(ids[store_hit_blocks:])
                 held, handed = await self._handoff(ids, decode_address) if decode_address else (0, Moved())
             handoff_failed, handed = handed is None, handed or Moved()
             reason = seq.finish_reason or "length"
             finished = sampling.max_tokens == 1 or reason == "stop"
-            span.set_attributes({"prefill.cached_tokens": seq.num_cached_tokens, "prefill.kv_path": path.value,
-                                 "prefill.relayed_blocks": relayed, "prefill.handoff_held_blocks": held})
+            span.set_attributes(
+                {
+                    "prefill.cached_tokens": seq.num_cached_tokens,
+                    "prefill.kv_path": path.value,
+                    "prefill.relayed_blocks": relayed,
+                    "prefill.handoff_held_blocks": held,
+                }
+            )
             return PrefillResult(
-                first_token=seq.token_ids[-1], prompt_tokens=len(token_ids),
+                first_token=seq.token_ids[-1],
+                prompt_tokens=len(token_ids),
                 cached_tokens=seq.num_cached_tokens,
                 engine_cached_tokens=min(resident * self.engine.engine.block_size, seq.num_cached_tokens),
-                loaded_blocks=loaded, persisted_blocks=persisted, handoff_blocks=handed.blocks,
-                finished=finished, finish_reason=reason if finished else "", kv_path=path, relayed_blocks=relayed,
-                handoff_bytes=handed.bytes, handoff_held_blocks=held, handoff_failed=handoff_failed)
+                loaded_blocks=loaded,
+                persisted_blocks=persisted,
+                handoff_blocks=handed.blocks,
+                finished=finished,
+                finish_reason=reason if finished else "",
+                kv_path=path,
+                relayed_blocks=relayed,
+                handoff_bytes=handed.bytes,
+                handoff_held_blocks=held,
+                handoff_failed=handoff_failed,
+            )
 
     async def _load(self, ids: list[bytes], plan: LoadPlan) -> tuple[KVPath, int, int]:
         """Load `ids` by the plan's path; returns (path taken, blocks loaded, of which by path B)."""
@@ -108,9 +130,13 @@ class PrefillWorker:
         if relayed is None:  # the relay failed: its blocks come by path A after all
             return KVPath.A, loaded_a + await self.mover.load_from_store(ids[by_a:]), 0
         if relayed < by_b:  # the relay stopped short: the rest of its part still comes by path A
-            log.warning("path-B relay via %s stopped short: %d of %d blocks; the rest by path A",
-                        plan.relay_address, relayed, by_b)
-            loaded_a += await self.mover.load_from_store(ids[by_a + relayed:])
+            log.warning(
+                "path-B relay via %s stopped short: %d of %d blocks; the rest by path A",
+                plan.relay_address,
+                relayed,
+                by_b,
+            )
+            loaded_a += await self.mover.load_from_store(ids[by_a + relayed :])
         return plan.path, loaded_a + relayed, relayed
 
     async def _relay(self, ids: list[bytes], relay_address: str) -> int | None:

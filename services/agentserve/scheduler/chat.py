@@ -35,7 +35,7 @@ class ChatRenderer:
             raise ValueError("the chat template drops assistant replies; cannot append turns to a history")
         self._base = base
         # What the template puts after an assistant reply's content.
-        self._closing_text = base[at + len(_REPLY):]
+        self._closing_text = base[at + len(_REPLY) :]
         self._closing = tokenizer.encode(self._closing_text)
 
     def first_turn(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
@@ -44,21 +44,24 @@ class ChatRenderer:
         text = self._tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
         return self._tokenizer.encode(text)
 
-    def next_turn(self, history: Sequence[int], messages: Sequence[dict[str, str]],
-                  add_generation_prompt: bool = True) -> list[int]:
+    def next_turn(
+        self, history: Sequence[int], messages: Sequence[dict[str, str]], add_generation_prompt: bool = True
+    ) -> list[int]:
         """Tokens to append to `history` (which ends with the model's reply) for `messages`."""
         check_messages(messages)
-        full = self._tokenizer.apply_chat_template([*self._prior, *messages],
-                                                   add_generation_prompt=add_generation_prompt)
+        full = self._tokenizer.apply_chat_template(
+            [*self._prior, *messages], add_generation_prompt=add_generation_prompt
+        )
         if not full.startswith(self._base):
-            raise ValueError("the chat template renders earlier messages differently when more follow; "
-                             "send token_ids instead")
-        message = full[len(self._base):]
+            raise ValueError(
+                "the chat template renders earlier messages differently when more follow; send token_ids instead"
+            )
+        message = full[len(self._base) :]
         k = _generated_closing(history, self._closing)
         generated = self._tokenizer.decode(self._closing[:k], skip_special_tokens=False)
         if self._closing_text.startswith(generated):
             # One string with the message: no token boundary that the whole conversation lacks.
-            return self._tokenizer.encode(self._closing_text[len(generated):] + message)
+            return self._tokenizer.encode(self._closing_text[len(generated) :] + message)
         return self._closing[k:] + self._tokenizer.encode(message)
 
 

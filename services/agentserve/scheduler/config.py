@@ -42,8 +42,10 @@ class SchedulerConfig:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         # One lost heartbeat must not drop a healthy engine.
         if self.engine_timeout_ms < 2 * self.heartbeat_interval_ms:
-            raise ValueError(f"engine_timeout_ms ({self.engine_timeout_ms}) must be at least twice "
-                             f"heartbeat_interval_ms ({self.heartbeat_interval_ms})")
+            raise ValueError(
+                f"engine_timeout_ms ({self.engine_timeout_ms}) must be at least twice "
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms})"
+            )
         from agentserve.scheduler.paths import POLICIES
 
         if self.kv_path_policy not in POLICIES:

@@ -17,8 +17,8 @@ from agentserve.engine.sampling import SamplingParams
 from agentserve.engine.tokenizer import Tokenizer
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.engine_clients import EngineClients
-from agentserve.scheduler.paths import PathPolicy, make_path_policy
 from agentserve.scheduler.events import TurnEvent
+from agentserve.scheduler.paths import PathPolicy, make_path_policy
 from agentserve.scheduler.prompts import PromptBuilder
 from agentserve.scheduler.registry import EngineRegistry, EngineStatus
 from agentserve.scheduler.router import LeastLoadedRouter, Router
@@ -30,9 +30,17 @@ log = logging.getLogger(__name__)
 
 
 class SchedulerCore:
-    def __init__(self, config: SchedulerConfig, tokenizer: Tokenizer, *, store: StoreLookup,
-                 engines: EngineCalls | None = None, router: Router | None = None,
-                 registry: EngineRegistry | None = None, path_policy: PathPolicy | None = None) -> None:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        tokenizer: Tokenizer,
+        *,
+        store: StoreLookup,
+        engines: EngineCalls | None = None,
+        router: Router | None = None,
+        registry: EngineRegistry | None = None,
+        path_policy: PathPolicy | None = None,
+    ) -> None:
         """Prefer `create`; tests pass fakes for `store` and `engines`."""
         self.config = config
         self.tokenizer = tokenizer
@@ -40,9 +48,15 @@ class SchedulerCore:
         self.sessions = SessionStore()
         self.engines = engines if engines is not None else EngineClients()
         self.store = store
-        self.turns = TurnRunner(PromptBuilder(tokenizer, config.max_message_tokens), self.registry,
-                                router or LeastLoadedRouter(), self.engines, store, config.turn_retries,
-                                path_policy or make_path_policy(config.kv_path_policy))
+        self.turns = TurnRunner(
+            PromptBuilder(tokenizer, config.max_message_tokens),
+            self.registry,
+            router or LeastLoadedRouter(),
+            self.engines,
+            store,
+            config.turn_retries,
+            path_policy or make_path_policy(config.kv_path_policy),
+        )
 
     @classmethod
     def create(cls, config: SchedulerConfig) -> SchedulerCore:
@@ -60,8 +74,14 @@ class SchedulerCore:
     def model_names(self) -> list[str]:
         return [self.config.model_name]
 
-    async def open_session(self, tenant: str = "", agent: str = "", parent_session_id: str = "",
-                           system_prompt: str = "", session_id: str | None = None) -> str:
+    async def open_session(
+        self,
+        tenant: str = "",
+        agent: str = "",
+        parent_session_id: str = "",
+        system_prompt: str = "",
+        session_id: str | None = None,
+    ) -> str:
         """A new session's id. With `session_id` (an HTTP session header) this is get-or-create:
         an existing session of the same tenant is reused as it is (other arguments ignored)."""
         if session_id is not None and session_id in self.sessions:
@@ -70,8 +90,15 @@ class SchedulerCore:
             return session_id
         return self.sessions.create(tenant, agent, parent_session_id, system_prompt, session_id).session_id
 
-    def turn(self, session_id: str, *, message: str | None = None, token_ids: Sequence[int] | None = None,
-             role: str = "user", sampling: SamplingParams) -> AsyncIterator[TurnEvent]:
+    def turn(
+        self,
+        session_id: str,
+        *,
+        message: str | None = None,
+        token_ids: Sequence[int] | None = None,
+        role: str = "user",
+        sampling: SamplingParams,
+    ) -> AsyncIterator[TurnEvent]:
         """Run a turn: append `message` (chat-rendered text, role "user", "tool" or "system") or raw
         `token_ids` to the session and stream the reply. Unknown sessions and malformed messages
         raise here, at the call; limits that depend on the history (context length) and "no engine"
@@ -82,8 +109,9 @@ class SchedulerCore:
         self.turns.check(message, token_ids, role)
         return self.turns.run(session, sampling=sampling, message=message, token_ids=token_ids, role=role)
 
-    async def complete(self, prompt_token_ids: Sequence[int], sampling: SamplingParams,
-                       tenant: str = "") -> AsyncIterator[TurnEvent]:
+    async def complete(
+        self, prompt_token_ids: Sequence[int], sampling: SamplingParams, tenant: str = ""
+    ) -> AsyncIterator[TurnEvent]:
         """A stateless completion of `prompt_token_ids` (HTTP without a session): a one-turn
         session that is never stored."""
         session = Session(uuid.uuid4().hex, tenant=tenant)

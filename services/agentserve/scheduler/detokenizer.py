@@ -29,6 +29,6 @@ class IncrementalDetokenizer:
             text = text.rstrip(REPLACEMENT)
         # Byte-level BPE decodes prefix-stably, so earlier text is never rewritten: what the client
         # has is text[:emitted] and the rest is new.
-        delta = text[self._emitted:]
+        delta = text[self._emitted :]
         self._emitted += len(delta)
         return delta

@@ -37,8 +37,12 @@ def sampling_to_proto(params: SamplingParams, max_tokens: int | None = None) -> 
     """The engines' sampling message; `max_tokens` overrides the budget (decode gets what is left).
     Stop token ids are not sent: the scheduler applies them to the stream itself."""
     return common_pb2.SamplingParams(
-        max_tokens=params.max_tokens if max_tokens is None else max_tokens, temperature=params.temperature,
-        top_p=params.top_p, seed=params.seed, ignore_eos=params.ignore_eos)
+        max_tokens=params.max_tokens if max_tokens is None else max_tokens,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        seed=params.seed,
+        ignore_eos=params.ignore_eos,
+    )
 
 
 def translate(exc: grpc.aio.AioRpcError, address: str) -> Exception:
@@ -63,16 +67,18 @@ class EngineClients:
             channel = self._channels[address] = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
         return channel
 
-    async def prefill(self, address: str, request: prefill_pb2.PrefillRequest,
-                      metadata: Metadata) -> prefill_pb2.PrefillResponse:
+    async def prefill(
+        self, address: str, request: prefill_pb2.PrefillRequest, metadata: Metadata
+    ) -> prefill_pb2.PrefillResponse:
         stub = prefill_pb2_grpc.PrefillStub(self._channel(address))
         try:
             return await stub.Prefill(request, metadata=metadata)
         except grpc.aio.AioRpcError as exc:
             raise translate(exc, address) from None
 
-    async def generate(self, address: str, request: decode_pb2.GenerateRequest,
-                       metadata: Metadata) -> AsyncIterator[decode_pb2.GenerateChunk]:
+    async def generate(
+        self, address: str, request: decode_pb2.GenerateRequest, metadata: Metadata
+    ) -> AsyncIterator[decode_pb2.GenerateChunk]:
         """Stream the decode engine's chunks; closing this generator cancels the call."""
         call = decode_pb2_grpc.DecodeStub(self._channel(address)).Generate(request, metadata=metadata)
         try:

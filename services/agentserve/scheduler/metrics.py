@@ -10,12 +10,18 @@ from agentserve.common.errors import RetryableError
 
 TURNS = Counter("agentserve_scheduler_turns_total", "Turns by outcome", ["outcome"])
 TIME_TO_FIRST_TOKEN = Histogram(
-    "agentserve_scheduler_ttft_seconds", "Turn start to first token, by first or later turn", ["turn"],
-    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+    "agentserve_scheduler_ttft_seconds",
+    "Turn start to first token, by first or later turn",
+    ["turn"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
 ENGINE_FAILURES = Counter("agentserve_scheduler_engine_failures_total", "Engine calls that failed", ["role"])
 STORE_HIT_BLOCKS = Counter("agentserve_scheduler_store_hit_blocks_total", "Prompt blocks found in the KV store")
-KV_PATHS = Counter("agentserve_scheduler_kv_path_turns_total",
-                   "Turns by the path their store hits took to the prefill engine (A, B, SPLIT)", ["path"])
+KV_PATHS = Counter(
+    "agentserve_scheduler_kv_path_turns_total",
+    "Turns by the path their store hits took to the prefill engine (A, B, SPLIT)",
+    ["path"],
+)
 HANDOFF_BYTES = Counter("agentserve_scheduler_handoff_bytes_total", "KV bytes prefill engines handed to decode engines")
 PROMPT_BLOCKS = Counter("agentserve_scheduler_prompt_blocks_total", "Full prompt blocks looked up in the store")
 

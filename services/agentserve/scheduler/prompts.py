@@ -40,8 +40,9 @@ class PromptBuilder:
             if self.renderer is None:
                 raise ValueError("this model has no chat template: send token_ids instead of text")
 
-    def new_tokens(self, session: Session, message: str | None, token_ids: Sequence[int] | None,
-                   role: str) -> list[int]:
+    def new_tokens(
+        self, session: Session, message: str | None, token_ids: Sequence[int] | None, role: str
+    ) -> list[int]:
         """The tokens this turn appends to `session.history`. Call under the session's lock, after
         `check`: the result depends on the history's end."""
         history = session.history
@@ -71,8 +72,10 @@ class PromptBuilder:
 
 def check_fits(prompt_tokens: int, max_tokens: int, max_context: int) -> None:
     if prompt_tokens + max_tokens > max_context:
-        raise ValueError(f"prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) exceeds the "
-                         f"model's context of {max_context} tokens")
+        raise ValueError(
+            f"prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) exceeds the "
+            f"model's context of {max_context} tokens"
+        )
 
 
 def _message(role: str, content: str) -> dict[str, str]:

@@ -129,11 +129,15 @@ class EngineRegistry:
     def register(self, status: EngineStatus) -> None:
         """Add or replace an engine. ValueError if it serves another model or block size."""
         if self._fingerprint is not None and status.model_fingerprint != self._fingerprint:
-            raise ValueError(f"engine {status.engine_id} serves model {status.model_fingerprint}, "
-                             f"but this scheduler serves {self._fingerprint}")
+            raise ValueError(
+                f"engine {status.engine_id} serves model {status.model_fingerprint}, "
+                f"but this scheduler serves {self._fingerprint}"
+            )
         if self._block_size is not None and status.block_size != self._block_size:
-            raise ValueError(f"engine {status.engine_id} uses block size {status.block_size}, "
-                             f"but this scheduler uses {self._block_size}")
+            raise ValueError(
+                f"engine {status.engine_id} uses block size {status.block_size}, "
+                f"but this scheduler uses {self._block_size}"
+            )
         self._fingerprint, self._block_size = status.model_fingerprint, status.block_size
         engine = self._engines.get(status.engine_id)
         if engine is None:
@@ -170,8 +174,10 @@ class EngineRegistry:
         """Engines of `role` heard from within the timeout, by id (stale ones never route, even
         between `expire` sweeps)."""
         cutoff = self._clock() - self._timeout_s
-        return sorted((e for e in self._engines.values() if e.status.role is role and e.last_seen >= cutoff),
-                      key=lambda e: e.engine_id)
+        return sorted(
+            (e for e in self._engines.values() if e.status.role is role and e.last_seen >= cutoff),
+            key=lambda e: e.engine_id,
+        )
 
     def get(self, engine_id: str) -> Engine | None:
         return self._engines.get(engine_id)

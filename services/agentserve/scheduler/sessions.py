@@ -61,8 +61,14 @@ class SessionStore:
     def __contains__(self, session_id: str) -> bool:
         return session_id in self._sessions
 
-    def create(self, tenant: str = "", agent: str = "", parent_id: str = "", system_prompt: str = "",
-               session_id: str | None = None) -> Session:
+    def create(
+        self,
+        tenant: str = "",
+        agent: str = "",
+        parent_id: str = "",
+        system_prompt: str = "",
+        session_id: str | None = None,
+    ) -> Session:
         """A new session. With `parent_id` it starts from the parent's committed history (a
         sub-agent fork) in the parent's tenant. `session_id` picks the id (HTTP session header);
         ValueError if it is malformed or taken."""

@@ -58,11 +58,13 @@ class StoreLookup(Protocol):
 class EngineCalls(Protocol):
     """The two engine calls a turn makes (`EngineClients`; fakes in unit tests)."""
 
-    async def prefill(self, address: str, request: prefill_pb2.PrefillRequest,
-                      metadata: Metadata) -> prefill_pb2.PrefillResponse: ...
+    async def prefill(
+        self, address: str, request: prefill_pb2.PrefillRequest, metadata: Metadata
+    ) -> prefill_pb2.PrefillResponse: ...
 
-    def generate(self, address: str, request: decode_pb2.GenerateRequest,
-                 metadata: Metadata) -> AsyncIterator[decode_pb2.GenerateChunk]: ...
+    def generate(
+        self, address: str, request: decode_pb2.GenerateRequest, metadata: Metadata
+    ) -> AsyncIterator[decode_pb2.GenerateChunk]: ...
 
     def forget(self, address: str) -> None: ...
 
@@ -82,8 +84,16 @@ class _Turn:
 
 
 class TurnRunner:
-    def __init__(self, prompts: PromptBuilder, registry: EngineRegistry, router: Router, engines: EngineCalls,
-                 store: StoreLookup, retries: int = 1, paths: PathPolicy | None = None) -> None:
+    def __init__(
+        self,
+        prompts: PromptBuilder,
+        registry: EngineRegistry,
+        router: Router,
+        engines: EngineCalls,
+        store: StoreLookup,
+        retries: int = 1,
+        paths: PathPolicy | None = None,
+    ) -> None:
         self.prompts = prompts
         self.registry = registry
         self.router = router
@@ -98,8 +108,15 @@ class TurnRunner:
         vocab_size = limits[0] if limits else self.prompts.tokenizer.vocab_size
         self.prompts.check(message, token_ids, role, vocab_size)
 
-    async def run(self, session: Session, *, sampling: SamplingParams, message: str | None = None,
-                  token_ids: Sequence[int] | None = None, role: str = "user") -> AsyncIterator[TurnEvent]:
+    async def run(
+        self,
+        session: Session,
+        *,
+        sampling: SamplingParams,
+        message: str | None = None,
+        token_ids: Sequence[int] | None = None,
+        role: str = "user",
+    ) -> AsyncIterator[TurnEvent]:
         """Run one turn after the session's earlier ones; the first event carries the metadata.
         Raises ValueError for a bad request and RetryableError when no engine could serve it."""
         started, turn, failure = time.perf_counter(), None, None
@@ -130,8 +147,14 @@ class TurnRunner:
             done = turn is not None and turn.committed
             metrics.TURNS.labels("ok" if done else metrics.outcome_of(failure)).inc()
 
-    def _start(self, session: Session, sampling: SamplingParams, message: str | None,
-               token_ids: Sequence[int] | None, role: str) -> _Turn:
+    def _start(
+        self,
+        session: Session,
+        sampling: SamplingParams,
+        message: str | None,
+        token_ids: Sequence[int] | None,
+        role: str,
+    ) -> _Turn:
         """The turn's prompt, checked against the engines' context, and its span. Under the lock."""
         if session.closed:
             raise NotFoundError(f"session {session.session_id!r} was closed")
@@ -140,8 +163,14 @@ class TurnRunner:
         if limits is None:
             raise RetryableError("no engine is registered with the scheduler")
         check_fits(len(prompt), sampling.max_tokens, limits[1])
-        span = tracer().start_span("turn", attributes={
-            "session.id": session.session_id, "turn.index": session.turns, "turn.prompt_tokens": len(prompt)})
+        span = tracer().start_span(
+            "turn",
+            attributes={
+                "session.id": session.session_id,
+                "turn.index": session.turns,
+                "turn.prompt_tokens": len(prompt),
+            },
+        )
         return _Turn(session, prompt, sampling, session.turns, self.retries, span)
 
     async def _traced(self, turn: _Turn) -> AsyncIterator[TurnEvent]:
@@ -167,17 +196,35 @@ class TurnRunner:
         span_context = turn.span.get_span_context()
         trace_id = format(span_context.trace_id, "032x") if span_context.is_valid else ""
         path = KVPath.from_proto(response.kv_path)
-        meta = TurnMeta(turn.turn_id, turn.index, len(turn.prompt), response.cached_tokens, prefill.engine_id,
-                        decode.engine_id, trace_id, kv_path=path.value, loaded_blocks=response.loaded_blocks,
-                        relayed_blocks=response.relayed_blocks, handoff_blocks=response.handoff_blocks,
-                        handoff_bytes=response.handoff_bytes, handoff_held_blocks=response.handoff_held_blocks)
+        meta = TurnMeta(
+            turn.turn_id,
+            turn.index,
+            len(turn.prompt),
+            response.cached_tokens,
+            prefill.engine_id,
+            decode.engine_id,
+            trace_id,
+            kv_path=path.value,
+            loaded_blocks=response.loaded_blocks,
+            relayed_blocks=response.relayed_blocks,
+            handoff_blocks=response.handoff_blocks,
+            handoff_bytes=response.handoff_bytes,
+            handoff_held_blocks=response.handoff_held_blocks,
+        )
         metrics.KV_PATHS.labels(path.value).inc()
         metrics.HANDOFF_BYTES.inc(response.handoff_bytes)
-        turn.span.set_attributes({"turn.cached_tokens": response.cached_tokens, "turn.store_hit_blocks": hits,
-                                  "turn.prefill_engine": prefill.engine_id, "turn.decode_engine": decode.engine_id,
-                                  "turn.kv_path": path.value, "turn.relayed_blocks": response.relayed_blocks,
-                                  "turn.handoff_bytes": response.handoff_bytes,
-                                  "turn.handoff_held_blocks": response.handoff_held_blocks})
+        turn.span.set_attributes(
+            {
+                "turn.cached_tokens": response.cached_tokens,
+                "turn.store_hit_blocks": hits,
+                "turn.prefill_engine": prefill.engine_id,
+                "turn.decode_engine": decode.engine_id,
+                "turn.kv_path": path.value,
+                "turn.relayed_blocks": response.relayed_blocks,
+                "turn.handoff_bytes": response.handoff_bytes,
+                "turn.handoff_held_blocks": response.handoff_held_blocks,
+            }
+        )
         stopped = first in turn.sampling.stop_token_ids
         if response.finished or stopped or turn.sampling.max_tokens == 1:
             reason = "stop" if stopped else response.finish_reason or "length"
@@ -208,10 +255,17 @@ class TurnRunner:
             plan = self.paths.choose(prefill, decode, hits)
             relayed = plan.path is not KVPath.A
             request = prefill_pb2.PrefillRequest(
-                request_id=turn.turn_id, session_id=turn.session.session_id, tenant=turn.session.tenant,
-                token_ids=turn.prompt, sampling=sampling_to_proto(turn.sampling), store_hit_blocks=hits,
-                decode_address=decode.address, kv_path=plan.path.to_proto(),
-                relay_address=decode.address if relayed else "", relay_blocks=plan.relay_blocks)
+                request_id=turn.turn_id,
+                session_id=turn.session.session_id,
+                tenant=turn.session.tenant,
+                token_ids=turn.prompt,
+                sampling=sampling_to_proto(turn.sampling),
+                store_hit_blocks=hits,
+                decode_address=decode.address,
+                kv_path=plan.path.to_proto(),
+                relay_address=decode.address if relayed else "",
+                relay_blocks=plan.relay_blocks,
+            )
             # The store reads count against the chosen storage NIC until the prefill returns.
             reader = decode if plan.path is KVPath.B else prefill
             try:
@@ -230,12 +284,17 @@ class TurnRunner:
                 self._engine_failed(failed, exc)
                 self._use_retry(turn, exc)
 
-    async def _decode(self, turn: _Turn, decode: Engine,
-                      detokenizer: IncrementalDetokenizer) -> AsyncIterator[TurnEvent]:
+    async def _decode(
+        self, turn: _Turn, decode: Engine, detokenizer: IncrementalDetokenizer
+    ) -> AsyncIterator[TurnEvent]:
         request = decode_pb2.GenerateRequest(
-            request_id=turn.turn_id, session_id=turn.session.session_id, tenant=turn.session.tenant,
-            token_ids=turn.prompt + turn.output, prompt_tokens=len(turn.prompt),
-            sampling=sampling_to_proto(turn.sampling, turn.sampling.max_tokens - len(turn.output)))
+            request_id=turn.turn_id,
+            session_id=turn.session.session_id,
+            tenant=turn.session.tenant,
+            token_ids=turn.prompt + turn.output,
+            prompt_tokens=len(turn.prompt),
+            sampling=sampling_to_proto(turn.sampling, turn.sampling.max_tokens - len(turn.output)),
+        )
         stop_ids = turn.sampling.stop_token_ids
         while True:
             streamed = False
@@ -246,7 +305,7 @@ class TurnRunner:
                             tokens = list(chunk.token_ids)
                             stop_at = next((i for i, t in enumerate(tokens) if t in stop_ids), None)
                             if stop_at is not None:  # the engines know only EOS; caller stop ids end here
-                                tokens = tokens[:stop_at + 1]
+                                tokens = tokens[: stop_at + 1]
                             turn.output.extend(tokens)
                             streamed = streamed or bool(tokens)
                             if chunk.finished or stop_at is not None:
@@ -265,15 +324,27 @@ class TurnRunner:
                 turn.decode_engine = decode.engine_id
                 turn.span.set_attribute("turn.decode_engine", decode.engine_id)
 
-    def _finish(self, turn: _Turn, tokens: list[int], detokenizer: IncrementalDetokenizer, reason: str,
-                meta: TurnMeta | None = None) -> TurnEvent:
+    def _finish(
+        self,
+        turn: _Turn,
+        tokens: list[int],
+        detokenizer: IncrementalDetokenizer,
+        reason: str,
+        meta: TurnMeta | None = None,
+    ) -> TurnEvent:
         # Committed before the final event is yielded: a caller that stops reading at `finished`
         # must still find the turn in the history.
         turn.session.commit(turn.prompt + turn.output, kv_holder=turn.decode_engine)
         turn.committed = True
         _end_span(turn)
-        return TurnEvent(token_ids=tokens, text=detokenizer.add(tokens, final=True), metadata=meta, finished=True,
-                         finish_reason=reason, completion_tokens=len(turn.output))
+        return TurnEvent(
+            token_ids=tokens,
+            text=detokenizer.add(tokens, final=True),
+            metadata=meta,
+            finished=True,
+            finish_reason=reason,
+            completion_tokens=len(turn.output),
+        )
 
     def _pick(self, role: Role, turn: _Turn) -> Engine:
         engines = self.registry.alive(role)
@@ -297,8 +368,7 @@ class TurnRunner:
         turn.retries_left -= 1
 
     def _engine_failed(self, engine: Engine, exc: Exception) -> None:
-        log.warning("dropping %s engine %s at %s: %s", engine.status.role.value, engine.engine_id,
-                    engine.address, exc)
+        log.warning("dropping %s engine %s at %s: %s", engine.status.role.value, engine.engine_id, engine.address, exc)
         metrics.ENGINE_FAILURES.labels(engine.status.role.value).inc()
         self.registry.mark_dead(engine.engine_id)
         self.engines.forget(engine.address)

@@ -12,7 +12,19 @@ from agentserve.sdk.sync import Client, Session, Turn
 from agentserve.sdk.types import SessionClosed, TurnChunk, TurnMetadata, TurnResult
 
 __all__ = [
-    "AgentServeError", "AsyncClient", "AsyncSession", "AsyncTurn", "Client", "InvalidRequestError",
-    "RetryableError", "Session", "SessionClosed", "SessionNotFound", "ToolCallError", "Turn", "TurnChunk",
-    "TurnMetadata", "TurnResult",
+    "AgentServeError",
+    "AsyncClient",
+    "AsyncSession",
+    "AsyncTurn",
+    "Client",
+    "InvalidRequestError",
+    "RetryableError",
+    "Session",
+    "SessionClosed",
+    "SessionNotFound",
+    "ToolCallError",
+    "Turn",
+    "TurnChunk",
+    "TurnMetadata",
+    "TurnResult",
 ]

@@ -29,18 +29,29 @@ DEFAULT_MAX_TOKENS = 256
 TURN_ROLES = ("user", "tool")
 
 
-def turn_request(session_id: str, message: str | None, token_ids: list[int] | None, role: str, max_tokens: int,
-                 temperature: float, top_p: float, seed: int | None, ignore_eos: bool) -> scheduler_pb2.TurnRequest:
+def turn_request(
+    session_id: str,
+    message: str | None,
+    token_ids: list[int] | None,
+    role: str,
+    max_tokens: int,
+    temperature: float,
+    top_p: float,
+    seed: int | None,
+    ignore_eos: bool,
+) -> scheduler_pb2.TurnRequest:
     """Build a TurnRequest; shape errors are InvalidRequestError, value limits are the server's to check."""
     if (message is None) == (token_ids is None):
         raise InvalidRequestError("a turn takes exactly one of message or token_ids")
     if role not in TURN_ROLES:
         raise InvalidRequestError(f"role must be one of {TURN_ROLES}, got {role!r}")
     try:
-        sampling = common_pb2.SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-                                             ignore_eos=ignore_eos, seed=seed)
-        return scheduler_pb2.TurnRequest(session_id=session_id, message=message or "", token_ids=token_ids or [],
-                                         role=role, sampling=sampling)
+        sampling = common_pb2.SamplingParams(
+            max_tokens=max_tokens, temperature=temperature, top_p=top_p, ignore_eos=ignore_eos, seed=seed
+        )
+        return scheduler_pb2.TurnRequest(
+            session_id=session_id, message=message or "", token_ids=token_ids or [], role=role, sampling=sampling
+        )
     except (TypeError, ValueError) as exc:  # protobuf's range/type checks (negative, float for int...)
         raise InvalidRequestError(f"bad turn arguments: {exc}") from None
 
@@ -59,7 +70,7 @@ class AsyncTurn:
         self._acc = TurnAccumulator()
         self._done = False
 
-    def __aiter__(self) -> "AsyncTurn":
+    def __aiter__(self) -> AsyncTurn:
         return self
 
     async def __anext__(self) -> TurnChunk:
@@ -99,7 +110,7 @@ class AsyncTurn:
             self._call.cancel()
         self._done = True
 
-    async def __aenter__(self) -> "AsyncTurn":
+    async def __aenter__(self) -> AsyncTurn:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -107,14 +118,23 @@ class AsyncTurn:
 
 
 class AsyncSession:
-    def __init__(self, client: "AsyncClient", session_id: str) -> None:
+    def __init__(self, client: AsyncClient, session_id: str) -> None:
         self._client = client
         self.id = session_id
         self.closed: SessionClosed | None = None
 
-    def turn(self, message: str | None = None, *, token_ids: list[int] | None = None, role: str = "user",
-             max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0, top_p: float = 1.0,
-             seed: int | None = None, ignore_eos: bool = False) -> AsyncTurn:
+    def turn(
+        self,
+        message: str | None = None,
+        *,
+        token_ids: list[int] | None = None,
+        role: str = "user",
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        ignore_eos: bool = False,
+    ) -> AsyncTurn:
         """Append `message` (text, or raw `token_ids`) as `role` and stream the reply (greedy by default)."""
         request = turn_request(self.id, message, token_ids, role, max_tokens, temperature, top_p, seed, ignore_eos)
         return AsyncTurn(self._client._stub, request)
@@ -123,19 +143,20 @@ class AsyncSession:
         """Call tool `name` through the tool proxy on behalf of this session."""
         return await self._client._tools.call(name, args, self.id)
 
-    def fork(self, agent: str = "", system_prompt: str = "", tenant: str = "") -> "_OpeningSession":
+    def fork(self, agent: str = "", system_prompt: str = "", tenant: str = "") -> _OpeningSession:
         """A sub-agent session that starts from this session's history."""
         return self._client.open_session(tenant=tenant, agent=agent, parent=self.id, system_prompt=system_prompt)
 
     async def close(self) -> SessionClosed:
         """Close the session on the scheduler (once; later calls return the first answer)."""
         if self.closed is None:
-            response = await self._client._unary(self._client._stub.CloseSession,
-                                                  scheduler_pb2.CloseSessionRequest(session_id=self.id))
+            response = await self._client._unary(
+                self._client._stub.CloseSession, scheduler_pb2.CloseSessionRequest(session_id=self.id)
+            )
             self.closed = SessionClosed(response.turns, response.tokens)
         return self.closed
 
-    async def __aenter__(self) -> "AsyncSession":
+    async def __aenter__(self) -> AsyncSession:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -162,24 +183,33 @@ class _OpeningSession(Awaitable[AsyncSession]):
 
 
 class AsyncClient:
-    def __init__(self, address: str = "127.0.0.1:50051", toolproxy_url: str = "http://127.0.0.1:8080", *,
-                 timeout_s: float | None = 30.0, tool_timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        address: str = "127.0.0.1:50051",
+        toolproxy_url: str = "http://127.0.0.1:8080",
+        *,
+        timeout_s: float | None = 30.0,
+        tool_timeout_s: float | None = None,
+    ) -> None:
         """`timeout_s` bounds each non-streaming call; tool calls have no bound unless `tool_timeout_s`."""
         self._channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
         self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
         self._tools = ToolClient(toolproxy_url, tool_timeout_s)
         self._timeout_s = timeout_s
 
-    def open_session(self, tenant: str = "", agent: str = "", parent: "str | AsyncSession | None" = None,
-                     system_prompt: str = "") -> _OpeningSession:
+    def open_session(
+        self, tenant: str = "", agent: str = "", parent: str | AsyncSession | None = None, system_prompt: str = ""
+    ) -> _OpeningSession:
         """Open a session; `parent` (a session or its id) forks that session's history for a sub-agent."""
         return _OpeningSession(self._open_session(tenant, agent, parent, system_prompt))
 
-    async def _open_session(self, tenant: str, agent: str, parent: "str | AsyncSession | None",
-                            system_prompt: str) -> AsyncSession:
+    async def _open_session(
+        self, tenant: str, agent: str, parent: str | AsyncSession | None, system_prompt: str
+    ) -> AsyncSession:
         parent_id = parent.id if isinstance(parent, AsyncSession) else (parent or "")
-        request = scheduler_pb2.OpenSessionRequest(tenant=tenant, agent=agent, parent_session_id=parent_id,
-                                                   system_prompt=system_prompt)
+        request = scheduler_pb2.OpenSessionRequest(
+            tenant=tenant, agent=agent, parent_session_id=parent_id, system_prompt=system_prompt
+        )
         response = await self._unary(self._stub.OpenSession, request)
         return AsyncSession(self, response.session_id)
 
@@ -190,7 +220,7 @@ class AsyncClient:
         await self._tools.close()
         await self._channel.close()
 
-    async def __aenter__(self) -> "AsyncClient":
+    async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -201,4 +231,3 @@ class AsyncClient:
             return await method(request, timeout=self._timeout_s, metadata=outgoing_metadata())
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
-

@@ -61,7 +61,7 @@ class Turn:
     def cancel(self) -> None:
         self._loop.run(_call(self._turn.cancel))
 
-    def __enter__(self) -> "Turn":
+    def __enter__(self) -> Turn:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -77,23 +77,42 @@ class Session:
     def id(self) -> str:
         return self._session.id
 
-    def turn(self, message: str | None = None, *, token_ids: list[int] | None = None, role: str = "user",
-             max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0, top_p: float = 1.0,
-             seed: int | None = None, ignore_eos: bool = False) -> Turn:
-        return Turn(self._loop, self._session.turn(message, token_ids=token_ids, role=role, max_tokens=max_tokens,
-                                                   temperature=temperature, top_p=top_p, seed=seed,
-                                                   ignore_eos=ignore_eos))
+    def turn(
+        self,
+        message: str | None = None,
+        *,
+        token_ids: list[int] | None = None,
+        role: str = "user",
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        ignore_eos: bool = False,
+    ) -> Turn:
+        return Turn(
+            self._loop,
+            self._session.turn(
+                message,
+                token_ids=token_ids,
+                role=role,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                top_p=top_p,
+                seed=seed,
+                ignore_eos=ignore_eos,
+            ),
+        )
 
     def call_tool(self, name: str, args: Mapping[str, Any] | None = None) -> dict[str, Any]:
         return self._loop.run(self._session.call_tool(name, args))
 
-    def fork(self, agent: str = "", system_prompt: str = "", tenant: str = "") -> "Session":
+    def fork(self, agent: str = "", system_prompt: str = "", tenant: str = "") -> Session:
         return Session(self._loop, self._loop.run(_await(self._session.fork(agent, system_prompt, tenant))))
 
     def close(self) -> SessionClosed:
         return self._loop.run(self._session.close())
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -101,19 +120,27 @@ class Session:
 
 
 class Client:
-    def __init__(self, address: str = "127.0.0.1:50051", toolproxy_url: str = "http://127.0.0.1:8080", *,
-                 timeout_s: float | None = 30.0, tool_timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        address: str = "127.0.0.1:50051",
+        toolproxy_url: str = "http://127.0.0.1:8080",
+        *,
+        timeout_s: float | None = 30.0,
+        tool_timeout_s: float | None = None,
+    ) -> None:
         self._loop = _LoopThread()
         try:
             # grpc.aio channels belong to the loop they are made in: make the client on ours.
-            self._async = self._loop.run(_call(AsyncClient, address, toolproxy_url, timeout_s=timeout_s,
-                                               tool_timeout_s=tool_timeout_s))
+            self._async = self._loop.run(
+                _call(AsyncClient, address, toolproxy_url, timeout_s=timeout_s, tool_timeout_s=tool_timeout_s)
+            )
         except BaseException:
             self._loop.stop()
             raise
 
-    def open_session(self, tenant: str = "", agent: str = "", parent: "str | Session | None" = None,
-                     system_prompt: str = "") -> Session:
+    def open_session(
+        self, tenant: str = "", agent: str = "", parent: str | Session | None = None, system_prompt: str = ""
+    ) -> Session:
         parent_id = parent.id if isinstance(parent, Session) else parent
         opening = self._async.open_session(tenant=tenant, agent=agent, parent=parent_id, system_prompt=system_prompt)
         return Session(self._loop, self._loop.run(_await(opening)))
@@ -127,7 +154,7 @@ class Client:
         finally:
             self._loop.stop()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

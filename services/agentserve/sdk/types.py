@@ -24,10 +24,22 @@ class TurnMetadata:
     handoff_held_blocks: int = 0  # blocks the decode engine already held, so not handed off
 
     @classmethod
-    def from_proto(cls, m: scheduler_pb2.TurnMetadata) -> "TurnMetadata":
-        return cls(m.turn_id, m.turn_index, m.prompt_tokens, m.cached_tokens, m.prefill_engine, m.decode_engine,
-                   m.trace_id, m.kv_path, m.loaded_blocks, m.relayed_blocks, m.handoff_blocks, m.handoff_bytes,
-                   m.handoff_held_blocks)
+    def from_proto(cls, m: scheduler_pb2.TurnMetadata) -> TurnMetadata:
+        return cls(
+            m.turn_id,
+            m.turn_index,
+            m.prompt_tokens,
+            m.cached_tokens,
+            m.prefill_engine,
+            m.decode_engine,
+            m.trace_id,
+            m.kv_path,
+            m.loaded_blocks,
+            m.relayed_blocks,
+            m.handoff_blocks,
+            m.handoff_bytes,
+            m.handoff_held_blocks,
+        )
 
 
 @dataclass(frozen=True)
@@ -40,7 +52,7 @@ class TurnChunk:
     metadata: TurnMetadata | None = None  # first chunk only
 
     @classmethod
-    def from_proto(cls, c: scheduler_pb2.TurnChunk) -> "TurnChunk":
+    def from_proto(cls, c: scheduler_pb2.TurnChunk) -> TurnChunk:
         metadata = TurnMetadata.from_proto(c.metadata) if c.HasField("metadata") else None
         return cls(tuple(c.token_ids), c.text, c.finished, c.finish_reason, c.completion_tokens, metadata)
 
@@ -94,5 +106,6 @@ class TurnAccumulator:
         self.completion_tokens = max(self.completion_tokens, chunk.completion_tokens, len(self.token_ids))
 
     def result(self) -> TurnResult:
-        return TurnResult("".join(self.texts), list(self.token_ids), self.finish_reason, self.completion_tokens,
-                          self.metadata)
+        return TurnResult(
+            "".join(self.texts), list(self.token_ids), self.finish_reason, self.completion_tokens, self.metadata
+        )

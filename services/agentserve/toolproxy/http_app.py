@@ -44,8 +44,10 @@ async def call_tool(request: web.Request) -> web.Response:
 
 
 async def list_tools(request: web.Request) -> web.Response:
-    tools = [{"name": t.name, "kind": t.kind, "predicted_duration_s": t.predicted_duration_s, "calls": t.calls}
-             for t in request.app[PROXY].tools()]
+    tools = [
+        {"name": t.name, "kind": t.kind, "predicted_duration_s": t.predicted_duration_s, "calls": t.calls}
+        for t in request.app[PROXY].tools()
+    ]
     return web.json_response({"tools": tools})
 
 
@@ -82,6 +84,6 @@ async def _errors_as_json(request: web.Request, handler) -> web.StreamResponse:
         return _error(404, str(exc), "not_found_error")
     except ValueError as exc:
         return _error(400, str(exc), "invalid_request_error")
-    except Exception:  # noqa: BLE001 - the proxy stays up whatever a request does
+    except Exception:
         log.exception("%s %s failed", request.method, request.path)
         return _error(500, "internal error; see the toolproxy log", "server_error")

@@ -47,11 +47,13 @@ class ToolProxy:
         self._calls: Counter[str] = Counter()
 
     def tools(self) -> list[ToolSummary]:
-        return [ToolSummary(t.name, t.kind, self._predictor.predict(t.name), self._calls[t.name])
-                for t in self._registry]
+        return [
+            ToolSummary(t.name, t.kind, self._predictor.predict(t.name), self._calls[t.name]) for t in self._registry
+        ]
 
-    async def call(self, name: str, args: Mapping[str, Any], session_id: str = "",
-                   call_id: str = "") -> tuple[ToolResult, ToolCallRecord]:
+    async def call(
+        self, name: str, args: Mapping[str, Any], session_id: str = "", call_id: str = ""
+    ) -> tuple[ToolResult, ToolCallRecord]:
         """Run tool `name`; NotFoundError if there is none. Bad arguments come back as a 400 result.
 
         Events are reported only for calls tied to a session (the scheduler has nothing to
@@ -61,22 +63,29 @@ class ToolProxy:
         if tool is None:
             raise NotFoundError(f"unknown tool {name!r}")
         self._calls[name] += 1
-        record = ToolCallRecord(session_id, name, call_id or uuid.uuid4().hex, time.time(),
-                                self._predictor.predict(name))
+        record = ToolCallRecord(
+            session_id, name, call_id or uuid.uuid4().hex, time.time(), self._predictor.predict(name)
+        )
         if session_id:
             self._events.started(record)
         result = ToolResult.error(499, "tool call cancelled", "cancelled")
         ran = True
         start = time.perf_counter()
         with tracer().start_as_current_span("tool.call") as span:
-            span.set_attributes({"tool.name": name, "tool.call_id": record.call_id, "session.id": session_id,
-                                 "tool.predicted_duration_s": record.predicted_duration_s})
+            span.set_attributes(
+                {
+                    "tool.name": name,
+                    "tool.call_id": record.call_id,
+                    "session.id": session_id,
+                    "tool.predicted_duration_s": record.predicted_duration_s,
+                }
+            )
             try:
                 result = await tool.call(args, session_id)
             except ValueError as exc:
                 ran = False
                 result = ToolResult.error(400, str(exc), "invalid_request_error")
-            except Exception:  # noqa: BLE001 - a broken tool is the agent's 500, not the proxy's crash
+            except Exception:
                 log.exception("tool %s failed", name)
                 result = ToolResult.error(500, f"tool {name} failed", "tool_error")
             finally:
@@ -89,6 +98,7 @@ class ToolProxy:
                 record = replace(record, actual_duration_s=actual, ok=result.ok)
                 if session_id:
                     self._events.finished(record)
-                span.set_attributes({"tool.actual_duration_s": actual, "tool.ok": result.ok,
-                                     "http.status_code": result.status})
+                span.set_attributes(
+                    {"tool.actual_duration_s": actual, "tool.ok": result.ok, "http.status_code": result.status}
+                )
         return result, record

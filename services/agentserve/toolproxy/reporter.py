@@ -33,8 +33,14 @@ class ToolCallRecord:
 
     def to_proto(self) -> scheduler_pb2.ToolCallEvent:
         return scheduler_pb2.ToolCallEvent(
-            session_id=self.session_id, tool=self.tool, call_id=self.call_id, start_unix_s=self.start_unix_s,
-            predicted_duration_s=self.predicted_duration_s, actual_duration_s=self.actual_duration_s, ok=self.ok)
+            session_id=self.session_id,
+            tool=self.tool,
+            call_id=self.call_id,
+            start_unix_s=self.start_unix_s,
+            predicted_duration_s=self.predicted_duration_s,
+            actual_duration_s=self.actual_duration_s,
+            ok=self.ok,
+        )
 
 
 class SchedulerReporter:
@@ -63,7 +69,7 @@ class SchedulerReporter:
         if self._task is not None:
             try:
                 await asyncio.wait_for(self._queue.join(), drain_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("dropping %d unsent tool events at shutdown", self._queue.qsize())
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -99,5 +105,12 @@ class SchedulerReporter:
         self._failures += 1
         metrics.EVENTS_UNDELIVERED.labels("rpc_failed").inc()
         level = logging.WARNING if self._failures == 1 else logging.DEBUG
-        log.log(level, "%s for call %s (session %s) not delivered to %s: %s", method, record.call_id,
-                record.session_id, self._address, reason)
+        log.log(
+            level,
+            "%s for call %s (session %s) not delivered to %s: %s",
+            method,
+            record.call_id,
+            record.session_id,
+            self._address,
+            reason,
+        )

@@ -39,8 +39,13 @@ class ToolProxyService(Service):
         self._runner = web.AppRunner(build_app(self.proxy), access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, self.config.host, self.config.http_port).start()
-        log.info("tools on http://%s:%d/tools/<name> (%s); events to %s", self.config.host, self.config.http_port,
-                 ", ".join(t.name for t in self.proxy.tools()), self.config.scheduler_address)
+        log.info(
+            "tools on http://%s:%d/tools/<name> (%s); events to %s",
+            self.config.host,
+            self.config.http_port,
+            ", ".join(t.name for t in self.proxy.tools()),
+            self.config.scheduler_address,
+        )
 
     async def stop(self) -> None:
         if self._runner is not None:

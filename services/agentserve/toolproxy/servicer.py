@@ -13,6 +13,11 @@ class ToolProxyServicer(toolproxy_pb2_grpc.ToolProxyServicer):
 
     @grpc_errors
     async def ListTools(self, request, context) -> toolproxy_pb2.ListToolsResponse:
-        return toolproxy_pb2.ListToolsResponse(tools=[
-            toolproxy_pb2.ToolInfo(name=t.name, kind=t.kind, predicted_duration_s=t.predicted_duration_s, calls=t.calls)
-            for t in self._proxy.tools()])
+        return toolproxy_pb2.ListToolsResponse(
+            tools=[
+                toolproxy_pb2.ToolInfo(
+                    name=t.name, kind=t.kind, predicted_duration_s=t.predicted_duration_s, calls=t.calls
+                )
+                for t in self._proxy.tools()
+            ]
+        )

@@ -29,11 +29,11 @@ class ToolResult:
         return 200 <= self.status < 300
 
     @classmethod
-    def json(cls, payload: Any, status: int = 200) -> "ToolResult":
+    def json(cls, payload: Any, status: int = 200) -> ToolResult:
         return cls(status, json.dumps(payload).encode())
 
     @classmethod
-    def error(cls, status: int, message: str, type_: str) -> "ToolResult":
+    def error(cls, status: int, message: str, type_: str) -> ToolResult:
         return cls.json({"error": {"message": message, "type": type_}}, status)
 
 
@@ -112,7 +112,7 @@ class UpstreamTool:
             async with self._client.session.post(self.url, json=dict(args), headers=headers) as resp:
                 body = await resp.read()
                 return ToolResult(resp.status, body, resp.content_type or "application/octet-stream")
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return ToolResult.error(504, f"upstream tool {self.name} timed out", "upstream_timeout")
         except aiohttp.ClientError as exc:
             return ToolResult.error(502, f"upstream tool {self.name} failed: {exc}", "upstream_error")
@@ -125,7 +125,7 @@ class ToolRegistry:
             raise ValueError("tool names must be unique")
 
     @classmethod
-    def build(cls, upstreams: Mapping[str, str], client: UpstreamClient, max_sleep_s: float) -> "ToolRegistry":
+    def build(cls, upstreams: Mapping[str, str], client: UpstreamClient, max_sleep_s: float) -> ToolRegistry:
         builtins: list[Tool] = [SleepTool(max_sleep_s), EchoTool()]  # the names config.BUILTIN_TOOLS reserves
         return cls([*builtins, *(UpstreamTool(name, url, client) for name, url in upstreams.items())])
 

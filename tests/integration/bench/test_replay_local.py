@@ -63,8 +63,9 @@ def test_mooncake_conversations_hit_exactly_the_trace_hash_id_reuse(loop, target
     first200 = scaled(load_workload(TRACES / "mooncake" / "conversation_trace.jsonl", limit=200), 32)
     # The conversations among the first 200 requests: every request that extends another, with it.
     chained = [s for job in components(first200) if len(job) > 1 for s in job]
-    workload = Workload("conversations", tuple(sorted(chained, key=lambda s: s.arrival_s)),
-                        hash_block_tokens=first200.hash_block_tokens).validate()
+    workload = Workload(
+        "conversations", tuple(sorted(chained, key=lambda s: s.arrival_s)), hash_block_tokens=first200.hash_block_tokens
+    ).validate()
     assert 6 <= len(workload.sessions) <= 20
     # One conversation at a time, its recorded gaps shrunk: each request waits only for the one it extends.
     summary, result = _replay(loop, target, workload, ReplayOptions(concurrency=1, speedup=1000))
@@ -75,9 +76,25 @@ def test_mooncake_conversations_hit_exactly_the_trace_hash_id_reuse(loop, target
 
 
 def test_fanout_agents_keep_dependency_order_through_real_tool_calls(loop, target):
-    workload = scaled(generate(GeneratorSpec(pattern="fanout", teams=2, agents=2, turns=2, system_tokens=512,
-                                             first_tokens=256, new_tokens=128, output_tokens=64, tool_prob=1.0,
-                                             tool_time="const:0.2", arrival_rate=2.0, seed=3)), 4)
+    workload = scaled(
+        generate(
+            GeneratorSpec(
+                pattern="fanout",
+                teams=2,
+                agents=2,
+                turns=2,
+                system_tokens=512,
+                first_tokens=256,
+                new_tokens=128,
+                output_tokens=64,
+                tool_prob=1.0,
+                tool_time="const:0.2",
+                arrival_rate=2.0,
+                seed=3,
+            )
+        ),
+        4,
+    )
     summary, result = _replay(loop, target, workload)
     assert (summary["turns_total"], summary["turns_failed"]) == (workload.num_turns, 0)
     done = {(t.session_id, t.index): t for t in result.turns}
@@ -93,13 +110,24 @@ def test_fanout_agents_keep_dependency_order_through_real_tool_calls(loop, targe
 
 
 def test_capacity_search_runs_end_to_end(loop, target):
-    workload = generate(GeneratorSpec(pattern="independent", teams=2, agents=1, turns=2, system_tokens=0,
-                                      first_tokens=64, new_tokens=32, output_tokens=8, tool_prob=0, seed=1))
+    workload = generate(
+        GeneratorSpec(
+            pattern="independent",
+            teams=2,
+            agents=1,
+            turns=2,
+            system_tokens=0,
+            first_tokens=64,
+            new_tokens=32,
+            output_tokens=8,
+            tool_prob=0,
+            seed=1,
+        )
+    )
     probes = []
 
     async def probe(load: float) -> bool:
-        summary, _ = await replay_once(workload, target, cap.with_load(ReplayOptions(), "concurrency", load),
-                                       SLO_LOOSE)
+        summary, _ = await replay_once(workload, target, cap.with_load(ReplayOptions(), "concurrency", load), SLO_LOOSE)
         probes.append(cap.probe_entry(load, summary))
         return bool(summary["goodput"]["meets_slo"])
 

@@ -20,15 +20,24 @@ MAX_TOKENS = 24
 
 async def _turn(cluster, tokens: list[int], store_hits: int):
     sampling = common_pb2.SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
-    async with grpc.aio.insecure_channel(cluster["prefill"].address) as pch, \
-            grpc.aio.insecure_channel(cluster["decode"].address) as dch:
-        pre = await prefill_pb2_grpc.PrefillStub(pch).Prefill(prefill_pb2.PrefillRequest(
-            token_ids=tokens, sampling=sampling, store_hit_blocks=store_hits,
-            decode_address=cluster["decode"].address))
+    async with (
+        grpc.aio.insecure_channel(cluster["prefill"].address) as pch,
+        grpc.aio.insecure_channel(cluster["decode"].address) as dch,
+    ):
+        pre = await prefill_pb2_grpc.PrefillStub(pch).Prefill(
+            prefill_pb2.PrefillRequest(
+                token_ids=tokens,
+                sampling=sampling,
+                store_hit_blocks=store_hits,
+                decode_address=cluster["decode"].address,
+            )
+        )
         out, chunks = [pre.first_token], []
         request = decode_pb2.GenerateRequest(
-            token_ids=tokens + [pre.first_token], prompt_tokens=len(tokens),
-            sampling=common_pb2.SamplingParams(max_tokens=MAX_TOKENS - 1, ignore_eos=True))
+            token_ids=tokens + [pre.first_token],
+            prompt_tokens=len(tokens),
+            sampling=common_pb2.SamplingParams(max_tokens=MAX_TOKENS - 1, ignore_eos=True),
+        )
         async for chunk in decode_pb2_grpc.DecodeStub(dch).Generate(request):
             chunks.append(chunk)
             out.extend(chunk.token_ids)
@@ -52,6 +61,7 @@ def test_two_turns_hit_store_and_match_full_recompute(cluster, reference):
     async def lookup():
         async with KVStoreClient(cluster["kvstore"].address) as client:
             return await client.lookup(ids)
+
     store_hits = asyncio.run(lookup())
     assert store_hits == (100 + MAX_TOKENS) // 16  # prompt blocks (prefill) + output blocks (decode)
 
@@ -65,16 +75,24 @@ def test_bad_input_is_invalid_argument_and_engines_stay_up(cluster):
     async def main():
         async with grpc.aio.insecure_channel(cluster["prefill"].address) as ch:
             stub = prefill_pb2_grpc.PrefillStub(ch)
-            for tokens, max_tokens, message in (([], 4, "prompt is empty"), ([5, 10**6], 4, "out of range"),
-                                                ([5, 6], 0, "max_tokens must be positive")):
+            for tokens, max_tokens, message in (
+                ([], 4, "prompt is empty"),
+                ([5, 10**6], 4, "out of range"),
+                ([5, 6], 0, "max_tokens must be positive"),
+            ):
                 with pytest.raises(grpc.aio.AioRpcError) as err:
-                    await stub.Prefill(prefill_pb2.PrefillRequest(
-                        token_ids=tokens, sampling=common_pb2.SamplingParams(max_tokens=max_tokens)))
+                    await stub.Prefill(
+                        prefill_pb2.PrefillRequest(
+                            token_ids=tokens, sampling=common_pb2.SamplingParams(max_tokens=max_tokens)
+                        )
+                    )
                 assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
                 assert message in err.value.details()
-            ok = await stub.Prefill(prefill_pb2.PrefillRequest(
-                token_ids=[5, 6, 7], sampling=common_pb2.SamplingParams(max_tokens=1)))
+            ok = await stub.Prefill(
+                prefill_pb2.PrefillRequest(token_ids=[5, 6, 7], sampling=common_pb2.SamplingParams(max_tokens=1))
+            )
             return ok
+
     assert asyncio.run(main()).finished
 
 
@@ -88,7 +106,8 @@ def test_decode_bad_input_is_invalid_argument_and_engine_stays_up(cluster):
                 "out of range": decode_pb2.GenerateRequest(token_ids=[5, 10**6], prompt_tokens=2, sampling=ok),
                 "prompt_tokens must be": decode_pb2.GenerateRequest(token_ids=[5, 6], prompt_tokens=3, sampling=ok),
                 "max_tokens must be positive": decode_pb2.GenerateRequest(
-                    token_ids=[5, 6], prompt_tokens=2, sampling=common_pb2.SamplingParams(max_tokens=0)),
+                    token_ids=[5, 6], prompt_tokens=2, sampling=common_pb2.SamplingParams(max_tokens=0)
+                ),
             }
             for message, request in cases.items():
                 with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -98,7 +117,12 @@ def test_decode_bad_input_is_invalid_argument_and_engine_stays_up(cluster):
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await stub.LoadKV(iter([common_pb2.KVBlock(block_id=b"\x01" * 16, data=b"not a kv block")]))
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-            return [chunk async for chunk in stub.Generate(decode_pb2.GenerateRequest(
-                token_ids=[5, 6, 7], prompt_tokens=3, sampling=ok))]
+            return [
+                chunk
+                async for chunk in stub.Generate(
+                    decode_pb2.GenerateRequest(token_ids=[5, 6, 7], prompt_tokens=3, sampling=ok)
+                )
+            ]
+
     chunks = asyncio.run(main())
     assert chunks[-1].finished and sum(len(c.token_ids) for c in chunks) == 3

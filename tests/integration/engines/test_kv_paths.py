@@ -31,17 +31,37 @@ STORED = (len(TURN1) + MAX_TOKENS) // BLOCK
 PREFILL_HELD = len(TURN1) // BLOCK
 
 
-async def _turn(prefill: str, decode: str, tokens: list[int], tenant: str, hits: int = 0,
-                kv_path: int = prefill_pb2.KV_PATH_A, relay: str = "", relay_blocks: int = 0):
+async def _turn(
+    prefill: str,
+    decode: str,
+    tokens: list[int],
+    tenant: str,
+    hits: int = 0,
+    kv_path: int = prefill_pb2.KV_PATH_A,
+    relay: str = "",
+    relay_blocks: int = 0,
+):
     sampling = common_pb2.SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
     async with grpc.aio.insecure_channel(prefill) as pch, grpc.aio.insecure_channel(decode) as dch:
-        pre = await prefill_pb2_grpc.PrefillStub(pch).Prefill(prefill_pb2.PrefillRequest(
-            token_ids=tokens, sampling=sampling, tenant=tenant, store_hit_blocks=hits, decode_address=decode,
-            kv_path=kv_path, relay_address=relay, relay_blocks=relay_blocks))
+        pre = await prefill_pb2_grpc.PrefillStub(pch).Prefill(
+            prefill_pb2.PrefillRequest(
+                token_ids=tokens,
+                sampling=sampling,
+                tenant=tenant,
+                store_hit_blocks=hits,
+                decode_address=decode,
+                kv_path=kv_path,
+                relay_address=relay,
+                relay_blocks=relay_blocks,
+            )
+        )
         out = [pre.first_token]
         request = decode_pb2.GenerateRequest(
-            token_ids=tokens + out, prompt_tokens=len(tokens), tenant=tenant,
-            sampling=common_pb2.SamplingParams(max_tokens=MAX_TOKENS - 1, ignore_eos=True))
+            token_ids=tokens + out,
+            prompt_tokens=len(tokens),
+            tenant=tenant,
+            sampling=common_pb2.SamplingParams(max_tokens=MAX_TOKENS - 1, ignore_eos=True),
+        )
         async for chunk in decode_pb2_grpc.DecodeStub(dch).Generate(request):
             out.extend(chunk.token_ids)
         return pre, out
@@ -78,8 +98,9 @@ def test_path_a_b_and_split_give_identical_tokens(cluster, reference):
     decode2 = cluster["decode2"].address
     by_a, tokens_a, _ = _conversation(cluster, reference, "path-a", prefill_pb2.KV_PATH_A)
     by_b, tokens_b, ids_b = _conversation(cluster, reference, "path-b", prefill_pb2.KV_PATH_B, decode2)
-    split, tokens_split, _ = _conversation(cluster, reference, "path-split", prefill_pb2.KV_PATH_SPLIT, decode2,
-                                           relay_blocks=1)
+    split, tokens_split, _ = _conversation(
+        cluster, reference, "path-split", prefill_pb2.KV_PATH_SPLIT, decode2, relay_blocks=1
+    )
     assert tokens_a == tokens_b == tokens_split
 
     loaded = STORED - PREFILL_HELD  # turn 1's output blocks: the prefill engine never computed them

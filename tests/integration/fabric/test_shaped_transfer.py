@@ -60,7 +60,8 @@ def test_runs_reassemble_exactly_over_a_live_server():
         server = grpc.aio.server(options=GRPC_OPTIONS)
         add_fabric_to_server(
             FabricServicer({"cnic": rx}, on_run=lambda h, i, buf: received.append((h.transfer_id, i, bytes(buf)))),
-            server)
+            server,
+        )
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         client = FabricClient(f"127.0.0.1:{port}")
@@ -86,8 +87,15 @@ def test_bench_reports_every_key_for_a_short_run():
     from agentserve.bench.fabric_bench import run as bench
 
     report = bench(duration_s=0.3, rates=(0.5,), streams=(1, 2), repeats=1, raw_bytes=16 << 20)
-    assert {"shaping_accuracy_min", "shaping_accuracy_max", "fairness_max_over_min", "grpc_vs_tcp",
-            "grpc_unshaped_gbps", "tcp_gbps", "cases"} <= set(report)
+    assert {
+        "shaping_accuracy_min",
+        "shaping_accuracy_max",
+        "fairness_max_over_min",
+        "grpc_vs_tcp",
+        "grpc_unshaped_gbps",
+        "tcp_gbps",
+        "cases",
+    } <= set(report)
     assert [(c["gbps"], c["streams"]) for c in report["cases"]] == [(0.5, 1), (0.5, 2)]
     assert 0.8 <= report["shaping_accuracy_min"] <= report["shaping_accuracy_max"] <= 1.05
     assert report["grpc_vs_tcp"] > 0

@@ -19,8 +19,20 @@ def run_cli(capsys, *argv: str) -> dict:
 
 
 def test_soak_stays_within_budgets_and_keeps_serving(capsys, tmp_path):
-    result = run_cli(capsys, "bench", "kvstore-soak", "--minutes", "0.07", "--dram-mb", "1", "--ssd-mb", "4",
-                     "--data-dir", str(tmp_path), "--json")
+    result = run_cli(
+        capsys,
+        "bench",
+        "kvstore-soak",
+        "--minutes",
+        "0.07",
+        "--dram-mb",
+        "1",
+        "--ssd-mb",
+        "4",
+        "--data-dir",
+        str(tmp_path),
+        "--json",
+    )
     assert result["within_budget"] is True, result
     assert result["dram"]["max_bytes"] <= 1 << 20 and result["ssd"]["max_bytes"] <= 4 << 20
     assert result["ssd"]["max_bytes_on_disk_sampled"] <= 4 << 20
@@ -34,8 +46,20 @@ def test_trace_replay_matches_an_exact_lru(capsys, tmp_path):
     trace = tmp_path / "head.jsonl"
     with open(TRACE) as f:
         trace.write_text("".join(itertools.islice(f, 600)))
-    result = run_cli(capsys, "bench", "kvstore-trace", "--trace", str(trace), "--block-tokens", "512",
-                     "--capacity-blocks", "1000,3000", "--data-dir", str(tmp_path), "--json")
+    result = run_cli(
+        capsys,
+        "bench",
+        "kvstore-trace",
+        "--trace",
+        str(trace),
+        "--block-tokens",
+        "512",
+        "--capacity-blocks",
+        "1000,3000",
+        "--data-dir",
+        str(tmp_path),
+        "--json",
+    )
     assert result["requests"] == 600 and [r["capacity_blocks"] for r in result["runs"]] == [1000, 3000]
     for run in result["runs"]:
         assert run["difference"] <= 0.01, run
@@ -46,25 +70,63 @@ def test_trace_replay_matches_an_exact_lru(capsys, tmp_path):
 def test_trace_rejects_a_block_size_the_trace_cannot_express(capsys, tmp_path):
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}\n')
-    assert main(["bench", "kvstore-trace", "--trace", str(trace), "--block-tokens", "384",
-                 "--capacity-blocks", "10"]) == 2
+    assert (
+        main(["bench", "kvstore-trace", "--trace", str(trace), "--block-tokens", "384", "--capacity-blocks", "10"]) == 2
+    )
     assert "must divide 512" in capsys.readouterr().err
-    assert run_cli(capsys, "bench", "kvstore-trace", "--trace", str(trace), "--block-tokens", "256",
-                   "--capacity-blocks", "10", "--data-dir", str(tmp_path), "--json")["blocks_accessed"] == 3
+    assert (
+        run_cli(
+            capsys,
+            "bench",
+            "kvstore-trace",
+            "--trace",
+            str(trace),
+            "--block-tokens",
+            "256",
+            "--capacity-blocks",
+            "10",
+            "--data-dir",
+            str(tmp_path),
+            "--json",
+        )["blocks_accessed"]
+        == 3
+    )
 
 
 def test_throughput_bench_reports_every_size_and_the_ratios(capsys, tmp_path):
-    result = run_cli(capsys, "bench", "kvstore", "--mb-per-size", "2", "--raw-mb", "8", "--sizes", "64KB,1MB",
-                     "--passes", "2", "--data-dir", str(tmp_path), "--json")
+    result = run_cli(
+        capsys,
+        "bench",
+        "kvstore",
+        "--mb-per-size",
+        "2",
+        "--raw-mb",
+        "8",
+        "--sizes",
+        "64KB,1MB",
+        "--passes",
+        "2",
+        "--data-dir",
+        str(tmp_path),
+        "--json",
+    )
     assert result["raw_disk_read_MBps"] > 0
-    for key in ("cold_read_vs_raw_1MB", "grpc_vs_inprocess_read_1MB", "grpc_vs_inprocess_read_1MB_warm",
-                "grpc_dram_vs_inprocess_read_1MB"):
+    for key in (
+        "cold_read_vs_raw_1MB",
+        "grpc_vs_inprocess_read_1MB",
+        "grpc_vs_inprocess_read_1MB_warm",
+        "grpc_dram_vs_inprocess_read_1MB",
+    ):
         assert result[key] > 0
     passes = result["passes_1MB"]
-    assert len(passes) == 2 and all(p["raw_sequential_MBps"] > 0 and p["grpc_cold_MBps"] > 0 and p["grpc_dram_MBps"] > 0
-                                    for p in passes)
-    assert min(p["cold_read_vs_raw"] for p in passes) <= result["cold_read_vs_raw_1MB"] \
-        <= max(p["cold_read_vs_raw"] for p in passes)  # the headline ratio is their median
+    assert len(passes) == 2 and all(
+        p["raw_sequential_MBps"] > 0 and p["grpc_cold_MBps"] > 0 and p["grpc_dram_MBps"] > 0 for p in passes
+    )
+    assert (
+        min(p["cold_read_vs_raw"] for p in passes)
+        <= result["cold_read_vs_raw_1MB"]
+        <= max(p["cold_read_vs_raw"] for p in passes)
+    )  # the headline ratio is their median
     for size in ("64KB", "1MB"):
         for mode in ("write_fsync_each", "write_group_commit", "read_cold", "read_warm", "read_dram"):
             assert {"MBps", "p50_ms", "p99_ms"} <= set(result["sizes"][size][mode])
@@ -72,10 +134,17 @@ def test_throughput_bench_reports_every_size_and_the_ratios(capsys, tmp_path):
 
 
 def test_disk_patterns_reads_every_pattern_and_reports_medians(capsys, tmp_path):
-    result = run_cli(capsys, "bench", "disk-patterns", "--mb", "16", "--passes", "2", "--data-dir", str(tmp_path),
-                     "--json")
-    patterns = {"sequential_1MB", "sequential_16MB", "streams_contiguous_1MB", "threads_interleaved_1MB",
-                "threads_interleaved_4MB", "block_files_1MB"}
+    result = run_cli(
+        capsys, "bench", "disk-patterns", "--mb", "16", "--passes", "2", "--data-dir", str(tmp_path), "--json"
+    )
+    patterns = {
+        "sequential_1MB",
+        "sequential_16MB",
+        "streams_contiguous_1MB",
+        "threads_interleaved_1MB",
+        "threads_interleaved_4MB",
+        "block_files_1MB",
+    }
     assert len(result["passes"]) == 2 and all(set(p) == patterns for p in result["passes"])
     assert all(v > 0 for v in result["median_MBps"].values()) and set(result["vs_sequential"]) == patterns
     assert max(result["vs_sequential"]["sequential_1MB"], result["vs_sequential"]["sequential_16MB"]) == 1.0

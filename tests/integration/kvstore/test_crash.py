@@ -51,9 +51,11 @@ def test_a_sigkilled_kvstore_keeps_every_acknowledged_write_stream(tmp_path, gro
 
     restarted = start_kvstore(tmp_path)
     try:
+
         async def read_back():
             async with KVStoreClient(restarted.address, timeout_s=30) as client:
                 return await collect(client.get("kvstore-crash-service", list(acked)))
+
         got = asyncio.run(read_back())
     finally:
         assert restarted.stop() == 0

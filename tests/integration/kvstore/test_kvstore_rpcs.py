@@ -17,8 +17,16 @@ MAX_BLOCK = 16 << 10
 
 @pytest.fixture(scope="module")
 def kvstore(tmp_path_factory):
-    service = start_kvstore(tmp_path_factory.mktemp("kvstore-rpcs"), 0, "--dram-budget-bytes", str(2 * block_size()),
-                            "--ssd-budget-bytes", str(1 << 20), "--max-block-bytes", str(MAX_BLOCK))
+    service = start_kvstore(
+        tmp_path_factory.mktemp("kvstore-rpcs"),
+        0,
+        "--dram-budget-bytes",
+        str(2 * block_size()),
+        "--ssd-budget-bytes",
+        str(1 << 20),
+        "--max-block-bytes",
+        str(MAX_BLOCK),
+    )
     yield service
     assert service.stop() == 0, service.log.read_text()[-3000:]
 
@@ -49,10 +57,11 @@ def test_write_stream_then_read_layers_with_tiers(kvstore):
     assert (again.stored, again.existing) == (0, 1)
     assert found.prefix_blocks == 3 and found.tiers == (Tier.SSD, Tier.DRAM, Tier.DRAM, Tier.NONE)
     assert [(r.block_id, r.data, r.tier) for r in whole] == [(b, d, Tier.DRAM) for b, d in blocks[1:]] + [
-        (ids[0], blocks[0][1], Tier.SSD)]
+        (ids[0], blocks[0][1], Tier.SSD)
+    ]
     for read, (_, data) in zip(layers, blocks[1:]):
         assert (read.layers, read.num_layers) == (range(1, 3), 3)
-        part = decode_layers(read_header(read.data), memoryview(read.data)[read.header_size:], read.layers, None, FP)
+        part = decode_layers(read_header(read.data), memoryview(read.data)[read.header_size :], read.layers, None, FP)
         assert torch.equal(part.k, deserialize_blocks(data, FP, layers=range(1, 3)).k)
 
 
@@ -115,8 +124,12 @@ def test_bad_input_gets_clear_errors_and_loses_nothing(kvstore):
             "other model stream": await expect_invalid(client.write(FP, mixed_stream())),
             "no fingerprint": await expect_invalid(client.write("", blocks[:1])),
         }
-        unknown = (await collect(client.read(FP, chain(2, salt="unknown"))), await client.lookup(chain(2, salt="u")),
-                   await client.pin(chain(1, salt="u"), 5), await client.delete(chain(1, salt="u")))
+        unknown = (
+            await collect(client.read(FP, chain(2, salt="unknown"))),
+            await client.lookup(chain(2, salt="u")),
+            await client.pin(chain(1, salt="u"), 5),
+            await client.delete(chain(1, salt="u")),
+        )
         return errors, unknown, await collect(client.read(FP, ids)), await client.stats()
 
     errors, unknown, got, stats = run(scenario, kvstore.address)

@@ -38,8 +38,14 @@ def test_put_get_lookup_round_trip(kvstore):
     async def scenario(client):
         first = await client.put(FP, blocks[:3])
         again = await client.put(FP, blocks[1:3])
-        return (first, again, await client.lookup(ids), await get_all(client, FP, ids),
-                await get_all(client, FP, ids[:2]), await client.stats())
+        return (
+            first,
+            again,
+            await client.lookup(ids),
+            await get_all(client, FP, ids),
+            await get_all(client, FP, ids[:2]),
+            await client.stats(),
+        )
 
     first, again, prefix, got, got_two, stats = run(scenario, kvstore.address)
     assert (first.stored, first.existing, first.bytes_written) == (3, 0, sum(len(d) for _, d in blocks[:3]))
@@ -122,8 +128,10 @@ def test_acknowledged_blocks_survive_sigkill(tmp_path):
 
     restarted = start_kvstore(tmp_path)
     try:
+
         async def scenario(client):
             return await client.lookup(ids), await get_all(client, FP, ids), await client.stats()
+
         prefix, got, stats = run(scenario, restarted.address)
     finally:
         assert restarted.stop() == 0

@@ -30,10 +30,9 @@ def test_blocks_spread_over_instances_and_read_back_in_order(two_kvstores):
 
     async def main():
         # A name standing for both instances, as a compose service name resolves to every replica.
-        async with ShardedKVStoreClient("kvstore:50052", timeout_s=30,
-                                        resolve=lambda spec: [b, a]) as client:
+        async with ShardedKVStoreClient("kvstore:50052", timeout_s=30, resolve=lambda spec: [b, a]) as client:
             put = await client.put(FP, blocks[:gap])
-            written = await client.write(FP, blocks[gap + 1:])
+            written = await client.write(FP, blocks[gap + 1 :])
             found = await client.lookup_tiers(ids)
             got = await collect(client.get(FP, ids))
             reads = await collect(client.read(FP, ids, range(0, 2)))

@@ -93,19 +93,32 @@ def peers() -> Iterator[Peers]:
 @pytest.fixture(scope="module")
 def toolproxy(peers: Peers) -> Iterator[tuple[ServiceProcess, str]]:
     grpc_port, http_port = free_port(), free_port()
-    service = start_service("toolproxy", "agentserve.toolproxy", [
-        "--grpc-port", str(grpc_port), "--http-port", str(http_port),
-        "--scheduler-address", f"127.0.0.1:{peers.scheduler_port}",
-        "--upstreams", f"search=http://127.0.0.1:{peers.upstream_port}/search",
-        "--default-prediction-s", "2.5",
-    ], grpc_port, timeout_s=60)
+    service = start_service(
+        "toolproxy",
+        "agentserve.toolproxy",
+        [
+            "--grpc-port",
+            str(grpc_port),
+            "--http-port",
+            str(http_port),
+            "--scheduler-address",
+            f"127.0.0.1:{peers.scheduler_port}",
+            "--upstreams",
+            f"search=http://127.0.0.1:{peers.upstream_port}/search",
+            "--default-prediction-s",
+            "2.5",
+        ],
+        grpc_port,
+        timeout_s=60,
+    )
     yield service, f"http://127.0.0.1:{http_port}"
     assert service.stop() == 0, service.log.read_text()[-3000:]
 
 
 def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict, dict[str, str]]:
-    request = urllib.request.Request(url, data=body, method="POST",
-                                     headers={"Content-Type": "application/json", **(headers or {})})
+    request = urllib.request.Request(
+        url, data=body, method="POST", headers={"Content-Type": "application/json", **(headers or {})}
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as resp:
             return resp.status, json.loads(resp.read()), dict(resp.headers)
@@ -135,8 +148,9 @@ def test_sleep_reports_wait_events_with_durations(peers, toolproxy):
     assert 0.4 - EARLY <= finished.actual_duration_s < 1.4
     assert float(headers["X-Tool-Duration-S"]) == pytest.approx(finished.actual_duration_s, abs=1e-5)
 
-    status, _, headers = post(f"{url}/tools/sleep", b'{"seconds": 0.1}',
-                              {"X-Session-Id": "sess-1", "X-Call-Id": "second"})
+    status, _, headers = post(
+        f"{url}/tools/sleep", b'{"seconds": 0.1}', {"X-Session-Id": "sess-1", "X-Call-Id": "second"}
+    )
     (_, started), (_, finished) = events_for(peers, "second")
     assert status == 200 and headers["X-Call-Id"] == "second"
     assert started.predicted_duration_s >= 0.4 - EARLY  # the running mean learned from the first call
@@ -176,14 +190,27 @@ def test_list_tools_over_grpc(toolproxy):
 
 def test_scheduler_outage_does_not_fail_tool_calls(peers):
     grpc_port, http_port = free_port(), free_port()
-    service = start_service("toolproxy-noscheduler", "agentserve.toolproxy", [
-        "--grpc-port", str(grpc_port), "--http-port", str(http_port),
-        "--scheduler-address", f"127.0.0.1:{free_port()}", "--report-timeout-s", "0.5",
-    ], grpc_port, timeout_s=60)
+    service = start_service(
+        "toolproxy-noscheduler",
+        "agentserve.toolproxy",
+        [
+            "--grpc-port",
+            str(grpc_port),
+            "--http-port",
+            str(http_port),
+            "--scheduler-address",
+            f"127.0.0.1:{free_port()}",
+            "--report-timeout-s",
+            "0.5",
+        ],
+        grpc_port,
+        timeout_s=60,
+    )
     try:
         for _ in range(3):
-            status, body, _ = post(f"http://127.0.0.1:{http_port}/tools/sleep", b'{"seconds": 0.05}',
-                                   {"X-Session-Id": "orphan"})
+            status, body, _ = post(
+                f"http://127.0.0.1:{http_port}/tools/sleep", b'{"seconds": 0.05}', {"X-Session-Id": "orphan"}
+            )
             assert (status, body) == (200, {"slept_s": 0.05})
     finally:
         assert service.stop() == 0

@@ -26,7 +26,7 @@ class Event:
 
 
 class FakeSession:
-    def __init__(self, system: "FakeServing", sid: str, tenant: str, agent: str) -> None:
+    def __init__(self, system: FakeServing, sid: str, tenant: str, agent: str) -> None:
         self.system, self.id, self.tenant, self.agent = system, sid, tenant, agent
         self.history: list[int] = []
         self.closed = False
@@ -78,13 +78,13 @@ class FakeServing:
 
     def cached(self, tenant: str, prompt: list[int]) -> int:
         n = 0
-        while (n + 1) * BLOCK <= len(prompt) - 1 and (tenant, tuple(prompt[:(n + 1) * BLOCK])) in self.blocks:
+        while (n + 1) * BLOCK <= len(prompt) - 1 and (tenant, tuple(prompt[: (n + 1) * BLOCK])) in self.blocks:
             n += 1
         return n * BLOCK
 
     def remember(self, tenant: str, tokens: list[int]) -> None:
         for k in range(1, len(tokens) // BLOCK + 1):
-            self.blocks.add((tenant, tuple(tokens[:k * BLOCK])))
+            self.blocks.add((tenant, tuple(tokens[: k * BLOCK])))
 
     async def open_session(self, tenant: str, agent: str) -> FakeSession:
         session = FakeSession(self, f"s{len(self.sessions)}", tenant, agent)

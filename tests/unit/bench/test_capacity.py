@@ -61,9 +61,13 @@ def test_load_kinds_and_per_engine_capacity():
     assert with_load(base, "rate", 0.5).rate == 0.5
     assert with_load(base, "concurrency", 3.0).concurrency == 3
     assert with_load(base, "speedup", 8.0).speedup == 8.0
-    probes = [{"engines": {"prefill": {"p": 3}, "decode": {"d0": 2, "d1": 1}}},
-              {"engines": {"prefill": {"p": 1}, "decode": {"d2": 1}}}]
-    assert per_engine(6.0, probes) == {"prefill": {"engines": ["p"], "capacity_per_engine": 6.0},
-                                       "decode": {"engines": ["d0", "d1", "d2"], "capacity_per_engine": 2.0}}
+    probes = [
+        {"engines": {"prefill": {"p": 3}, "decode": {"d0": 2, "d1": 1}}},
+        {"engines": {"prefill": {"p": 1}, "decode": {"d2": 1}}},
+    ]
+    assert per_engine(6.0, probes) == {
+        "prefill": {"engines": ["p"], "capacity_per_engine": 6.0},
+        "decode": {"engines": ["d0", "d1", "d2"], "capacity_per_engine": 2.0},
+    }
     with pytest.raises(ValueError):
         SearchSpec(start=0)

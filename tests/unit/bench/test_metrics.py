@@ -11,8 +11,9 @@ from agentserve.bench.replay.summary import summarize
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize("values", [[5.0], [1.0, 2.0], [3.0, 1.0, 2.0, 10.0],
-                                    list(np.random.default_rng(1).random(101))])
+@pytest.mark.parametrize(
+    "values", [[5.0], [1.0, 2.0], [3.0, 1.0, 2.0, 10.0], list(np.random.default_rng(1).random(101))]
+)
 @pytest.mark.parametrize("p", [0, 10, 50, 90, 99, 100])
 def test_percentile_matches_numpys_linear_interpolation(values, p):
     assert percentile(values, p) == pytest.approx(float(np.percentile(values, p)))
@@ -24,15 +25,32 @@ def test_percentile_edges_and_distribution():
         percentile([1.0], 101)
     assert percentile([10, 20, 30, 40], 90) == pytest.approx(37.0)
     d = distribution([0.1, None, 0.3], scale=1000)
-    assert d == {"count": 2, "mean": 200.0, "p50": 200.0, "p90": pytest.approx(280.0), "p99": pytest.approx(298.0),
-                 "max": 300.0}
+    assert d == {
+        "count": 2,
+        "mean": 200.0,
+        "p50": 200.0,
+        "p90": pytest.approx(280.0),
+        "p99": pytest.approx(298.0),
+        "max": 300.0,
+    }
     assert ecdf([3, None, 1, 2]) == ([1, 2, 3], [1 / 3, 2 / 3, 1.0])
 
 
 def _turn(sid, index, first, ttft, tpot=0.01, n=11, cached=0, prompt=100, expected=None, error=""):
-    r = TurnRecord(sid, index, first, sent_s=1.0, prompt_tokens=prompt, output_tokens=n, cached_tokens=cached,
-                   expected_cached_tokens=cached if expected is None else expected, trace_cached_tokens=cached,
-                   error=error, prefill_engine="p0", decode_engine="d1")
+    r = TurnRecord(
+        sid,
+        index,
+        first,
+        sent_s=1.0,
+        prompt_tokens=prompt,
+        output_tokens=n,
+        cached_tokens=cached,
+        expected_cached_tokens=cached if expected is None else expected,
+        trace_cached_tokens=cached,
+        error=error,
+        prefill_engine="p0",
+        decode_engine="d1",
+    )
     if not error:
         r.first_token_s = 1.0 + ttft
         r.second_token_s = r.first_token_s + tpot
@@ -56,8 +74,13 @@ def test_slo_parsing_and_per_turn_predicate():
 
 
 def test_summary_splits_first_and_later_turns_and_counts_goodput_and_cache():
-    turns = [_turn("a", 0, True, 1.0), _turn("a", 1, False, 0.1, cached=80), _turn("a", 2, False, 0.3, cached=96),
-             _turn("b", 0, True, 3.0, expected=16), _turn("b", 1, False, 0, error="RetryableError: gone")]
+    turns = [
+        _turn("a", 0, True, 1.0),
+        _turn("a", 1, False, 0.1, cached=80),
+        _turn("a", 2, False, 0.3, cached=96),
+        _turn("b", 0, True, 3.0, expected=16),
+        _turn("b", 1, False, 0, error="RetryableError: gone"),
+    ]
     sessions = [SessionRecord("a", 0.0, 10.0, 3, 0, tool_s=4.0), SessionRecord("b", 0.0, 6.0, 2, 1, tool_s=0.0)]
     s = summarize(turns, sessions, duration_s=10.0, slo=SLO.parse("ttft_p90=2000ms"))
     assert (s["turns_total"], s["turns_ok"], s["turns_failed"], s["sessions_failed"]) == (5, 4, 1, 1)

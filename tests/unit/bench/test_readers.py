@@ -43,8 +43,9 @@ def test_mooncake_requests_become_sessions_that_wait_for_the_prompt_they_extend(
 
 
 def test_mooncake_rejects_malformed_records(tmp_path):
-    bad = _jsonl(tmp_path / "bad.jsonl", [{"timestamp": 0, "input_length": 1100, "output_length": 1,
-                                           "hash_ids": [0, 1]}])
+    bad = _jsonl(
+        tmp_path / "bad.jsonl", [{"timestamp": 0, "input_length": 1100, "output_length": 1, "hash_ids": [0, 1]}]
+    )
     with pytest.raises(ValueError, match="only 2 hash ids"):
         read_mooncake(bad)
     with pytest.raises(ValueError, match="not a Mooncake record"):
@@ -72,9 +73,13 @@ def test_tracelab_rounds_keep_lengths_reuse_tools_and_think_time():
         recorded.sort(key=lambda r: r["round_index"])
         for turn, r in zip(session.turns, recorded):
             assert (turn.reuse_tokens, turn.new_tokens, turn.output_tokens) == (
-                r["prefix_tokens"], r["newly_append_tokens"], r["output_tokens"])
+                r["prefix_tokens"],
+                r["newly_append_tokens"],
+                r["output_tokens"],
+            )
             assert [(t.name, t.duration_s) for t in turn.tools] == [
-                (t["tool_name"], t["tool_wall_latency_ms"] / 1000) for t in r["tools"]]
+                (t["tool_name"], t["tool_wall_latency_ms"] / 1000) for t in r["tools"]
+            ]
     first = w.sessions[0]
     assert first.prefix == "claude-system"
     assert [t.start_s for t in first.turns[0].tools] == [0.0, 0.811]  # WebSearch emitted 811 ms after Bash
@@ -94,11 +99,15 @@ def test_tracelab_context_mode_appends_what_the_prompt_grew_by():
 def test_session_format_round_trips_every_source(tmp_path):
     from agentserve.bench.workloads.generator import GeneratorSpec, generate
 
-    rows = [{"timestamp": 0, "input_length": 1100, "output_length": 10, "hash_ids": [0, 1, 2]},
-            {"timestamp": 9, "input_length": 1600, "output_length": 7, "hash_ids": [0, 1, 3, 4]}]
-    workloads = [read_mooncake(_jsonl(tmp_path / "m.jsonl", rows)),
-                 generate(GeneratorSpec(pattern="fanout", teams=2, seed=3)),
-                 generate(GeneratorSpec(pattern="allgather", teams=1, system_tokens=0, seed=4))]
+    rows = [
+        {"timestamp": 0, "input_length": 1100, "output_length": 10, "hash_ids": [0, 1, 2]},
+        {"timestamp": 9, "input_length": 1600, "output_length": 7, "hash_ids": [0, 1, 3, 4]},
+    ]
+    workloads = [
+        read_mooncake(_jsonl(tmp_path / "m.jsonl", rows)),
+        generate(GeneratorSpec(pattern="fanout", teams=2, seed=3)),
+        generate(GeneratorSpec(pattern="allgather", teams=1, system_tokens=0, seed=4)),
+    ]
     if TRACELAB.exists():
         workloads.append(read_tracelab(TRACELAB))
     for i, w in enumerate(workloads):
@@ -111,8 +120,11 @@ def test_session_format_rejects_bad_files(tmp_path):
     with pytest.raises(ValueError, match="header"):
         read_workload(_jsonl(tmp_path / "a.jsonl", [{"format": "other"}]))
     header = {"format": "agentserve-workload", "version": 1, "name": "x"}
-    cyclic = [header, {"id": "a", "turns": [{"new_tokens": 1, "output_tokens": 1, "after": ["b"]}]},
-              {"id": "b", "turns": [{"new_tokens": 1, "output_tokens": 1, "after": ["a"]}]}]
+    cyclic = [
+        header,
+        {"id": "a", "turns": [{"new_tokens": 1, "output_tokens": 1, "after": ["b"]}]},
+        {"id": "b", "turns": [{"new_tokens": 1, "output_tokens": 1, "after": ["a"]}]},
+    ]
     with pytest.raises(ValueError, match="cycle"):
         read_workload(_jsonl(tmp_path / "c.jsonl", cyclic))
     dangling = [header, {"id": "a", "turns": [{"new_tokens": 1, "output_tokens": 1, "after": ["zz#0"]}]}]

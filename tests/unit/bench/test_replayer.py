@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from agentserve.bench.replay.replayer import ReplayOptions, Replayer
+from agentserve.bench.replay.replayer import Replayer, ReplayOptions
 from agentserve.bench.workloads.generator import GeneratorSpec, generate
 from agentserve.bench.workloads.model import Session, ToolCall, Turn, Workload
 from tests.unit.bench.fake_serving import FakeServing
@@ -29,8 +29,21 @@ def _by_turn(result):
 
 
 def test_fanout_turns_start_only_after_their_dependencies_and_tools_finished():
-    w = generate(GeneratorSpec(pattern="fanout", teams=2, agents=3, turns=2, system_tokens=64, first_tokens=40,
-                               new_tokens=20, output_tokens=5, tool_prob=1.0, tool_time="const:0.05", seed=1))
+    w = generate(
+        GeneratorSpec(
+            pattern="fanout",
+            teams=2,
+            agents=3,
+            turns=2,
+            system_tokens=64,
+            first_tokens=40,
+            new_tokens=20,
+            output_tokens=5,
+            tool_prob=1.0,
+            tool_time="const:0.05",
+            seed=1,
+        )
+    )
     result, system = _replay(w)
     turns = _by_turn(result)
     assert len(turns) == w.num_turns and all(r.ok for r in turns.values())
@@ -50,8 +63,11 @@ def test_fanout_turns_start_only_after_their_dependencies_and_tools_finished():
 
 
 def test_later_turns_send_only_new_tokens_and_hit_the_whole_context():
-    w = Workload("w", (Session("a", (Turn(4, new_tokens=40), Turn(3, new_tokens=20), Turn(2, new_tokens=7)),
-                               prefix="sys"),), prefixes={"sys": 50})
+    w = Workload(
+        "w",
+        (Session("a", (Turn(4, new_tokens=40), Turn(3, new_tokens=20), Turn(2, new_tokens=7)), prefix="sys"),),
+        prefixes={"sys": 50},
+    )
     result, system = _replay(w)
     turns = [e for e in system.events if e.kind == "turn"]
     warmup, replayed = turns[0], turns[1:]
@@ -79,8 +95,16 @@ def test_mooncake_style_turns_hit_exactly_the_trace_reuse_when_serial():
     def req(sid, ids, n, at):
         return Session(sid, (Turn(2, hash_ids=ids, input_tokens=n),), arrival_s=at)
 
-    w = Workload("m", (req("r0", (0, 1, 2), 80, 0.0), req("r1", (0, 1, 3), 90, 0.01), req("r2", (0, 4), 40, 0.02),
-                       req("r3", (0, 1, 3, 5), 120, 0.03)), hash_block_tokens=32)
+    w = Workload(
+        "m",
+        (
+            req("r0", (0, 1, 2), 80, 0.0),
+            req("r1", (0, 1, 3), 90, 0.01),
+            req("r2", (0, 4), 40, 0.02),
+            req("r3", (0, 1, 3, 5), 120, 0.03),
+        ),
+        hash_block_tokens=32,
+    )
     result, _ = _replay(w, concurrency=1)
     got = [(r.cached_tokens, r.expected_cached_tokens, r.trace_cached_tokens) for r in result.turns]
     assert got == [(0, 0, 0), (64, 64, 64), (32, 32, 32), (80, 80, 80)]
@@ -115,8 +139,13 @@ def test_a_failed_turn_aborts_its_session_but_dependants_still_run():
     def fail(session, tokens):
         return session.agent == "bad"
 
-    w = Workload("w", (Session("x", (Turn(2, new_tokens=5), Turn(2, new_tokens=5)), agent="bad"),
-                       Session("y", (Turn(2, new_tokens=5, after=("x",)),))))
+    w = Workload(
+        "w",
+        (
+            Session("x", (Turn(2, new_tokens=5), Turn(2, new_tokens=5)), agent="bad"),
+            Session("y", (Turn(2, new_tokens=5, after=("x",)),)),
+        ),
+    )
     result, _ = _replay(w, FakeServing(fail_when=fail))
     turns = _by_turn(result)
     assert turns[("x", 0)].error == "RuntimeError: injected failure"

@@ -15,17 +15,21 @@ def _scrape(t: float, **targets: str) -> Scrape:
 
 
 def _kv(a: float, persist: float) -> str:
-    return ("# TYPE agentserve_kv_transfer_bytes counter\n"
-            f'agentserve_kv_transfer_bytes_total{{path="A",link="snic"}} {a}\n'
-            f'agentserve_kv_transfer_bytes_total{{path="persist",link="snic"}} {persist}\n'
-            "# TYPE agentserve_scheduler_kv_path_turns counter\n"
-            'agentserve_scheduler_kv_path_turns_total{path="A"} 99\n')
+    return (
+        "# TYPE agentserve_kv_transfer_bytes counter\n"
+        f'agentserve_kv_transfer_bytes_total{{path="A",link="snic"}} {a}\n'
+        f'agentserve_kv_transfer_bytes_total{{path="persist",link="snic"}} {persist}\n'
+        "# TYPE agentserve_scheduler_kv_path_turns counter\n"
+        'agentserve_scheduler_kv_path_turns_total{path="A"} 99\n'
+    )
 
 
 def test_kv_bytes_from_path_labelled_counters_are_deltas_over_the_run():
-    scrapes = [_scrape(100.0, prefill=_kv(10, 5), decode=_kv(0, 1)),
-               _scrape(102.0, prefill=_kv(30, 5), decode=_kv(0, 1)),
-               _scrape(104.0, prefill=_kv(30, 45), decode=_kv(4, 1))]
+    scrapes = [
+        _scrape(100.0, prefill=_kv(10, 5), decode=_kv(0, 1)),
+        _scrape(102.0, prefill=_kv(30, 5), decode=_kv(0, 1)),
+        _scrape(104.0, prefill=_kv(30, 45), decode=_kv(4, 1)),
+    ]
     out = kv_bytes(scrapes, None, start_unix_s=100.0, bin_s=1.0)
     assert out["by_path"] == {"A": 24, "B": 0, "handoff": 0, "offload": 0, "persist": 40, "prefetch": 0}
     assert out["timeline"]["t_s"] == [2.0, 4.0]
@@ -33,8 +37,12 @@ def test_kv_bytes_from_path_labelled_counters_are_deltas_over_the_run():
 
 
 def test_kv_bytes_from_spans_binned_by_end_time_and_null_with_reason_without_a_source():
-    spans = [KVTransfer(100.5, "A", 10), KVTransfer(101.2, "handoff", 7), KVTransfer(101.9, "A", 5),
-             KVTransfer(103.0, "relay", 2)]
+    spans = [
+        KVTransfer(100.5, "A", 10),
+        KVTransfer(101.2, "handoff", 7),
+        KVTransfer(101.9, "A", 5),
+        KVTransfer(103.0, "relay", 2),
+    ]
     out = kv_bytes([], spans, start_unix_s=100.0, bin_s=1.0)
     assert out["source"] == "kv.transfer spans"
     assert out["by_path"]["A"] == 15 and out["by_path"]["handoff"] == 7 and out["by_path"]["relay"] == 2
@@ -45,8 +53,10 @@ def test_kv_bytes_from_spans_binned_by_end_time_and_null_with_reason_without_a_s
 
 
 def _tiers(dram: float, ssd: float) -> str:
-    return ("# TYPE agentserve_kvstore_tier_hits gauge\n"
-            f'agentserve_kvstore_tier_hits{{tier="dram"}} {dram}\nagentserve_kvstore_tier_hits{{tier="ssd"}} {ssd}\n')
+    return (
+        "# TYPE agentserve_kvstore_tier_hits gauge\n"
+        f'agentserve_kvstore_tier_hits{{tier="dram"}} {dram}\nagentserve_kvstore_tier_hits{{tier="ssd"}} {ssd}\n'
+    )
 
 
 def test_tier_hits_are_store_reads_in_tokens_and_the_rest_of_the_hits_is_engine_memory():
@@ -58,16 +68,20 @@ def test_tier_hits_are_store_reads_in_tokens_and_the_rest_of_the_hits_is_engine_
 
 
 def _nic(snic_busy: float, cnic_busy: float, gbps: float = 100.0) -> str:
-    return (f'# TYPE agentserve_nic_configured_gbps gauge\nagentserve_nic_configured_gbps{{nic="snic"}} {gbps}\n'
-            f'agentserve_nic_configured_gbps{{nic="cnic"}} {gbps}\n'
-            "# TYPE agentserve_nic_busy_seconds counter\n"
-            f'agentserve_nic_busy_seconds_total{{nic="snic"}} {snic_busy}\n'
-            f'agentserve_nic_busy_seconds_total{{nic="cnic"}} {cnic_busy}\n')
+    return (
+        f'# TYPE agentserve_nic_configured_gbps gauge\nagentserve_nic_configured_gbps{{nic="snic"}} {gbps}\n'
+        f'agentserve_nic_configured_gbps{{nic="cnic"}} {gbps}\n'
+        "# TYPE agentserve_nic_busy_seconds counter\n"
+        f'agentserve_nic_busy_seconds_total{{nic="snic"}} {snic_busy}\n'
+        f'agentserve_nic_busy_seconds_total{{nic="cnic"}} {cnic_busy}\n'
+    )
 
 
 def test_nic_utilisation_is_busy_time_over_elapsed_time_per_nic():
-    scrapes = [_scrape(10.0, prefill=_nic(1, 0), decode=_nic(0, 0)),
-               _scrape(20.0, prefill=_nic(6, 2), decode=_nic(1, 0))]
+    scrapes = [
+        _scrape(10.0, prefill=_nic(1, 0), decode=_nic(0, 0)),
+        _scrape(20.0, prefill=_nic(6, 2), decode=_nic(1, 0)),
+    ]
     out = nic_utilization(scrapes)
     assert out["per_nic"] == {"prefill/cnic": 0.2, "prefill/snic": 0.5, "decode/cnic": 0.0, "decode/snic": 0.1}
     assert out["max"] == 0.5 and out["avg"] == pytest.approx(0.2)

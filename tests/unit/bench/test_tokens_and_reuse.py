@@ -83,9 +83,18 @@ def test_trace_reuse_equals_the_token_level_common_prefix_with_earlier_prompts()
         assert got[i] == max((_common_prefix(p, q) for q in prompts[:i]), default=0)
 
 
-@pytest.mark.parametrize("reusable, prompt, expected", [
-    (0, 100, 0), (15, 100, 0), (16, 100, 16), (70, 100, 64), (100, 100, 96), (96, 96, 80), (500, 97, 96),
-    (10, 0, 0),
-])
+@pytest.mark.parametrize(
+    "reusable, prompt, expected",
+    [
+        (0, 100, 0),
+        (15, 100, 0),
+        (16, 100, 16),
+        (70, 100, 64),
+        (100, 100, 96),
+        (96, 96, 80),
+        (500, 97, 96),
+        (10, 0, 0),
+    ],
+)
 def test_servable_is_whole_blocks_short_of_the_last_prompt_token(reusable, prompt, expected):
     assert servable(reusable, prompt, 16) == expected

@@ -4,7 +4,15 @@ import pytest
 
 from agentserve.bench.workloads.generator import GeneratorSpec, generate, parse_distribution
 from agentserve.bench.workloads.model import (
-    Session, Turn, Workload, components, parse_ref, scaled, subset, topological_turns)
+    Session,
+    Turn,
+    Workload,
+    components,
+    parse_ref,
+    scaled,
+    subset,
+    topological_turns,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -24,9 +32,11 @@ def test_refs_name_a_session_or_one_of_its_turns():
 
 
 def test_topological_order_respects_session_order_and_dependencies():
-    w = _w(Session("lead", (_t(), _t(after=("w1#0", "w2")))),
-           Session("w1", (_t(after=("lead#0",)), _t())),
-           Session("w2", (_t(after=("lead#0",)),)))
+    w = _w(
+        Session("lead", (_t(), _t(after=("w1#0", "w2")))),
+        Session("w1", (_t(after=("lead#0",)), _t())),
+        Session("w2", (_t(after=("lead#0",)),)),
+    )
     order = topological_turns(w)
     pos = {t: i for i, t in enumerate(order)}
     assert len(order) == 5
@@ -42,8 +52,12 @@ def test_a_turn_waiting_on_its_own_later_turn_is_a_cycle():
 
 
 def test_subset_takes_first_arrivals_and_drops_sessions_whose_dependencies_were_cut():
-    w = _w(Session("a", (_t(),), arrival_s=0), Session("b", (_t(),), arrival_s=5, after=("c",)),
-           Session("c", (_t(),), arrival_s=3), Session("d", (_t(),), arrival_s=1, after=("a",)))
+    w = _w(
+        Session("a", (_t(),), arrival_s=0),
+        Session("b", (_t(),), arrival_s=5, after=("c",)),
+        Session("c", (_t(),), arrival_s=3),
+        Session("d", (_t(),), arrival_s=1, after=("a",)),
+    )
     assert [s.id for s in subset(w, max_sessions=3).sessions] == ["a", "d", "c"]
     assert [s.id for s in subset(w, max_sessions=2).sessions] == ["a", "d"]
     assert [s.id for s in subset(w, arrival_before_s=4).sessions] == ["a", "d", "c"]
@@ -53,9 +67,18 @@ def test_subset_takes_first_arrivals_and_drops_sessions_whose_dependencies_were_
 
 
 def test_scaling_divides_lengths_and_keeps_hash_blocks_aligned():
-    w = _w(Session("a", (Turn(output_tokens=100, hash_ids=(1, 2), input_tokens=700),
-                         Turn(output_tokens=1, new_tokens=33, reuse_tokens=31)), prefix="p"),
-           hash_block_tokens=512, prefixes={"p": 100})
+    w = _w(
+        Session(
+            "a",
+            (
+                Turn(output_tokens=100, hash_ids=(1, 2), input_tokens=700),
+                Turn(output_tokens=1, new_tokens=33, reuse_tokens=31),
+            ),
+            prefix="p",
+        ),
+        hash_block_tokens=512,
+        prefixes={"p": 100},
+    )
     s = scaled(w, 16)
     t0, t1 = s.sessions[0].turns
     assert (s.hash_block_tokens, t0.input_tokens, t0.output_tokens) == (32, 44, 6)
@@ -67,8 +90,12 @@ def test_scaling_divides_lengths_and_keeps_hash_blocks_aligned():
 
 
 def test_jobs_are_sessions_connected_by_dependencies():
-    w = _w(Session("a", (_t(),), arrival_s=2), Session("b", (_t(after=("a#0",)),), arrival_s=2),
-           Session("c", (_t(),), arrival_s=1), Session("d", (_t(),), arrival_s=3, after=("b",)))
+    w = _w(
+        Session("a", (_t(),), arrival_s=2),
+        Session("b", (_t(after=("a#0",)),), arrival_s=2),
+        Session("c", (_t(),), arrival_s=1),
+        Session("d", (_t(),), arrival_s=3, after=("b",)),
+    )
     assert [[s.id for s in job] for job in components(w)] == [["c"], ["a", "b", "d"]]
 
 
@@ -92,8 +119,18 @@ def test_allgather_peers_receive_the_same_gathered_content():
 
 
 def test_generator_arrivals_tools_and_bad_specs():
-    w = generate(GeneratorSpec(pattern="independent", teams=5, agents=2, turns=3, tool_prob=1.0,
-                               tool_time="const:1.5", arrival_rate=2.0, seed=9))
+    w = generate(
+        GeneratorSpec(
+            pattern="independent",
+            teams=5,
+            agents=2,
+            turns=3,
+            tool_prob=1.0,
+            tool_time="const:1.5",
+            arrival_rate=2.0,
+            seed=9,
+        )
+    )
     arrivals = sorted({s.arrival_s for s in w.sessions})
     assert len(arrivals) == 5 and arrivals[0] == 0.0
     assert all([t.tool_time_s() for t in s.turns] == [1.5, 1.5, 0.0] for s in w.sessions)

@@ -28,7 +28,8 @@ def test_defaults_env_and_flags_layer():
     env = {"AGENTSERVE_GRPC_PORT": "6000", "AGENTSERVE_FSYNC": "false"}
     assert load_config(Example, [], env=env) == Example(grpc_port=6000, fsync=False)
     assert load_config(Example, ["--grpc-port", "7000", "--ratio", "0.25"], env=env) == Example(
-        grpc_port=7000, fsync=False, ratio=0.25)
+        grpc_port=7000, fsync=False, ratio=0.25
+    )
 
 
 def test_bad_values_are_value_errors():

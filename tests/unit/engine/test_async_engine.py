@@ -37,6 +37,7 @@ def test_concurrent_streams_equal_direct_generation(base_engine):
     async def main(engine):
         async def collect(p):
             return [e.token_id async for e in engine.generate(p, PARAMS)]
+
         return await asyncio.gather(*(collect(p) for p in prompts))
 
     assert _run(base_engine, main) == expected
@@ -82,11 +83,10 @@ def test_pins_taken_under_pinning_are_freed_on_exit_even_by_an_error(base_engine
     async def main(engine):
         ids = await engine.call(lambda e: e.block_ids_for(list(range(4 * e.block_size))))
         await engine.call(lambda e: e.generate(list(range(4 * e.block_size + 1)), SamplingParams(max_tokens=1)))
-        with pytest.raises(RuntimeError, match="boom"):
-            with engine.pinning() as pinned:
-                await engine.call(lambda e: pinned.extend(e.blocks.pin(ids)))
-                assert await engine.call(lambda e: e.blocks.stats()["used"]) == len(ids)
-                raise RuntimeError("boom")
+        with pytest.raises(RuntimeError, match="boom"), engine.pinning() as pinned:
+            await engine.call(lambda e: pinned.extend(e.blocks.pin(ids)))
+            assert await engine.call(lambda e: e.blocks.stats()["used"]) == len(ids)
+            raise RuntimeError("boom")
         return await engine.call(lambda e: (e.blocks.stats()["used"], e.blocks.cached_prefix(ids)))
 
     assert _run(base_engine, main) == (0, 4)  # unpinned, still cached

@@ -42,10 +42,20 @@ def test_context_overflow(engine):
 
 
 def test_block_from_another_model_rejected(engine):
-    shape = (engine.model_config.num_hidden_layers, 1, 16, engine.model_config.num_key_value_heads,
-             engine.model_config.head_dim)
-    data = serialize_blocks(torch.zeros(shape), torch.zeros(shape), block_ids=[b"\x01" * 16],
-                            fingerprint="someothermodel00", kv_dtype="native")
+    shape = (
+        engine.model_config.num_hidden_layers,
+        1,
+        16,
+        engine.model_config.num_key_value_heads,
+        engine.model_config.head_dim,
+    )
+    data = serialize_blocks(
+        torch.zeros(shape),
+        torch.zeros(shape),
+        block_ids=[b"\x01" * 16],
+        fingerprint="someothermodel00",
+        kv_dtype="native",
+    )
     with pytest.raises(ValueError, match="someothermodel00"):
         engine.import_blocks(data)
 

@@ -37,8 +37,11 @@ def test_preemption_under_memory_pressure_keeps_outputs(tiny_model_dir):
     # A pool of 24 blocks cannot hold all four sequences to the end: some get preempted and
     # recomputed, and their outputs must not change.
     engine = LLMEngine.from_dir(tiny_model_dir)
-    small = LLMEngine(engine.model, engine.fingerprint,
-                      EngineConfig(kv_cache_bytes=24 * engine.pool.bytes_per_slot, prefix_cache=False))
+    small = LLMEngine(
+        engine.model,
+        engine.fingerprint,
+        EngineConfig(kv_cache_bytes=24 * engine.pool.bytes_per_slot, prefix_cache=False),
+    )
     seqs = small.generate_many(_prompts(), SamplingParams(max_tokens=60, ignore_eos=True))
     assert small.num_preemptions > 0
     for prompt, seq in zip(_prompts(), seqs):
@@ -52,6 +55,7 @@ def test_seeded_sampling_is_reproducible(tiny_model_dir):
     params = SamplingParams(max_tokens=16, temperature=0.8, top_p=0.9, seed=5, ignore_eos=True)
     a = engine.generate(prompt, params).output_token_ids
     b = engine.generate(prompt, params).output_token_ids
-    c = engine.generate(prompt, SamplingParams(max_tokens=16, temperature=0.8, top_p=0.9, seed=6,
-                                               ignore_eos=True)).output_token_ids
+    c = engine.generate(
+        prompt, SamplingParams(max_tokens=16, temperature=0.8, top_p=0.9, seed=6, ignore_eos=True)
+    ).output_token_ids
     assert a == b and a != c

@@ -19,6 +19,7 @@ GREEDY = SamplingParams(max_tokens=NEW, ignore_eos=True)
 @pytest.fixture(scope="module")
 def prompt(tiny_model_dir):
     import random
+
     rng = random.Random(42)
     return [rng.randrange(5, 8192) for _ in range(PROMPT_LEN)]
 
@@ -52,7 +53,7 @@ def test_cache_hit_matches_full_recompute(tiny_model_dir, prompt, reference):
 def test_serialized_blocks_match_full_recompute(tiny_model_dir, prompt, reference):
     source = LLMEngine.from_dir(tiny_model_dir)
     _warm(source, prompt)
-    ids = source.block_ids_for(prompt)[:CACHED // 16]
+    ids = source.block_ids_for(prompt)[: CACHED // 16]
     data = source.export_blocks(ids)
     target = LLMEngine.from_dir(tiny_model_dir)
     assert target.import_blocks(data) == len(ids)
@@ -64,7 +65,7 @@ def test_serialized_blocks_match_full_recompute(tiny_model_dir, prompt, referenc
 def test_layerwise_prefill_matches_full_recompute(tiny_model_dir, prompt, reference):
     source = LLMEngine.from_dir(tiny_model_dir)
     _warm(source, prompt)
-    data = source.export_blocks(source.block_ids_for(prompt)[:CACHED // 16])
+    data = source.export_blocks(source.block_ids_for(prompt)[: CACHED // 16])
     loaded: list[int] = []
 
     def load_layer(layer: int):

@@ -21,8 +21,14 @@ from agentserve.engine.model_init import (
 
 pytestmark = pytest.mark.unit
 
-FILES = {"config.json", "generation_config.json", "model.safetensors", "special_tokens_map.json",
-         "tokenizer.json", "tokenizer_config.json"}
+FILES = {
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+}
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -45,13 +51,28 @@ def expected_names(layers: int, tied: bool, qkv_bias: bool) -> set[str]:
 
 def test_presets_match_the_documented_shapes():
     assert PRESETS["tiny"] == ModelPreset(
-        vocab_size=8192, hidden_size=256, intermediate_size=704, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=64, tie_word_embeddings=True, rope_theta=500000.0,
-        max_position_embeddings=32768)
+        vocab_size=8192,
+        hidden_size=256,
+        intermediate_size=704,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        tie_word_embeddings=True,
+        rope_theta=500000.0,
+        max_position_embeddings=32768,
+    )
     small = PRESETS["small"]
-    assert (small.vocab_size, small.hidden_size, small.intermediate_size, small.num_hidden_layers,
-            small.num_attention_heads, small.num_key_value_heads, small.head_dim,
-            small.tie_word_embeddings) == (16384, 512, 1408, 8, 8, 4, 64, False)
+    assert (
+        small.vocab_size,
+        small.hidden_size,
+        small.intermediate_size,
+        small.num_hidden_layers,
+        small.num_attention_heads,
+        small.num_key_value_heads,
+        small.head_dim,
+        small.tie_word_embeddings,
+    ) == (16384, 512, 1408, 8, 8, 4, 64, False)
 
 
 def test_unknown_preset_lists_choices(tmp_path):
@@ -73,8 +94,16 @@ def test_bad_arguments_are_rejected_before_writing(tmp_path):
 
 
 def test_preset_validation():
-    base = dict(vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)
+    base = dict(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        tie_word_embeddings=True,
+    )
     with pytest.raises(ValueError, match=r"num_attention_heads \(4\) must be a multiple of num_key_value_heads \(3\)"):
         ModelPreset(**{**base, "num_key_value_heads": 3})
     with pytest.raises(ValueError, match="hidden_size must be a positive integer"):
@@ -96,8 +125,16 @@ def test_config_is_a_llama_config_our_engine_parses(tiny_model_dir):
     assert raw["attention_bias"] is False
     assert raw["torch_dtype"] == "float32"
     cfg = ModelConfig.from_file(tiny_model_dir / "config.json")
-    assert (cfg.model_type, cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers,
-            cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim) == ("llama", 8192, 256, 704, 4, 4, 2, 64)
+    assert (
+        cfg.model_type,
+        cfg.vocab_size,
+        cfg.hidden_size,
+        cfg.intermediate_size,
+        cfg.num_hidden_layers,
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.head_dim,
+    ) == ("llama", 8192, 256, 704, 4, 4, 2, 64)
     assert cfg.rope_theta == 500000.0
     assert cfg.rope_scaling is None
     assert cfg.max_position_embeddings == 32768
@@ -148,7 +185,8 @@ def test_tokenizer_training_is_deterministic_and_fills_the_tiny_vocab():
 def test_special_tokens_take_ids_0_to_4(tiny_model_dir):
     raw = json.loads((tiny_model_dir / "tokenizer.json").read_text())
     assert [(t["id"], t["content"], t["special"]) for t in raw["added_tokens"]] == [
-        (i, tok, True) for i, tok in enumerate(SPECIAL_TOKENS)]
+        (i, tok, True) for i, tok in enumerate(SPECIAL_TOKENS)
+    ]
     assert SPECIAL_TOKENS == ("<|bos|>", "<|eos|>", "<|pad|>", "<|im_start|>", "<|im_end|>")
 
 
@@ -156,7 +194,11 @@ def test_loads_in_transformers_without_missing_or_unexpected_keys(tiny_model_dir
     transformers = pytest.importorskip("transformers")
     model, info = transformers.LlamaForCausalLM.from_pretrained(tiny_model_dir, output_loading_info=True)
     assert {k: set(v) if k != "error_msgs" else v for k, v in info.items()} == {
-        "missing_keys": set(), "unexpected_keys": set(), "mismatched_keys": set(), "error_msgs": []}
+        "missing_keys": set(),
+        "unexpected_keys": set(),
+        "mismatched_keys": set(),
+        "error_msgs": [],
+    }
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     assert model.config.rope_parameters["rope_theta"] == 500000.0
     with torch.no_grad():

@@ -15,16 +15,33 @@ from agentserve.engine.sampling import SamplingParams
 
 pytestmark = pytest.mark.unit
 
-BASE = dict(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=3,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-            rms_norm_eps=1e-5)
+BASE = dict(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=176,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=2048,
+    rms_norm_eps=1e-5,
+)
 
 VARIANTS = {
     "llama-tied": ("llama", dict(tie_word_embeddings=True, rope_theta=10000.0)),
-    "llama-untied-llama3-rope": ("llama", dict(
-        tie_word_embeddings=False, rope_theta=500000.0,
-        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                      "high_freq_factor": 4.0, "original_max_position_embeddings": 256})),
+    "llama-untied-llama3-rope": (
+        "llama",
+        dict(
+            tie_word_embeddings=False,
+            rope_theta=500000.0,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 256,
+            },
+        ),
+    ),
     "qwen2": ("qwen2", dict(tie_word_embeddings=False, rope_theta=1000000.0)),
 }
 
@@ -69,8 +86,9 @@ def test_greedy_continuation_matches_transformers(variant, tmp_path):
     hf = _build_hf(kind, extra, tmp_path)
     prompt = torch.randint(0, BASE["vocab_size"], (40,), generator=torch.Generator().manual_seed(3)).tolist()
     with torch.no_grad():
-        ref = hf.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False,
-                          min_new_tokens=24, pad_token_id=0)[0, len(prompt):].tolist()
+        ref = hf.generate(
+            torch.tensor([prompt]), max_new_tokens=24, do_sample=False, min_new_tokens=24, pad_token_id=0
+        )[0, len(prompt) :].tolist()
     engine = LLMEngine.from_dir(tmp_path, EngineConfig(kv_cache_bytes=8 << 20))
     got = engine.generate(prompt, SamplingParams(max_tokens=24, ignore_eos=True)).output_token_ids
     assert got == ref

@@ -71,7 +71,12 @@ def test_vocab_and_special_ids(tok):
     assert tok.bos_token_id == 0
     assert tok.eos_token_ids == (1, 4)
     assert [tok.token_to_id(t) for t in ("<|bos|>", "<|eos|>", "<|pad|>", "<|im_start|>", "<|im_end|>")] == [
-        0, 1, 2, 3, 4]
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]
     assert tok.token_to_id("not-a-token-at-all") is None
 
 
@@ -131,9 +136,13 @@ def test_chat_template_matches_transformers(tok, hf_tok):
 
 
 def test_llama_style_config_with_dict_bos_and_several_eos_sources(tiny_model_dir, tmp_path):
-    folder = copy_model(tiny_model_dir, tmp_path / "llama",
-                        bos_token={"__type": "AddedToken", "content": "<|bos|>", "lstrip": False},
-                        eos_token="<|im_end|>", chat_template=LLAMA_STYLE_TEMPLATE)
+    folder = copy_model(
+        tiny_model_dir,
+        tmp_path / "llama",
+        bos_token={"__type": "AddedToken", "content": "<|bos|>", "lstrip": False},
+        eos_token="<|im_end|>",
+        chat_template=LLAMA_STYLE_TEMPLATE,
+    )
     tok = Tokenizer.from_dir(folder)
     assert tok.bos_token_id == 0
     assert tok.eos_token_ids == (4, 1)  # tokenizer_config first, then generation_config's [1, 4]
@@ -143,8 +152,10 @@ def test_llama_style_config_with_dict_bos_and_several_eos_sources(tiny_model_dir
         tok.apply_chat_template([{"role": "tool", "content": "{}"}])
     transformers = pytest.importorskip("transformers")
     hf = transformers.AutoTokenizer.from_pretrained(folder)
-    assert hf.apply_chat_template([{"role": "user", "content": " hi "}], tokenize=False,
-                                  add_generation_prompt=True) == rendered
+    assert (
+        hf.apply_chat_template([{"role": "user", "content": " hi "}], tokenize=False, add_generation_prompt=True)
+        == rendered
+    )
 
 
 def test_qwen_style_config_without_bos(tiny_model_dir, tmp_path):
@@ -164,8 +175,11 @@ def test_chat_template_file_wins_over_config(tiny_model_dir, tmp_path):
 
 
 def test_legacy_list_of_named_templates(tiny_model_dir, tmp_path):
-    folder = copy_model(tiny_model_dir, tmp_path / "named", chat_template=[
-        {"name": "tool_use", "template": "tools"}, {"name": "default", "template": "default"}])
+    folder = copy_model(
+        tiny_model_dir,
+        tmp_path / "named",
+        chat_template=[{"name": "tool_use", "template": "tools"}, {"name": "default", "template": "default"}],
+    )
     assert Tokenizer.from_dir(folder).apply_chat_template(CHAT) == "default"
 
 

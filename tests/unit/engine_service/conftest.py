@@ -7,7 +7,6 @@ import pytest
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.sampling import SamplingParams
 from agentserve.engine_service.relay import RELAY_RUN_BLOCKS
-
 from tests.support.engine_pool import CONFIG
 
 STORE_BLOCKS = 2 * RELAY_RUN_BLOCKS
@@ -19,5 +18,5 @@ def source(tiny_model_dir):
     engine = LLMEngine.from_dir(tiny_model_dir, CONFIG)
     prompt = [(7 * i) % 200 + 3 for i in range((STORE_BLOCKS + 4) * engine.block_size + 1)]
     engine.generate(prompt, SamplingParams(max_tokens=1))
-    ids = engine.block_ids_for(prompt)[:STORE_BLOCKS + 4]
+    ids = engine.block_ids_for(prompt)[: STORE_BLOCKS + 4]
     return engine, ids, {block_id: bytes(engine.export_blocks([block_id])) for block_id in ids}

@@ -12,15 +12,19 @@ pytestmark = pytest.mark.unit
 
 def test_fabric_defaults_and_env() -> None:
     assert (PrefillConfig().fabric_profile, PrefillConfig().fabric_prefill_tokens_per_s) == ("local-unshaped", 0.0)
-    config = load_config(DecodeConfig, ["--fabric-prefill-tokens-per-s", "800"],
-                         env={"AGENTSERVE_FABRIC_PROFILE": "h800-node"})
+    config = load_config(
+        DecodeConfig, ["--fabric-prefill-tokens-per-s", "800"], env={"AGENTSERVE_FABRIC_PROFILE": "h800-node"}
+    )
     assert (config.fabric_profile, config.fabric_prefill_tokens_per_s) == ("h800-node", 800.0)
 
 
-@pytest.mark.parametrize("fields, message", [
-    (dict(fabric_profile=""), "fabric_profile must not be empty"),
-    (dict(fabric_prefill_tokens_per_s=-1.0), "fabric_prefill_tokens_per_s must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(fabric_profile=""), "fabric_profile must not be empty"),
+        (dict(fabric_prefill_tokens_per_s=-1.0), "fabric_prefill_tokens_per_s must be >= 0"),
+    ],
+)
 def test_bad_fabric_config(fields: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         PrefillConfig(**fields)

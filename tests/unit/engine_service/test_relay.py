@@ -16,7 +16,6 @@ from agentserve.engine.engine import LLMEngine
 from agentserve.engine_service.kv_moves import KVMover
 from agentserve.engine_service.relay import RelaySender
 from agentserve.fabric.chunks import RunAssembler
-
 from tests.support.engine_pool import CONFIG, Store, evict_everything_evictable
 
 pytestmark = pytest.mark.unit
@@ -28,6 +27,7 @@ def run_relay(source, held: int, consume):
     decode = AsyncEngine(LLMEngine(src_engine.model, src_engine.fingerprint, CONFIG))
     decode.start()
     try:
+
         async def main():
             await decode.call(lambda e: sum(e.import_blocks(datas[b]) for b in ids[:held]))
             pressure_done = asyncio.Event()
@@ -41,6 +41,7 @@ def run_relay(source, held: int, consume):
             out = await consume(sender.relay(ids, "prefill-0"), pressure_done)
             stats = await decode.call(lambda e: (e.blocks.stats(), e.blocks.cached_prefix(ids)))
             return out, stats
+
         return asyncio.run(main())
     finally:
         decode.stop()

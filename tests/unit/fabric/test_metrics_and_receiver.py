@@ -50,7 +50,9 @@ def test_metrics_and_status_read_the_nics_live():
     ((queued, status),) = asyncio.run(clock.run_until_complete([scenario()]))
     assert queued == 200_000
     assert [(s.name, s.configured_gbps, s.queue_bytes, s.active_transfers, s.bytes_total) for s in status] == [
-        ("snic", 0.08, 200_000, 1, 100_000), ("cnic", 0.0, 0, 0, 0)]
+        ("snic", 0.08, 200_000, 1, 100_000),
+        ("cnic", 0.0, 0, 0, 0),
+    ]
     assert registry.get_sample_value("agentserve_nic_queue_bytes", {"nic": "snic"}) == 0
     assert registry.get_sample_value("agentserve_nic_bytes_total", {"nic": "snic"}) == 100_000
     assert registry.get_sample_value("agentserve_nic_transfers_total", {"nic": "snic"}) == 1

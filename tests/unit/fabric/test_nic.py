@@ -57,8 +57,8 @@ def test_latency_is_paid_once_before_the_first_byte():
 
 def test_link_paces_at_the_slower_nic_without_adding_waits_or_latencies():
     clock = VirtualClock()
-    src = nic(clock, "snic", 0.16, latency_ms=2)   # 20 MB/s
-    dst = nic(clock, "cnic", 0.08, latency_ms=3)   # 10 MB/s: the bottleneck
+    src = nic(clock, "snic", 0.16, latency_ms=2)  # 20 MB/s
+    dst = nic(clock, "cnic", 0.08, latency_ms=3)  # 10 MB/s: the bottleneck
     ((t, end),) = run(clock, stream(Link(src, dst).transfer, 2 * MB, 50_000, clock))
     assert end == pytest.approx(0.003 + (2 * MB - 10_000) / (10 * MB))
     assert src.stats().bytes_total == dst.stats().bytes_total == 2 * MB
@@ -84,11 +84,17 @@ def test_concurrent_transfers_share_a_nic_equally():
 
 def test_a_link_gets_a_fair_share_of_a_nic_it_shares():
     clock = VirtualClock()
-    decode_snic, prefill_cnic, prefill_snic = nic(clock, "d.snic", 0.8), nic(clock, "p.cnic", 0.8), nic(
-        clock, "p.snic", 0.08)
+    decode_snic, prefill_cnic, prefill_snic = (
+        nic(clock, "d.snic", 0.8),
+        nic(clock, "p.cnic", 0.8),
+        nic(clock, "p.snic", 0.08),
+    )
     # path B (decode snic -> prefill cnic) beside path A on a 10 MB/s prefill snic: B is not slowed by A
-    (b, b_end), (a, a_end) = run(clock, stream(Link(decode_snic, prefill_cnic).transfer, MB, 10_000, clock),
-                                 stream(prefill_snic.transfer, MB, 10_000, clock))
+    (b, b_end), (a, a_end) = run(
+        clock,
+        stream(Link(decode_snic, prefill_cnic).transfer, MB, 10_000, clock),
+        stream(prefill_snic.transfer, MB, 10_000, clock),
+    )
     assert b_end == pytest.approx((MB - 100_000) / (100 * MB))
     assert a_end == pytest.approx((MB - 10_000) / (10 * MB))
 
@@ -141,8 +147,13 @@ def test_queue_depth_counts_declared_bytes_until_let_through():
         seen.append(("probe", a.stats().queue_bytes))
 
     run(clock, scenario(), probe())
-    assert seen == [(100_000, 1, TransferState.PENDING), (60_000, 1, TransferState.TRANSFERRING),
-                    ("probe", 80_000), (0, 1, TransferState.TRANSFERRING), (0, 0, TransferState.DONE)]
+    assert seen == [
+        (100_000, 1, TransferState.PENDING),
+        (60_000, 1, TransferState.TRANSFERRING),
+        ("probe", 80_000),
+        (0, 1, TransferState.TRANSFERRING),
+        (0, 0, TransferState.DONE),
+    ]
 
 
 def test_failed_transfer_releases_its_queue_and_is_marked_failed():
@@ -158,7 +169,11 @@ def test_failed_transfer_releases_its_queue_and_is_marked_failed():
 
     (t,) = run(clock, scenario())
     assert (t.state, a.stats().queue_bytes, a.stats().active_transfers, a.stats().transfers_total) == (
-        TransferState.FAILED, 0, 0, 1)
+        TransferState.FAILED,
+        0,
+        0,
+        1,
+    )
     with pytest.raises(RuntimeError, match="failed transfer"):
         asyncio.run(t.pace(1))
 
@@ -175,12 +190,15 @@ def test_send_paces_before_the_body_runs():
     assert result == (pytest.approx(0.01), 110_000)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"gbps": -1}, "gbps must be >= 0"),
-    ({"gbps": 1, "latency_ms": -1}, "latency_ms must be >= 0"),
-    ({"gbps": 1, "burst_ms": 0}, "burst_ms must be positive"),
-    ({"gbps": 1, "burst_ms": 5, "catchup_ms": 1}, "catchup_ms must be >= burst_ms"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"gbps": -1}, "gbps must be >= 0"),
+        ({"gbps": 1, "latency_ms": -1}, "latency_ms must be >= 0"),
+        ({"gbps": 1, "burst_ms": 0}, "burst_ms must be positive"),
+        ({"gbps": 1, "burst_ms": 5, "catchup_ms": 1}, "catchup_ms must be >= burst_ms"),
+    ],
+)
 def test_rejects_bad_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
         EmulatedNIC("snic", **kwargs)

@@ -73,19 +73,22 @@ def broken(path: str, value):
     return doc
 
 
-@pytest.mark.parametrize("doc, message", [
-    (broken("engines.prefill.snic.gbps", -1), "engines.prefill.snic: gbps must be >= 0"),
-    (broken("engines.prefill.snic.gbps", True), "engines.prefill.snic.gbps: expected a number"),
-    (broken("engines.decode.cnic", KeyError), "engines.decode: missing key"),
-    (broken("engines.decode.nvlink", {"gbps": 1}), "engines.decode: unknown key"),
-    (broken("engines.decode", KeyError), "engines must be exactly prefill, decode"),
-    (broken("decode_per_prefill", 0), "decode_per_prefill must be positive"),
-    (broken("catchup_ms", 0.5), "need 0 < burst_ms <= catchup_ms"),
-    (broken("target.kv_bytes_per_token", 0), "must be positive"),
-    (broken("tenants", 3), "unknown key"),
-    (broken("name", KeyError), "missing key"),
-    ([1, 2], "expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        (broken("engines.prefill.snic.gbps", -1), "engines.prefill.snic: gbps must be >= 0"),
+        (broken("engines.prefill.snic.gbps", True), "engines.prefill.snic.gbps: expected a number"),
+        (broken("engines.decode.cnic", KeyError), "engines.decode: missing key"),
+        (broken("engines.decode.nvlink", {"gbps": 1}), "engines.decode: unknown key"),
+        (broken("engines.decode", KeyError), "engines must be exactly prefill, decode"),
+        (broken("decode_per_prefill", 0), "decode_per_prefill must be positive"),
+        (broken("catchup_ms", 0.5), "need 0 < burst_ms <= catchup_ms"),
+        (broken("target.kv_bytes_per_token", 0), "must be positive"),
+        (broken("tenants", 3), "unknown key"),
+        (broken("name", KeyError), "missing key"),
+        ([1, 2], "expected a mapping"),
+    ],
+)
 def test_bad_profiles_are_value_errors_naming_the_key(doc, message):
     with pytest.raises(ValueError, match=message):
         parse_profile(doc, source="p.yaml")
@@ -93,8 +96,10 @@ def test_bad_profiles_are_value_errors_naming_the_key(doc, message):
 
 def test_unknown_profile_lists_the_available_ones(tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTSERVE_PROFILES_DIR", str(tmp_path))
-    (tmp_path / "mine.yaml").write_text("name: mine\ndecode_per_prefill: 1\nengines: {prefill: {snic: {gbps: 1}, "
-                                        "cnic: {gbps: 1}}, decode: {snic: {gbps: 1}, cnic: {gbps: 1}}}\n")
+    (tmp_path / "mine.yaml").write_text(
+        "name: mine\ndecode_per_prefill: 1\nengines: {prefill: {snic: {gbps: 1}, "
+        "cnic: {gbps: 1}}, decode: {snic: {gbps: 1}, cnic: {gbps: 1}}}\n"
+    )
     assert load_profile("mine").name == "mine"
     assert load_profile(tmp_path / "mine.yaml").name == "mine"
     with pytest.raises(ValueError, match="available: mine"):

@@ -50,12 +50,11 @@ def test_header_describes_the_blocks():
     k, v, block_ids = make_kv(torch.bfloat16)
     buf = serialize_blocks(k, v, block_ids, FP)
     assert bytes(buf[:4]) == b"ASKV"
-    header = read_header(buf[:header_size(buf[:PREFIX_SIZE])])
+    header = read_header(buf[: header_size(buf[:PREFIX_SIZE])])
     assert header.version == 1
     assert header.fingerprint == FP
     assert header.dtype == torch.bfloat16 and header.kv_dtype == "native"
-    assert (header.num_layers, header.num_blocks, header.block_size,
-            header.num_kv_heads, header.head_dim) == SHAPE
+    assert (header.num_layers, header.num_blocks, header.block_size, header.num_kv_heads, header.head_dim) == SHAPE
     assert header.block_ids == tuple(block_ids)
     assert header.payload_offset % 64 == 0
     assert [e.offset for e in header.layers] == [i * header.layers[1].offset for i in range(4)]

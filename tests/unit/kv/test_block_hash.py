@@ -43,7 +43,7 @@ def test_chain_matches_compute_block_id():
     ids = block_ids_for(tokens, 4, FP, SALT)
     parent = None
     for i, block_id in enumerate(ids):
-        parent = compute_block_id(parent, FP, SALT, tokens[4 * i:4 * i + 4])
+        parent = compute_block_id(parent, FP, SALT, tokens[4 * i : 4 * i + 4])
         assert block_id == parent
 
 

@@ -32,8 +32,16 @@ def test_fresh_allocation_takes_free_slots_in_order():
     alloc = mgr.allocate(ids(tokens), 5, 0)
     assert alloc == Allocation(slots=[0, 1, 2], num_cached_tokens=0)
     assert mgr.num_free_slots == 5
-    assert mgr.stats() == {"num_slots": 8, "used": 3, "free": 5, "cached": 0, "resident_blocks": 0,
-                           "hit_blocks": 0, "miss_blocks": 2, "evictions": 0}
+    assert mgr.stats() == {
+        "num_slots": 8,
+        "used": 3,
+        "free": 5,
+        "cached": 0,
+        "resident_blocks": 0,
+        "hit_blocks": 0,
+        "miss_blocks": 2,
+        "evictions": 0,
+    }
 
 
 def test_sealed_blocks_are_hit_after_free():

@@ -6,7 +6,6 @@ import pytest
 
 from agentserve.kv.block_format import payload_range, read_header
 from agentserve.kvstore.tiered import TieredStore
-
 from tests.support.kv_blocks import FP, block_size, chain, make_block
 
 pytestmark = pytest.mark.unit
@@ -15,8 +14,9 @@ pytestmark = pytest.mark.unit
 def test_readers_see_a_block_whole_or_not_at_all_while_writers_evict(tmp_path):
     ids = chain(40, salt="concurrency")
     blocks = {b: make_block(b, seed=i) for i, b in enumerate(ids)}
-    store = TieredStore.open(tmp_path, dram_budget_bytes=3 * block_size(), ssd_budget_bytes=8 * block_size(),
-                             fsync=False)
+    store = TieredStore.open(
+        tmp_path, dram_budget_bytes=3 * block_size(), ssd_budget_bytes=8 * block_size(), fsync=False
+    )
     stop = threading.Event()
     problems: list[str] = []
     reads = [0, 0]  # attempts, hits
@@ -42,7 +42,7 @@ def test_readers_see_a_block_whole_or_not_at_all_while_writers_evict(tmp_path):
             expected = blocks[block_id]
             if layers is not None:
                 offset, length = payload_range(read_header(expected), 1, 3)
-                expected = expected[:got.header_size] + expected[offset:offset + length]
+                expected = expected[: got.header_size] + expected[offset : offset + length]
             if got.data != expected:
                 problems.append(f"block {block_id.hex()} read back different bytes from {got.tier.name}")
 

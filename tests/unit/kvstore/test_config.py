@@ -7,29 +7,38 @@ pytestmark = pytest.mark.unit
 
 
 def test_flags_and_env_build_the_config():
-    config = load_config(KVStoreConfig, ["--grpc-port", "6000", "--fsync", "false"],
-                         env={"AGENTSERVE_DATA_DIR": "/data/kv", "AGENTSERVE_GRPC_PORT": "5000"})
+    config = load_config(
+        KVStoreConfig,
+        ["--grpc-port", "6000", "--fsync", "false"],
+        env={"AGENTSERVE_DATA_DIR": "/data/kv", "AGENTSERVE_GRPC_PORT": "5000"},
+    )
     assert config == KVStoreConfig(grpc_port=6000, data_dir="/data/kv", fsync=False)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"grpc_port": 0}, "grpc_port"),
-    ({"metrics_port": 70000}, "metrics_port"),
-    ({"metrics_port": 50052}, "must differ"),
-    ({"data_dir": ""}, "data_dir"),
-    ({"host": ""}, "host"),
-    ({"max_block_bytes": 0}, "max_block_bytes"),
-    ({"max_block_bytes": 1 << 30}, "max_block_bytes"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"grpc_port": 0}, "grpc_port"),
+        ({"metrics_port": 70000}, "metrics_port"),
+        ({"metrics_port": 50052}, "must differ"),
+        ({"data_dir": ""}, "data_dir"),
+        ({"host": ""}, "host"),
+        ({"max_block_bytes": 0}, "max_block_bytes"),
+        ({"max_block_bytes": 1 << 30}, "max_block_bytes"),
+    ],
+)
 def test_bad_settings_are_rejected(kwargs, match):
     with pytest.raises(ValueError, match=match):
         KVStoreConfig(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"dram_budget_bytes": -1}, "dram_budget_bytes"),
-    ({"ssd_budget_bytes": 1 << 20}, "ssd_budget_bytes must be at least max_block_bytes"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"dram_budget_bytes": -1}, "dram_budget_bytes"),
+        ({"ssd_budget_bytes": 1 << 20}, "ssd_budget_bytes must be at least max_block_bytes"),
+    ],
+)
 def test_bad_budgets_are_rejected(kwargs, match):
     with pytest.raises(ValueError, match=match):
         KVStoreConfig(**kwargs)

@@ -5,7 +5,6 @@ import torch
 
 from agentserve.kv.block_format import CorruptBlockError, FingerprintMismatchError, serialize_blocks
 from agentserve.kvstore.store import BlockStore
-
 from tests.support.kv_blocks import FP, chain, make_block, payload_offset
 
 pytestmark = pytest.mark.unit
@@ -119,17 +118,24 @@ def two_blocks_in_one_buffer(block_id: bytes) -> bytes:
     return bytes(serialize_blocks(k, k, block_ids=[block_id, chain(2)[1]], fingerprint=FP))
 
 
-@pytest.mark.parametrize("case, make, error, match", [
-    ("wrong fingerprint", lambda i: make_block(i, fingerprint="other-model"), FingerprintMismatchError,
-     "other-model"),
-    ("wrong id", lambda i: make_block(chain(2)[1]), ValueError, "does not match the id in its header"),
-    ("truncated", lambda i: make_block(i)[:-10], CorruptBlockError, "truncated"),
-    ("header only", lambda i: make_block(i)[:60], CorruptBlockError, "truncated"),
-    ("trailing bytes", lambda i: make_block(i) + b"\0", CorruptBlockError, "1 trailing bytes"),
-    ("flipped payload byte", lambda i: corrupt_payload(make_block(i)), CorruptBlockError, "layer 1 checksum"),
-    ("not a block", lambda i: b"hello world, not a kv block", ValueError, "magic"),
-    ("two blocks", two_blocks_in_one_buffer, ValueError, "exactly 1 block"),
-])
+@pytest.mark.parametrize(
+    "case, make, error, match",
+    [
+        (
+            "wrong fingerprint",
+            lambda i: make_block(i, fingerprint="other-model"),
+            FingerprintMismatchError,
+            "other-model",
+        ),
+        ("wrong id", lambda i: make_block(chain(2)[1]), ValueError, "does not match the id in its header"),
+        ("truncated", lambda i: make_block(i)[:-10], CorruptBlockError, "truncated"),
+        ("header only", lambda i: make_block(i)[:60], CorruptBlockError, "truncated"),
+        ("trailing bytes", lambda i: make_block(i) + b"\0", CorruptBlockError, "1 trailing bytes"),
+        ("flipped payload byte", lambda i: corrupt_payload(make_block(i)), CorruptBlockError, "layer 1 checksum"),
+        ("not a block", lambda i: b"hello world, not a kv block", ValueError, "magic"),
+        ("two blocks", two_blocks_in_one_buffer, ValueError, "exactly 1 block"),
+    ],
+)
 def test_bad_block_is_rejected_and_nothing_is_written(make_store, case, make, error, match):
     store = make_store()
     (block_id,) = chain(1)

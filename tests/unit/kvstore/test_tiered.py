@@ -16,7 +16,6 @@ from agentserve.kvstore.policy import Hint
 from agentserve.kvstore.store import TEMP_SUFFIX, BlockRejectedError, block_path
 from agentserve.kvstore.tiered import StoreFullError, TieredStore
 from agentserve.kvstore.types import Tier
-
 from tests.support.kv_blocks import FP, block_size, chain, make_block, payload_offset
 
 pytestmark = pytest.mark.unit
@@ -39,8 +38,15 @@ def open_store(tmp_path):
     opened: list[TieredStore] = []
 
     def make(dram_blocks: float = 0, ssd_blocks: float = 100, **kwargs) -> TieredStore:
-        opened.append(TieredStore.open(tmp_path, dram_budget_bytes=int(dram_blocks * SIZE),
-                                       ssd_budget_bytes=int(ssd_blocks * SIZE), fsync=False, **kwargs))
+        opened.append(
+            TieredStore.open(
+                tmp_path,
+                dram_budget_bytes=int(dram_blocks * SIZE),
+                ssd_budget_bytes=int(ssd_blocks * SIZE),
+                fsync=False,
+                **kwargs,
+            )
+        )
         return opened[-1]
 
     yield make
@@ -51,8 +57,9 @@ def open_store(tmp_path):
 @pytest.fixture
 def blocks():
     """Five named blocks a..e, each its own chain so ids are independent."""
-    return {name: (chain(1, salt=name)[0], make_block(chain(1, salt=name)[0], seed=i))
-            for i, name in enumerate("abcde")}
+    return {
+        name: (chain(1, salt=name)[0], make_block(chain(1, salt=name)[0], seed=i)) for i, name in enumerate("abcde")
+    }
 
 
 def put(store, blocks, *names):
@@ -144,8 +151,9 @@ def test_when_pins_fill_the_ssd_writes_are_refused_and_nothing_is_lost(open_stor
 
 
 @pytest.mark.parametrize("dram_blocks, tier", [(0, S), (5, D)])
-@pytest.mark.parametrize("layers, expected", [(range(1, 3), range(1, 3)), (slice(2, None), range(2, 3)),
-                                              (range(0, 1), range(0, 1))])
+@pytest.mark.parametrize(
+    "layers, expected", [(range(1, 3), range(1, 3)), (slice(2, None), range(2, 3)), (range(0, 1), range(0, 1))]
+)
 def test_a_layer_range_read_decodes_like_the_whole_block(open_store, blocks, dram_blocks, tier, layers, expected):
     store = open_store(dram_blocks=dram_blocks)
     block_id, data = blocks["a"]
@@ -153,7 +161,7 @@ def test_a_layer_range_read_decodes_like_the_whole_block(open_store, blocks, dra
     read = store.read(block_id, FP, layers)
     assert (read.tier, read.layers, read.num_layers) == (tier, expected, 3)
     header = read_header(read.data)
-    part = decode_layers(header, memoryview(read.data)[read.header_size:], read.layers)
+    part = decode_layers(header, memoryview(read.data)[read.header_size :], read.layers)
     whole = deserialize_blocks(data, FP, layers=expected)
     assert torch.equal(part.k, whole.k) and torch.equal(part.v, whole.v)
 
@@ -331,7 +339,8 @@ def test_a_nowait_read_of_a_cold_file_probes_its_last_byte_before_reading_it(ope
 
 
 def test_a_read_stream_serves_in_order_until_the_first_absent_block_with_the_next_ones_prefetched(
-        open_store, blocks, monkeypatch):
+    open_store, blocks, monkeypatch
+):
     store = open_store()
     put(store, blocks, "a", "b", "c", "d")
     advised = []

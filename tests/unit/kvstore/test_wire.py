@@ -7,16 +7,33 @@ from agentserve.v1 import common_pb2, kvstore_pb2
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize("read", [
-    BlockRead(b"\x01" * 16, b"header" + b"\xff" * 300, 6, range(0, 32), 32, Tier.SSD),
-    BlockRead(b"\x02" * 16, b"h" * 70000, 64, range(5, 9), 80, Tier.DRAM),
-    BlockRead(b"\x03" * 16, b"", 0, range(0, 0), 0, Tier.NONE),  # every small field at its default
-])
+@pytest.mark.parametrize(
+    "read",
+    [
+        BlockRead(b"\x01" * 16, b"header" + b"\xff" * 300, 6, range(0, 32), 32, Tier.SSD),
+        BlockRead(b"\x02" * 16, b"h" * 70000, 64, range(5, 9), 80, Tier.DRAM),
+        BlockRead(b"\x03" * 16, b"", 0, range(0, 0), 0, Tier.NONE),  # every small field at its default
+    ],
+)
 def test_read_chunks_match_protobuf_both_ways(read):
     message = kvstore_pb2.ReadChunk.FromString(wire.encode_read_chunk(read))
-    assert (message.block_id, message.data, message.header_size, message.layer_start, message.layer_stop,
-            message.num_layers, message.tier) == (read.block_id, read.data, read.header_size, read.layers.start,
-                                                  read.layers.stop, read.num_layers, int(read.tier))
+    assert (
+        message.block_id,
+        message.data,
+        message.header_size,
+        message.layer_start,
+        message.layer_stop,
+        message.num_layers,
+        message.tier,
+    ) == (
+        read.block_id,
+        read.data,
+        read.header_size,
+        read.layers.start,
+        read.layers.stop,
+        read.num_layers,
+        int(read.tier),
+    )
     decoded = wire.decode_read_chunk(message.SerializeToString())
     assert decoded == read and isinstance(decoded.data, memoryview)  # a view of the message, not a copy
     assert type(decoded.block_id) is bytes

@@ -13,7 +13,6 @@ from agentserve.engine.sampling import SamplingParams
 from agentserve.engine_service.kv_moves import KVMover, Moved
 from agentserve.kv.block_manager import BlockManager
 from agentserve.prefill.worker import PrefillWorker
-
 from tests.support.engine_pool import CONFIG, Store, evict_everything_evictable
 
 pytestmark = pytest.mark.unit
@@ -26,6 +25,7 @@ def prefill_with_a_sweep_before_the_handoff(tiny_model_dir) -> tuple[int, int, i
     engine = AsyncEngine(LLMEngine.from_dir(tiny_model_dir, CONFIG))
     engine.start()
     try:
+
         async def main():
             mover = KVMover(engine, "prefill-0", Store(), "store:0")
             seen = {}
@@ -40,10 +40,10 @@ def prefill_with_a_sweep_before_the_handoff(tiny_model_dir) -> tuple[int, int, i
 
             mover.lacking, mover.handoff = lacking, handoff
             prompt = [(5 * i) % 150 + 7 for i in range(BLOCKS * engine.engine.block_size + 3)]
-            result = await PrefillWorker(engine, mover).prefill(prompt, SamplingParams(max_tokens=1), "", 0,
-                                                                "decode-0")
+            result = await PrefillWorker(engine, mover).prefill(prompt, SamplingParams(max_tokens=1), "", 0, "decode-0")
             used = await engine.call(lambda e: e.blocks.stats()["used"])
             return result.handoff_blocks, seen["resident"], result.persisted_blocks, used
+
         return asyncio.run(main())
     finally:
         engine.stop()

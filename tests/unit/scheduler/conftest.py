@@ -65,4 +65,3 @@ def make_core(tokenizer, engines, store):
         return core
 
     return make
-

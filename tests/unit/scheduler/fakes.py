@@ -24,8 +24,17 @@ BLOCK_BYTES = 100  # what the fake prefill reports per handed-off block
 
 
 def status(engine_id: str, role: Role, port: int, running: int = 0, waiting: int = 0, **overrides) -> EngineStatus:
-    fields = dict(engine_id=engine_id, role=role, address=f"127.0.0.1:{port}", model_fingerprint=FINGERPRINT,
-                  block_size=BLOCK_SIZE, running=running, waiting=waiting, vocab_size=VOCAB, max_context=MAX_CONTEXT)
+    fields = dict(
+        engine_id=engine_id,
+        role=role,
+        address=f"127.0.0.1:{port}",
+        model_fingerprint=FINGERPRINT,
+        block_size=BLOCK_SIZE,
+        running=running,
+        waiting=waiting,
+        vocab_size=VOCAB,
+        max_context=MAX_CONTEXT,
+    )
     fields.update(overrides)
     return EngineStatus(**fields)
 
@@ -68,18 +77,26 @@ class FakeEngines:
         relayed = request.store_hit_blocks if request.kv_path == prefill_pb2.KV_PATH_B else 0
         handoff = len(request.token_ids) // BLOCK_SIZE
         return prefill_pb2.PrefillResponse(
-            first_token=first, prompt_tokens=len(request.token_ids),
-            cached_tokens=request.store_hit_blocks * BLOCK_SIZE, finished=finished, finish_reason=reason,
-            kv_path=request.kv_path, loaded_blocks=request.store_hit_blocks, relayed_blocks=relayed,
-            handoff_blocks=handoff, handoff_bytes=handoff * BLOCK_BYTES,
-            handoff_failed=request.decode_address in self.handoff_fails)
+            first_token=first,
+            prompt_tokens=len(request.token_ids),
+            cached_tokens=request.store_hit_blocks * BLOCK_SIZE,
+            finished=finished,
+            finish_reason=reason,
+            kv_path=request.kv_path,
+            loaded_blocks=request.store_hit_blocks,
+            relayed_blocks=relayed,
+            handoff_blocks=handoff,
+            handoff_bytes=handoff * BLOCK_BYTES,
+            handoff_failed=request.decode_address in self.handoff_fails,
+        )
 
-    async def generate(self, address: str, request: decode_pb2.GenerateRequest,
-                       metadata) -> AsyncIterator[decode_pb2.GenerateChunk]:
+    async def generate(
+        self, address: str, request: decode_pb2.GenerateRequest, metadata
+    ) -> AsyncIterator[decode_pb2.GenerateChunk]:
         self.generates.append((address, request, list(metadata)))
         if address in self.dead:
             raise EngineUnavailable(address, "UNAVAILABLE: connection refused")
-        rest = self.reply[1:1 + request.sampling.max_tokens]
+        rest = self.reply[1 : 1 + request.sampling.max_tokens]
         try:
             for i, token in enumerate(rest):
                 if self.die_after.get(address) == i:

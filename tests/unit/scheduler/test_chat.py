@@ -72,15 +72,18 @@ def test_token_id_turn_with_a_system_prompt_gets_the_system_message_first(tokeni
     assert builder.new_tokens(Session("s"), None, [10, 11], "user") == [10, 11]
 
 
-@pytest.mark.parametrize("message, token_ids, role, error", [
-    ("", None, "user", "message is empty"),
-    (None, [], "user", "message is empty"),
-    ("hi", [1], "user", "either message or token_ids"),
-    (None, [1, 8192], "user", r"token id 8192 is outside the vocabulary \[0, 8192\)"),
-    (None, [-1], "user", "outside the vocabulary"),
-    ("hi", None, "assistant", "role must be one of"),
-    (None, list(range(11)), "user", "message is 11 tokens, over the limit of 10"),
-])
+@pytest.mark.parametrize(
+    "message, token_ids, role, error",
+    [
+        ("", None, "user", "message is empty"),
+        (None, [], "user", "message is empty"),
+        ("hi", [1], "user", "either message or token_ids"),
+        (None, [1, 8192], "user", r"token id 8192 is outside the vocabulary \[0, 8192\)"),
+        (None, [-1], "user", "outside the vocabulary"),
+        ("hi", None, "assistant", "role must be one of"),
+        (None, list(range(11)), "user", "message is 11 tokens, over the limit of 10"),
+    ],
+)
 def test_bad_requests(tokenizer: Tokenizer, message, token_ids, role, error) -> None:
     with pytest.raises(ValueError, match=error):
         PromptBuilder(tokenizer, max_message_tokens=10).check(message, token_ids, role, vocab_size=8192)

@@ -19,25 +19,29 @@ pytestmark = pytest.mark.unit
 
 
 def test_defaults_and_flags_over_env() -> None:
-    config = load_config(SchedulerConfig, ["--grpc-port", "6001"], env={"AGENTSERVE_TURN_RETRIES": "2",
-                                                                        "AGENTSERVE_GRPC_PORT": "6000"})
+    config = load_config(
+        SchedulerConfig, ["--grpc-port", "6001"], env={"AGENTSERVE_TURN_RETRIES": "2", "AGENTSERVE_GRPC_PORT": "6000"}
+    )
     assert (config.grpc_port, config.turn_retries, config.http_port) == (6001, 2, 8000)
     assert config.model_name == "agentserve-tiny"
     assert config.kv_path_policy == "dualpath"
 
 
-@pytest.mark.parametrize("fields, message", [
-    (dict(grpc_port=0), "grpc_port"),
-    (dict(http_port=70000), "http_port"),
-    (dict(metrics_port=50051), "must differ"),
-    (dict(kvstore_address="nohost"), "host:port"),
-    (dict(heartbeat_interval_ms=0), "heartbeat_interval_ms must be positive"),
-    (dict(engine_timeout_ms=1500), "at least twice"),
-    (dict(max_message_tokens=0), "max_message_tokens"),
-    (dict(turn_retries=-1), "turn_retries"),
-    (dict(model_name=""), "model_name"),
-    (dict(kv_path_policy="fastest"), "kv_path_policy must be one of dualpath, always-a, always-b"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(grpc_port=0), "grpc_port"),
+        (dict(http_port=70000), "http_port"),
+        (dict(metrics_port=50051), "must differ"),
+        (dict(kvstore_address="nohost"), "host:port"),
+        (dict(heartbeat_interval_ms=0), "heartbeat_interval_ms must be positive"),
+        (dict(engine_timeout_ms=1500), "at least twice"),
+        (dict(max_message_tokens=0), "max_message_tokens"),
+        (dict(turn_retries=-1), "turn_retries"),
+        (dict(model_name=""), "model_name"),
+        (dict(kv_path_policy="fastest"), "kv_path_policy must be one of dualpath, always-a, always-b"),
+    ],
+)
 def test_bad_config(fields: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         SchedulerConfig(**fields)

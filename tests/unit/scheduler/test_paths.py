@@ -14,12 +14,12 @@ pytestmark = pytest.mark.unit
 BLOCK_BYTES = 1000
 
 
-def engine(engine_id: str, role: Role, snic_queue: int = 0, planned: int = 0, age_s: float = 0.0,
-           gbps: float = 0.008) -> Engine:
+def engine(
+    engine_id: str, role: Role, snic_queue: int = 0, planned: int = 0, age_s: float = 0.0, gbps: float = 0.008
+) -> Engine:
     """An engine whose last heartbeat (`age_s` ago) reported `snic_queue` bytes on a `gbps` snic."""
     nics = (NICLoad("snic", gbps, snic_queue), NICLoad("cnic", gbps, 0))
-    e = Engine(status(engine_id, role, 7000, nics=nics, kv_block_bytes=BLOCK_BYTES), 100.0,
-               clock=lambda: 100.0 + age_s)
+    e = Engine(status(engine_id, role, 7000, nics=nics, kv_block_bytes=BLOCK_BYTES), 100.0, clock=lambda: 100.0 + age_s)
     e.snic_planned_bytes = planned
     return e
 
@@ -68,7 +68,10 @@ def test_fixed_policies_and_names() -> None:
     assert AlwaysB().choose(prefill, decode, 5).path is KVPath.B
     assert AlwaysB().choose(prefill, decode, 0).path is KVPath.A
     assert [make_path_policy(n).name for n in ("dualpath", "always-a", "always-b")] == [
-        "dualpath", "always-a", "always-b"]
+        "dualpath",
+        "always-a",
+        "always-b",
+    ]
     with pytest.raises(ValueError, match="dualpath, always-a, always-b"):
         make_path_policy("round-robin")
 

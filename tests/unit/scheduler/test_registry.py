@@ -107,12 +107,15 @@ def test_limits_are_the_tightest_engine(registry: EngineRegistry) -> None:
     assert registry.limits() == (8192, 2048)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(address="nowhere"), "host:port"),
-    (dict(model_fingerprint=""), "model_fingerprint"),
-    (dict(block_size=0), "block_size"),
-    (dict(max_context=0), "max_context"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(address="nowhere"), "host:port"),
+        (dict(model_fingerprint=""), "model_fingerprint"),
+        (dict(block_size=0), "block_size"),
+        (dict(max_context=0), "max_context"),
+    ],
+)
 def test_malformed_status_is_refused(overrides: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         status("x", Role.PREFILL, 6000, **overrides)

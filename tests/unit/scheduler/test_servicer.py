@@ -14,8 +14,18 @@ pytestmark = pytest.mark.unit
 
 
 def engine_proto(engine_id: str = "d9", role: int = common_pb2.ENGINE_ROLE_DECODE, **fields) -> common_pb2.EngineStatus:
-    values = dict(engine_id=engine_id, role=role, address="127.0.0.1:7009", model_name="agentserve-tiny",
-                  model_fingerprint="fp-test", block_size=4, running=1, waiting=2, vocab_size=8192, max_context=512)
+    values = dict(
+        engine_id=engine_id,
+        role=role,
+        address="127.0.0.1:7009",
+        model_name="agentserve-tiny",
+        model_fingerprint="fp-test",
+        block_size=4,
+        running=1,
+        waiting=2,
+        vocab_size=8192,
+        max_context=512,
+    )
     values.update(fields)
     return common_pb2.EngineStatus(**values)
 
@@ -40,8 +50,10 @@ def test_engine_status_translation() -> None:
 
 
 def test_engine_status_carries_nic_queues() -> None:
-    nics = [fabric_pb2.NICStatus(name="snic", configured_gbps=2.5, queue_bytes=4096, active_transfers=1,
-                                 bytes_total=10), fabric_pb2.NICStatus(name="cnic")]
+    nics = [
+        fabric_pb2.NICStatus(name="snic", configured_gbps=2.5, queue_bytes=4096, active_transfers=1, bytes_total=10),
+        fabric_pb2.NICStatus(name="cnic"),
+    ]
     status = engine_status_from_proto(engine_proto(nics=nics, kv_block_bytes=65984))
     assert status.nic("snic") == NICLoad("snic", 2.5, 4096, 1, 10)
     assert status.nic("cnic") == NICLoad("cnic")
@@ -53,11 +65,13 @@ def test_session_and_turn_round_trip(make_core, tokenizer) -> None:
 
     async def go():
         opened = await servicer.OpenSession(scheduler_pb2.OpenSessionRequest(tenant="acme"), FakeContext())
-        request = scheduler_pb2.TurnRequest(session_id=opened.session_id, message="hi",
-                                            sampling=common_pb2.SamplingParams(max_tokens=8))
+        request = scheduler_pb2.TurnRequest(
+            session_id=opened.session_id, message="hi", sampling=common_pb2.SamplingParams(max_tokens=8)
+        )
         chunks = await stream(servicer.Turn, request, FakeContext())
-        closed = await servicer.CloseSession(scheduler_pb2.CloseSessionRequest(session_id=opened.session_id),
-                                             FakeContext())
+        closed = await servicer.CloseSession(
+            scheduler_pb2.CloseSessionRequest(session_id=opened.session_id), FakeContext()
+        )
         return chunks, closed
 
     chunks, closed = run(go())
@@ -69,11 +83,14 @@ def test_session_and_turn_round_trip(make_core, tokenizer) -> None:
     assert closed.turns == 1 and closed.tokens > 4
 
 
-@pytest.mark.parametrize("request_fields, message", [
-    (dict(message="hi", sampling=common_pb2.SamplingParams()), "max_tokens must be positive"),
-    (dict(sampling=common_pb2.SamplingParams(max_tokens=4)), "message is empty"),
-    (dict(session_id="nope", message="hi", sampling=common_pb2.SamplingParams(max_tokens=4)), "unknown session"),
-])
+@pytest.mark.parametrize(
+    "request_fields, message",
+    [
+        (dict(message="hi", sampling=common_pb2.SamplingParams()), "max_tokens must be positive"),
+        (dict(sampling=common_pb2.SamplingParams(max_tokens=4)), "message is empty"),
+        (dict(session_id="nope", message="hi", sampling=common_pb2.SamplingParams(max_tokens=4)), "unknown session"),
+    ],
+)
 def test_turn_errors_are_invalid_argument(make_core, request_fields, message) -> None:
     core = make_core()
     servicer = SchedulerServicer(core)
@@ -95,8 +112,9 @@ def test_no_engine_is_unavailable(make_core) -> None:
 
     async def go():
         sid = await core.open_session()
-        request = scheduler_pb2.TurnRequest(session_id=sid, token_ids=[5],
-                                            sampling=common_pb2.SamplingParams(max_tokens=4))
+        request = scheduler_pb2.TurnRequest(
+            session_id=sid, token_ids=[5], sampling=common_pb2.SamplingParams(max_tokens=4)
+        )
         with pytest.raises(grpc.aio.AbortError):
             await stream(servicer.Turn, request, context)
 

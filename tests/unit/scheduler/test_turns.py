@@ -45,13 +45,13 @@ def test_turn_streams_prefill_token_then_decode_tokens(make_core, engines, store
 
     # The store was asked about the prompt's blocks, salted with the session's tenant.
     assert store.lookups == [block_ids_for(prompt, BLOCK_SIZE, FINGERPRINT, "acme")]
-    (address, prefill, metadata), = engines.prefills
+    ((address, prefill, metadata),) = engines.prefills
     assert address == "127.0.0.1:6000" and list(prefill.token_ids) == prompt
     assert (prefill.store_hit_blocks, prefill.decode_address, prefill.tenant) == (2, "127.0.0.1:7000", "acme")
     assert prefill.session_id == sid and prefill.sampling.max_tokens == 16
     # Engine spans join the turn's trace.
     assert dict(metadata)["traceparent"].split("-")[1] == meta.trace_id
-    (address, generate, _), = engines.generates
+    ((address, generate, _),) = engines.generates
     assert address == "127.0.0.1:7000"
     assert list(generate.token_ids) == prompt + [300] and generate.prompt_tokens == len(prompt)
     assert generate.sampling.max_tokens == 15
@@ -76,9 +76,10 @@ def test_history_is_committed_and_the_next_prompt_extends_it(make_core, engines,
     first_prompt = list(engines.prefills[0][1].token_ids)
     assert first_history == first_prompt + [300, 301, 302, EOS]
     second_prompt = list(engines.prefills[1][1].token_ids)
-    assert second_prompt[:len(first_history)] == first_history
+    assert second_prompt[: len(first_history)] == first_history
     assert second_prompt == first_history + tokenizer.encode(
-        "\n<|im_start|>tool\ntwo<|im_end|>\n<|im_start|>assistant\n")
+        "\n<|im_start|>tool\ntwo<|im_end|>\n<|im_start|>assistant\n"
+    )
     session = core.sessions.get(sid)
     assert session.turns == 2 and session.history == second_prompt + [400, EOS]
     assert run(core.close_session(sid)) == (2, len(second_prompt) + 2)
@@ -89,8 +90,10 @@ def test_turns_of_one_session_run_in_order(make_core, engines) -> None:
 
     async def go():
         sid = await core.open_session()
-        first, second = await asyncio.gather(collect(core.turn(sid, token_ids=[10, 11], sampling=GREEDY)),
-                                             collect(core.turn(sid, token_ids=[12], sampling=GREEDY)))
+        first, second = await asyncio.gather(
+            collect(core.turn(sid, token_ids=[10, 11], sampling=GREEDY)),
+            collect(core.turn(sid, token_ids=[12], sampling=GREEDY)),
+        )
         return first, second
 
     run(go())
@@ -250,13 +253,16 @@ def test_store_failure_only_costs_the_hits(make_core, engines, store) -> None:
     assert events[-1].finished and engines.prefills[0][1].store_hit_blocks == 0
 
 
-@pytest.mark.parametrize("kwargs, error", [
-    (dict(message=""), "message is empty"),
-    (dict(message="hi", token_ids=[1]), "not both"),
-    (dict(token_ids=[8192]), "outside the vocabulary"),
-    (dict(message="hi", role="bogus"), "role must be"),
-    (dict(token_ids=list(range(40))), "over the limit of 32"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        (dict(message=""), "message is empty"),
+        (dict(message="hi", token_ids=[1]), "not both"),
+        (dict(token_ids=[8192]), "outside the vocabulary"),
+        (dict(message="hi", role="bogus"), "role must be"),
+        (dict(token_ids=list(range(40))), "over the limit of 32"),
+    ],
+)
 def test_bad_requests_fail_at_the_call(make_core, engines, kwargs, error) -> None:
     core = make_core(max_message_tokens=32)
 
@@ -393,7 +399,11 @@ def test_a_session_sticks_to_the_decode_engine_holding_its_kv(make_core, engines
     assert third[0].metadata.decode_engine == "d1"
     assert core.sessions.get(sid).kv_holder == "d1"
     assert [r.decode_address for _, r, _ in engines.prefills] == [
-        "127.0.0.1:7000", "127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7001"]
+        "127.0.0.1:7000",
+        "127.0.0.1:7000",
+        "127.0.0.1:7001",
+        "127.0.0.1:7001",
+    ]
 
 
 def test_path_policy_plans_the_prefill_and_metadata_reports_the_kv_moved(make_core, engines, store) -> None:
@@ -405,9 +415,12 @@ def test_path_policy_plans_the_prefill_and_metadata_reports_the_kv_moved(make_co
         return await collect(core.turn(sid, token_ids=list(range(10, 30)), sampling=GREEDY))
 
     events = run(go())
-    (_, request, _), = engines.prefills
+    ((_, request, _),) = engines.prefills
     assert (request.kv_path, request.relay_address, request.decode_address) == (
-        prefill_pb2.KV_PATH_B, "127.0.0.1:7000", "127.0.0.1:7000")
+        prefill_pb2.KV_PATH_B,
+        "127.0.0.1:7000",
+        "127.0.0.1:7000",
+    )
     meta = events[0].metadata
     assert (meta.kv_path, meta.loaded_blocks, meta.relayed_blocks) == ("B", 3, 3)
     assert (meta.handoff_blocks, meta.handoff_bytes) == (20 // BLOCK_SIZE, 20 // BLOCK_SIZE * BLOCK_BYTES)
@@ -422,7 +435,7 @@ def test_dualpath_default_loads_by_a_when_queues_tie(make_core, engines, store) 
         return await collect(core.turn(sid, token_ids=list(range(10, 30)), sampling=GREEDY))
 
     assert run(go())[0].metadata.kv_path == "A"
-    (_, request, _), = engines.prefills
+    ((_, request, _),) = engines.prefills
     assert (request.kv_path, request.relay_address) == (prefill_pb2.KV_PATH_A, "")
 
 

@@ -65,7 +65,7 @@ class FakeCore:
         self.sessions: dict[str, FakeSession] = {}
         self.completed: list[tuple[list[int], SamplingParams, str]] = []
         self.fail_before: BaseException | None = None  # raised before the first event
-        self.fail_after: BaseException | None = None   # raised after the first text event
+        self.fail_after: BaseException | None = None  # raised after the first text event
 
     async def open_session(self, tenant="", agent="", parent_session_id="", system_prompt="", session_id=None):
         if session_id in self.sessions:
@@ -100,10 +100,10 @@ class FakeCore:
         if self.fail_before is not None:
             raise self.fail_before
         await asyncio.sleep(0)
-        text = self.reply[:sampling.max_tokens]
+        text = self.reply[: sampling.max_tokens]
         reason = "length" if len(self.reply) > sampling.max_tokens else "stop"
         yield FakeEvent(FakeMetadata(f"turn-{turn_index}", turn_index, prompt_tokens, cached_tokens), [], "")
-        for i, ch in enumerate(text):
+        for ch in text:
             yield FakeEvent(None, [ord(ch)], ch)
             if self.fail_after is not None:
                 raise self.fail_after
@@ -112,7 +112,9 @@ class FakeCore:
 
 def serve(core: FakeCore, scenario, **app_kwargs):
     """Run `await scenario(client)` against the gateway app over loopback; returns its result."""
+
     async def main():
         async with TestClient(TestServer(build_app(core, **app_kwargs))) as client:
             return await scenario(client)
+
     return asyncio.run(main())

@@ -32,18 +32,26 @@ def test_stateless_chat_renders_the_whole_conversation():
     core = FakeCore()
 
     async def scenario(client):
-        resp = await client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 5, "temperature": 0},
-                                 headers={"X-Tenant": "acme"})
+        resp = await client.post(
+            "/v1/chat/completions",
+            json={"messages": USER, "max_tokens": 5, "temperature": 0},
+            headers={"X-Tenant": "acme"},
+        )
         return resp.status, resp.headers, await resp.json()
 
     status, headers, body = serve(core, scenario)
     assert status == 200 and headers["X-Trace-Id"] == "0af7651916cd43dd8448eb211c80319c"
     assert body["object"] == "chat.completion" and body["model"] == "tiny-llama"
-    assert body["choices"] == [{"index": 0, "message": {"role": "assistant", "content": "hello"},
-                                "logprobs": None, "finish_reason": "length"}]
+    assert body["choices"] == [
+        {"index": 0, "message": {"role": "assistant", "content": "hello"}, "logprobs": None, "finish_reason": "length"}
+    ]
     prompt = core.tokenizer.encode("<user>hi\n<assistant>")
-    assert body["usage"] == {"prompt_tokens": len(prompt), "completion_tokens": 5, "total_tokens": len(prompt) + 5,
-                             "prompt_tokens_details": {"cached_tokens": 0}}
+    assert body["usage"] == {
+        "prompt_tokens": len(prompt),
+        "completion_tokens": 5,
+        "total_tokens": len(prompt) + 5,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     ids, sampling, tenant = core.completed[0]
     assert (ids, sampling.max_tokens, sampling.temperature, tenant) == (prompt, 5, 0.0, "acme")
     assert core.sessions == {}
@@ -51,8 +59,9 @@ def test_stateless_chat_renders_the_whole_conversation():
 
 def test_chat_stream_is_openai_sse_with_usage_last():
     async def scenario(client):
-        resp = await client.post("/v1/chat/completions", json={
-            "messages": USER, "stream": True, "stream_options": {"include_usage": True}})
+        resp = await client.post(
+            "/v1/chat/completions", json={"messages": USER, "stream": True, "stream_options": {"include_usage": True}}
+        )
         return resp.status, resp.headers["Content-Type"], await resp.read()
 
     status, content_type, raw = serve(FakeCore(), scenario)
@@ -76,13 +85,15 @@ def test_session_header_sends_only_new_messages():
     async def scenario(client):
         history = [system, {"role": "user", "content": "first"}]
         for question in ("second", "third"):
-            resp = await client.post("/v1/chat/completions", json={"messages": history, "temperature": 0},
-                                     headers={"X-Session-Id": "conv-1"})
+            resp = await client.post(
+                "/v1/chat/completions", json={"messages": history, "temperature": 0}, headers={"X-Session-Id": "conv-1"}
+            )
             assert resp.status == 200 and resp.headers["X-Session-Id"] == "conv-1"
             answer = (await resp.json())["choices"][0]["message"]
             history = [*history, answer, {"role": "user", "content": question}]
-        resp = await client.post("/v1/chat/completions", json={"messages": history, "stream": True},
-                                 headers={"X-Session-Id": "conv-1"})
+        resp = await client.post(
+            "/v1/chat/completions", json={"messages": history, "stream": True}, headers={"X-Session-Id": "conv-1"}
+        )
         last = decode_events(await resp.read())
         return (await (await client.delete("/v1/sessions/conv-1")).json()), last
 
@@ -99,8 +110,7 @@ def test_session_turns_report_cached_tokens():
         usages = []
         history = USER
         for _ in range(2):
-            resp = await client.post("/v1/chat/completions", json={"messages": history},
-                                     headers={"X-Session-Id": "s"})
+            resp = await client.post("/v1/chat/completions", json={"messages": history}, headers={"X-Session-Id": "s"})
             body = await resp.json()
             usages.append(body["usage"])
             history = [*history, body["choices"][0]["message"], {"role": "user", "content": "more"}]
@@ -127,16 +137,19 @@ def test_completions_text_and_token_prompts():
     assert streamed[-2]["choices"][0]["finish_reason"] == "stop"
 
 
-@pytest.mark.parametrize("path, data, status, match", [
-    ("/v1/chat/completions", b"{bad json", 400, "not valid JSON"),
-    ("/v1/chat/completions", b"[]", 400, "JSON object"),
-    ("/v1/chat/completions", json.dumps({"messages": []}).encode(), 400, "messages"),
-    ("/v1/chat/completions", json.dumps({"messages": USER, "max_tokens": 0}).encode(), 400, "max_tokens"),
-    ("/v1/chat/completions", json.dumps({"messages": USER, "max_tokens": 10**9}).encode(), 400, "max_tokens"),
-    ("/v1/chat/completions", json.dumps({"messages": USER, "temperature": "x"}).encode(), 400, "temperature"),
-    ("/v1/completions", json.dumps({"prompt": [999]}).encode(), 400, "prompt"),
-    ("/v1/nothing", b"{}", 404, "Not Found"),
-])
+@pytest.mark.parametrize(
+    "path, data, status, match",
+    [
+        ("/v1/chat/completions", b"{bad json", 400, "not valid JSON"),
+        ("/v1/chat/completions", b"[]", 400, "JSON object"),
+        ("/v1/chat/completions", json.dumps({"messages": []}).encode(), 400, "messages"),
+        ("/v1/chat/completions", json.dumps({"messages": USER, "max_tokens": 0}).encode(), 400, "max_tokens"),
+        ("/v1/chat/completions", json.dumps({"messages": USER, "max_tokens": 10**9}).encode(), 400, "max_tokens"),
+        ("/v1/chat/completions", json.dumps({"messages": USER, "temperature": "x"}).encode(), 400, "temperature"),
+        ("/v1/completions", json.dumps({"prompt": [999]}).encode(), 400, "prompt"),
+        ("/v1/nothing", b"{}", 404, "Not Found"),
+    ],
+)
 def test_bad_requests_get_openai_errors_and_the_server_stays_up(path, data, status, match):
     async def scenario(client):
         resp = await client.post(path, data=data, headers={"Content-Type": "application/json"})
@@ -183,8 +196,12 @@ def test_retryable_core_errors_are_503_before_the_stream_starts():
 
     plain, streamed, body = serve(core, scenario)
     assert plain == streamed == 503
-    assert body["error"] == {"message": "no healthy decode engine", "type": "service_unavailable_error",
-                             "param": None, "code": None}
+    assert body["error"] == {
+        "message": "no healthy decode engine",
+        "type": "service_unavailable_error",
+        "param": None,
+        "code": None,
+    }
 
 
 def test_failure_mid_stream_is_an_error_event_then_done():
@@ -216,9 +233,8 @@ def test_start_http_binds_and_cleans_up():
     async def main():
         runner = await start_http(FakeCore(), "127.0.0.1", 0)
         host, port = runner.addresses[0][:2]
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"http://{host}:{port}/v1/models") as resp:
-                status = resp.status
+        async with aiohttp.ClientSession() as http, http.get(f"http://{host}:{port}/v1/models") as resp:
+            status = resp.status
         await runner.cleanup()
         return status
 

@@ -21,8 +21,9 @@ def test_openai_client_chat_plain_and_streamed():
         async with _client(test_client) as client:
             models = await client.models.list()
             plain = await client.chat.completions.create(model="tiny-llama", messages=USER, max_tokens=8)
-            stream = await client.chat.completions.create(model="tiny-llama", messages=USER, stream=True,
-                                                          stream_options={"include_usage": True})
+            stream = await client.chat.completions.create(
+                model="tiny-llama", messages=USER, stream=True, stream_options={"include_usage": True}
+            )
             chunks = [chunk async for chunk in stream]
             text = await client.completions.create(model="tiny-llama", prompt="ab", max_tokens=3)
         return [m.id for m in models.data], plain, chunks, text
@@ -52,10 +53,13 @@ def test_openai_client_multi_turn_session():
         async with _client(test_client) as client:
             messages = list(USER)
             for question in ("and then?", "why?"):
-                reply = await client.chat.completions.create(model="m", messages=messages,
-                                                             extra_headers={"X-Session-Id": "agent-7"})
-                messages += [reply.choices[0].message.model_dump(exclude_none=True),
-                             {"role": "user", "content": question}]
+                reply = await client.chat.completions.create(
+                    model="m", messages=messages, extra_headers={"X-Session-Id": "agent-7"}
+                )
+                messages += [
+                    reply.choices[0].message.model_dump(exclude_none=True),
+                    {"role": "user", "content": question},
+                ]
             return reply
 
     last = serve(core, scenario)

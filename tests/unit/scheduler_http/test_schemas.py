@@ -21,11 +21,19 @@ USER = [{"role": "user", "content": "hi"}]
 
 
 def test_chat_request_parses_messages_sampling_and_stream_options():
-    req = parse_chat_request({
-        "model": "m", "messages": [{"role": "system", "content": "be brief"}, *USER],
-        "max_completion_tokens": 7, "temperature": 0, "top_p": 0.5, "seed": 3,
-        "stream": True, "stream_options": {"include_usage": True}, "unknown_vendor_field": 1,
-    })
+    req = parse_chat_request(
+        {
+            "model": "m",
+            "messages": [{"role": "system", "content": "be brief"}, *USER],
+            "max_completion_tokens": 7,
+            "temperature": 0,
+            "top_p": 0.5,
+            "seed": 3,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "unknown_vendor_field": 1,
+        }
+    )
     assert req.messages == (Message("system", "be brief"), Message("user", "hi"))
     assert req.sampling == SamplingParams(max_tokens=7, temperature=0.0, top_p=0.5, seed=3)
     assert (req.stream, req.include_usage, req.model) == (True, True, "m")
@@ -43,45 +51,52 @@ def test_max_completion_tokens_wins_over_max_tokens():
 
 
 def test_content_parts_and_tool_call_fields_are_kept():
-    req = parse_chat_request({"messages": [
-        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]},
-        {"role": "tool", "content": "42", "tool_call_id": "c1"},
-    ]})
+    req = parse_chat_request(
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]},
+                {"role": "tool", "content": "42", "tool_call_id": "c1"},
+            ]
+        }
+    )
     assert [m.content for m in req.messages] == ["ab", "", "42"]
     assert req.messages[1].template_dict() == {"role": "assistant", "content": "", "tool_calls": [{"id": "c1"}]}
     assert req.messages[2].template_dict()["tool_call_id"] == "c1"
 
 
-@pytest.mark.parametrize("body, field", [
-    ({}, "messages"),
-    ({"messages": []}, "messages"),
-    ({"messages": "hi"}, "messages"),
-    ({"messages": ["hi"]}, "messages[0]"),
-    ({"messages": [{"role": "wizard", "content": "x"}]}, "role"),
-    ({"messages": [{"role": "user"}]}, "content"),
-    ({"messages": [{"role": "user", "content": 5}]}, "content"),
-    ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "content"),
-    ({"messages": USER, "max_tokens": 0}, "max_tokens"),
-    ({"messages": USER, "max_tokens": 10**9}, "max_tokens"),
-    ({"messages": USER, "max_tokens": "5"}, "max_tokens"),
-    ({"messages": USER, "max_tokens": 5.0}, "max_tokens"),
-    ({"messages": USER, "max_tokens": True}, "max_tokens"),
-    ({"messages": USER, "max_completion_tokens": -1}, "max_completion_tokens"),
-    ({"messages": USER, "temperature": "hot"}, "temperature"),
-    ({"messages": USER, "temperature": 2.5}, "temperature"),
-    ({"messages": USER, "top_p": 0}, "top_p"),
-    ({"messages": USER, "top_p": 1.5}, "top_p"),
-    ({"messages": USER, "seed": -1}, "seed"),
-    ({"messages": USER, "seed": 1.5}, "seed"),
-    ({"messages": USER, "stream": "yes"}, "stream"),
-    ({"messages": USER, "stream_options": []}, "stream_options"),
-    ({"messages": USER, "stream_options": {"include_usage": 1}}, "include_usage"),
-    ({"messages": USER, "n": 2}, "'n'"),
-    ({"messages": USER, "stop": ["\n"]}, "stop"),
-    ({"messages": USER, "ignore_eos": "no"}, "ignore_eos"),
-    ({"messages": USER, "model": 3}, "model"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({}, "messages"),
+        ({"messages": []}, "messages"),
+        ({"messages": "hi"}, "messages"),
+        ({"messages": ["hi"]}, "messages[0]"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "role"),
+        ({"messages": [{"role": "user"}]}, "content"),
+        ({"messages": [{"role": "user", "content": 5}]}, "content"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "content"),
+        ({"messages": USER, "max_tokens": 0}, "max_tokens"),
+        ({"messages": USER, "max_tokens": 10**9}, "max_tokens"),
+        ({"messages": USER, "max_tokens": "5"}, "max_tokens"),
+        ({"messages": USER, "max_tokens": 5.0}, "max_tokens"),
+        ({"messages": USER, "max_tokens": True}, "max_tokens"),
+        ({"messages": USER, "max_completion_tokens": -1}, "max_completion_tokens"),
+        ({"messages": USER, "temperature": "hot"}, "temperature"),
+        ({"messages": USER, "temperature": 2.5}, "temperature"),
+        ({"messages": USER, "top_p": 0}, "top_p"),
+        ({"messages": USER, "top_p": 1.5}, "top_p"),
+        ({"messages": USER, "seed": -1}, "seed"),
+        ({"messages": USER, "seed": 1.5}, "seed"),
+        ({"messages": USER, "stream": "yes"}, "stream"),
+        ({"messages": USER, "stream_options": []}, "stream_options"),
+        ({"messages": USER, "stream_options": {"include_usage": 1}}, "include_usage"),
+        ({"messages": USER, "n": 2}, "'n'"),
+        ({"messages": USER, "stop": ["\n"]}, "stop"),
+        ({"messages": USER, "ignore_eos": "no"}, "ignore_eos"),
+        ({"messages": USER, "model": 3}, "model"),
+    ],
+)
 def test_bad_chat_requests_name_the_field(body, field):
     with pytest.raises(ValueError, match=field.replace("[", r"\[").replace("]", r"\]")):
         parse_chat_request(body)
@@ -93,12 +108,15 @@ def test_max_tokens_limit_is_the_engine_limit():
         parse_sampling({"max_tokens": MAX_TOKENS_LIMIT + 1})
 
 
-@pytest.mark.parametrize("prompt, expected", [
-    ("once upon", "once upon"),
-    ([5, 6, 7], (5, 6, 7)),
-    (["once"], "once"),
-    ([[5, 6]], (5, 6)),
-])
+@pytest.mark.parametrize(
+    "prompt, expected",
+    [
+        ("once upon", "once upon"),
+        ([5, 6, 7], (5, 6, 7)),
+        (["once"], "once"),
+        ([[5, 6]], (5, 6)),
+    ],
+)
 def test_completion_prompt_forms(prompt, expected):
     assert parse_completion_request({"prompt": prompt}, vocab_size=100).prompt == expected
 
@@ -109,12 +127,15 @@ def test_bad_completion_prompts(prompt):
         parse_completion_request({"prompt": prompt}, vocab_size=100)
 
 
-@pytest.mark.parametrize("raw, message", [
-    (b"{not json", "not valid JSON"),
-    (b"\xff\xfe", "not valid JSON"),
-    (b"[1, 2]", "JSON object"),
-    (b"", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (b"{not json", "not valid JSON"),
+        (b"\xff\xfe", "not valid JSON"),
+        (b"[1, 2]", "JSON object"),
+        (b"", "not valid JSON"),
+    ],
+)
 def test_body_must_be_a_json_object(raw, message):
     with pytest.raises(ValueError, match=message):
         parse_json_object(raw)

@@ -32,14 +32,17 @@ def test_plan_joins_several_new_messages_under_the_last_role():
     assert plan_turn("s1", tools, consumed=1, replies=1) == TurnInput("r1\n\nr2", "tool", 3)
 
 
-@pytest.mark.parametrize("messages, consumed, replies, match", [
-    ([SYS, U1, A1], 2, 1, "already holds 2"),                     # nothing new
-    ([U1], 2, 1, "already holds 2"),                              # history shorter than the session's
-    ([U1, A1, A1, U2], 1, 1, "generated 1 assistant replies"),    # client-written assistant turn
-    ([SYS, U1, A1, SYS, U2], 2, 1, "system message"),
-    ([SYS, A1], 0, 1, "last new message"),
-    ([SYS], 0, 0, "last new message"),
-])
+@pytest.mark.parametrize(
+    "messages, consumed, replies, match",
+    [
+        ([SYS, U1, A1], 2, 1, "already holds 2"),  # nothing new
+        ([U1], 2, 1, "already holds 2"),  # history shorter than the session's
+        ([U1, A1, A1, U2], 1, 1, "generated 1 assistant replies"),  # client-written assistant turn
+        ([SYS, U1, A1, SYS, U2], 2, 1, "system message"),
+        ([SYS, A1], 0, 1, "last new message"),
+        ([SYS], 0, 0, "last new message"),
+    ],
+)
 def test_plan_rejects_what_the_session_cannot_take(messages, consumed, replies, match):
     with pytest.raises(ValueError, match=match):
         plan_turn("s1", messages, consumed, replies)

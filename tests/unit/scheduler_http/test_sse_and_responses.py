@@ -17,8 +17,18 @@ def test_event_framing_is_one_data_line_and_a_blank_line():
     assert decode_events(encode_event({"a": 1}) + encode_event({"b": [2]}) + DONE) == [{"a": 1}, {"b": [2]}, "[DONE]"]
 
 
-@pytest.mark.parametrize("core, openai", [("eos", "stop"), ("stop", "stop"), ("length", "length"),
-                                          ("max_tokens", "length"), ("abort", "abort"), (None, None), ("", None)])
+@pytest.mark.parametrize(
+    "core, openai",
+    [
+        ("eos", "stop"),
+        ("stop", "stop"),
+        ("length", "length"),
+        ("max_tokens", "length"),
+        ("abort", "abort"),
+        (None, None),
+        ("", None),
+    ],
+)
 def test_finish_reasons(core, openai):
     assert openai_finish_reason(core) == openai
 
@@ -35,17 +45,25 @@ def _reply() -> Reply:
 def test_reply_adds_up_events():
     reply = _reply()
     assert (reply.text, reply.token_ids, reply.finish_reason, reply.trace_id) == ("hey", [7, 8], "stop", "ab")
-    assert reply.usage() == {"prompt_tokens": 100, "completion_tokens": 2, "total_tokens": 102,
-                             "prompt_tokens_details": {"cached_tokens": 96}}
+    assert reply.usage() == {
+        "prompt_tokens": 100,
+        "completion_tokens": 2,
+        "total_tokens": 102,
+        "prompt_tokens_details": {"cached_tokens": 96},
+    }
 
 
 def test_chat_and_text_shapes():
     chat = ReplyFormat("chat", "m", include_usage=True, id="chatcmpl-1", created=5)
     assert chat.role_chunk()["choices"][0]["delta"] == {"role": "assistant", "content": ""}
-    assert chat.delta_chunk("x") == {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 5,
-                                     "model": "m", "usage": None,
-                                     "choices": [{"index": 0, "delta": {"content": "x"}, "logprobs": None,
-                                                  "finish_reason": None}]}
+    assert chat.delta_chunk("x") == {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 5,
+        "model": "m",
+        "usage": None,
+        "choices": [{"index": 0, "delta": {"content": "x"}, "logprobs": None, "finish_reason": None}],
+    }
     assert chat.full(_reply())["choices"][0]["message"] == {"role": "assistant", "content": "hey"}
     text = ReplyFormat.new("text", "m")
     assert text.id.startswith("cmpl-") and text.role_chunk() is None

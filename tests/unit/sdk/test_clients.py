@@ -51,9 +51,15 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
             await context.abort(grpc.StatusCode.NOT_FOUND, "unknown session ghost")
         if request.message == "bad":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "max_tokens too large")
-        metadata = scheduler_pb2.TurnMetadata(turn_id="t1", turn_index=len(self.turns) - 1, prompt_tokens=40,
-                                              cached_tokens=32, prefill_engine="p0", decode_engine="d1",
-                                              trace_id="ab" * 16)
+        metadata = scheduler_pb2.TurnMetadata(
+            turn_id="t1",
+            turn_index=len(self.turns) - 1,
+            prompt_tokens=40,
+            cached_tokens=32,
+            prefill_engine="p0",
+            decode_engine="d1",
+            trace_id="ab" * 16,
+        )
         yield scheduler_pb2.TurnChunk(metadata=metadata)
         for i, text in enumerate(REPLY):
             if request.message == "dies" and i == 1:
@@ -90,8 +96,7 @@ class Servers:
         scheduler_pb2_grpc.add_SchedulerServicer_to_server(self.scheduler, self.grpc)
         self.grpc.add_insecure_port(self.address)
         await self.grpc.start()
-        proxy = ToolProxy(ToolRegistry.build({}, UpstreamClient(1.0), 5.0), ToolDurationPredictor(),
-                          _NullSink())
+        proxy = ToolProxy(ToolRegistry.build({}, UpstreamClient(1.0), 5.0), ToolDurationPredictor(), _NullSink())
         self.runner = web.AppRunner(build_app(proxy))
         await self.runner.setup()
         await web.TCPSite(self.runner, "127.0.0.1", self.http_port).start()
@@ -100,6 +105,7 @@ class Servers:
         async def _stop():
             await self.runner.cleanup()
             await self.grpc.stop(0)
+
         asyncio.run_coroutine_threadsafe(_stop(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
 
@@ -194,8 +200,12 @@ def test_leaving_a_turn_early_cancels_generation(servers):
                         break
 
     asyncio.run(main())
-    assert asyncio.run_coroutine_threadsafe(
-        asyncio.wait_for(servers.scheduler.cancelled.wait(), 5), servers.loop).result(10) is True
+    assert (
+        asyncio.run_coroutine_threadsafe(asyncio.wait_for(servers.scheduler.cancelled.wait(), 5), servers.loop).result(
+            10
+        )
+        is True
+    )
 
 
 def test_sync_client(servers):

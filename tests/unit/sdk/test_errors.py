@@ -22,16 +22,19 @@ def _rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
 
 
-@pytest.mark.parametrize("code, cls", [
-    (grpc.StatusCode.INVALID_ARGUMENT, InvalidRequestError),
-    (grpc.StatusCode.OUT_OF_RANGE, InvalidRequestError),
-    (grpc.StatusCode.NOT_FOUND, SessionNotFound),
-    (grpc.StatusCode.UNAVAILABLE, RetryableError),
-    (grpc.StatusCode.DEADLINE_EXCEEDED, RetryableError),
-    (grpc.StatusCode.RESOURCE_EXHAUSTED, RetryableError),
-    (grpc.StatusCode.INTERNAL, AgentServeError),
-    (grpc.StatusCode.CANCELLED, AgentServeError),
-])
+@pytest.mark.parametrize(
+    "code, cls",
+    [
+        (grpc.StatusCode.INVALID_ARGUMENT, InvalidRequestError),
+        (grpc.StatusCode.OUT_OF_RANGE, InvalidRequestError),
+        (grpc.StatusCode.NOT_FOUND, SessionNotFound),
+        (grpc.StatusCode.UNAVAILABLE, RetryableError),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, RetryableError),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, RetryableError),
+        (grpc.StatusCode.INTERNAL, AgentServeError),
+        (grpc.StatusCode.CANCELLED, AgentServeError),
+    ],
+)
 def test_grpc_status_mapping(code, cls):
     error = error_from_rpc(_rpc_error(code, "why"))
     assert type(error) is cls and error.code == code and str(error) == "why"

@@ -55,6 +55,7 @@ def run_http(scenario, upstreams=None, upstream_app: web.Application | None = No
             await client.close()
             if upstream is not None:
                 await upstream.close()
+
     return asyncio.run(main())
 
 
@@ -62,8 +63,9 @@ def test_sleep_reports_started_then_finished_with_durations():
     async def scenario(http):
         results = []
         for seconds in (0.05, 0.15):
-            resp = await http.post("/tools/sleep", json={"seconds": seconds},
-                                   headers={"X-Session-Id": "s1", "X-Call-Id": f"c{seconds}"})
+            resp = await http.post(
+                "/tools/sleep", json={"seconds": seconds}, headers={"X-Session-Id": "s1", "X-Call-Id": f"c{seconds}"}
+            )
             results.append((resp.status, await resp.json(), resp.headers["X-Call-Id"]))
         return results
 
@@ -90,19 +92,24 @@ def test_echo_and_listing():
     (echo, empty, listing), sink, _ = run_http(scenario)
     assert echo == {"a": [1, {"b": None}]} and empty == {}
     assert [(t["name"], t["kind"], t["calls"]) for t in listing["tools"]] == [
-        ("sleep", "builtin", 0), ("echo", "builtin", 2)]
+        ("sleep", "builtin", 0),
+        ("echo", "builtin", 2),
+    ]
     assert sink.events == []  # no session, nothing for the scheduler to act on
 
 
-@pytest.mark.parametrize("path, body, headers, status, match", [
-    ("/tools/nope", b"{}", {}, 404, "unknown tool"),
-    ("/tools/echo", b"{bad", {}, 400, "not valid JSON"),
-    ("/tools/echo", b"[1]", {}, 400, "JSON object"),
-    ("/tools/sleep", b'{"seconds": "x"}', {}, 400, "seconds"),
-    ("/tools/sleep", b'{"seconds": 301}', {}, 400, "seconds"),
-    ("/tools/sleep", b'{"seconds": -1}', {}, 400, "seconds"),
-    ("/tools/echo", b"{}", {"X-Session-Id": "has space"}, 400, "X-Session-Id"),
-])
+@pytest.mark.parametrize(
+    "path, body, headers, status, match",
+    [
+        ("/tools/nope", b"{}", {}, 404, "unknown tool"),
+        ("/tools/echo", b"{bad", {}, 400, "not valid JSON"),
+        ("/tools/echo", b"[1]", {}, 400, "JSON object"),
+        ("/tools/sleep", b'{"seconds": "x"}', {}, 400, "seconds"),
+        ("/tools/sleep", b'{"seconds": 301}', {}, 400, "seconds"),
+        ("/tools/sleep", b'{"seconds": -1}', {}, 400, "seconds"),
+        ("/tools/echo", b"{}", {"X-Session-Id": "has space"}, 400, "X-Session-Id"),
+    ],
+)
 def test_bad_calls_are_json_errors_and_the_proxy_stays_up(path, body, headers, status, match):
     async def scenario(http):
         resp = await http.post(path, data=body, headers=headers)

@@ -23,8 +23,9 @@ class FlakyStub:
     async def _handle(self, method: str, event) -> None:
         self.calls += 1
         if self.calls == 1:
-            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
-                                       "connection refused")
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "connection refused"
+            )
         self.received.append((method, event.call_id))
 
     async def ToolCallStarted(self, event, timeout=None):
@@ -49,16 +50,28 @@ def test_events_go_in_order_and_failures_are_logged_not_raised(caplog):
 
     with caplog.at_level(logging.WARNING):
         stub, reporter = asyncio.run(main())
-    assert stub.received == [("finished", "c0"), ("started", "c1"), ("finished", "c1"),
-                             ("started", "c2"), ("finished", "c2")]
+    assert stub.received == [
+        ("finished", "c0"),
+        ("started", "c1"),
+        ("finished", "c1"),
+        ("started", "c2"),
+        ("finished", "c2"),
+    ]
     assert reporter.sent == 5
     assert "UNAVAILABLE: connection refused" in caplog.text
 
 
 def test_record_to_proto():
     event = ToolCallRecord("s", "t", "c", 12.5, 0.25, 0.75, True).to_proto()
-    assert (event.session_id, event.tool, event.call_id, event.start_unix_s, event.predicted_duration_s,
-            event.actual_duration_s, event.ok) == ("s", "t", "c", 12.5, 0.25, 0.75, True)
+    assert (
+        event.session_id,
+        event.tool,
+        event.call_id,
+        event.start_unix_s,
+        event.predicted_duration_s,
+        event.actual_duration_s,
+        event.ok,
+    ) == ("s", "t", "c", 12.5, 0.25, 0.75, True)
 
 
 def test_full_queue_drops_instead_of_blocking(caplog):

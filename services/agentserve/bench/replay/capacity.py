@@ -97,14 +97,23 @@ def _close(lo: float, hi: float, spec: SearchSpec) -> bool:
 def probe_entry(load: float, summary: dict) -> dict:
     """What a capacity report keeps of one probe's replay summary."""
     gp = summary["goodput"]
-    return {"load": load, "meets_slo": gp["meets_slo"], "attainment": gp["attainment"],
-            "goodput_turns_per_s": gp["turns_per_s"], "turns_per_s": summary["throughput"]["turns_per_s"],
-            "turns_total": summary["turns_total"], "turns_failed": summary["turns_failed"],
-            "duration_s": summary["duration_s"], "ttft_p90_ms": summary["ttft_p90_ms"],
-            "tpot_p90_ms": summary["tpot_p90_ms"], "e2e_p90_ms": summary["e2e_p90_ms"],
-            "ttft_p90_first_turn_ms": summary["ttft_p90_first_turn_ms"],
-            "ttft_p90_later_turns_ms": summary["ttft_p90_later_turns_ms"], "hit_ratio": summary["hit_ratio"],
-            "engines": summary["engines"]}
+    return {
+        "load": load,
+        "meets_slo": gp["meets_slo"],
+        "attainment": gp["attainment"],
+        "goodput_turns_per_s": gp["turns_per_s"],
+        "turns_per_s": summary["throughput"]["turns_per_s"],
+        "turns_total": summary["turns_total"],
+        "turns_failed": summary["turns_failed"],
+        "duration_s": summary["duration_s"],
+        "ttft_p90_ms": summary["ttft_p90_ms"],
+        "tpot_p90_ms": summary["tpot_p90_ms"],
+        "e2e_p90_ms": summary["e2e_p90_ms"],
+        "ttft_p90_first_turn_ms": summary["ttft_p90_first_turn_ms"],
+        "ttft_p90_later_turns_ms": summary["ttft_p90_later_turns_ms"],
+        "hit_ratio": summary["hit_ratio"],
+        "engines": summary["engines"],
+    }
 
 
 def with_load(options, load_name: str, load: float):
@@ -122,5 +131,7 @@ def per_engine(capacity: float | None, probes: list[dict]) -> dict:
     for p in probes:
         for role in engines:
             engines[role].update(p["engines"].get(role, {}))
-    return {role: {"engines": sorted(ids), "capacity_per_engine": capacity / len(ids) if capacity and ids else None}
-            for role, ids in engines.items()}
+    return {
+        role: {"engines": sorted(ids), "capacity_per_engine": capacity / len(ids) if capacity and ids else None}
+        for role, ids in engines.items()
+    }

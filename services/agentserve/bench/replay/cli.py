@@ -22,11 +22,18 @@ from agentserve.bench.workloads.model import Workload
 def _workload(args: argparse.Namespace, recorded: bool) -> tuple[Workload, dict]:
     """The workload to replay and its description for the report."""
     arrival_before = args.duration * args.speedup if recorded and args.duration else None
-    spec = WorkloadSpec(args.workload, args.fmt, args.token_scale, args.max_sessions, arrival_before, args.reuse,
-                        args.chain)
+    spec = WorkloadSpec(
+        args.workload, args.fmt, args.token_scale, args.max_sessions, arrival_before, args.reuse, args.chain
+    )
     workload, scale = prepare_workload(spec)
-    info = {"name": workload.name, "source": workload.source, "path": str(args.workload),
-            "sessions": len(workload.sessions), "turns": workload.num_turns, "token_scale": scale}
+    info = {
+        "name": workload.name,
+        "source": workload.source,
+        "path": str(args.workload),
+        "sessions": len(workload.sessions),
+        "turns": workload.num_turns,
+        "token_scale": scale,
+    }
     return workload, info
 
 
@@ -41,8 +48,9 @@ async def _target(args: argparse.Namespace) -> Target:
             from agentserve.cli.up import FabricSettings
 
             defaults = FabricSettings()
-            options["fabric"] = FabricSettings(args.profile or defaults.profile,
-                                               args.kv_path_policy or defaults.kv_path_policy)
+            options["fabric"] = FabricSettings(
+                args.profile or defaults.profile, args.kv_path_policy or defaults.kv_path_policy
+            )
         print(f"agentserve bench: starting a local cluster (1 prefill, {args.decoders} decode)...", file=sys.stderr)
         return await local_target(args.decoders, **options)
     if not args.address:
@@ -66,8 +74,13 @@ def _check_common(args: argparse.Namespace) -> None:
 def replay(args: argparse.Namespace) -> dict | None:
     _check_common(args)
     slo = SLO.parse(args.slo)
-    options = ReplayOptions(speedup=args.speedup, rate=args.rate, concurrency=args.concurrency,
-                            duration_s=args.duration if (args.rate or args.concurrency) else None, seed=args.seed)
+    options = ReplayOptions(
+        speedup=args.speedup,
+        rate=args.rate,
+        concurrency=args.concurrency,
+        duration_s=args.duration if (args.rate or args.concurrency) else None,
+        seed=args.seed,
+    )
     workload, info = _workload(args, recorded=options.load_model == "recorded")
     out_dir = _out_dir(args, "replay")
 
@@ -95,14 +108,21 @@ def capacity(args: argparse.Namespace) -> dict | None:
     base = ReplayOptions(speedup=args.speedup, seed=args.seed)
     recorded = args.load == "speedup"
     workload, info = _workload(args, recorded=recorded)
-    spec = cap.SearchSpec(start=args.start, factor=args.factor, max_load=args.max_load,
-                          rel_tolerance=args.tolerance, max_probes=args.max_probes, integer=args.load == "concurrency")
+    spec = cap.SearchSpec(
+        start=args.start,
+        factor=args.factor,
+        max_load=args.max_load,
+        rel_tolerance=args.tolerance,
+        max_probes=args.max_probes,
+        integer=args.load == "concurrency",
+    )
     out_dir = _out_dir(args, "capacity")
     probes: list[dict] = []
 
     async def main() -> cap.SearchResult:
         target = await _target(args)
         try:
+
             async def probe(load: float) -> bool:
                 options = cap.with_load(base, args.load, load)
                 if not recorded and args.duration:
@@ -110,8 +130,11 @@ def capacity(args: argparse.Namespace) -> dict | None:
                 summary, _ = await replay_once(workload, target, options, slo, progress=args.progress)
                 entry = cap.probe_entry(load, summary)
                 probes.append(entry)
-                print(f"agentserve bench: {args.load}={load:g}: {entry['attainment']:.1%} of {entry['turns_total']} "
-                      f"turns meet the SLO -> {'pass' if entry['meets_slo'] else 'fail'}", file=sys.stderr)
+                print(
+                    f"agentserve bench: {args.load}={load:g}: {entry['attainment']:.1%} of {entry['turns_total']} "
+                    f"turns meet the SLO -> {'pass' if entry['meets_slo'] else 'fail'}",
+                    file=sys.stderr,
+                )
                 return bool(entry["meets_slo"])
 
             return await cap.search(probe, spec)
@@ -120,9 +143,14 @@ def capacity(args: argparse.Namespace) -> dict | None:
 
     found = asyncio.run(main())
     result = {
-        "workload": info, "slo": slo.to_json(), "load": args.load,
-        "capacity": found.capacity, "lowest_failing_load": found.lowest_failing, "converged": found.converged,
-        "per_engine": cap.per_engine(found.capacity, probes), "probes": probes,
+        "workload": info,
+        "slo": slo.to_json(),
+        "load": args.load,
+        "capacity": found.capacity,
+        "lowest_failing_load": found.lowest_failing,
+        "converged": found.converged,
+        "per_engine": cap.per_engine(found.capacity, probes),
+        "probes": probes,
     }
     write_capacity(result, out_dir)
     print(f"agentserve bench: results in {out_dir}/", file=sys.stderr)
@@ -140,8 +168,13 @@ def write_capacity(result: dict, out_dir: Path) -> None:
         from agentserve.bench.replay.plots import capacity_curve
 
         title = f"capacity of {result['workload']['name']} under {result['load']}"
-        result["files"] = {"capacity_plot": str(capacity_curve(result["probes"], result["slo"], result["capacity"],
-                                                               result["load"], out_dir / "capacity.png", title))}
+        result["files"] = {
+            "capacity_plot": str(
+                capacity_curve(
+                    result["probes"], result["slo"], result["capacity"], result["load"], out_dir / "capacity.png", title
+                )
+            )
+        }
     except ImportError:
         print("agentserve bench: matplotlib is not installed; skipping plots", file=sys.stderr)
     (out_dir / "capacity.json").write_text(json.dumps(result, indent=2))

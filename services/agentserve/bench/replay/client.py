@@ -42,8 +42,13 @@ class _SDKSession:
     async def turn(self, token_ids: list[int], max_tokens: int) -> AsyncIterator[Chunk]:
         async for chunk in self._session.turn(token_ids=token_ids, max_tokens=max_tokens, ignore_eos=True):
             m = chunk.metadata
-            yield Chunk(tuple(chunk.token_ids), m.cached_tokens if m else None, m.prompt_tokens if m else None,
-                        m.prefill_engine if m else "", m.decode_engine if m else "")
+            yield Chunk(
+                tuple(chunk.token_ids),
+                m.cached_tokens if m else None,
+                m.prompt_tokens if m else None,
+                m.prefill_engine if m else "",
+                m.decode_engine if m else "",
+            )
 
     async def call_tool(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
         return await self._session.call_tool(name, args)

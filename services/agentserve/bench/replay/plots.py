@@ -9,10 +9,20 @@ from agentserve.bench.replay.records import TurnRecord
 from agentserve.bench.replay.stats import ecdf
 
 COLORS = {"first": "#1f77b4", "later": "#d62728"}
-LOAD_LABELS = {"rate": "open-loop arrival rate (jobs/s)", "concurrency": "closed-loop jobs in flight",
-               "speedup": "speedup of the recorded schedule (x)"}
-PATH_COLORS = {"A": "#1f77b4", "B": "#17becf", "handoff": "#ff7f0e", "persist": "#2ca02c",
-               "offload": "#9467bd", "prefetch": "#8c564b", "relay": "#7f7f7f"}
+LOAD_LABELS = {
+    "rate": "open-loop arrival rate (jobs/s)",
+    "concurrency": "closed-loop jobs in flight",
+    "speedup": "speedup of the recorded schedule (x)",
+}
+PATH_COLORS = {
+    "A": "#1f77b4",
+    "B": "#17becf",
+    "handoff": "#ff7f0e",
+    "persist": "#2ca02c",
+    "offload": "#9467bd",
+    "prefetch": "#8c564b",
+    "relay": "#7f7f7f",
+}
 
 
 def _pyplot():
@@ -29,15 +39,21 @@ def latency_cdfs(turns: Sequence[TurnRecord], out: Path, title: str) -> Path:
     plt = _pyplot()
     ok = [t for t in turns if t.ok]
     fig, axes = plt.subplots(1, 4, figsize=(17, 4.2))
-    for ax, (metric, label) in zip(axes, (("ttft", "time to first token"), ("tt2t", "time to second token"),
-                                          ("tpot", "time per output token"), ("e2e", "end-to-end turn latency"))):
+    for ax, (metric, label) in zip(
+        axes,
+        (
+            ("ttft", "time to first token"),
+            ("tt2t", "time to second token"),
+            ("tpot", "time per output token"),
+            ("e2e", "end-to-end turn latency"),
+        ),
+    ):
         drawn: list[float] = []
         for kind, first in (("first", True), ("later", False)):
             values = [getattr(t, f"{metric}_s") for t in ok if t.first == first]
             xs, ys = ecdf(v * 1000 for v in values if v is not None)
             if xs:
-                ax.step(xs, ys, where="post", color=COLORS[kind], linewidth=1.8,
-                        label=f"{kind} turns (n={len(xs)})")
+                ax.step(xs, ys, where="post", color=COLORS[kind], linewidth=1.8, label=f"{kind} turns (n={len(xs)})")
                 drawn += xs
         positive = [x for x in drawn if x > 0]
         if positive and max(positive) > 30 * min(positive):  # spans decades: a log axis keeps both ends readable
@@ -72,8 +88,16 @@ def kv_bytes_timeline(timeline: dict, out: Path, title: str) -> Path | None:
     bottom = [0.0] * len(t)
     for path, values in series.items():
         mb_s = [v / 1e6 / w if w else 0.0 for v, w in zip(values, widths)]
-        ax.bar([x - w for x, w in zip(t, widths)], mb_s, width=widths, bottom=bottom, align="edge",
-               color=PATH_COLORS.get(path), label=f"{path} ({sum(values) / 1e6:.1f} MB)", edgecolor="none")
+        ax.bar(
+            [x - w for x, w in zip(t, widths)],
+            mb_s,
+            width=widths,
+            bottom=bottom,
+            align="edge",
+            color=PATH_COLORS.get(path),
+            label=f"{path} ({sum(values) / 1e6:.1f} MB)",
+            edgecolor="none",
+        )
         bottom = [b + m for b, m in zip(bottom, mb_s)]
     ax.set_xlabel("replay time (s)")
     ax.set_ylabel("KV MB/s")
@@ -86,8 +110,9 @@ def kv_bytes_timeline(timeline: dict, out: Path, title: str) -> Path | None:
     return out
 
 
-def capacity_curve(probes: Sequence[dict], slo: dict, capacity: float | None, load_name: str, out: Path,
-                   title: str) -> Path:
+def capacity_curve(
+    probes: Sequence[dict], slo: dict, capacity: float | None, load_name: str, out: Path, title: str
+) -> Path:
     """Throughput and goodput vs load; SLO attainment vs load with the required share; p90
     latencies vs load with the SLO bounds."""
     plt = _pyplot()

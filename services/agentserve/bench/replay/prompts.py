@@ -39,8 +39,12 @@ class PromptPlanner:
         self.synth = synth
         self.finished_hashes = HashReuse()
         # The trace's own reuse: every hash-based prompt against all earlier ones, in arrival order.
-        hashed = [(s.id, i, t) for s in sorted(workload.sessions, key=lambda s: s.arrival_s)
-                  for i, t in enumerate(s.turns) if t.hash_based]
+        hashed = [
+            (s.id, i, t)
+            for s in sorted(workload.sessions, key=lambda s: s.arrival_s)
+            for i, t in enumerate(s.turns)
+            if t.hash_based
+        ]
         reuse = trace_reuse([(t.hash_ids, t.input_tokens) for _, _, t in hashed], workload.hash_block_tokens)
         self._trace_reuse = {(sid, i): r for (sid, i, _), r in zip(hashed, reuse)}
 
@@ -54,8 +58,7 @@ class PromptPlanner:
         session, turn = state.session, state.session.turns[index]
         if turn.hash_based:
             tokens = self.synth.hashed_prompt(turn.hash_ids, turn.input_tokens, self.workload.hash_block_tokens)
-            reusable = self.finished_hashes.reusable(turn.hash_ids, turn.input_tokens,
-                                                     self.workload.hash_block_tokens)
+            reusable = self.finished_hashes.reusable(turn.hash_ids, turn.input_tokens, self.workload.hash_block_tokens)
             return PlannedPrompt(tokens, False, reusable, self._trace_reuse[(session.id, index)])
         context = state.context
         keep = len(context) if turn.reuse_tokens is None else min(turn.reuse_tokens, len(context))

@@ -70,8 +70,14 @@ class ReplayResult:
 
 
 class Replayer:
-    def __init__(self, workload: Workload, client: ServingClient, options: ReplayOptions = ReplayOptions(),
-                 synth: TokenSynth | None = None, on_turn: Callable[[TurnRecord], None] | None = None) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        client: ServingClient,
+        options: ReplayOptions = ReplayOptions(),
+        synth: TokenSynth | None = None,
+        on_turn: Callable[[TurnRecord], None] | None = None,
+    ) -> None:
         self.workload = workload
         self.client = client
         self.options = options
@@ -109,8 +115,15 @@ class Replayer:
             chosen = [(job, at) for job, at in zip(jobs, starts) if o.duration_s is None or at < o.duration_s]
             await asyncio.gather(*(self._run_job(job, at) for job, at in chosen))
             started = len(chosen)
-        return ReplayResult(sorted(self._turns, key=lambda r: r.sent_s), self._sessions, started_unix,
-                            self._now(), started, len(jobs), dict(self._warmed))
+        return ReplayResult(
+            sorted(self._turns, key=lambda r: r.sent_s),
+            self._sessions,
+            started_unix,
+            self._now(),
+            started,
+            len(jobs),
+            dict(self._warmed),
+        )
 
     async def _closed_loop(self, jobs: list[list[Session]], concurrency: int) -> int:
         slots = asyncio.Semaphore(concurrency)
@@ -158,8 +171,9 @@ class Replayer:
         server: ServerSession | None = None
         aborted = ""
         for i, turn in enumerate(session.turns):
-            waits = [self._done[need].wait() for need in turn_prerequisites(self._by_id, session, i)
-                     if need[0] != session.id]
+            waits = [
+                self._done[need].wait() for need in turn_prerequisites(self._by_id, session, i) if need[0] != session.id
+            ]
             await asyncio.gather(asyncio.sleep(turn.think_s / self.options.speedup), *waits)
             try:
                 if aborted:
@@ -183,18 +197,25 @@ class Replayer:
         if server is not None:
             await _close_quietly(server)
 
-    async def _turn(self, state: SessionState, index: int,
-                    server: ServerSession | None) -> tuple[TurnRecord, ServerSession | None]:
+    async def _turn(
+        self, state: SessionState, index: int, server: ServerSession | None
+    ) -> tuple[TurnRecord, ServerSession | None]:
         session, turn = state.session, state.session.turns[index]
         plan = self.planner.plan(state, index, server is not None)
         block = self.options.kv_block_tokens
-        record = TurnRecord(session.id, index, session.is_first(index), self._now(), prompt_tokens=len(plan.tokens),
-                            expected_cached_tokens=servable(plan.reusable, len(plan.tokens), block),
-                            trace_cached_tokens=servable(plan.trace_reusable, len(plan.tokens), block))
+        record = TurnRecord(
+            session.id,
+            index,
+            session.is_first(index),
+            self._now(),
+            prompt_tokens=len(plan.tokens),
+            expected_cached_tokens=servable(plan.reusable, len(plan.tokens), block),
+            trace_cached_tokens=servable(plan.trace_reusable, len(plan.tokens), block),
+        )
         output: list[int] = []
         try:
             if plan.continues:
-                send = plan.tokens[len(state.context):]
+                send = plan.tokens[len(state.context) :]
             else:
                 if server is not None:
                     await _close_quietly(server)
@@ -208,8 +229,10 @@ class Replayer:
                     record.cached_tokens = chunk.cached_tokens
                     record.prefill_engine, record.decode_engine = chunk.prefill_engine, chunk.decode_engine
                     if chunk.prompt_tokens is not None and chunk.prompt_tokens != len(plan.tokens):
-                        raise RuntimeError(f"the server's prompt has {chunk.prompt_tokens} tokens, the replay's "
-                                           f"{len(plan.tokens)}: histories diverged")
+                        raise RuntimeError(
+                            f"the server's prompt has {chunk.prompt_tokens} tokens, the replay's "
+                            f"{len(plan.tokens)}: histories diverged"
+                        )
                 if chunk.token_ids:
                     if not output:
                         record.first_token_s = now

@@ -53,16 +53,19 @@ def write_replay(summary: dict, turns: Sequence[TurnRecord], out_dir: Path) -> d
 
 def replay_markdown(s: dict) -> str:
     w, run = s["workload"], s["run"]
-    load = {"closed": f"closed loop, {run['concurrency']} jobs in flight",
-            "rate": f"open loop, {run['rate']} jobs/s (Poisson)",
-            "recorded": "open loop, recorded arrivals"}[run["load_model"]]
+    load = {
+        "closed": f"closed loop, {run['concurrency']} jobs in flight",
+        "rate": f"open loop, {run['rate']} jobs/s (Poisson)",
+        "recorded": "open loop, recorded arrivals",
+    }[run["load_model"]]
     lines = [
         f"# agentserve bench replay — {w['name']}",
         "",
         f"- workload: `{w['source']}`, {w['sessions']} sessions, {w['turns']} turns",
         f"- token scale: 1/{w['token_scale']} (every recorded length divided by {w['token_scale']}, outputs "
-        f"at least 2 tokens) so that it runs on this machine's CPUs" if w["token_scale"] > 1 else
-        "- token scale: none (lengths as in the workload)",
+        f"at least 2 tokens) so that it runs on this machine's CPUs"
+        if w["token_scale"] > 1
+        else "- token scale: none (lengths as in the workload)",
         f"- load: {load}; time speedup x{run['speedup']:g} (arrivals, think and tool times divided)",
         f"- target: {run['target']}",
         f"- duration: {s['duration_s']:.1f} s; turns {s['turns_total']}, failed **{s['turns_failed']}**; "
@@ -75,8 +78,10 @@ def replay_markdown(s: dict) -> str:
     ]
     for metric, scopes in s["latency_ms"].items():
         for scope, d in scopes.items():
-            lines.append(f"| {metric} | {scope.replace('_', ' ')} | {d['count']} | {_fmt(d['p50'])} | "
-                         f"{_fmt(d['p90'])} | {_fmt(d['p99'])} |")
+            lines.append(
+                f"| {metric} | {scope.replace('_', ' ')} | {d['count']} | {_fmt(d['p50'])} | "
+                f"{_fmt(d['p90'])} | {_fmt(d['p99'])} |"
+            )
     sc, th, gp = s["session_completion_s"], s["throughput"], s["goodput"]
     lines += [
         "",
@@ -88,8 +93,9 @@ def replay_markdown(s: dict) -> str:
         f"- {_fmt(th['turns_per_s'], 2)} turns/s, {_fmt(th['output_tokens_per_s'])} output tokens/s, "
         f"{_fmt(th['prompt_tokens_per_s'])} prompt tokens/s ({_fmt(th['computed_prompt_tokens_per_s'])} computed)",
         f"- goodput: {_fmt(gp['turns_per_s'], 2)} turns/s within SLO `{gp['slo']}`; "
-        f"{_fmt(gp['attainment'] and gp['attainment'] * 100)}% of turns meet it" if gp["slo"] else
-        f"- goodput: — ({gp['reason']})",
+        f"{_fmt(gp['attainment'] and gp['attainment'] * 100)}% of turns meet it"
+        if gp["slo"]
+        else f"- goodput: — ({gp['reason']})",
         "",
         "## Cache",
         "",
@@ -121,10 +127,14 @@ def replay_markdown(s: dict) -> str:
     if nic["per_nic"]:
         moved = nic.get("bytes_per_nic") or {}
         lines += ["", "| NIC | utilisation | MB moved |", "|---|---|---|"]
-        lines += [f"| {name} | {_fmt(u, 3) if u is not None else 'unshaped'} | "
-                  f"{_fmt(moved[name] / 1e6, 2) if name in moved else '—'} |" for name, u in nic["per_nic"].items()]
-    lines += ["", "## Plots", ""] + [f"- ![{k}]({Path(v).name})" for k, v in s.get("files", {}).items()
-                                       if v.endswith(".png")]
+        lines += [
+            f"| {name} | {_fmt(u, 3) if u is not None else 'unshaped'} | "
+            f"{_fmt(moved[name] / 1e6, 2) if name in moved else '—'} |"
+            for name, u in nic["per_nic"].items()
+        ]
+    lines += ["", "## Plots", ""] + [
+        f"- ![{k}]({Path(v).name})" for k, v in s.get("files", {}).items() if v.endswith(".png")
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -150,12 +160,17 @@ def capacity_markdown(r: dict) -> str:
     ]
     for role, d in r["per_engine"].items():
         lines.append(f"- per {role} engine ({len(d['engines'])}): {_fmt(d['capacity_per_engine'], 3)}")
-    lines += ["", "| load | meets SLO | turns meeting SLO | goodput turns/s | turns/s | TTFT p90 ms | TPOT p90 ms | "
-                  "failed |", "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| load | meets SLO | turns meeting SLO | goodput turns/s | turns/s | TTFT p90 ms | TPOT p90 ms | failed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for p in sorted(r["probes"], key=lambda p: p["load"]):
-        lines.append(f"| {p['load']:g} | {'yes' if p['meets_slo'] else 'no'} | {p['attainment']:.1%} | "
-                     f"{_fmt(p['goodput_turns_per_s'], 2)} | {_fmt(p['turns_per_s'], 2)} | {_fmt(p['ttft_p90_ms'])} | "
-                     f"{_fmt(p['tpot_p90_ms'])} | {p['turns_failed']} |")
+        lines.append(
+            f"| {p['load']:g} | {'yes' if p['meets_slo'] else 'no'} | {p['attainment']:.1%} | "
+            f"{_fmt(p['goodput_turns_per_s'], 2)} | {_fmt(p['turns_per_s'], 2)} | {_fmt(p['ttft_p90_ms'])} | "
+            f"{_fmt(p['tpot_p90_ms'])} | {p['turns_failed']} |"
+        )
     if r.get("files"):
         lines += ["", f"![capacity]({Path(r['files']['capacity_plot']).name})"]
     return "\n".join(lines) + "\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 from agentserve.bench.replay.cli_args import DEFAULT_TOKEN_SCALE
 from agentserve.bench.replay.client import SDKClient
 from agentserve.bench.replay.prom import PromSampler
-from agentserve.bench.replay.replayer import ReplayOptions, Replayer, ReplayResult
+from agentserve.bench.replay.replayer import Replayer, ReplayOptions, ReplayResult
 from agentserve.bench.replay.service_metrics import kv_bytes, nic_utilization, tier_hits
 from agentserve.bench.replay.slo import SLO
 from agentserve.bench.replay.spans import OtlpSink
@@ -51,16 +51,20 @@ def prepare_workload(spec: WorkloadSpec) -> tuple[Workload, int]:
     scale = spec.token_scale or default_token_scale(workload)
     workload = scaled(workload, scale)
     if workload.hash_block_tokens % KV_BLOCK_TOKENS:
-        print(f"agentserve bench: warning: hash blocks of {workload.hash_block_tokens} tokens after "
-              f"--token-scale {scale} do not align with {KV_BLOCK_TOKENS}-token KV blocks", file=sys.stderr)
+        print(
+            f"agentserve bench: warning: hash blocks of {workload.hash_block_tokens} tokens after "
+            f"--token-scale {scale} do not align with {KV_BLOCK_TOKENS}-token KV blocks",
+            file=sys.stderr,
+        )
     return workload, scale
 
 
 def _progress(total: int, enabled: bool):
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="turn", disable=not enabled, file=sys.stderr, dynamic_ncols=True,
-                desc="replay", leave=False)
+    return tqdm(
+        total=total, unit="turn", disable=not enabled, file=sys.stderr, dynamic_ncols=True, desc="replay", leave=False
+    )
 
 
 async def _settled_transfers(target: Target, start: float, end: float) -> list | None:
@@ -78,8 +82,9 @@ async def _settled_transfers(target: Target, start: float, end: float) -> list |
     return await asyncio.to_thread(target.spans.between, start, end)
 
 
-async def replay_once(workload: Workload, target: Target, options: ReplayOptions, slo: SLO | None,
-                      progress: bool = False) -> tuple[dict, ReplayResult]:
+async def replay_once(
+    workload: Workload, target: Target, options: ReplayOptions, slo: SLO | None, progress: bool = False
+) -> tuple[dict, ReplayResult]:
     """Replay `workload` once; returns the summary and the raw records."""
     if not options.tenant_tag:
         # A tenant of its own: this run's cache hits come from this run only.
@@ -114,17 +119,26 @@ async def replay_once(workload: Workload, target: Target, options: ReplayOptions
     bin_s = max(1.0, round(result.duration_s / 60))
     kv = kv_bytes(sampler.scrapes, transfers, result.started_unix_s, bin_s)
     tiers = tier_hits(sampler.scrapes, summary["prompt_tokens"], summary["cached_tokens"], KV_BLOCK_TOKENS)
-    summary.update({
-        "kv_bytes_by_path": kv["by_path"],
-        "kv_bytes": {"source": kv["source"], "reason": kv["reason"], "timeline": kv["timeline"]},
-        "hit_ratio_by_tier": tiers["by_tier"],
-        "hit_ratio_by_tier_note": tiers.get("note") or tiers.get("reason"),
-        "nic_utilization": nic_utilization(sampler.scrapes),
-        "metrics_unreachable": sorted(sampler.unreachable),
-        "run": {"load_model": options.load_model, "speedup": options.speedup, "rate": options.rate,
-                "concurrency": options.concurrency, "duration_limit_s": options.duration_s,
-                "jobs_started": result.jobs_started, "jobs_total": result.jobs_total,
-                "tenant_tag": options.tenant_tag, "warmed_prefixes": result.warmup_prefixes,
-                "target": target.description},
-    })
+    summary.update(
+        {
+            "kv_bytes_by_path": kv["by_path"],
+            "kv_bytes": {"source": kv["source"], "reason": kv["reason"], "timeline": kv["timeline"]},
+            "hit_ratio_by_tier": tiers["by_tier"],
+            "hit_ratio_by_tier_note": tiers.get("note") or tiers.get("reason"),
+            "nic_utilization": nic_utilization(sampler.scrapes),
+            "metrics_unreachable": sorted(sampler.unreachable),
+            "run": {
+                "load_model": options.load_model,
+                "speedup": options.speedup,
+                "rate": options.rate,
+                "concurrency": options.concurrency,
+                "duration_limit_s": options.duration_s,
+                "jobs_started": result.jobs_started,
+                "jobs_total": result.jobs_total,
+                "tenant_tag": options.tenant_tag,
+                "warmed_prefixes": result.warmup_prefixes,
+                "target": target.description,
+            },
+        }
+    )
     return summary, result

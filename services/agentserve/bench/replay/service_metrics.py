@@ -26,8 +26,9 @@ def _path_counters(scrape: Scrape) -> dict[str, float]:
     return out
 
 
-def kv_bytes(scrapes: Sequence[Scrape], transfers: Sequence[KVTransfer] | None, start_unix_s: float,
-             bin_s: float) -> dict:
+def kv_bytes(
+    scrapes: Sequence[Scrape], transfers: Sequence[KVTransfer] | None, start_unix_s: float, bin_s: float
+) -> dict:
     """{"by_path": {path: bytes} | None, "source", "reason", "timeline": {"t_s", "by_path"}}."""
     if len(scrapes) >= 2 and _path_counters(scrapes[-1]):
         first, last = _path_counters(scrapes[0]), _path_counters(scrapes[-1])
@@ -39,12 +40,20 @@ def kv_bytes(scrapes: Sequence[Scrape], transfers: Sequence[KVTransfer] | None, 
             times.append(after.unix_s - start_unix_s)
             for p in paths:
                 series[p].append(a.get(p, 0) - b.get(p, 0))
-        return {"by_path": by_path, "source": "prometheus (byte counters labelled path)", "reason": None,
-                "timeline": {"t_s": times, "by_path": series, "bin_s": None}}
+        return {
+            "by_path": by_path,
+            "source": "prometheus (byte counters labelled path)",
+            "reason": None,
+            "timeline": {"t_s": times, "by_path": series, "bin_s": None},
+        }
     if transfers is None:
-        return {"by_path": None, "source": None, "timeline": None,
-                "reason": "no service exports KV bytes per path on /metrics, and no span source was given "
-                          "(bench-started clusters collect kv.transfer spans; against a deployment pass --phoenix)"}
+        return {
+            "by_path": None,
+            "source": None,
+            "timeline": None,
+            "reason": "no service exports KV bytes per path on /metrics, and no span source was given "
+            "(bench-started clusters collect kv.transfer spans; against a deployment pass --phoenix)",
+        }
     paths = sorted(set(KV_PATHS) | {t.path for t in transfers})
     by_path = {p: 0 for p in paths}
     bins: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -52,8 +61,11 @@ def kv_bytes(scrapes: Sequence[Scrape], transfers: Sequence[KVTransfer] | None, 
         by_path[t.path] += t.nbytes
         bins[int(max(0.0, t.end_unix_s - start_unix_s) // bin_s)][t.path] += t.nbytes
     n = max(bins) + 1 if bins else 0
-    timeline = {"t_s": [(i + 1) * bin_s for i in range(n)], "bin_s": bin_s,
-                "by_path": {p: [bins[i].get(p, 0) if i in bins else 0 for i in range(n)] for p in paths}}
+    timeline = {
+        "t_s": [(i + 1) * bin_s for i in range(n)],
+        "bin_s": bin_s,
+        "by_path": {p: [bins[i].get(p, 0) if i in bins else 0 for i in range(n)] for p in paths},
+    }
     return {"by_path": by_path, "source": "kv.transfer spans", "reason": None, "timeline": timeline}
 
 
@@ -73,18 +85,25 @@ def tier_hits(scrapes: Sequence[Scrape], prompt_tokens: int, cached_tokens: int,
         store_tokens += tokens
         by_tier[tier] = tokens / prompt_tokens
     by_tier["engine"] = max(0.0, cached_tokens - store_tokens) / prompt_tokens
-    return {"by_tier": by_tier, "reason": None,
-            "note": "store tiers: block reads during the run x block tokens / prompt tokens; "
-                    "engine: cached tokens the store did not serve"}
+    return {
+        "by_tier": by_tier,
+        "reason": None,
+        "note": "store tiers: block reads during the run x block tokens / prompt tokens; "
+        "engine: cached tokens the store did not serve",
+    }
 
 
 def nic_utilization(scrapes: Sequence[Scrape]) -> dict:
     """Busy share of every shaped emulated NIC over the run, and its max and mean over NICs. An
     unshaped NIC (no configured bandwidth) has no utilisation: it is listed as None."""
     if len(scrapes) < 2:
-        return {"per_nic": None, "max": None, "avg": None,
-                "reason": "no service /metrics sampled (a local target samples its own; against a deployment pass "
-                          "--metrics NAME=URL for each engine)"}
+        return {
+            "per_nic": None,
+            "max": None,
+            "avg": None,
+            "reason": "no service /metrics sampled (a local target samples its own; against a deployment pass "
+            "--metrics NAME=URL for each engine)",
+        }
     first, last = scrapes[0], scrapes[-1]
     elapsed = last.unix_s - first.unix_s
     per_nic: dict[str, float | None] = {}
@@ -102,13 +121,28 @@ def nic_utilization(scrapes: Sequence[Scrape]) -> dict:
             busy = (total(sample, NIC_BUSY, nic=nic) or 0.0) - (total(before, NIC_BUSY, nic=nic) or 0.0)
             per_nic[name] = busy / elapsed if elapsed > 0 else None
     if not per_nic:
-        return {"per_nic": None, "max": None, "avg": None,
-                "reason": "no service exports agentserve_nic_busy_seconds (engines without emulated NICs)"}
+        return {
+            "per_nic": None,
+            "max": None,
+            "avg": None,
+            "reason": "no service exports agentserve_nic_busy_seconds (engines without emulated NICs)",
+        }
     values = [v for v in per_nic.values() if v is not None]
-    reason = None if values else ("every NIC is unshaped (no configured bandwidth, e.g. profile local-unshaped): "
-                                  "utilisation is undefined; replay with a shaped profile such as --profile h800-node")
-    return {"per_nic": per_nic, "bytes_per_nic": nic_bytes, "max": max(values, default=None),
-            "avg": sum(values) / len(values) if values else None, "reason": reason}
+    reason = (
+        None
+        if values
+        else (
+            "every NIC is unshaped (no configured bandwidth, e.g. profile local-unshaped): "
+            "utilisation is undefined; replay with a shaped profile such as --profile h800-node"
+        )
+    )
+    return {
+        "per_nic": per_nic,
+        "bytes_per_nic": nic_bytes,
+        "max": max(values, default=None),
+        "avg": sum(values) / len(values) if values else None,
+        "reason": reason,
+    }
 
 
 def _merged(scrape: Scrape) -> dict:

@@ -24,13 +24,14 @@ class SLO:
     attainment: float  # share of turns that must meet every bound
 
     @classmethod
-    def parse(cls, text: str) -> "SLO":
+    def parse(cls, text: str) -> SLO:
         bounds, shares = [], []
         for term in filter(None, (t.strip() for t in text.split(","))):
             m = _TERM.match(term)
             if not m:
-                raise ValueError(f"bad SLO term {term!r}: expected e.g. ttft_p90=2000ms "
-                                 f"(metrics {', '.join(METRICS)}; ms or s)")
+                raise ValueError(
+                    f"bad SLO term {term!r}: expected e.g. ttft_p90=2000ms (metrics {', '.join(METRICS)}; ms or s)"
+                )
             metric, share, value, unit = m.groups()
             if not 0 < float(share) < 100:
                 raise ValueError(f"SLO percentile must be in (0, 100), got {share} in {term!r}")

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
@@ -39,10 +39,10 @@ def _any_value(v) -> object:
 
 
 class _Receiver(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self, sink: "OtlpSink") -> None:
+    def __init__(self, sink: OtlpSink) -> None:
         self.sink = sink
 
-    async def Export(self, request, context):  # noqa: N802 - gRPC method name
+    async def Export(self, request, context):
         for rs in request.resource_spans:
             for ss in rs.scope_spans:
                 for span in ss.spans:
@@ -53,8 +53,14 @@ class _Receiver(trace_service_pb2_grpc.TraceServiceServicer):
 
 
 def _transfer(end_unix_s: float, attrs: dict) -> KVTransfer:
-    return KVTransfer(end_unix_s, str(attrs.get("kv.path", "")), int(attrs.get("kv.bytes") or 0),
-                      str(attrs.get("net.link", "")), str(attrs.get("net.src", "")), str(attrs.get("net.dst", "")))
+    return KVTransfer(
+        end_unix_s,
+        str(attrs.get("kv.path", "")),
+        int(attrs.get("kv.bytes") or 0),
+        str(attrs.get("net.link", "")),
+        str(attrs.get("net.src", "")),
+        str(attrs.get("net.dst", "")),
+    )
 
 
 class OtlpSink:
@@ -93,8 +99,12 @@ class PhoenixSpans:
         self.timeout_s = timeout_s
 
     def between(self, start_unix_s: float, end_unix_s: float) -> list[KVTransfer]:
-        query = [("limit", "1000"), ("name", KV_SPAN), ("start_time", _iso(start_unix_s)),
-                 ("end_time", _iso(end_unix_s))]
+        query = [
+            ("limit", "1000"),
+            ("name", KV_SPAN),
+            ("start_time", _iso(start_unix_s)),
+            ("end_time", _iso(end_unix_s)),
+        ]
         project = urllib.parse.quote(self.project, safe="")
         out, cursor = [], None
         while True:
@@ -117,4 +127,4 @@ class PhoenixSpans:
 
 
 def _iso(unix_s: float) -> str:
-    return datetime.fromtimestamp(unix_s, tz=timezone.utc).isoformat()
+    return datetime.fromtimestamp(unix_s, tz=UTC).isoformat()

@@ -66,8 +66,9 @@ def cache_summary(turns: Sequence[TurnRecord]) -> dict:
     }
 
 
-def summarize(turns: Sequence[TurnRecord], sessions: Sequence[SessionRecord], duration_s: float,
-              slo: SLO | None) -> dict:
+def summarize(
+    turns: Sequence[TurnRecord], sessions: Sequence[SessionRecord], duration_s: float, slo: SLO | None
+) -> dict:
     ok = [t for t in turns if t.ok]
     failed = [t for t in turns if not t.ok]
     table = latency_table(turns)
@@ -78,8 +79,11 @@ def summarize(turns: Sequence[TurnRecord], sessions: Sequence[SessionRecord], du
         "turns_total": len(turns),
         "turns_ok": len(ok),
         "turns_failed": len(failed),
-        "failures": dict(Counter(t.error.split(":")[0] if t.error.startswith("aborted") else t.error[:160]
-                                 for t in failed).most_common(5)),
+        "failures": dict(
+            Counter(
+                t.error.split(":")[0] if t.error.startswith("aborted") else t.error[:160] for t in failed
+            ).most_common(5)
+        ),
         "sessions_total": len(sessions),
         "sessions_failed": sum(s.failed_turns > 0 for s in sessions),
         "duration_s": duration_s,
@@ -102,14 +106,20 @@ def summarize(turns: Sequence[TurnRecord], sessions: Sequence[SessionRecord], du
 
 def goodput(turns: Sequence[TurnRecord], duration_s: float, slo: SLO | None) -> dict:
     if slo is None:
-        return {"turns_per_s": None, "slo": None, "attainment": None, "meets_slo": None,
-                "reason": "no --slo given"}
+        return {"turns_per_s": None, "slo": None, "attainment": None, "meets_slo": None, "reason": "no --slo given"}
     met = sum(slo.met_by(t) for t in turns)
     attainment = met / len(turns) if turns else 0.0
-    return {"turns_per_s": met / max(duration_s, 1e-9), "slo": str(slo), "attainment": attainment,
-            "meets_slo": bool(turns) and attainment >= slo.attainment, "turns_meeting_slo": met}
+    return {
+        "turns_per_s": met / max(duration_s, 1e-9),
+        "slo": str(slo),
+        "attainment": attainment,
+        "meets_slo": bool(turns) and attainment >= slo.attainment,
+        "turns_meeting_slo": met,
+    }
 
 
 def engine_counts(turns: Sequence[TurnRecord]) -> dict[str, dict[str, int]]:
-    return {"prefill": dict(Counter(t.prefill_engine for t in turns if t.prefill_engine)),
-            "decode": dict(Counter(t.decode_engine for t in turns if t.decode_engine))}
+    return {
+        "prefill": dict(Counter(t.prefill_engine for t in turns if t.prefill_engine)),
+        "decode": dict(Counter(t.decode_engine for t in turns if t.decode_engine)),
+    }

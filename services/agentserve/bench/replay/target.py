@@ -11,20 +11,21 @@ from pathlib import Path
 
 from agentserve.bench.replay.spans import OtlpSink, PhoenixSpans
 from agentserve.cli.up import LocalCluster, LocalPorts
-from agentserve.common.netutil import free_port  # noqa: F401 - also imported from here
-
+from agentserve.common.netutil import free_port
 
 
 class MeteredCluster(LocalCluster):
     """`LocalCluster` on free ports whose every service also serves Prometheus `/metrics` on a
     free port of its own (`self.metrics`: service name -> URL)."""
 
-    def __init__(self, decoders: int = 2, env: dict[str, str] | None = None, root: Path | None = None,
-                 **cluster_options) -> None:
+    def __init__(
+        self, decoders: int = 2, env: dict[str, str] | None = None, root: Path | None = None, **cluster_options
+    ) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="agentserve-bench-")) if root is None else root
         ports = LocalPorts.free(decoders)
-        super().__init__(ports, decoders=decoders, data_dir=self.root / "kv", log_dir=self.root / "logs", env=env,
-                         **cluster_options)
+        super().__init__(
+            ports, decoders=decoders, data_dir=self.root / "kv", log_dir=self.root / "logs", env=env, **cluster_options
+        )
         self.metrics: dict[str, str] = {}
 
     def extra_args(self, name: str) -> list[str]:
@@ -75,8 +76,14 @@ async def local_target(decoders: int = 2, **cluster_options) -> Target:
     p = cluster.ports
     fabric = getattr(cluster, "fabric", None)
     fabric_text = f"; fabric {fabric.profile}, kv paths {fabric.kv_path_policy}" if fabric else ""
-    return Target(f"127.0.0.1:{p.scheduler}", f"http://127.0.0.1:{p.toolproxy_http}", dict(cluster.metrics), sink,
-                  f"local cluster (1 prefill, {decoders} decode{fabric_text}; logs {cluster.log_dir})", cluster)
+    return Target(
+        f"127.0.0.1:{p.scheduler}",
+        f"http://127.0.0.1:{p.toolproxy_http}",
+        dict(cluster.metrics),
+        sink,
+        f"local cluster (1 prefill, {decoders} decode{fabric_text}; logs {cluster.log_dir})",
+        cluster,
+    )
 
 
 def remote_target(address: str, toolproxy_url: str, metrics: dict[str, str], phoenix_url: str | None) -> Target:

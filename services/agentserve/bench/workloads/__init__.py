@@ -30,8 +30,9 @@ def detect_format(path: Path) -> str:
     raise ValueError(f"{path}: cannot tell the workload format from its first line; pass --format")
 
 
-def load_workload(path: Path, fmt: str = "auto", *, limit: int | None = None, reuse: str = "recorded",
-                  chain: bool = True) -> Workload:
+def load_workload(
+    path: Path, fmt: str = "auto", *, limit: int | None = None, reuse: str = "recorded", chain: bool = True
+) -> Workload:
     """Read `path` as `fmt` ("auto" sniffs the first line); `limit` caps Mooncake requests read."""
     from agentserve.bench.workloads.mooncake import read_mooncake
     from agentserve.bench.workloads.session_format import read_workload

@@ -12,10 +12,16 @@ from agentserve.bench.workloads.session_format import write_workload
 
 def _described(workload: Workload, out) -> dict:
     tools = [t for s in workload.sessions for turn in s.turns for t in turn.tools]
-    return {"out": str(out), "name": workload.name, "source": workload.source, "sessions": len(workload.sessions),
-            "turns": workload.num_turns, "tool_calls": len(tools),
-            "dependencies": sum(len(s.deps(i)) for s in workload.sessions for i in range(len(s.turns))),
-            "prefixes": dict(workload.prefixes)}
+    return {
+        "out": str(out),
+        "name": workload.name,
+        "source": workload.source,
+        "sessions": len(workload.sessions),
+        "turns": workload.num_turns,
+        "tool_calls": len(tools),
+        "dependencies": sum(len(s.deps(i)) for s in workload.sessions for i in range(len(s.turns))),
+        "prefixes": dict(workload.prefixes),
+    }
 
 
 def convert(args: argparse.Namespace) -> dict:
@@ -26,9 +32,19 @@ def convert(args: argparse.Namespace) -> dict:
 
 
 def generate_command(args: argparse.Namespace) -> dict:
-    spec = GeneratorSpec(teams=args.teams, agents=args.agents, turns=args.turns, pattern=args.pattern,
-                         system_tokens=args.system_tokens, first_tokens=args.first_tokens, new_tokens=args.new_tokens,
-                         output_tokens=args.output_tokens, tool_prob=args.tool_prob, tool_time=args.tool_time,
-                         arrival_rate=args.arrival_rate, seed=args.seed)
+    spec = GeneratorSpec(
+        teams=args.teams,
+        agents=args.agents,
+        turns=args.turns,
+        pattern=args.pattern,
+        system_tokens=args.system_tokens,
+        first_tokens=args.first_tokens,
+        new_tokens=args.new_tokens,
+        output_tokens=args.output_tokens,
+        tool_prob=args.tool_prob,
+        tool_time=args.tool_time,
+        arrival_rate=args.arrival_rate,
+        seed=args.seed,
+    )
     workload = generate(spec)
     return _described(workload, write_workload(workload, args.out))

@@ -36,8 +36,10 @@ def parse_distribution(spec: str):
         raise ValueError(f"bad distribution parameters in {spec!r}") from None
     expected = {"const": 1, "exp": 1, "uniform": 2, "lognormal": 2}
     if kind not in expected or len(values) != expected[kind] or any(v < 0 for v in values):
-        raise ValueError(f"tool time must be const:X, exp:MEAN, uniform:LO,HI or lognormal:MEDIAN,SIGMA "
-                         f"with non-negative numbers, got {spec!r}")
+        raise ValueError(
+            f"tool time must be const:X, exp:MEAN, uniform:LO,HI or lognormal:MEDIAN,SIGMA "
+            f"with non-negative numbers, got {spec!r}"
+        )
     if kind == "const":
         return lambda rng: values[0]
     if kind == "exp":
@@ -80,8 +82,14 @@ class _Team:
         self.tool_time = parse_distribution(spec.tool_time)
         self.name = f"t{team:03d}"
 
-    def turn(self, first: bool, last: bool, after: tuple[str, ...] = (), new_tokens: int | None = None,
-             content_key: str | None = None) -> Turn:
+    def turn(
+        self,
+        first: bool,
+        last: bool,
+        after: tuple[str, ...] = (),
+        new_tokens: int | None = None,
+        content_key: str | None = None,
+    ) -> Turn:
         s, rng = self.spec, self.rng
         if new_tokens is None:
             base = s.first_tokens if first else s.new_tokens
@@ -89,8 +97,9 @@ class _Team:
         tools = ()
         if not last and rng.random() < s.tool_prob:
             tools = (ToolCall("tool", round(self.tool_time(rng), 3)),)
-        return Turn(output_tokens=s.output_tokens, new_tokens=new_tokens, tools=tools, after=after,
-                    content_key=content_key)
+        return Turn(
+            output_tokens=s.output_tokens, new_tokens=new_tokens, tools=tools, after=after, content_key=content_key
+        )
 
     def session(self, sid: str, agent: str, turns: list[Turn]) -> Session:
         prefix = SYSTEM_PREFIX if self.spec.system_tokens else None
@@ -99,23 +108,43 @@ class _Team:
     def sessions(self) -> list[Session]:
         s, T, N = self.spec, self.spec.turns, self.spec.agents
         if s.pattern == "independent":
-            return [self.session(f"{self.name}-a{i}", f"agent{i}",
-                                 [self.turn(r == 0, r == T - 1) for r in range(T)]) for i in range(N)]
+            return [
+                self.session(f"{self.name}-a{i}", f"agent{i}", [self.turn(r == 0, r == T - 1) for r in range(T)])
+                for i in range(N)
+            ]
         workers = [f"{self.name}-w{i}" for i in range(N)]
         if s.pattern == "fanout":
             lead = f"{self.name}-lead"
-            lead_turns = [self.turn(r == 0, r == T, after=tuple(f"{w}#{r - 1}" for w in workers) if r else ())
-                          for r in range(T + 1)]
+            lead_turns = [
+                self.turn(r == 0, r == T, after=tuple(f"{w}#{r - 1}" for w in workers) if r else ())
+                for r in range(T + 1)
+            ]
             out = [self.session(lead, "lead", lead_turns)]
-            out += [self.session(w, "worker", [self.turn(r == 0, r == T - 1, after=(f"{lead}#{r}",))
-                                               for r in range(T)]) for w in workers]
+            out += [
+                self.session(w, "worker", [self.turn(r == 0, r == T - 1, after=(f"{lead}#{r}",)) for r in range(T)])
+                for w in workers
+            ]
             return out
         gathered = N * s.output_tokens
-        return [self.session(w, "peer", [
-            self.turn(True, T == 1) if r == 0 else
-            self.turn(False, r == T - 1, after=tuple(f"{o}#{r - 1}" for o in workers if o != w),
-                      new_tokens=gathered, content_key=f"{self.name}-gather-{r - 1}")
-            for r in range(T)]) for w in workers]
+        return [
+            self.session(
+                w,
+                "peer",
+                [
+                    self.turn(True, T == 1)
+                    if r == 0
+                    else self.turn(
+                        False,
+                        r == T - 1,
+                        after=tuple(f"{o}#{r - 1}" for o in workers if o != w),
+                        new_tokens=gathered,
+                        content_key=f"{self.name}-gather-{r - 1}",
+                    )
+                    for r in range(T)
+                ],
+            )
+            for w in workers
+        ]
 
 
 def generate(spec: GeneratorSpec) -> Workload:

@@ -89,7 +89,7 @@ class Workload:
     def by_id(self) -> dict[str, Session]:
         return {s.id: s for s in self.sessions}
 
-    def validate(self) -> "Workload":
+    def validate(self) -> Workload:
         """Raise ValueError unless ids are unique, references resolve, lengths make sense and the
         dependencies form a DAG. Returns self."""
         by_id: dict[str, Session] = {}
@@ -209,14 +209,20 @@ def scaled(workload: Workload, token_scale: int, min_output_tokens: int = 2) -> 
 
     def turn(t: Turn) -> Turn:
         return replace(
-            t, output_tokens=max(min_output_tokens, round(t.output_tokens / token_scale)),
+            t,
+            output_tokens=max(min_output_tokens, round(t.output_tokens / token_scale)),
             new_tokens=math.ceil(t.new_tokens / token_scale),
             reuse_tokens=None if t.reuse_tokens is None else t.reuse_tokens // token_scale,
-            input_tokens=math.ceil(t.input_tokens / token_scale))
+            input_tokens=math.ceil(t.input_tokens / token_scale),
+        )
 
     sessions = tuple(replace(s, turns=tuple(turn(t) for t in s.turns)) for s in workload.sessions)
-    return replace(workload, sessions=sessions, hash_block_tokens=workload.hash_block_tokens // token_scale,
-                   prefixes={k: v // token_scale for k, v in workload.prefixes.items()})
+    return replace(
+        workload,
+        sessions=sessions,
+        hash_block_tokens=workload.hash_block_tokens // token_scale,
+        prefixes={k: v // token_scale for k, v in workload.prefixes.items()},
+    )
 
 
 def components(workload: Workload) -> list[list[Session]]:

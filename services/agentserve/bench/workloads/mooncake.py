@@ -39,15 +39,30 @@ def read_mooncake(path: Path, limit: int | None = None, chain: bool = True) -> W
                 raise ValueError(f"{path}:{lineno}: {input_tokens} tokens but only {len(hash_ids)} hash ids")
             session_id = f"mc-{len(sessions):06d}"
             parent = _parent(hash_ids, ends)
-            turn = Turn(output_tokens=max(1, output_tokens), hash_ids=hash_ids, input_tokens=input_tokens,
-                        label="later" if parent else "first")
-            sessions.append(Session(session_id, (turn,), arrival_s=timestamp_ms / 1000.0, tenant="mooncake",
-                                    after=(parent,) if parent and chain else ()))
+            turn = Turn(
+                output_tokens=max(1, output_tokens),
+                hash_ids=hash_ids,
+                input_tokens=input_tokens,
+                label="later" if parent else "first",
+            )
+            sessions.append(
+                Session(
+                    session_id,
+                    (turn,),
+                    arrival_s=timestamp_ms / 1000.0,
+                    tenant="mooncake",
+                    after=(parent,) if parent and chain else (),
+                )
+            )
             whole = input_tokens // MOONCAKE_BLOCK_TOKENS
             if whole >= MIN_PARENT_BLOCKS:
                 ends[hash_ids[whole - 1]] = (session_id, whole)
-    return Workload(name=Path(path).stem, sessions=tuple(sessions), source=f"mooncake:{Path(path).name}",
-                    hash_block_tokens=MOONCAKE_BLOCK_TOKENS)
+    return Workload(
+        name=Path(path).stem,
+        sessions=tuple(sessions),
+        source=f"mooncake:{Path(path).name}",
+        hash_block_tokens=MOONCAKE_BLOCK_TOKENS,
+    )
 
 
 def _parent(hash_ids: tuple[int, ...], ends: dict[int, tuple[str, int]]) -> str | None:

@@ -65,8 +65,14 @@ def session_to_json(session: Session) -> dict[str, Any]:
 def write_workload(workload: Workload, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    header = {"format": FORMAT, "version": VERSION, "name": workload.name, "source": workload.source,
-              "hash_block_tokens": workload.hash_block_tokens, "prefixes": dict(workload.prefixes)}
+    header = {
+        "format": FORMAT,
+        "version": VERSION,
+        "name": workload.name,
+        "source": workload.source,
+        "hash_block_tokens": workload.hash_block_tokens,
+        "prefixes": dict(workload.prefixes),
+    }
     with path.open("w") as f:
         f.write(json.dumps(header) + "\n")
         for session in workload.sessions:
@@ -75,15 +81,22 @@ def write_workload(workload: Workload, path: Path) -> Path:
 
 
 def _turn(raw: dict[str, Any]) -> Turn:
-    tools = tuple(ToolCall(str(t["name"]), float(t["duration_s"]), float(t.get("start_s", 0.0)))
-                  for t in raw.get("tools", ()))
+    tools = tuple(
+        ToolCall(str(t["name"]), float(t["duration_s"]), float(t.get("start_s", 0.0))) for t in raw.get("tools", ())
+    )
     reuse = raw.get("reuse_tokens")
-    return Turn(output_tokens=int(raw["output_tokens"]), new_tokens=int(raw.get("new_tokens", 0)),
-                reuse_tokens=None if reuse is None else int(reuse),
-                hash_ids=tuple(int(h) for h in raw.get("hash_ids", ())),
-                input_tokens=int(raw.get("input_tokens", 0)), content_key=raw.get("content_key"), tools=tools,
-                think_s=float(raw.get("think_s", 0.0)), after=tuple(str(a) for a in raw.get("after", ())),
-                label=raw.get("label"))
+    return Turn(
+        output_tokens=int(raw["output_tokens"]),
+        new_tokens=int(raw.get("new_tokens", 0)),
+        reuse_tokens=None if reuse is None else int(reuse),
+        hash_ids=tuple(int(h) for h in raw.get("hash_ids", ())),
+        input_tokens=int(raw.get("input_tokens", 0)),
+        content_key=raw.get("content_key"),
+        tools=tools,
+        think_s=float(raw.get("think_s", 0.0)),
+        after=tuple(str(a) for a in raw.get("after", ())),
+        label=raw.get("label"),
+    )
 
 
 def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -107,14 +120,23 @@ def read_workload(path: Path) -> Workload:
     sessions = []
     for lineno, raw in lines:
         try:
-            sessions.append(Session(
-                id=str(raw["id"]), turns=tuple(_turn(t) for t in raw["turns"]),
-                arrival_s=float(raw.get("arrival_s", 0.0)), agent=str(raw.get("agent", "")),
-                tenant=str(raw.get("tenant", "")), prefix=raw.get("prefix"),
-                after=tuple(str(a) for a in raw.get("after", ()))))
+            sessions.append(
+                Session(
+                    id=str(raw["id"]),
+                    turns=tuple(_turn(t) for t in raw["turns"]),
+                    arrival_s=float(raw.get("arrival_s", 0.0)),
+                    agent=str(raw.get("agent", "")),
+                    tenant=str(raw.get("tenant", "")),
+                    prefix=raw.get("prefix"),
+                    after=tuple(str(a) for a in raw.get("after", ())),
+                )
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}:{lineno}: bad session: {exc!r}") from None
-    return Workload(name=str(header.get("name", Path(path).stem)), sessions=tuple(sessions),
-                    source=str(header.get("source", "")),
-                    hash_block_tokens=int(header.get("hash_block_tokens", 512)),
-                    prefixes={str(k): int(v) for k, v in (header.get("prefixes") or {}).items()}).validate()
+    return Workload(
+        name=str(header.get("name", Path(path).stem)),
+        sessions=tuple(sessions),
+        source=str(header.get("source", "")),
+        hash_block_tokens=int(header.get("hash_block_tokens", 512)),
+        prefixes={str(k): int(v) for k, v in (header.get("prefixes") or {}).items()},
+    ).validate()

@@ -46,8 +46,10 @@ class TokenSynth:
     def hashed_prompt(self, hash_ids: tuple[int, ...] | list[int], input_tokens: int, block_tokens: int) -> list[int]:
         """The prompt of a hash-based request: block i is hash id i's content, cut at `input_tokens`."""
         if input_tokens > len(hash_ids) * block_tokens:
-            raise ValueError(f"{input_tokens} tokens need at least {-(-input_tokens // block_tokens)} hash ids "
-                             f"of {block_tokens} tokens, got {len(hash_ids)}")
+            raise ValueError(
+                f"{input_tokens} tokens need at least {-(-input_tokens // block_tokens)} hash ids "
+                f"of {block_tokens} tokens, got {len(hash_ids)}"
+            )
         out: list[int] = []
         for h in hash_ids:
             if len(out) >= input_tokens:

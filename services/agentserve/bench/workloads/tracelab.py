@@ -49,8 +49,13 @@ def _tools(row: dict) -> tuple[ToolCall, ...]:
     out = []
     for t in tools:
         start = _ts(t["emitted_at"]) - origin if t.get("emitted_at") else 0.0
-        out.append(ToolCall(str(t.get("tool_name") or "tool"), float(t.get("tool_wall_latency_ms") or 0) / 1000.0,
-                            round(max(0.0, start), 3)))
+        out.append(
+            ToolCall(
+                str(t.get("tool_name") or "tool"),
+                float(t.get("tool_wall_latency_ms") or 0) / 1000.0,
+                round(max(0.0, start), 3),
+            )
+        )
     return tuple(out)
 
 
@@ -69,7 +74,7 @@ def read_tracelab(path: Path, reuse: str = "recorded") -> Workload:
                     raise ValueError(f"{path}:{lineno}: not a TraceLab round: {exc!r}") from None
     prefixes: dict[str, int] = {}
     sessions = []
-    for n, (session_id, rows) in enumerate(rounds.items()):
+    for n, rows in enumerate(rounds.values()):
         rows.sort(key=lambda r: int(r["round_index"]))
         provider = str(rows[0].get("provider") or "agent")
         turns, prefix = _turns(rows, reuse)
@@ -78,10 +83,12 @@ def read_tracelab(path: Path, reuse: str = "recorded") -> Workload:
             prefix_id = f"{provider}-system"
             prefixes[prefix_id] = max(prefixes.get(prefix_id, 0), prefix)
         # Recordings of unrelated sessions, hours apart: they start together in the replay.
-        sessions.append(Session(f"tl-{n:03d}", tuple(turns), arrival_s=0.0, agent=provider, tenant="tracelab",
-                                prefix=prefix_id))
-    return Workload(name=Path(path).stem, sessions=tuple(sessions), source=f"tracelab:{Path(path).name}",
-                    prefixes=prefixes)
+        sessions.append(
+            Session(f"tl-{n:03d}", tuple(turns), arrival_s=0.0, agent=provider, tenant="tracelab", prefix=prefix_id)
+        )
+    return Workload(
+        name=Path(path).stem, sessions=tuple(sessions), source=f"tracelab:{Path(path).name}", prefixes=prefixes
+    )
 
 
 def _turns(rows: list[dict], reuse: str) -> tuple[list[Turn], int]:
@@ -99,8 +106,9 @@ def _turns(rows: list[dict], reuse: str) -> tuple[list[Turn], int]:
             new = prompt - kept
         output = max(1, int(row["output_tokens"]))
         think = 0.0 if previous_end is None else round(max(0.0, start - previous_end), 3)
-        turns.append(Turn(output_tokens=output, new_tokens=max(1, new), reuse_tokens=kept, tools=_tools(row),
-                          think_s=think))
+        turns.append(
+            Turn(output_tokens=output, new_tokens=max(1, new), reuse_tokens=kept, tools=_tools(row), think_s=think)
+        )
         context = prompt + output
         previous_end = end
     return turns, int(rows[0]["prefix_tokens"])

@@ -73,8 +73,10 @@ async def start_http(core: CoreAPI, host: str, port: int) -> web.AppRunner:
 
 
 async def list_models(request: web.Request) -> web.Response:
-    models = [{"id": name, "object": "model", "created": 0, "owned_by": "agentserve"}
-              for name in request.app[CORE].model_names]
+    models = [
+        {"id": name, "object": "model", "created": 0, "owned_by": "agentserve"}
+        for name in request.app[CORE].model_names
+    ]
     return web.json_response({"object": "list", "data": models})
 
 
@@ -118,8 +120,9 @@ def render_chat(core: CoreAPI, messages: tuple[Message, ...]) -> list[int]:
     return core.tokenizer.encode(text)
 
 
-async def _respond(request: web.Request, events: AsyncIterator[TurnEventAPI], fmt: ReplyFormat, stream: bool,
-                   headers: dict[str, str]) -> web.StreamResponse:
+async def _respond(
+    request: web.Request, events: AsyncIterator[TurnEventAPI], fmt: ReplyFormat, stream: bool, headers: dict[str, str]
+) -> web.StreamResponse:
     if stream:
         return await stream_reply(request, events, fmt, headers)
     reply = Reply()
@@ -148,9 +151,12 @@ async def _errors_as_json(request: web.Request, handler) -> web.StreamResponse:
         if exc.status < 400:
             raise
         # aiohttp's own errors (404 route, 405, 413 body too large) in OpenAI's shape too.
-        return web.json_response(error_body(exc.text or exc.reason, "invalid_request_error"), status=exc.status,
-                                 headers={k: v for k, v in exc.headers.items() if k.lower() == "allow"})
-    except Exception as exc:  # noqa: BLE001 - every failure becomes a response; the server stays up
+        return web.json_response(
+            error_body(exc.text or exc.reason, "invalid_request_error"),
+            status=exc.status,
+            headers={k: v for k, v in exc.headers.items() if k.lower() == "allow"},
+        )
+    except Exception as exc:
         status, body = error_response(exc)
         if status >= 500 and status != 503:
             log.exception("%s %s failed", request.method, request.path)

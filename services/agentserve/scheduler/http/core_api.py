@@ -35,13 +35,27 @@ class CoreAPI(Protocol):
     tokenizer: TokenizerAPI
     model_names: list[str]
 
-    async def open_session(self, tenant: str = "", agent: str = "", parent_session_id: str = "",
-                           system_prompt: str = "", session_id: str | None = None) -> str: ...
+    async def open_session(
+        self,
+        tenant: str = "",
+        agent: str = "",
+        parent_session_id: str = "",
+        system_prompt: str = "",
+        session_id: str | None = None,
+    ) -> str: ...
 
-    def turn(self, session_id: str, *, message: str | None = None, token_ids: list[int] | None = None,
-             role: str = "user", sampling: SamplingParams) -> AsyncIterator[TurnEventAPI]: ...
+    def turn(
+        self,
+        session_id: str,
+        *,
+        message: str | None = None,
+        token_ids: list[int] | None = None,
+        role: str = "user",
+        sampling: SamplingParams,
+    ) -> AsyncIterator[TurnEventAPI]: ...
 
-    def complete(self, prompt_token_ids: list[int], sampling: SamplingParams,
-                 tenant: str = "") -> AsyncIterator[TurnEventAPI]: ...
+    def complete(
+        self, prompt_token_ids: list[int], sampling: SamplingParams, tenant: str = ""
+    ) -> AsyncIterator[TurnEventAPI]: ...
 
     async def close_session(self, session_id: str) -> tuple[int, int]: ...

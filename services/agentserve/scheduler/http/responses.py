@@ -77,7 +77,7 @@ class ReplyFormat:
     created: int = 0
 
     @classmethod
-    def new(cls, kind: Literal["chat", "text"], model: str, include_usage: bool = False) -> "ReplyFormat":
+    def new(cls, kind: Literal["chat", "text"], model: str, include_usage: bool = False) -> ReplyFormat:
         prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
         return cls(kind, model, include_usage, prefix + uuid.uuid4().hex, int(time.time()))
 
@@ -114,8 +114,12 @@ class ReplyFormat:
     def full(self, reply: Reply) -> dict[str, Any]:
         """The non-streaming response."""
         if self.kind == "chat":
-            choice = {"index": 0, "message": {"role": "assistant", "content": reply.text},
-                      "logprobs": None, "finish_reason": reply.finish_reason}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": reply.text},
+                "logprobs": None,
+                "finish_reason": reply.finish_reason,
+            }
             body = self._envelope("chat.completion", [choice])
         else:
             choice = {"index": 0, "text": reply.text, "logprobs": None, "finish_reason": reply.finish_reason}

@@ -71,8 +71,9 @@ def parse_chat_request(body: Mapping[str, Any]) -> ChatRequest:
 
 def parse_completion_request(body: Mapping[str, Any], vocab_size: int) -> CompletionRequest:
     stream, include_usage = _parse_stream(body)
-    return CompletionRequest(_parse_prompt(body.get("prompt"), vocab_size), parse_sampling(body), stream,
-                             include_usage, _parse_model(body))
+    return CompletionRequest(
+        _parse_prompt(body.get("prompt"), vocab_size), parse_sampling(body), stream, include_usage, _parse_model(body)
+    )
 
 
 def parse_sampling(body: Mapping[str, Any]) -> SamplingParams:
@@ -100,8 +101,7 @@ def parse_sampling(body: Mapping[str, Any]) -> SamplingParams:
     ignore_eos = body.get("ignore_eos", False)  # vLLM extension benchmarks use for fixed lengths
     if not isinstance(ignore_eos, bool):
         raise ValueError(f"'ignore_eos' must be a boolean, got {ignore_eos!r}")
-    return SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed,
-                          ignore_eos=ignore_eos)
+    return SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed, ignore_eos=ignore_eos)
 
 
 def parse_session_id(value: str | None) -> str | None:
@@ -138,8 +138,9 @@ def _content_text(index: int, content: Any) -> str:
                 raise ValueError(f"messages[{index}].content parts must be {{'type': 'text', 'text': str}}")
             texts.append(part["text"])
         return "".join(texts)
-    raise ValueError(f"messages[{index}].content must be a string or a list of text parts, "
-                     f"got {type(content).__name__}")
+    raise ValueError(
+        f"messages[{index}].content must be a string or a list of text parts, got {type(content).__name__}"
+    )
 
 
 def _parse_prompt(prompt: Any, vocab_size: int) -> str | tuple[int, ...]:

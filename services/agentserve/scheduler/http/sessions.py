@@ -53,7 +53,7 @@ class TurnInput:
 @dataclass
 class SessionProgress:
     consumed: int = 0  # client-written (non-assistant) messages already in the session
-    replies: int = 0   # assistant replies the session generated
+    replies: int = 0  # assistant replies the session generated
     opened: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -68,14 +68,18 @@ def plan_turn(session_id: str, messages: Sequence[Message], consumed: int, repli
     written = [m for m in messages if m.role != "assistant"]
     echoed = len(messages) - len(written)
     if echoed > replies:
-        raise ValueError(f"session {session_id} generated {replies} assistant replies but the request "
-                         f"carries {echoed}; history the session never saw needs a request without "
-                         "X-Session-Id")
+        raise ValueError(
+            f"session {session_id} generated {replies} assistant replies but the request "
+            f"carries {echoed}; history the session never saw needs a request without "
+            "X-Session-Id"
+        )
     new = written[consumed:]
     if not new:
-        raise ValueError(f"session {session_id} already holds {consumed} client messages and the request "
-                         f"has {len(written)}; send the full history plus a new user or tool message, "
-                         "or use a new session id")
+        raise ValueError(
+            f"session {session_id} already holds {consumed} client messages and the request "
+            f"has {len(written)}; send the full history plus a new user or tool message, "
+            "or use a new session id"
+        )
     if any(m.role in SYSTEM_ROLES for m in new) and consumed > 0:
         raise ValueError(f"session {session_id}: a system message is only accepted as the first message")
     new = [m for m in new if m.role not in SYSTEM_ROLES]  # the opening system prompt, consumed on open
@@ -104,8 +108,9 @@ class ChatSessions:
     def progress(self, session_id: str) -> SessionProgress | None:
         return self._progress.get(session_id)
 
-    async def turn(self, session_id: str, messages: Sequence[Message], sampling: SamplingParams,
-                   tenant: str = "") -> AsyncIterator[TurnEventAPI]:
+    async def turn(
+        self, session_id: str, messages: Sequence[Message], sampling: SamplingParams, tenant: str = ""
+    ) -> AsyncIterator[TurnEventAPI]:
         """Open the session if this gateway has not, then stream one turn of the new messages.
 
         Callers must close the iterator (e.g. `contextlib.aclosing`) so the session lock is
@@ -123,8 +128,7 @@ class ChatSessions:
             plan = plan_turn(session_id, messages, consumed, progress.replies)
             finished = False
             try:
-                async for event in self._core.turn(session_id, message=plan.message, role=plan.role,
-                                                   sampling=sampling):
+                async for event in self._core.turn(session_id, message=plan.message, role=plan.role, sampling=sampling):
                     finished = finished or event.finished
                     yield event
             except NotFoundError:
@@ -153,6 +157,7 @@ class ChatSessions:
             return
         idle = [sid for sid, p in self._progress.items() if sid != keep and not p.lock.locked()]
         for session_id in idle[:excess]:
-            log.warning("forgetting gateway progress of idle session %s (over %d sessions)", session_id,
-                        self._max_sessions)
+            log.warning(
+                "forgetting gateway progress of idle session %s (over %d sessions)", session_id, self._max_sessions
+            )
             del self._progress[session_id]

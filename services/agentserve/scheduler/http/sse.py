@@ -39,14 +39,18 @@ def decode_events(body: bytes | str) -> list[Any]:
     text = body.decode() if isinstance(body, bytes) else body
     events = []
     for block in text.split("\n\n"):
-        data = "\n".join(line[len("data:"):].lstrip() for line in block.split("\n") if line.startswith("data:"))
+        data = "\n".join(line[len("data:") :].lstrip() for line in block.split("\n") if line.startswith("data:"))
         if data:
             events.append(data if data == "[DONE]" else json.loads(data))
     return events
 
 
-async def stream_reply(request: web.Request, events: AsyncIterator[TurnEventAPI], fmt: ReplyFormat,
-                       headers: Mapping[str, str] | None = None) -> web.StreamResponse:
+async def stream_reply(
+    request: web.Request,
+    events: AsyncIterator[TurnEventAPI],
+    fmt: ReplyFormat,
+    headers: Mapping[str, str] | None = None,
+) -> web.StreamResponse:
     """Send `events` as an OpenAI SSE stream; returns the finished response."""
     reply = Reply()
     async with aclosing(events) as stream:
@@ -73,7 +77,7 @@ async def stream_reply(request: web.Request, events: AsyncIterator[TurnEventAPI]
         except ConnectionResetError:
             log.info("client went away mid-stream; turn abandoned")
             return response
-        except Exception as exc:  # noqa: BLE001 - the status is sent; report the failure in-stream
+        except Exception as exc:
             status, body = error_response(exc)
             if status == 500:
                 log.exception("turn failed mid-stream")
