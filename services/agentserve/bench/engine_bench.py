@@ -13,6 +13,7 @@ from pathlib import Path
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.sampling import SamplingParams
+from agentserve.engine.sequence import Sequence
 
 ONE_TOKEN = SamplingParams(max_tokens=1, ignore_eos=True)
 
@@ -63,7 +64,7 @@ def cached_prefill_speedup(
     cold, warm = [], []
     for _ in range(reps):
         cold.append(_timed(lambda: cold_engine.generate(_tokens(rng, total, vocab), ONE_TOKEN)))
-        seq_box = []
+        seq_box: list[Sequence] = []
         warm.append(
             _timed(
                 lambda seq_box=seq_box: seq_box.append(

@@ -52,6 +52,8 @@ def measure(
         for i in range(turns):
             tokens = [rng.randrange(5, 8000) for _ in range(first_tokens if i == 0 else new_tokens)]
             meta = session.turn(token_ids=tokens, max_tokens=max_tokens, ignore_eos=True).result().metadata
+            if meta is None:
+                raise RuntimeError(f"turn {i + 1} streamed no metadata: its handoff is unknown")
             full_blocks = meta.prompt_tokens // BLOCK_TOKENS
             if meta.handoff_blocks:
                 block_bytes = meta.handoff_bytes // meta.handoff_blocks  # every block serializes the same size

@@ -28,6 +28,7 @@ from agentserve.bench.kvstore_disk import KVStoreProcess, MBps, RawFile, drop_ca
 from agentserve.kvstore.client import KVStoreClient
 from agentserve.kvstore.store import block_path
 from agentserve.kvstore.tiered import TieredStore
+from agentserve.kvstore.types import BlockRead
 
 FINGERPRINT = "agentserve.bench.kvstore"
 SIZES = {"64KB": 64 << 10, "1MB": 1 << 20, "8MB": 8 << 20}
@@ -87,7 +88,7 @@ def _streams(store: TieredStore, ids: list[bytes], concurrency: int) -> tuple[in
 def _reader(store: TieredStore, layers: range | None = None):
     def read(block_id: bytes) -> int:
         got = store.read(block_id, FINGERPRINT, layers)
-        if got is None:
+        if not isinstance(got, BlockRead):
             raise RuntimeError(f"block {block_id.hex()} missing from the bench store")
         return len(got.data)
 

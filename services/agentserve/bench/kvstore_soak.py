@@ -23,6 +23,7 @@ from agentserve.bench.kvstore_blocks import BlockMaker, block_id_for
 from agentserve.kv.block_format import payload_range, read_header
 from agentserve.kvstore.policy import Hint
 from agentserve.kvstore.tiered import StoreFullError, TieredStore
+from agentserve.kvstore.types import BlockRead
 
 FINGERPRINT = "agentserve.bench.kvstore-soak"
 NUM_LAYERS = 8
@@ -77,7 +78,7 @@ class _Load:
         layers = range(rng.randrange(NUM_LAYERS - 1), NUM_LAYERS) if rng.random() < 0.3 else None
         got = self.store.read(block_id, FINGERPRINT, layers)
         self.count("reads")
-        if got is None:
+        if not isinstance(got, BlockRead):  # None: not stored (a read that may wait is never NOT_CACHED)
             return
         self.count("read_hits")
         expected = self.block(block_id)

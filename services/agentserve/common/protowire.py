@@ -61,3 +61,20 @@ def parse_fields(buf: bytes | memoryview, what: str = "message") -> dict[int, in
         else:
             raise ValueError(f"{what}: unsupported wire type {wire_type}")
     return fields
+
+
+def varint_field(fields: dict[int, int | bytes | memoryview], number: int, what: str = "message") -> int:
+    """Field `number` of `parse_fields`' result as a varint, 0 when absent; bytes there: ValueError."""
+    value = fields.get(number, 0)
+    if not isinstance(value, int):
+        raise ValueError(f"{what}: field {number} is length-delimited where a varint belongs")
+    return value
+
+
+def bytes_field(fields: dict[int, int | bytes | memoryview], number: int, what: str = "message") -> memoryview:
+    """Field `number` of `parse_fields`' result as a view of its bytes, empty when absent; a varint
+    there: ValueError."""
+    value = fields.get(number, b"")
+    if isinstance(value, int):
+        raise ValueError(f"{what}: field {number} is a varint where bytes belong")
+    return memoryview(value)

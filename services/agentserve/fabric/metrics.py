@@ -39,7 +39,7 @@ class NICCollector(Collector):
         self.nics = list(nics)
 
     def collect(self) -> Iterator[Metric]:
-        families = {
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
             "queue": GaugeMetricFamily(
                 "agentserve_nic_queue_bytes", "Bytes of open transfers not yet let through", labels=["nic"]
             ),

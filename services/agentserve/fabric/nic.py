@@ -230,26 +230,26 @@ class Transfer:
         return self.bytes * 8 / max(self.elapsed_s, 1e-9) / 1e9
 
     async def _wait_for_tokens(self, nbytes: int) -> float:
-        shaped = [nic for nic in self.nics if nic.bucket is not None]
+        shaped = [(nic, nic.bucket) for nic in self.nics if nic.bucket is not None]
         if not shaped:
             return 0.0
-        delays = [nic.bucket.reserve(nbytes) for nic in shaped]
-        for nic, delay in zip(shaped, delays):
+        delays = [bucket.reserve(nbytes) for _, bucket in shaped]
+        for (nic, _), delay in zip(shaped, delays):
             nic._wait_s += delay
         delay = max(delays)
         if delay <= 0:
             return 0.0
-        for nic in shaped:
-            nic.bucket.waiting_bytes += nbytes
+        for _, bucket in shaped:
+            bucket.waiting_bytes += nbytes
         try:
             await self._sleep(delay)
         except asyncio.CancelledError:
-            for nic in shaped:
-                nic.bucket.refund(nbytes)
+            for _, bucket in shaped:
+                bucket.refund(nbytes)
             raise
         finally:
-            for nic in shaped:
-                nic.bucket.waiting_bytes -= nbytes
+            for _, bucket in shaped:
+                bucket.waiting_bytes -= nbytes
         return delay
 
     def _hold(self, nbytes: int) -> None:

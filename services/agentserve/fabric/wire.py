@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentserve.common.protowire import LEN, VARINT, parse_fields, varint
+from agentserve.common.protowire import LEN, VARINT, bytes_field, parse_fields, varint, varint_field
 from agentserve.v1 import fabric_pb2
 
 _TRANSFER, _RUN, _RUN_HEADER, _OFFSET, _DATA = 1, 2, 3, 4, 5
@@ -48,17 +48,17 @@ def encode_chunk(
 
 def decode_chunk(buf: bytes) -> Chunk:
     """Parse a serialized `FabricChunk`; unknown fields are skipped. Malformed input: ValueError."""
-    fields = parse_fields(memoryview(buf), "FabricChunk")
+    what = "FabricChunk"
+    fields = parse_fields(memoryview(buf), what)
     transfer = None
     if _TRANSFER in fields:
-        transfer = fabric_pb2.TransferHeader.FromString(bytes(fields[_TRANSFER]))
-    empty = memoryview(b"")
+        transfer = fabric_pb2.TransferHeader.FromString(bytes(bytes_field(fields, _TRANSFER, what)))
     return Chunk(
         transfer=transfer,
-        run=int(fields.get(_RUN, 0)),
-        run_header=fields.get(_RUN_HEADER, empty),
-        offset=int(fields.get(_OFFSET, 0)),
-        data=fields.get(_DATA, empty),
+        run=varint_field(fields, _RUN, what),
+        run_header=bytes_field(fields, _RUN_HEADER, what),
+        offset=varint_field(fields, _OFFSET, what),
+        data=bytes_field(fields, _DATA, what),
     )
 
 

@@ -52,6 +52,8 @@ def test_decode_reads_protobuf_output_and_skips_unknown_fields():
         (b"\x2a\x05ab", "truncated"),
         (b"\x10\xff", "malformed varint"),
         (b"\x2b", "unsupported wire type"),
+        (b"\x12\x01a", "field 2 is length-delimited where a varint belongs"),  # run as bytes
+        (b"\x2a\x00\x28\x01", "field 5 is a varint where bytes belong"),  # data, last as a varint
     ],
 )
 def test_malformed_chunks_are_value_errors(wire, message):

@@ -83,8 +83,8 @@ async def search(probe: Callable[[float], Awaitable[bool]], spec: SearchSpec) ->
         if mid in (lo, hi):
             break
         await run(mid)
-    lo, hi = result.capacity, result.lowest_failing
-    result.converged = lo is not None and hi is not None and (_close(lo, hi, spec) or hi <= lo)
+    cap, failing = result.capacity, result.lowest_failing
+    result.converged = cap is not None and failing is not None and (_close(cap, failing, spec) or failing <= cap)
     return result
 
 

@@ -180,7 +180,7 @@ class Replayer:
                     result = TurnRecord(session.id, i, session.is_first(i), self._now(), error=f"aborted: {aborted}")
                 else:
                     result, server = await self._turn(state, i, server)
-                    if result.ok and turn.tools:
+                    if result.ok and turn.tools and server is not None:  # a turn that succeeded has one
                         await self._tools(server, turn, result)
                     aborted = result.error
             finally:
@@ -214,7 +214,7 @@ class Replayer:
         )
         output: list[int] = []
         try:
-            if plan.continues:
+            if plan.continues and server is not None:  # the planner continues only an open session
                 send = plan.tokens[len(state.context) :]
             else:
                 if server is not None:

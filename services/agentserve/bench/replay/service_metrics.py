@@ -34,7 +34,8 @@ def kv_bytes(
         first, last = _path_counters(scrapes[0]), _path_counters(scrapes[-1])
         paths = sorted(set(KV_PATHS) | set(last))
         by_path = {p: int(last.get(p, 0) - first.get(p, 0)) for p in paths}
-        times, series = [], {p: [] for p in paths}
+        times: list[float] = []
+        series: dict[str, list[float]] = {p: [] for p in paths}
         for before, after in zip(scrapes, scrapes[1:]):
             b, a = _path_counters(before), _path_counters(after)
             times.append(after.unix_s - start_unix_s)

@@ -106,7 +106,8 @@ class PhoenixSpans:
             ("end_time", _iso(end_unix_s)),
         ]
         project = urllib.parse.quote(self.project, safe="")
-        out, cursor = [], None
+        out: list[KVTransfer] = []
+        cursor = None
         while True:
             page_query = query + ([("cursor", cursor)] if cursor else [])
             url = f"{self.base_url}/v1/projects/{project}/spans?{urllib.parse.urlencode(page_query)}"

@@ -17,7 +17,7 @@ SCOPES = {"all": None, "first_turn": True, "later_turns": False}
 def latency_table(turns: Sequence[TurnRecord]) -> dict[str, dict[str, dict]]:
     """{metric: {scope: distribution in ms}} over successful turns."""
     ok = [t for t in turns if t.ok]
-    table = {}
+    table: dict[str, dict[str, dict]] = {}
     for metric in LATENCIES:
         table[metric] = {}
         for scope, first in SCOPES.items():

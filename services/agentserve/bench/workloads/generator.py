@@ -94,7 +94,7 @@ class _Team:
         if new_tokens is None:
             base = s.first_tokens if first else s.new_tokens
             new_tokens = max(1, round(base * rng.uniform(0.5, 1.5)))
-        tools = ()
+        tools: tuple[ToolCall, ...] = ()
         if not last and rng.random() < s.tool_prob:
             tools = (ToolCall("tool", round(self.tool_time(rng), 3)),)
         return Turn(
