@@ -26,8 +26,8 @@ from pathlib import Path
 from agentserve.bench.kvstore_blocks import BlockMaker, block_id_for
 from agentserve.bench.kvstore_disk import KVStoreProcess, MBps, RawFile, drop_cache, raw_disk, summary
 from agentserve.kvstore.client import KVStoreClient
-from agentserve.kvstore.store import block_path
-from agentserve.kvstore.tiered import TieredStore
+from agentserve.kvstore.layout import block_path
+from agentserve.kvstore.store import KVStore
 from agentserve.kvstore.types import BlockRead
 
 FINGERPRINT = "agentserve.bench.kvstore"
@@ -36,8 +36,8 @@ NUM_LAYERS = 32
 BIG_BUDGET = 1 << 40
 
 
-def _open(data_dir: Path, dram: int = 0, group_commit: bool = False) -> TieredStore:
-    return TieredStore.open(data_dir, dram_budget_bytes=dram, ssd_budget_bytes=BIG_BUDGET, group_commit=group_commit)
+def _open(data_dir: Path, dram: int = 0, group_commit: bool = False) -> KVStore:
+    return KVStore.open(data_dir, dram_budget_bytes=dram, ssd_budget_bytes=BIG_BUDGET, group_commit=group_commit)
 
 
 def _parallel(fn, items: list, concurrency: int) -> tuple[int, float, list[float]]:
@@ -63,7 +63,7 @@ def _drop_blocks(data_dir: Path, ids: list[bytes]) -> None:
         drop_cache(block_path(data_dir, block_id))
 
 
-def _stream_reader(store: TieredStore):
+def _stream_reader(store: KVStore):
     """Read a share of the blocks as one stream with read-ahead, as a Read RPC does: -> bytes."""
 
     def read(share: list[bytes]) -> int:
@@ -77,7 +77,7 @@ def _stream_reader(store: TieredStore):
     return read
 
 
-def _streams(store: TieredStore, ids: list[bytes], concurrency: int) -> tuple[int, float]:
+def _streams(store: KVStore, ids: list[bytes], concurrency: int) -> tuple[int, float]:
     """`concurrency` in-process read streams over shares of `ids`: (bytes, seconds)."""
     start = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
@@ -85,7 +85,7 @@ def _streams(store: TieredStore, ids: list[bytes], concurrency: int) -> tuple[in
     return nbytes, time.perf_counter() - start
 
 
-def _reader(store: TieredStore, layers: range | None = None):
+def _reader(store: KVStore, layers: range | None = None):
     def read(block_id: bytes) -> int:
         got = store.read(block_id, FINGERPRINT, layers)
         if not isinstance(got, BlockRead):

@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 
 from agentserve.bench.kvstore_blocks import BlockMaker, block_id_for
-from agentserve.kvstore.store import TEMP_SUFFIX, block_path
-from agentserve.kvstore.tiered import TieredStore
+from agentserve.kvstore.layout import TEMP_SUFFIX, block_path
+from agentserve.kvstore.store import KVStore
 from agentserve.kvstore.types import Tier
 
 FINGERPRINT = "agentserve.bench.kvstore-crash"
@@ -39,9 +39,9 @@ SIZES = (4 << 10, 32 << 10, 256 << 10)  # every byte of these is under a checksu
 _ACK = struct.Struct("<H")
 
 
-def _open(data_dir: Path, group_commit: bool, dram_budget_bytes: int = 0) -> TieredStore:
+def _open(data_dir: Path, group_commit: bool, dram_budget_bytes: int = 0) -> KVStore:
     """No DRAM tier by default: the checks must read what is on disk."""
-    return TieredStore.open(
+    return KVStore.open(
         data_dir, dram_budget_bytes=dram_budget_bytes, ssd_budget_bytes=1 << 40, group_commit=group_commit
     )
 
@@ -87,7 +87,7 @@ def _trial(data_dir: Path, blocks: list[tuple[bytes, bytes]], group_commit: bool
     return {_ACK.unpack_from(raw, i)[0] for i in range(0, len(raw) - len(raw) % _ACK.size, _ACK.size)}
 
 
-def _check_listed(store: TieredStore, expected: dict[bytes, bytes], ids: list[bytes]) -> int:
+def _check_listed(store: KVStore, expected: dict[bytes, bytes], ids: list[bytes]) -> int:
     """Every listed id among `ids` must read back whole with its expected digest; returns how many."""
     listed = 0
     for block_id, tier in zip(ids, store.lookup(ids).tiers):
@@ -100,7 +100,7 @@ def _check_listed(store: TieredStore, expected: dict[bytes, bytes], ids: list[by
     return listed
 
 
-def _corrupt_one(store: TieredStore, data_dir: Path, acked: dict[bytes, bytes], rng: random.Random) -> None:
+def _corrupt_one(store: KVStore, data_dir: Path, acked: dict[bytes, bytes], rng: random.Random) -> None:
     victim = rng.choice(sorted(acked))
     path = block_path(data_dir, victim)
     raw = bytearray(path.read_bytes())

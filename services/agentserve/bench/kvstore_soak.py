@@ -21,8 +21,8 @@ from pathlib import Path
 
 from agentserve.bench.kvstore_blocks import BlockMaker, block_id_for
 from agentserve.kv.block_format import payload_range, read_header
-from agentserve.kvstore.policy import Hint
-from agentserve.kvstore.tiered import StoreFullError, TieredStore
+from agentserve.kv.eviction import Hint
+from agentserve.kvstore.store import KVStore, StoreFullError
 from agentserve.kvstore.types import BlockRead
 
 FINGERPRINT = "agentserve.bench.kvstore-soak"
@@ -30,7 +30,7 @@ NUM_LAYERS = 8
 
 
 class _Load:
-    def __init__(self, store: TieredStore, working_set: int, seed: int) -> None:
+    def __init__(self, store: KVStore, working_set: int, seed: int) -> None:
         self.store = store
         self.makers = [BlockMaker(FINGERPRINT, size, NUM_LAYERS, seed=seed) for size in (16 << 10, 64 << 10, 256 << 10)]
         self.ids = [block_id_for(i, f"soak-{seed}") for i in range(working_set)]
@@ -120,7 +120,7 @@ def run(
     if seconds <= 0:
         raise ValueError(f"duration must be positive, got {seconds} s")
     with tempfile.TemporaryDirectory(prefix="kvstore-soak-", dir=data_dir) as tmp:
-        store = TieredStore.open(
+        store = KVStore.open(
             tmp, dram_budget_bytes=dram_budget_bytes, ssd_budget_bytes=ssd_budget_bytes, group_commit=group_commit
         )
         load = _Load(store, working_set, seed)

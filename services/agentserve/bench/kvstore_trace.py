@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from agentserve.bench.kvstore_blocks import BlockMaker, block_id_for
-from agentserve.kvstore.tiered import TieredStore
+from agentserve.kvstore.store import KVStore
 
 MOONCAKE_BLOCK_TOKENS = 512
 FINGERPRINT = "agentserve.bench.kvstore-trace"
@@ -67,7 +67,7 @@ def replay(
     maker = BlockMaker(FINGERPRINT, BLOCK_PAYLOAD_BYTES, num_layers=1)
     block_bytes = len(maker.make(block_id_for(0)))
     ssd_budget = capacity * block_bytes
-    store = TieredStore.open(
+    store = KVStore.open(
         data_dir, dram_budget_bytes=int(dram_fraction * ssd_budget), ssd_budget_bytes=ssd_budget, fsync=fsync
     )
     ids: dict[tuple[int, int], bytes] = {}

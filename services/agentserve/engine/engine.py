@@ -36,7 +36,7 @@ class LLMEngine:
         self.block_size = config.block_size
         self.dtype = parse_dtype(config.dtype)
         self.pool = KVPool.for_budget(self.model_config, config.kv_cache_bytes, config.block_size, self.dtype)
-        self.blocks = BlockManager(self.pool.num_slots, config.block_size)
+        self.blocks = BlockManager(self.pool.num_slots, config.block_size, config.eviction_policy)
         self.runner = ModelRunner(model, self.pool)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentserve.engine.config import parse_dtype
+from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, check_eviction_policy
 
 KV_DTYPES = ("native", "fp8_e4m3")
 
@@ -17,6 +18,7 @@ class EngineConfig:
     prefix_cache: bool = True
     max_batch_size: int = 64
     num_threads: int = 0  # 0 = torch's default
+    eviction_policy: str = DEFAULT_EVICTION_POLICY  # which cached KV slots are reused first (`kv.eviction`)
 
     def __post_init__(self) -> None:
         if not isinstance(self.block_size, int) or self.block_size <= 0:
@@ -28,3 +30,4 @@ class EngineConfig:
         if self.num_threads < 0:
             raise ValueError(f"num_threads must be >= 0, got {self.num_threads}")
         parse_dtype(self.dtype)
+        check_eviction_policy(self.eviction_policy)

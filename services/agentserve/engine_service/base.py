@@ -40,6 +40,7 @@ class EngineService(Service):
                 dtype=config.dtype,
                 max_batch_size=config.max_batch_size,
                 num_threads=config.num_threads,
+                eviction_policy=config.eviction_policy,
             ),
         )
         self.engine = AsyncEngine(engine)

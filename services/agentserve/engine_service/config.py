@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, check_eviction_policy
+
 
 @dataclass(frozen=True)
 class EngineServiceConfig:
@@ -19,6 +21,7 @@ class EngineServiceConfig:
     block_size: int = 16
     max_batch_size: int = 64
     num_threads: int = 0
+    eviction_policy: str = DEFAULT_EVICTION_POLICY  # the KV pool's, see `kv.eviction`
     scheduler_address: str = "127.0.0.1:50051"
     kvstore_address: str = "127.0.0.1:50052"
     heartbeat_interval_ms: int = 1000
@@ -33,6 +36,7 @@ class EngineServiceConfig:
             raise ValueError("fabric_profile must not be empty (local-unshaped: no shaping)")
         if not self.fabric_prefill_tokens_per_s >= 0:
             raise ValueError(f"fabric_prefill_tokens_per_s must be >= 0, got {self.fabric_prefill_tokens_per_s}")
+        check_eviction_policy(self.eviction_policy)
         if not 0 <= self.metrics_port < 65536:
             raise ValueError(f"metrics_port must be a port number, got {self.metrics_port}")
         for name in ("scheduler_address", "kvstore_address"):

@@ -4,8 +4,9 @@ A fixed pool of `num_slots` physical slots, each holding `block_size` tokens of 
 exactly one of three states:
 
 - in use: ref count > 0, owned by one or more running sequences;
-- cached: ref count 0 but sealed under a block id, so a later sequence can still hit it; kept in
-  an LRU and evicted (oldest first) only when no free slot is left;
+- cached: ref count 0 but sealed under a block id, so a later sequence can still hit it; ordered
+  by an `EvictionPolicy` keyed by that id (LRU by default: oldest freed first) and evicted only
+  when no free slot is left;
 - free: ref count 0 and no id.
 
 Callers check, then act: `can_allocate()` / `can_append()` say whether the matching mutation will
@@ -15,9 +16,11 @@ the manager exactly as it was. Single-threaded by design: the engine's scheduler
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, make_eviction_policy
 
 
 @dataclass
@@ -27,7 +30,7 @@ class Allocation:
 
 
 class BlockManager:
-    def __init__(self, num_slots: int, block_size: int) -> None:
+    def __init__(self, num_slots: int, block_size: int, eviction_policy: str = DEFAULT_EVICTION_POLICY) -> None:
         if not isinstance(num_slots, int) or num_slots <= 0:
             raise ValueError(f"num_slots must be a positive integer, got {num_slots!r}")
         if not isinstance(block_size, int) or block_size <= 0:
@@ -38,7 +41,7 @@ class BlockManager:
         self._sealed_id: list[bytes | None] = [None] * num_slots
         self._slot_of: dict[bytes, int] = {}
         self._free: deque[int] = deque(range(num_slots))
-        self._evictable: OrderedDict[int, None] = OrderedDict()  # oldest-freed first
+        self._evictable = make_eviction_policy(eviction_policy)  # the cached slots' block ids
         self.hit_blocks = 0
         self.miss_blocks = 0
         self.evictions = 0
@@ -82,8 +85,9 @@ class BlockManager:
         `block_ids` are the ids of the sequence's full blocks (`num_tokens // block_size` of them).
         The hits are usually `cached_prefix(block_ids)`, possibly reduced by the caller (e.g. to
         leave at least one token to compute). Fresh slots come from the free list first, then by
-        evicting the least recently freed cached slot. Raises ValueError for a bad request and
-        RuntimeError when the pool is too full; either way nothing changes.
+        evicting the eviction policy's first cached slot (with `lru`, the least recently freed).
+        Raises ValueError for a bad request and RuntimeError when the pool is too full; either way
+        nothing changes.
         """
         num_fresh, available = self._plan(block_ids, num_tokens, num_hit_blocks)
         if num_fresh > available:
@@ -156,10 +160,10 @@ class BlockManager:
     def free(self, slots: Sequence[int]) -> None:
         """Drop one reference per entry of `slots` (a sequence's slots, in block order).
 
-        A sealed slot reaching 0 refs becomes cached (still hittable) at the tail of the LRU; an
-        unsealed one returns to the free list. Slots are released last block first, so eviction
-        takes a sequence's deepest blocks before its root: evicting the root would orphan every
-        block chained after it.
+        A sealed slot reaching 0 refs becomes cached (still hittable), the eviction policy's most
+        recently used block; an unsealed one returns to the free list. Slots are released last
+        block first, so eviction takes a sequence's deepest blocks before its root: evicting the
+        root would orphan every block chained after it.
         """
         drops: dict[int, int] = {}
         for slot in slots:
@@ -172,10 +176,15 @@ class BlockManager:
             self._refs[slot] -= 1
             if self._refs[slot] > 0:
                 continue
-            if self._sealed_id[slot] is not None:
-                self._evictable[slot] = None
+            block_id = self._sealed_id[slot]
+            if block_id is not None:
+                self._evictable.insert(block_id, 1)
             else:
                 self._free.append(slot)
+
+    def eviction_order(self) -> list[int]:
+        """The cached slots, the one the next eviction takes first. Changes nothing; O(cached)."""
+        return [self._slot_of[block_id] for block_id in self._evictable.victims()]
 
     def stats(self) -> dict[str, int]:
         """Slot counts by state plus hit/miss/eviction counters (in full blocks)."""
@@ -218,16 +227,17 @@ class BlockManager:
         return num_blocks - num_hit_blocks, self.num_free_slots - len(revived)
 
     def _take_ref(self, slot: int) -> None:
-        if self._refs[slot] == 0:
-            del self._evictable[slot]
+        if self._refs[slot] == 0:  # cached (only resident slots are referenced again): no longer evictable
+            self._evictable.remove(self._sealed_id[slot])  # type: ignore[arg-type]
         self._refs[slot] += 1
 
     def _take_fresh(self) -> int:
         if self._free:
             slot = self._free.popleft()
         else:
-            slot, _ = self._evictable.popitem(last=False)
-            del self._slot_of[self._sealed_id[slot]]  # type: ignore[arg-type]
+            block_id = self._evictable.pop_victim()
+            assert block_id is not None  # callers check num_free_slots first
+            slot = self._slot_of.pop(block_id)
             self._sealed_id[slot] = None
             self.evictions += 1
         self._refs[slot] = 1

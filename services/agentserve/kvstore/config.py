@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentserve.common.server import MAX_MESSAGE_BYTES
+from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, check_eviction_policy
 
 # A block must fit in one gRPC message with room for framing, or it could be stored but never read.
 BLOCK_BYTES_LIMIT = MAX_MESSAGE_BYTES - (1 << 20)
@@ -23,6 +24,7 @@ class KVStoreConfig:
     max_block_bytes: int = 64 << 20
     dram_budget_bytes: int = 1 << 30  # 0 disables the DRAM tier
     ssd_budget_bytes: int = 64 << 30
+    eviction_policy: str = DEFAULT_EVICTION_POLICY  # orders each tier's evictions (`kv.eviction`)
     # Scaled-out instances sharing one volume: each claims the first free `data_dir/instance-N`.
     claim_instance_dir: bool = False
 
@@ -46,3 +48,4 @@ class KVStoreConfig:
                 f"ssd_budget_bytes must be at least max_block_bytes ({self.max_block_bytes}), "
                 f"got {self.ssd_budget_bytes}"
             )
+        check_eviction_policy(self.eviction_policy)

@@ -2,7 +2,7 @@
 
 It caches blocks that are also on SSD (the tiers are inclusive), so dropping a block from DRAM
 never loses data and needs no IO. Blocks are immutable `bytes`, so a reader holding one sees it
-whole even if it is evicted a moment later. Not thread-safe: `TieredStore` calls it under its lock.
+whole even if it is evicted a moment later. Not thread-safe: `KVStore` calls it under its lock.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agentserve.kv.block_format import BlockHeader, read_header
-from agentserve.kvstore.policy import EvictionPolicy, pick_victims
+from agentserve.kv.eviction import EvictionPolicy, Hint
+from agentserve.kvstore.pins import pick_victims
 
 
 class _Entry:
@@ -88,6 +89,6 @@ class DramTier:
     def touch(self, block_id: bytes) -> None:
         self._policy.touch(block_id)
 
-    def hint(self, block_id: bytes, hint) -> None:
+    def hint(self, block_id: bytes, hint: Hint) -> None:
         if block_id in self._entries:
             self._policy.hint(block_id, hint)

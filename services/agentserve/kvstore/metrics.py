@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
-from agentserve.kvstore.tiered import TieredStore
+from agentserve.kvstore.store import KVStore
 
 
 class KVStoreMetrics:
-    def __init__(self, store: TieredStore, registry: CollectorRegistry = REGISTRY) -> None:
+    def __init__(self, store: KVStore, registry: CollectorRegistry = REGISTRY) -> None:
         self.put_blocks = Counter(
             "agentserve_kvstore_put_blocks", "Blocks received by Put/Write, by outcome", ["outcome"], registry=registry
         )  # stored | existing | rejected

@@ -16,7 +16,7 @@ class ReadAhead:
     """Keeps the blocks within `window_bytes` after the one being served on their way from disk.
 
     A Read or Get stream knows every id it will serve. Advising the kernel to read the next ones
-    (`TieredStore.prefetch`) lets the device work on several blocks at once while the stream sends
+    (`KVStore.prefetch`) lets the device work on several blocks at once while the stream sends
     the ones before, so a cold block is mostly in the page cache by the time it is served. The
     window bounds the page cache one stream fills ahead of its reader; it is refilled half a
     window at a time, so a stream of 1 MB blocks makes one prefetch call per ~4 blocks.

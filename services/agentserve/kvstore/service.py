@@ -17,7 +17,7 @@ from agentserve.kvstore import wire
 from agentserve.kvstore.config import KVStoreConfig
 from agentserve.kvstore.metrics import KVStoreMetrics
 from agentserve.kvstore.servicer import KVStoreServicer
-from agentserve.kvstore.tiered import TieredStore
+from agentserve.kvstore.store import KVStore
 from agentserve.v1 import kvstore_pb2
 
 log = logging.getLogger(__name__)
@@ -50,15 +50,16 @@ class KVStoreService(Service):
         self.store.close()
 
 
-def open_store(config: KVStoreConfig) -> TieredStore:
-    def open_at(data_dir: Path) -> TieredStore:
-        return TieredStore.open(
+def open_store(config: KVStoreConfig) -> KVStore:
+    def open_at(data_dir: Path) -> KVStore:
+        return KVStore.open(
             data_dir,
             dram_budget_bytes=config.dram_budget_bytes,
             ssd_budget_bytes=config.ssd_budget_bytes,
             fsync=config.fsync,
             group_commit=config.group_commit,
             max_block_bytes=config.max_block_bytes,
+            eviction_policy=config.eviction_policy,
         )
 
     if not config.claim_instance_dir:
@@ -75,7 +76,7 @@ def open_store(config: KVStoreConfig) -> TieredStore:
     raise RuntimeError(f"all {MAX_INSTANCES} instance dirs under {config.data_dir} are in use")
 
 
-def round_trip(store: TieredStore) -> None:
+def round_trip(store: KVStore) -> None:
     """Durably write, read back and delete one tiny block: proves the disk path works end to end."""
     block_id = os.urandom(BLOCK_ID_BYTES)  # random, so it cannot shadow a real block
     gen = torch.Generator().manual_seed(0)

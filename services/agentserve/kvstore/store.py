@@ -1,434 +1,383 @@
-"""The SSD tier: one verified file per KV block, keyed by chained block id (paths in `layout`).
+"""The store engines talk to: a DRAM cache over the SSD tier, each within a byte budget.
 
-A file per block keeps writes, deletes and eviction free of compaction and of a separate index
-to keep crash-consistent: the directory is the index. `agentserve bench kvstore` measures what
-it costs (see the kvstore README).
+- Writes go to SSD first and are acknowledged only when durable (`SsdTier`), then cached in
+  DRAM. DRAM is inclusive (every DRAM block is also on SSD), so evicting from DRAM costs no IO
+  and evicting from SSD drops the block from DRAM too.
+- Budgets hold at every instant: a write reserves its bytes (evicting first) before its file
+  exists, so SSD bytes + bytes in flight never exceed the SSD budget; a block that cannot fit
+  because everything else is pinned is refused (`StoreFullError`), never squeezed in.
+- Whole-block SSD reads are promoted into DRAM; layer-range reads are not (they read part of a
+  block, and a layerwise load touches each block once per layer).
+- Eviction order comes from one `EvictionPolicy` per tier, chosen by name (`lru` by default);
+  pins (Pin with a TTL) are enforced here, whatever the policy.
+- Streams of reads and writes (`read_stream`, `write_stream`, in `streams`) are the one
+  implementation in-process callers and the gRPC servicer share.
 
-Durability contract: `put`/`put_many` return only after each new block was verified, written to a
-temp file in its final directory, made durable and atomically renamed into place, and the rename
-made durable: per block (fsync of file and directory) or, with `group_commit`, for all
-concurrent writers at once (`commit.GroupCommitter`). A crash at any point leaves either no file
-or the complete file under the final name; interrupted temp files are removed at the next start.
-
-One process owns a data dir (an exclusive lock file enforces it: a second owner would delete the
-first one's in-flight temp files and serve from a stale index). The in-memory index (id -> size)
-is rebuilt from the directory at start and is the only shared state, guarded by one lock; file IO
-runs outside the lock (renames and unlinks inside it, so the index and the directory agree).
+Thread-safe: one lock guards the tiers' bookkeeping; file IO runs outside it.
 """
 
 from __future__ import annotations
 
-import itertools
-import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+import time
+from collections.abc import AsyncIterable, Callable, Sequence
 
-from agentserve.fabric.malloc import keep_freed_buffers
-from agentserve.kv.block_format import FingerprintMismatchError
-from agentserve.kv.block_hash import BLOCK_ID_BYTES
-from agentserve.kvstore.blockfile import LayerRangeError, Layers, WouldBlock, read_layers, read_whole, wants_whole
-from agentserve.kvstore.commit import GroupCommitter, Staged, make_syncfs
-from agentserve.kvstore.layout import BLOCK_SUFFIX, TEMP_SUFFIX, block_path, lock_dir, scan_blocks
-from agentserve.kvstore.types import NOT_CACHED, BlockRead, NotCached, Tier
+from agentserve.common.errors import RetryableError
+from agentserve.kv.block_format import BlockHeader, check_fingerprint, payload_range
+from agentserve.kv.block_hash import check_block_id, checked_block_ids
+from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, Hint, make_eviction_policy
+from agentserve.kvstore.blockfile import Layers, resolve_layers
+from agentserve.kvstore.dram import DramTier
+from agentserve.kvstore.pins import Pins, pick_victims
+from agentserve.kvstore.rates import RateMeter
+from agentserve.kvstore.readahead import READ_AHEAD_BYTES
+from agentserve.kvstore.ssd import DEFAULT_MAX_BLOCK_BYTES, BlockRejectedError, SsdTier
+from agentserve.kvstore.streams import ReadStream, WriteBatchCallback, write_stream
+from agentserve.kvstore.types import (
+    NOT_CACHED,
+    BlockRead,
+    LookupResult,
+    NotCached,
+    StoreStats,
+    Tier,
+    TierStats,
+    WriteResult,
+)
 from agentserve.kvstore.verify import verify_block
 
-log = logging.getLogger(__name__)
-
-DEFAULT_MAX_BLOCK_BYTES = 64 << 20
-
-
-@dataclass(frozen=True)
-class StoreStats:
-    blocks: int
-    bytes: int
-    hits: int
-    misses: int
-    corrupt_dropped: int
+MAX_PIN_TTL_S = 24 * 3600.0
+NOWAIT_MAX_BYTES = 4 << 20  # a `nowait` read of a bigger SSD block is not tried (checksums take ~1 ms/3 MB)
 
 
-class BlockRejectedError(ValueError):
-    """Block `index` of a write failed verification; the blocks before it are stored."""
-
-    def __init__(self, index: int, block_id: bytes, cause: ValueError) -> None:
-        super().__init__(
-            f"block {index} (id {bytes(block_id)[:16].hex()}) rejected: {cause}; blocks before it are stored"
-        )
-        self.index = index
-        self.cause = cause
+class StoreFullError(RetryableError):
+    """The SSD budget is taken by pinned blocks and writes in flight; retry after unpins."""
 
 
-class BlockStore:
+class KVStore:
     def __init__(
         self,
-        data_dir: str | os.PathLike,
-        fsync: bool = True,
-        max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
-        group_commit: bool = False,
+        ssd: SsdTier,
+        *,
+        dram_budget_bytes: int,
+        ssd_budget_bytes: int,
+        eviction_policy: str = DEFAULT_EVICTION_POLICY,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if max_block_bytes <= 0:
-            raise ValueError(f"max_block_bytes must be positive, got {max_block_bytes}")
-        self.root = Path(data_dir) / "blocks"
-        self._root = str(self.root)
-        self.fsync = fsync
-        self.group_commit = group_commit and fsync
-        self.max_block_bytes = max_block_bytes
+        if ssd_budget_bytes <= 0:
+            raise ValueError(f"SSD budget must be positive, got {ssd_budget_bytes}")
+        self.ssd = ssd
+        self.ssd_budget_bytes = ssd_budget_bytes
         self._lock = threading.Lock()
-        self._index: dict[bytes, int] = {}
-        self._mtimes: dict[bytes, int] = {}  # from the start-up scan only
-        self._bytes = 0
-        self._reserved = 0
-        self._hits = self._misses = self._corrupt = 0
-        self._made_dirs: set[str] = set()
-        self._seq = itertools.count()
-        keep_freed_buffers()  # every read returns a fresh block-sized buffer
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._fsync_dir(self.root.parent)
-        self._lock_file = lock_dir(Path(data_dir))
-        self._committer = (
-            GroupCommitter(make_syncfs(self.root), self._install, self._discard) if self.group_commit else None
-        )
-        self._scan()
+        self._clock = clock
+        self._pins = Pins(clock)
+        self.dram = DramTier(dram_budget_bytes, make_eviction_policy(eviction_policy), self._pins.pinned)
+        self._ssd_policy = make_eviction_policy(eviction_policy)
+        self._ssd_hits = self._ssd_misses = self._ssd_evictions = 0
+        self._ssd_peak = ssd.stats().bytes
+        self._reads = RateMeter(clock=clock)
+        self._writes = RateMeter(clock=clock)
+        for block_id in ssd.scanned_oldest_first():  # LRU order survives a restart as write order
+            self._ssd_policy.insert(block_id, ssd.size_of(block_id) or 0)
+        with self._lock:
+            self._make_ssd_room(0)  # the budget may have shrunk since the last run
+
+    @classmethod
+    def open(
+        cls,
+        data_dir: str | os.PathLike,
+        *,
+        dram_budget_bytes: int,
+        ssd_budget_bytes: int,
+        fsync: bool = True,
+        group_commit: bool = False,
+        max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
+        eviction_policy: str = DEFAULT_EVICTION_POLICY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> KVStore:
+        ssd = SsdTier(data_dir, fsync=fsync, max_block_bytes=max_block_bytes, group_commit=group_commit)
+        try:
+            return cls(
+                ssd,
+                dram_budget_bytes=dram_budget_bytes,
+                ssd_budget_bytes=ssd_budget_bytes,
+                eviction_policy=eviction_policy,
+                clock=clock,
+            )
+        except BaseException:
+            ssd.close()
+            raise
 
     def close(self) -> None:
-        """Release the data dir (a process exit releases it too, even on SIGKILL)."""
-        self._lock_file.close()
+        self.ssd.close()
 
     # -- writes -----------------------------------------------------------------------------------
 
-    def put(self, block_id: bytes, data: bytes | bytearray | memoryview, expected_fingerprint: str) -> bool:
-        """Verify and durably store one block; False if it was already stored (nothing written).
+    def put(self, block_id: bytes, data: bytes, fingerprint: str) -> bool:
+        """Durably store one block; False if it was already stored. Bad blocks raise ValueError."""
+        stored, rejected = self._write(fingerprint, [(block_id, data)], 0)
+        if rejected is not None:
+            raise rejected.cause
+        return stored[0]
 
-        Raises ValueError (nothing written) unless `data` is exactly one intact block with id
-        `block_id` and fingerprint `expected_fingerprint`, at most `max_block_bytes` long.
-        """
-        try:
-            return self.put_many(expected_fingerprint, [(block_id, data)])[0]
-        except BlockRejectedError as exc:
-            raise exc.cause from None
-
-    def put_many(self, fingerprint: str, blocks: Sequence[tuple[bytes, bytes]], first_index: int = 0) -> list[bool]:
-        """Verify and durably store blocks in order; per block, True if newly stored.
-
-        Raises BlockRejectedError (index counted from `first_index`) at the first bad block, after
-        the blocks before it are durable.
-        """
-        stored, rejected = self.write(fingerprint, blocks, first_index)
+    def put_many(self, fingerprint: str, blocks: Sequence[tuple[bytes, bytes]], first_index: int = 0) -> WriteResult:
+        """Durably store blocks in order. Raises BlockRejectedError at the first bad one (indexed
+        from `first_index`) after the blocks before it are durable; StoreFullError if pins leave
+        no room (nothing of this call written)."""
+        stored, rejected = self._write(fingerprint, blocks, first_index)
         if rejected is not None:
             raise rejected
-        return stored
+        result = WriteResult()
+        for (_, data), new in zip(blocks, stored):
+            result += WriteResult(1, 0, len(data)) if new else WriteResult(0, 1, 0)
+        return result
 
-    def write(
-        self,
-        fingerprint: str,
-        blocks: Sequence[tuple[bytes, bytes]],
-        first_index: int = 0,
-        verified: bool = False,
-        reserved: Mapping[bytes, int] | None = None,
+    def _write(
+        self, fingerprint: str, blocks: Sequence[tuple[bytes, bytes]], first_index: int
     ) -> tuple[list[bool], BlockRejectedError | None]:
-        """`put_many` that returns the rejection (with what was stored before it) instead of raising
-        it. `verified=True` skips verification the caller has just done. With `reserved` (id ->
-        size, added by `reserve`), only those blocks are written, each one's reservation turning
-        into stored bytes as it lands; what is left is released before returning, whatever happens."""
         if not fingerprint:
             raise ValueError("model fingerprint must not be empty")
-        staged: list[tuple[int, Staged]] = []
-        seen: set[bytes] = set()
-        rejected: BlockRejectedError | None = None
+        # Verified before any room is made, so a bad write never evicts a good block.
+        blocks, headers, rejected = self._verified_prefix(fingerprint, [(bytes(b), d) for b, d in blocks], first_index)
+        with self._lock:
+            new = {b: len(d) for b, d in blocks if not self.ssd.contains(b)}
+            for block_id, _ in blocks:  # a write uses the blocks it repeats: never evict them for it
+                if block_id not in new:
+                    self._ssd_policy.touch(block_id)
+            self._make_ssd_room(sum(new.values()))
+            self.ssd.reserve(sum(new.values()))
+            # Bytes on disk never exceed stored + reserved, so this bounds the true peak.
+            self._ssd_peak = max(self._ssd_peak, sum(self.ssd.committed_bytes()))
+        stored: list[bool | None] = [None] * len(blocks)  # None: unknown (the write raised)
         try:
-            for i, (block_id, data) in enumerate(blocks):
-                block_id = bytes(block_id)
-                try:
-                    # A bad buffer is rejected even when its id is stored: the caller has a bug.
-                    if not verified:
-                        verify_block(block_id, data, fingerprint, self.max_block_bytes)
-                except ValueError as exc:
-                    rejected = BlockRejectedError(first_index + i, block_id, exc)
-                    break
-                if block_id in seen or self.contains(block_id) or (reserved is not None and block_id not in reserved):
-                    continue
-                seen.add(block_id)
-                staged.append((i, self._stage(block_id, data, reserved is not None)))
-            self._commit([item for _, item in staged])
-        except BaseException:
-            for _, item in staged:
-                if item.stored is None:
-                    self._discard(item)
-            raise
+            # Only `new` is written (a block stored at reservation but evicted since has no room
+            # reserved); `write` releases what it did not use.
+            written, _ = self.ssd.write(fingerprint, blocks, first_index, verified=True, reserved=new)
+            stored = list(written)
         finally:
-            if reserved:
-                landed = {item.block_id for _, item in staged if item.stored}
-                self.release(sum(size for b, size in reserved.items() if b not in landed))
-        stored = [False] * len(blocks)
-        for i, item in staged:
-            stored[i] = bool(item.stored)
-        return stored, rejected
+            with self._lock:
+                for (block_id, data), header, is_new in zip(blocks, headers, stored):
+                    if not self.ssd.contains(block_id):
+                        continue  # not written, or deleted since: keep it out of DRAM and the policy
+                    if is_new is False:
+                        self._ssd_policy.touch(block_id)  # again, so the batch ends in request order
+                        continue
+                    self._ssd_policy.insert(block_id, len(data))
+                    if is_new:
+                        self._writes.add(len(data))
+                        self.dram.insert(block_id, bytes(data), header)
+        return [bool(s) for s in stored], rejected
 
-    def delete(self, block_id: bytes, durable: bool = True) -> bool:
-        """Remove a stored block; False if it was not stored.
-
-        With `durable=False` the removal may be undone by a crash (fine for eviction: the block
-        comes back intact); `sync_deletes` makes a batch of such removals durable.
-        """
-        block_id = bytes(block_id)
-        with self._lock:
-            size = self._index.pop(block_id, None)
-            if size is None:
-                return False
-            self._bytes -= size
+    def _verified_prefix(
+        self,
+        fingerprint: str,
+        blocks: list[tuple[bytes, bytes]],
+        first_index: int,
+    ) -> tuple[list[tuple[bytes, bytes]], list[BlockHeader], BlockRejectedError | None]:
+        """The blocks before the first bad one, their headers, and the bad one's rejection."""
+        headers: list[BlockHeader] = []
+        for i, (block_id, data) in enumerate(blocks):
             try:
-                os.unlink(self._path_str(block_id))
-            except FileNotFoundError:
-                pass
-        if durable:
-            self._fsync_dir(self._path(block_id).parent)
-        return True
-
-    def reserve(self, nbytes: int) -> None:
-        """Count `nbytes` about to be written (see `write(reserved=...)`) in `committed_bytes`."""
-        with self._lock:
-            self._reserved += nbytes
-
-    def release(self, nbytes: int) -> None:
-        with self._lock:
-            self._reserved -= nbytes
-
-    def committed_bytes(self) -> tuple[int, int]:
-        """(bytes stored, bytes reserved for writes in flight): their sum bounds the bytes on disk."""
-        with self._lock:
-            return self._bytes, self._reserved
-
-    def disk_bytes(self) -> int:
-        """Bytes of every file under the blocks dir, temp files included, walked with installs and
-        deletes held still (a check for tests and soaks; it costs a directory walk)."""
-        total = 0
-        with self._lock:
-            for dirpath, _, names in os.walk(self._root):
-                for name in names:
-                    try:
-                        total += os.stat(os.path.join(dirpath, name)).st_size
-                    except FileNotFoundError:  # a temp file discarded by its writer meanwhile
-                        pass
-        return total
-
-    def sync_deletes(self, block_ids: Sequence[bytes]) -> None:
-        for directory in {self._path(bytes(b)).parent for b in block_ids}:
-            self._fsync_dir(directory)
+                if len(data) > self.ssd_budget_bytes:  # could never be stored, not even in an empty tier
+                    raise ValueError(f"block is {len(data)} bytes, over the SSD budget of {self.ssd_budget_bytes}")
+                headers.append(verify_block(block_id, data, fingerprint, self.ssd.max_block_bytes))
+            except ValueError as exc:
+                return blocks[:i], headers, BlockRejectedError(first_index + i, block_id, exc)
+        return blocks, headers, None
 
     # -- reads ------------------------------------------------------------------------------------
 
     def read(
-        self, block_id: bytes, expected_fingerprint: str | None = None, layers: Layers = None, nowait: bool = False
+        self, block_id: bytes, fingerprint: str | None = None, layers: Layers = None, nowait: bool = False
     ) -> BlockRead | None | NotCached:
-        """The whole block or `layers` of it, verified; None if absent or found corrupt (then deleted).
-
-        Raises FingerprintMismatchError if the block belongs to another model than
-        `expected_fingerprint`, LayerRangeError if it has no such layers (the block is kept).
-        With `nowait`, returns NOT_CACHED (counting nothing) instead of waiting for the disk.
-        """
+        """The whole block or `layers` of it (a range, or a slice with an open stop), from the
+        fastest tier holding it; None if not stored (or found corrupt, then dropped). Raises
+        ValueError for a malformed id, FingerprintMismatchError for another model's block,
+        LayerRangeError for absent layers.
+        With `nowait`, returns NOT_CACHED (counting nothing) rather than wait for the disk: an
+        event loop serves DRAM and page-cache hits in place and sends the rest to a thread."""
         block_id = bytes(block_id)
-        if len(block_id) != BLOCK_ID_BYTES or not self.contains(block_id):
-            return self._miss()
-        try:
-            fd = os.open(self._path_str(block_id), os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            # Deleted by a concurrent get/delete after our index check.
+        check_block_id(block_id)
+        with self._lock:
+            entry = self.dram.get(block_id, count_miss=not nowait)
+            if entry is not None:
+                self._ssd_policy.touch(block_id)
+        if entry is not None:
+            read = _slice(block_id, entry.data, entry.header, fingerprint, layers)
             with self._lock:
-                if not self._path(block_id).exists():  # unless a concurrent put stored it again
-                    self._bytes -= self._index.pop(block_id, 0)
-            return self._miss()
-        try:
-            st = os.fstat(fd)
-            if wants_whole(layers):
-                data, header = read_whole(fd, st.st_size, block_id, expected_fingerprint, self.max_block_bytes, nowait)
-                hsize, layers = header.payload_offset, range(header.num_layers)
-            else:
-                data, hsize, header, layers = read_layers(
-                    fd, st.st_size, block_id, expected_fingerprint, layers, nowait
-                )
-        except WouldBlock:
-            return NOT_CACHED
-        except (FingerprintMismatchError, LayerRangeError):
-            raise
-        except ValueError as exc:
-            self._drop_corrupt(block_id, st.st_ino, exc)
-            return self._miss()
-        finally:
-            os.close(fd)
+                self._reads.add(len(read.data))
+            return read
+        if nowait and (self.ssd.size_of(block_id) or 0) > NOWAIT_MAX_BYTES:
+            return NOT_CACHED  # verifying it would hold the caller's event loop too long
+        read = self.ssd.read(block_id, fingerprint, layers, nowait)
+        if read is NOT_CACHED:
+            return read
         with self._lock:
-            self._hits += 1
-        return BlockRead(block_id, data, hsize, layers, header.num_layers, Tier.SSD, header)
-
-    def prefetch(self, block_ids: Sequence[bytes]) -> None:
-        """Start reading the files of stored `block_ids` into the page cache, without waiting.
-
-        Advice only (readahead): a reader that knows which blocks come next calls it so the disk
-        works on them, many at once, while it sends the ones before. Nothing is verified or
-        counted here; the reads that follow do that. Absent ids are skipped.
-        """
-        for block_id in block_ids:
-            try:
-                fd = os.open(self._path_str(bytes(block_id)), os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:  # not stored (any more)
-                continue
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-
-    def get(self, block_id: bytes, expected_fingerprint: str | None = None) -> bytes | None:
-        """The whole stored block, verified; None if absent or found corrupt (then deleted)."""
-        read = self.read(block_id, expected_fingerprint)
-        return None if read is None else read.data
-
-    def contains(self, block_id: bytes) -> bool:
-        with self._lock:
-            return bytes(block_id) in self._index
+            self.dram.misses += nowait  # not counted above, as the read might have been handed on
+            if read is None:
+                self._ssd_misses += 1
+                if not self.ssd.contains(block_id):
+                    self._forget(block_id)  # dropped as corrupt, or never there
+                return None
+            self._ssd_hits += 1
+            self._reads.add(len(read.data))
+            if self.ssd.contains(block_id):
+                self._ssd_policy.touch(block_id)
+                if read.whole and len(read.data) <= self.dram.budget_bytes:
+                    # DRAM keeps an immutable copy: a nowait read's buffer is a bytearray.
+                    self.dram.insert(block_id, bytes(read.data), read.header)
+        return read
 
     def size_of(self, block_id: bytes) -> int | None:
-        with self._lock:
-            return self._index.get(block_id)
+        """The stored size of a block (from the index; no disk IO), None if not stored."""
+        return self.ssd.size_of(bytes(block_id))
 
-    def lookup(self, block_ids: Sequence[bytes]) -> int:
-        """How many leading ids of `block_ids` are stored (from the index; no disk IO)."""
+    def prefetch(self, block_ids: Sequence[bytes]) -> None:
+        """Start SSD reads of those `block_ids` not in DRAM (see `SsdTier.prefetch`); no waiting."""
         with self._lock:
-            for n, block_id in enumerate(block_ids):
-                if bytes(block_id) not in self._index:
-                    return n
-            return len(block_ids)
+            cold = [b for b in map(bytes, block_ids) if b not in self.dram]
+        self.ssd.prefetch(cold)
 
-    def scanned_oldest_first(self) -> list[bytes]:
-        """Ids found by the start-up scan, least recently written first (once; then forgotten)."""
+    def read_stream(
+        self,
+        block_ids: Sequence[bytes],
+        fingerprint: str | None = None,
+        layers: Layers = None,
+        read_ahead_bytes: int = READ_AHEAD_BYTES,
+    ) -> ReadStream:
+        """`read` of each id in order, ending at the first one not stored, with the blocks after the
+        one being read on their way from disk (whole-block reads). Iterate it in process (`for`,
+        blocking) or on an event loop (`async for`: warm blocks in place, cold ones in a worker
+        thread), as the servicer's Read and Get do. Raises LayerRangeError for an empty range."""
+        return ReadStream(self, block_ids, fingerprint, layers, read_ahead_bytes)
+
+    async def write_stream(
+        self, blocks: AsyncIterable[tuple[str, bytes, bytes]], on_batch: WriteBatchCallback | None = None
+    ) -> WriteResult:
+        """Durably store `(fingerprint, block_id, data)` as they arrive, in batches committed in a
+        worker thread while the next batch arrives; see `streams.write_stream`."""
+        return await write_stream(self, blocks, on_batch)
+
+    def get(self, block_id: bytes, fingerprint: str | None = None) -> bytes | None:
+        read = self.read(block_id, fingerprint)
+        return None if read is None else read.data
+
+    def lookup(self, block_ids: Sequence[bytes]) -> LookupResult:
+        """The longest stored prefix and each id's tier; malformed ids are simply not stored."""
         with self._lock:
-            mtimes, self._mtimes = self._mtimes, {}
-            return [b for b in sorted(mtimes, key=mtimes.__getitem__) if b in self._index]
+            tiers = tuple(self._tier(bytes(b)) for b in block_ids)
+        prefix = next((i for i, t in enumerate(tiers) if t is Tier.NONE), len(tiers))
+        return LookupResult(prefix, tiers)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def pin(self, block_ids: Sequence[bytes], ttl_s: float) -> int:
+        """Keep stored blocks from eviction for `ttl_s` seconds; returns how many were stored."""
+        if not 0 < ttl_s <= MAX_PIN_TTL_S:
+            raise ValueError(f"pin ttl_s must be in (0, {MAX_PIN_TTL_S:.0f}], got {ttl_s}")
+        ids = checked_block_ids(block_ids)
+        with self._lock:
+            present = [b for b in ids if self.ssd.contains(b)]
+            for block_id in present:
+                hint = Hint(pin_until=self._pins.pin(block_id, ttl_s))
+                self._ssd_policy.hint(block_id, hint)
+                self.dram.hint(block_id, hint)
+        return len(present)
+
+    def unpin(self, block_ids: Sequence[bytes]) -> int:
+        ids = checked_block_ids(block_ids)
+        with self._lock:
+            return sum(self._pins.unpin(b) for b in ids)
+
+    def hint(self, block_ids: Sequence[bytes], hint: Hint) -> int:
+        """Pass advice to both tiers' policies; returns how many ids are stored."""
+        ids = checked_block_ids(block_ids)
+        with self._lock:
+            present = [b for b in ids if self.ssd.contains(b)]
+            for block_id in present:
+                self._ssd_policy.hint(block_id, hint)
+                self.dram.hint(block_id, hint)
+        return len(present)
+
+    def hint_from_now(self, priority: int | None = None, next_use_in_s: float | None = None) -> Hint:
+        """A `Hint` whose expected next use is `next_use_in_s` from now on the store's clock."""
+        return Hint(priority=priority, next_use_at=None if next_use_in_s is None else self._clock() + next_use_in_s)
+
+    def delete(self, block_ids: Sequence[bytes]) -> int:
+        """Remove blocks from every tier (durably); returns how many were stored."""
+        ids = checked_block_ids(block_ids)
+        with self._lock:
+            deleted = [b for b in ids if self.ssd.delete(b, durable=False)]
+            for block_id in ids:
+                self._forget(block_id)
+                self._pins.unpin(block_id)
+        self.ssd.sync_deletes(deleted)
+        return len(deleted)
 
     def stats(self) -> StoreStats:
+        ssd = self.ssd.stats()
         with self._lock:
+            d = self.dram
             return StoreStats(
-                blocks=len(self._index),
-                bytes=self._bytes,
-                hits=self._hits,
-                misses=self._misses,
-                corrupt_dropped=self._corrupt,
+                dram=TierStats(Tier.DRAM, len(d), d.bytes, d.budget_bytes, d.hits, d.misses, d.evictions, d.peak_bytes),
+                ssd=TierStats(
+                    Tier.SSD,
+                    ssd.blocks,
+                    ssd.bytes,
+                    self.ssd_budget_bytes,
+                    self._ssd_hits,
+                    self._ssd_misses,
+                    self._ssd_evictions,
+                    self._ssd_peak,
+                ),
+                reserved_bytes=self.ssd.committed_bytes()[1],
+                pinned_blocks=self._pins.count(),
+                corrupt_dropped=ssd.corrupt_dropped,
+                read_bytes=self._reads.total,
+                write_bytes=self._writes.total,
+                read_bytes_per_s=self._reads.rate(),
+                write_bytes_per_s=self._writes.rate(),
             )
 
-    # -- internals --------------------------------------------------------------------------------
-
-    def _path(self, block_id: bytes) -> Path:
-        return Path(self._path_str(block_id))
-
-    def _path_str(self, block_id: bytes) -> str:
-        name = block_id.hex()  # plain strings: pathlib costs more than the syscalls on this path
-        return f"{self._root}/{name[:2]}/{name}{BLOCK_SUFFIX}"
-
-    def _stage(self, block_id: bytes, data: bytes | bytearray | memoryview, reserved: bool = False) -> Staged:
-        """Write a temp file next to the block's final path (synced unless group commit syncs)."""
-        name = block_id.hex()
-        directory = f"{self._root}/{name[:2]}"
-        self._ensure_dir(directory, name[:2])
-        path = f"{directory}/{name}{BLOCK_SUFFIX}"
-        tmp = f"{directory}/.{name}.{os.getpid()}-{next(self._seq)}{TEMP_SUFFIX}"
-        view = memoryview(data).cast("B")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        try:
-            written = 0
-            while written < len(view):
-                written += os.write(fd, view[written:])
-            if self.fsync and not self.group_commit:
-                os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            os.unlink(tmp)
-            raise
-        os.close(fd)
-        return Staged(block_id, tmp, path, len(view), reserved)
-
-    def _commit(self, items: list[Staged]) -> None:
-        if not items:
-            return
-        if self._committer is not None:
-            self._committer.commit(items)
-            return
-        for item in items:
-            self._install(item)
-        for directory in {os.path.dirname(item.path) for item in items}:
-            self._fsync_dir(Path(directory))
-
-    def _install(self, item: Staged) -> None:
-        """Rename a durable temp file into place (under the lock, so index and directory agree)."""
+    def disk_bytes(self) -> int:
+        """Bytes on disk right now, with evictions and new reservations held still meanwhile:
+        this is what must never exceed the SSD budget."""
         with self._lock:
-            if item.block_id in self._index:  # a concurrent put of the same block won the race
-                os.unlink(item.tmp)
-                item.stored = False
-                return
-            os.replace(item.tmp, item.path)
-            self._index[item.block_id] = item.size
-            self._bytes += item.size
-            if item.reserved:  # its reservation becomes stored bytes in the same step
-                self._reserved -= item.size
-            item.stored = True
+            return self.ssd.disk_bytes()
 
-    def _discard(self, item: Staged) -> None:
-        Path(item.tmp).unlink(missing_ok=True)
+    # -- internals (called under the lock) --------------------------------------------------------
 
-    def _miss(self) -> None:
-        with self._lock:
-            self._misses += 1
-        return None
+    def _tier(self, block_id: bytes) -> Tier:
+        if block_id in self.dram:
+            return Tier.DRAM
+        return Tier.SSD if self.ssd.contains(block_id) else Tier.NONE
 
-    def _drop_corrupt(self, block_id: bytes, inode: int, reason: Exception) -> None:
-        path = self._path(block_id)
-        with self._lock:
-            try:
-                if path.stat().st_ino != inode:
-                    return  # evicted and stored again since we opened it: the new file is not ours to judge
-            except FileNotFoundError:
-                pass
-            # Only the thread that removes the entry deletes and counts, so concurrent readers of one
-            # corrupt block count it once.
-            size = self._index.pop(block_id, None)
-            if size is None:
-                return
-            self._bytes -= size
-            self._corrupt += 1
-            path.unlink(missing_ok=True)
-        log.warning("dropped corrupt block %s: %s", block_id.hex(), reason)
-
-    def _ensure_dir(self, directory: str, name: str) -> None:
-        if name in self._made_dirs:
+    def _make_ssd_room(self, nbytes: int) -> None:
+        excess = sum(self.ssd.committed_bytes()) + nbytes - self.ssd_budget_bytes
+        if excess <= 0:
             return
-        os.makedirs(directory, exist_ok=True)
-        # The new directory's own entry must be durable, or a crash could lose every block in it
-        # (group commit's filesystem sync covers it).
-        if not self.group_commit:
-            self._fsync_dir(self.root)
-        self._made_dirs.add(name)
+        victims = pick_victims(self._ssd_policy, excess, lambda b: self.ssd.size_of(b) or 0, self._pins.pinned)
+        if victims is None:
+            raise StoreFullError(
+                f"SSD tier full: {nbytes} bytes to write, budget {self.ssd_budget_bytes}, "
+                f"{self.ssd.committed_bytes()[1]} bytes in flight, {self._pins.count()} blocks pinned"
+            )
+        for block_id in victims:
+            self.ssd.delete(block_id, durable=False)  # a crash may bring it back, intact: harmless
+            self._forget(block_id)
+            self._ssd_evictions += 1
 
-    def _fsync_dir(self, directory: Path) -> None:
-        if not self.fsync:
-            return
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def _scan(self) -> None:
-        """Rebuild the index from the directory; remove temp files of interrupted puts."""
-        found = scan_blocks(self.root)
-        self._made_dirs.update(found.shards)
-        for block_id, (size, mtime_ns) in found.blocks.items():
-            self._index[block_id] = size
-            self._mtimes[block_id] = mtime_ns
-            self._bytes += size
-        if found.temps_removed:
-            log.info("removed %d temp files of interrupted puts", found.temps_removed)
-        log.info("block store %s: %d blocks, %d bytes", self.root, len(self._index), self._bytes)
+    def _forget(self, block_id: bytes) -> None:
+        self.dram.remove(block_id)
+        self._ssd_policy.remove(block_id)
 
 
-__all__ = ["BLOCK_SUFFIX", "TEMP_SUFFIX", "BlockRejectedError", "BlockStore", "StoreStats", "block_path"]
+def _slice(block_id: bytes, data: bytes, header: BlockHeader, fingerprint: str | None, layers: Layers) -> BlockRead:
+    check_fingerprint(header, fingerprint)
+    layers = resolve_layers(layers, header)
+    if layers == range(header.num_layers):
+        return BlockRead(block_id, data, header.payload_offset, layers, header.num_layers, Tier.DRAM)
+    offset, length = payload_range(header, layers.start, layers.stop)
+    view = memoryview(data)
+    out = bytes(view[: header.payload_offset]) + bytes(view[offset : offset + length])
+    return BlockRead(block_id, out, header.payload_offset, layers, header.num_layers, Tier.DRAM)

@@ -79,7 +79,7 @@ class TierStats:
 
 
 @dataclass(frozen=True)
-class TieredStats:
+class StoreStats:
     dram: TierStats
     ssd: TierStats
     reserved_bytes: int  # SSD bytes held for writes in flight (counted against the SSD budget)

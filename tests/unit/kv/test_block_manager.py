@@ -2,6 +2,8 @@ import pytest
 
 from agentserve.kv.block_hash import block_ids_for
 from agentserve.kv.block_manager import Allocation, BlockManager
+from agentserve.kv.eviction import EVICTION_POLICIES
+from tests.support.eviction import MostRecentFirst
 
 pytestmark = pytest.mark.unit
 
@@ -23,7 +25,7 @@ def run_and_cache(mgr, tokens):
 
 
 def snapshot(mgr):
-    return (mgr.stats(), list(mgr._free), list(mgr._evictable), dict(mgr._slot_of), list(mgr._refs))
+    return (mgr.stats(), list(mgr._free), mgr.eviction_order(), dict(mgr._slot_of), list(mgr._refs))
 
 
 def test_fresh_allocation_takes_free_slots_in_order():
@@ -75,13 +77,43 @@ def test_eviction_order_is_lru_and_deepest_block_first():
     assert run_and_cache(mgr, a) == [0, 1]
     assert run_and_cache(mgr, b) == [2, 3]
     # Freed tail-first: LRU order is a1, a0, b1, b0.
-    assert list(mgr._evictable) == [1, 0, 3, 2]
+    assert mgr.eviction_order() == [1, 0, 3, 2]
     alloc = mgr.allocate(ids([5, 5, 6, 6, 7, 7]), 6, 0)
     assert alloc.slots == [1, 0, 3]
     assert mgr.cached_prefix(ids(a)) == 0
     assert mgr.cached_prefix(ids(b)) == 1  # b's root survived, its second block did not
     assert mgr.stats()["evictions"] == 3
     assert mgr.stats()["resident_blocks"] == 1
+
+
+def test_the_lru_policy_by_name_evicts_the_least_recently_freed_slot_first():
+    mgr = BlockManager(num_slots=6, block_size=BS, eviction_policy="lru")
+    a, b, c = [1, 1, 2, 2], [3, 3, 4, 4], [5, 5, 6, 6]
+    run_and_cache(mgr, a)  # slots 0, 1
+    run_and_cache(mgr, b)  # slots 2, 3
+    run_and_cache(mgr, c)  # slots 4, 5
+    assert mgr.eviction_order() == [1, 0, 3, 2, 5, 4]
+    mgr.free(mgr.allocate(ids(b), 4, 2).slots)  # a hit and freed again: b is the most recent now
+    assert mgr.eviction_order() == [1, 0, 5, 4, 3, 2]
+    assert mgr.allocate(ids([7, 7, 8, 8, 9, 9]), 6, 0).slots == [1, 0, 5]
+    assert mgr.eviction_order() == [4, 3, 2]
+    assert mgr.stats()["evictions"] == 3
+
+
+def test_the_named_policy_decides_which_cached_slot_is_evicted(monkeypatch):
+    monkeypatch.setitem(EVICTION_POLICIES, "mru", MostRecentFirst)
+    mgr = BlockManager(num_slots=4, block_size=BS, eviction_policy="mru")
+    run_and_cache(mgr, [1, 1, 2, 2])
+    run_and_cache(mgr, [3, 3, 4, 4])
+    assert mgr.eviction_order() == [2, 3, 0, 1]
+    assert mgr.allocate(ids([5, 5]), 2, 0).slots == [2]
+    b = ids([3, 3, 4, 4])
+    assert mgr.lookup(b[0]) is None and mgr.lookup(b[1]) == 3 and mgr.cached_prefix(ids([1, 1, 2, 2])) == 2
+
+
+def test_an_unknown_policy_name_is_refused_naming_the_choices():
+    with pytest.raises(ValueError, match="unknown eviction policy 'fifo'; choose one of: lru"):
+        BlockManager(num_slots=4, block_size=BS, eviction_policy="fifo")
 
 
 def test_free_list_is_used_before_evicting():
@@ -100,7 +132,7 @@ def test_hit_revives_cached_slot_so_it_is_not_evicted():
     run_and_cache(mgr, [3, 3, 4, 4])  # LRU: 1, 0, 3, 2
     hit = mgr.allocate(ids(a), 4, 2)  # revives slots 0 and 1
     assert hit.slots == [0, 1]
-    assert list(mgr._evictable) == [3, 2]
+    assert mgr.eviction_order() == [3, 2]
     fresh = mgr.allocate(ids([5, 5, 6, 6]), 4, 0)
     assert fresh.slots == [3, 2]
     assert mgr.num_free_slots == 0

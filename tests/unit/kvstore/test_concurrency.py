@@ -5,7 +5,7 @@ import time
 import pytest
 
 from agentserve.kv.block_format import payload_range, read_header
-from agentserve.kvstore.tiered import TieredStore
+from agentserve.kvstore.store import KVStore
 from tests.support.kv_blocks import FP, block_size, chain, make_block
 
 pytestmark = pytest.mark.unit
@@ -14,9 +14,7 @@ pytestmark = pytest.mark.unit
 def test_readers_see_a_block_whole_or_not_at_all_while_writers_evict(tmp_path):
     ids = chain(40, salt="concurrency")
     blocks = {b: make_block(b, seed=i) for i, b in enumerate(ids)}
-    store = TieredStore.open(
-        tmp_path, dram_budget_bytes=3 * block_size(), ssd_budget_bytes=8 * block_size(), fsync=False
-    )
+    store = KVStore.open(tmp_path, dram_budget_bytes=3 * block_size(), ssd_budget_bytes=8 * block_size(), fsync=False)
     stop = threading.Event()
     problems: list[str] = []
     reads = [0, 0]  # attempts, hits

@@ -1,34 +1,13 @@
 import pytest
 
-from agentserve.kvstore.policy import Hint, LRUPolicy, Pins, pick_victims
+from agentserve.kv.eviction import LRUPolicy
+from agentserve.kvstore.pins import Pins, pick_victims
 
 pytestmark = pytest.mark.unit
 
 
 def ids(*names: str) -> list[bytes]:
     return [n.encode() for n in names]
-
-
-def test_lru_evicts_least_recently_used_first():
-    policy = LRUPolicy()
-    for b in ids("a", "b", "c", "d"):
-        policy.insert(b, 1)
-    policy.touch(b"b")
-    policy.touch(b"a")
-    policy.touch(b"unknown")  # ignored
-    assert list(policy.victims()) == ids("c", "d", "b", "a")
-    policy.remove(b"d")
-    policy.remove(b"unknown")
-    policy.insert(b"e", 1)
-    assert list(policy.victims()) == ids("c", "b", "a", "e")
-
-
-def test_lru_ignores_hints():
-    policy = LRUPolicy()
-    for b in ids("a", "b"):
-        policy.insert(b, 1)
-    policy.hint(b"a", Hint(priority=9, next_use_at=1.0))
-    assert list(policy.victims()) == ids("a", "b")
 
 
 def test_pick_victims_skips_pinned_and_stops_when_enough_is_freed():
