@@ -1,13 +1,11 @@
 """Map domain exceptions to gRPC status codes, in one place for every servicer.
 
-Servicers stay thin: they raise the plain Python errors the logic raises and this decorator turns
-them into statuses. A bad request never takes the service down.
+Servicers stay thin: they raise the plain Python errors the logic raises and the server's
+`interceptors.ErrorInterceptor` turns them into statuses. A bad request never takes the service down.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 
 import grpc
@@ -31,37 +29,10 @@ def status_for(exc: BaseException) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
-async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, method: str) -> None:
+async def abort(context: grpc.aio.ServicerContext, exc: BaseException, method: str) -> None:
+    """End the call with `status_for(exc)`; an INTERNAL one is a bug, logged with its traceback."""
     code = status_for(exc)
     if code is grpc.StatusCode.INTERNAL:
-        log.exception("%s failed", method)
+        log.error("%s failed", method, exc_info=exc)
     message = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
     await context.abort(code, message or type(exc).__name__)
-
-
-def grpc_errors(method):
-    """Decorate an async servicer method (unary or server-streaming) to translate exceptions."""
-    if inspect.isasyncgenfunction(method):
-
-        @functools.wraps(method)
-        async def stream_wrapper(self, request, context):
-            try:
-                async for item in method(self, request, context):
-                    yield item
-            except (grpc.aio.AbortError, GeneratorExit):
-                raise
-            except Exception as exc:  # noqa: BLE001 - translated to a status, never swallowed
-                await _abort(context, exc, method.__qualname__)
-
-        return stream_wrapper
-
-    @functools.wraps(method)
-    async def unary_wrapper(self, request, context):
-        try:
-            return await method(self, request, context)
-        except grpc.aio.AbortError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            await _abort(context, exc, method.__qualname__)
-
-    return unary_wrapper

@@ -2,8 +2,9 @@
 
 It owns what is the same everywhere: an asyncio gRPC server on uvloop, gRPC health (NOT_SERVING
 until the service's warm-up finished, e.g. an engine's first real generation), reflection,
-Prometheus `/metrics`, OpenTelemetry, and a graceful stop on SIGTERM/SIGINT. A service supplies
-its servicers and lifecycle hooks by implementing `Service`.
+Prometheus `/metrics`, OpenTelemetry, the `interceptors` (trace context and error mapping for every
+RPC), and a graceful stop on SIGTERM/SIGINT. A service supplies its servicers and lifecycle hooks
+by implementing `Service`; `main` is every `python -m agentserve.<service>` entry point.
 """
 
 from __future__ import annotations
@@ -11,13 +12,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
+from agentserve.common.config import load_config
+from agentserve.common.interceptors import server_interceptors
 from agentserve.common.telemetry import setup_tracing, shutdown_tracing
 
 log = logging.getLogger(__name__)
@@ -37,6 +43,26 @@ class ServerSettings:
     grpc_port: int
     metrics_port: int  # 0 disables /metrics
     grace_s: float = 5.0
+
+    @classmethod
+    def of(cls, name: str, config: ServiceConfig) -> ServerSettings:
+        return cls(name, config.host, config.grpc_port, config.metrics_port)
+
+
+class ServiceConfig(Protocol):
+    """The fields every service's typed (frozen) config has."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def grpc_port(self) -> int: ...
+
+    @property
+    def metrics_port(self) -> int: ...
+
+
+C = TypeVar("C", bound=ServiceConfig)
 
 
 class Service:
@@ -59,7 +85,7 @@ class Service:
 async def serve(service: Service, settings: ServerSettings, ready: asyncio.Event | None = None) -> None:
     """Run `service` until SIGTERM/SIGINT (or cancellation), then stop gracefully."""
     setup_tracing(settings.name)
-    server = grpc.aio.server(options=GRPC_OPTIONS)
+    server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=server_interceptors())
     names = service.add_to_server(server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -98,9 +124,15 @@ async def serve(service: Service, settings: ServerSettings, ready: asyncio.Event
         log.info("%s stopped", settings.name)
 
 
-def run(service: Service, settings: ServerSettings) -> None:
-    """Process entry point: uvloop, logging, serve until signalled."""
+def main(name: str, config_cls: type[C], build: Callable[[C], Service], argv: Sequence[str] | None = None) -> None:
+    """Process entry point: the typed config from flags and env, the service, served until signalled."""
     import uvloop
 
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {settings.name} %(levelname)s %(message)s")
-    uvloop.run(serve(service, settings))
+    try:
+        config = load_config(config_cls, sys.argv[1:] if argv is None else argv)
+    except ValueError as exc:
+        sys.exit(f"{name}: {exc}")
+    # Before the service is built: what it logs while building (a store's start-up scan) is kept.
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
+    service = build(config)
+    uvloop.run(serve(service, ServerSettings.of(name, config)))

@@ -1,6 +1,7 @@
-"""OpenTelemetry: one tracer provider per process, context carried over gRPC metadata, and the
-`kv.transfer` span every KV movement records (counted on /metrics too, by path and link, so a test
-or a dashboard can tell how many transfers and bytes the spans should account for).
+"""OpenTelemetry: one tracer provider per process, context carried over gRPC metadata (by the
+`interceptors`), and the `kv.transfer` span every KV movement records (counted on /metrics too, by
+path and link, so a test or a dashboard can tell how many transfers and bytes the spans should
+account for).
 
 Spans export over OTLP/gRPC only when `OTEL_EXPORTER_OTLP_ENDPOINT` is set; without it spans are
 still created (turns report their trace id) but go nowhere. Tests attach an in-memory exporter.
@@ -13,7 +14,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -60,22 +60,15 @@ def tracer() -> trace.Tracer:
     return trace.get_tracer("agentserve")
 
 
-def outgoing_metadata(extra: dict[str, str] | None = None) -> list[tuple[str, str]]:
-    """gRPC metadata carrying the current trace context (W3C traceparent)."""
-    carrier: dict[str, str] = dict(extra or {})
+def outgoing_metadata() -> list[tuple[str, str]]:
+    """gRPC metadata carrying the current trace context (W3C traceparent).
+
+    Channels from `channels.open_channel` carry the context current at a call by themselves; this is
+    for a caller whose span cannot be current at the call (see `interceptors`).
+    """
+    carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return list(carrier.items())
-
-
-@contextmanager
-def incoming_context(grpc_context) -> Iterator[None]:
-    """Make the caller's trace context current for the body of a servicer method."""
-    carrier = {k: v for k, v in (grpc_context.invocation_metadata() or ())}
-    token = otel_context.attach(propagate.extract(carrier))
-    try:
-        yield
-    finally:
-        otel_context.detach(token)
 
 
 def current_trace_id() -> str:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from agentserve.common.errors import grpc_errors
-from agentserve.common.telemetry import incoming_context
 from agentserve.decode.worker import DecodeWorker
 from agentserve.engine_service.protocol import sampling_from_proto
 from agentserve.fabric.stream import incoming_transfer
@@ -14,35 +12,27 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
     def __init__(self, worker: DecodeWorker):
         self.worker = worker
 
-    @grpc_errors
     async def LoadKV(self, request_iterator, context) -> decode_pb2.LoadKVResponse:
-        with incoming_context(context):
-            blocks = []
-            # Paced on this engine's cnic as well: the slower (or busier) end sets the rate.
-            async with incoming_transfer(self.worker.mover.cnic, context) as transfer:
-                async for block in request_iterator:
-                    await transfer.pace(len(block.data))
-                    blocks.append(block.data)
-            imported, present = await self.worker.load_kv(blocks)
+        blocks = []
+        # Paced on this engine's cnic as well: the slower (or busier) end sets the rate.
+        async with incoming_transfer(self.worker.mover.cnic, context) as transfer:
+            async for block in request_iterator:
+                await transfer.pace(len(block.data))
+                blocks.append(block.data)
+        imported, present = await self.worker.load_kv(blocks)
         return decode_pb2.LoadKVResponse(imported=imported, already_present=present)
 
-    @grpc_errors
     async def Generate(self, request: decode_pb2.GenerateRequest, context):
-        with incoming_context(context):
-            sampling = sampling_from_proto(request.sampling)
-            async for chunk in self.worker.generate(
-                list(request.token_ids), request.prompt_tokens, sampling, request.tenant
-            ):
-                yield decode_pb2.GenerateChunk(**chunk.__dict__)
+        sampling = sampling_from_proto(request.sampling)
+        async for chunk in self.worker.generate(
+            list(request.token_ids), request.prompt_tokens, sampling, request.tenant
+        ):
+            yield decode_pb2.GenerateChunk(**chunk.__dict__)
 
-    @grpc_errors
     async def RelayKV(self, request: decode_pb2.RelayRequest, context):
-        with incoming_context(context):
-            async for chunk in self.worker.relay(list(request.block_ids), request.dst):
-                yield chunk
+        async for chunk in self.worker.relay(list(request.block_ids), request.dst):
+            yield chunk
 
-    @grpc_errors
     async def Lookup(self, request: decode_pb2.HeldBlocksRequest, context) -> decode_pb2.HeldBlocksResponse:
-        with incoming_context(context):
-            held = await self.worker.held(list(request.block_ids))
+        held = await self.worker.held(list(request.block_ids))
         return decode_pb2.HeldBlocksResponse(held=held)

@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import grpc
 import torch
 
-from agentserve.common.server import GRPC_OPTIONS
-from agentserve.common.telemetry import kv_transfer, outgoing_metadata
+from agentserve.common.channels import ChannelCache
+from agentserve.common.telemetry import kv_transfer
 from agentserve.engine.async_engine import AsyncEngine
 from agentserve.engine.engine import LLMEngine
 from agentserve.fabric.nic import EmulatedNIC
@@ -85,7 +84,8 @@ class KVMover:
         self.block_bytes = block_wire_bytes(engine.engine)
         nics = dict(nics or unshaped_nics())
         self.snic, self.cnic = nics["snic"], nics["cnic"]
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        # Peer engines (handoff, relay); one found UNAVAILABLE is forgotten, so a restart gets a fresh channel.
+        self.peers = ChannelCache()
 
     async def load_from_store(self, ids: Sequence[bytes]) -> int:
         """Path A: fetch `ids` (a chained run) from the store into this engine; returns blocks loaded."""
@@ -123,10 +123,10 @@ class KVMover:
         """Those of `ids` the decode engine at `decode_address` does not hold, in order."""
         if not ids:
             return []
-        stub = decode_pb2_grpc.DecodeStub(self.channel(decode_address))
-        reply = await stub.Lookup(
-            decode_pb2.HeldBlocksRequest(block_ids=list(ids)), metadata=outgoing_metadata(), timeout=HANDOFF_TIMEOUT_S
-        )
+        async with self.peers.calling(decode_address) as channel:
+            reply = await decode_pb2_grpc.DecodeStub(channel).Lookup(
+                decode_pb2.HeldBlocksRequest(block_ids=list(ids)), timeout=HANDOFF_TIMEOUT_S
+            )
         if len(reply.held) != len(ids):
             raise ValueError(f"decode engine at {decode_address} answered {len(reply.held)} of {len(ids)} ids")
         return [block_id for block_id, held in zip(ids, reply.held) if not held]
@@ -139,23 +139,15 @@ class KVMover:
         with kv_transfer("handoff", "cnic", self.engine_id, decode_address, self.num_layers, self.cnic.gbps) as record:
             for _, data in blocks:
                 record.add(len(data))
-            stub = decode_pb2_grpc.DecodeStub(self.channel(decode_address))
-            async with self.cnic.transfer(record.bytes) as transfer:
+            async with self.peers.calling(decode_address) as channel, self.cnic.transfer(record.bytes) as transfer:
                 messages = (common_pb2.KVBlock(block_id=i, data=d) for i, d in blocks)
-                await stub.LoadKV(
+                await decode_pb2_grpc.DecodeStub(channel).LoadKV(
                     paced(messages, transfer, lambda m: len(m.data)),
-                    metadata=outgoing_metadata(dict(transfer_metadata(transfer))),
+                    metadata=transfer_metadata(transfer),
                     timeout=HANDOFF_TIMEOUT_S,
                 )
             record.queue_wait_s = transfer.queue_wait_s
         return Moved(len(blocks), record.bytes)
 
-    def channel(self, address: str) -> grpc.aio.Channel:
-        """One channel per peer engine, kept for the process's life (gRPC reconnects on its own)."""
-        if address not in self._channels:
-            self._channels[address] = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
-        return self._channels[address]
-
     async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close()
+        await self.peers.close()

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import grpc
 
-from agentserve.common.server import GRPC_OPTIONS
+from agentserve.common.channels import open_channel
 from agentserve.v1 import common_pb2, scheduler_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ class Registrar:
                 pass
 
     async def _run(self) -> None:
-        async with grpc.aio.insecure_channel(self._address, options=GRPC_OPTIONS) as channel:
+        async with open_channel(self._address) as channel:
             stub = scheduler_pb2_grpc.SchedulerStub(channel)
             known = False
             while True:

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
 
-from agentserve.common.telemetry import kv_transfer, outgoing_metadata
+from agentserve.common.telemetry import kv_transfer
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine_service.kv_moves import KVMover
 from agentserve.fabric.chunks import DEFAULT_CHUNK_BYTES, split_run
@@ -148,33 +148,31 @@ async def relay_load(mover: KVMover, ids: Sequence[bytes], relay_address: str) -
     over this engine's cnic and import them; returns how many blocks arrived (may stop short)."""
     if not ids:
         return 0
-    stub = decode_pb2_grpc.DecodeStub(mover.channel(relay_address))
-    call = stub.RelayKV(
-        decode_pb2.RelayRequest(block_ids=list(ids), dst=mover.engine_id),
-        metadata=outgoing_metadata(),
-        timeout=RELAY_TIMEOUT_S,
-    )
-    whole: list[bytearray] = []  # runs reassembled and verified, not yet imported
-    blocks = 0
-    receiver: PacedReceiver | None = None
-    try:
-        async with AsyncExitStack() as stack:
-            async for chunk in call:
-                if receiver is None:  # the header declares the size: from here it counts in our queue depth
-                    if not chunk.HasField("transfer"):
-                        raise ValueError("relay stream did not start with a transfer header")
-                    transfer = await stack.enter_async_context(
-                        mover.cnic.transfer(
-                            chunk.transfer.total_bytes, latency_ms=receiver_latency_ms(mover.cnic, chunk.transfer)
+    async with mover.peers.calling(relay_address) as channel:
+        call = decode_pb2_grpc.DecodeStub(channel).RelayKV(
+            decode_pb2.RelayRequest(block_ids=list(ids), dst=mover.engine_id), timeout=RELAY_TIMEOUT_S
+        )
+        whole: list[bytearray] = []  # runs reassembled and verified, not yet imported
+        blocks = 0
+        receiver: PacedReceiver | None = None
+        try:
+            async with AsyncExitStack() as stack:
+                async for chunk in call:
+                    if receiver is None:  # the header declares the size: from here it counts in our queue depth
+                        if not chunk.HasField("transfer"):
+                            raise ValueError("relay stream did not start with a transfer header")
+                        transfer = await stack.enter_async_context(
+                            mover.cnic.transfer(
+                                chunk.transfer.total_bytes, latency_ms=receiver_latency_ms(mover.cnic, chunk.transfer)
+                            )
                         )
-                    )
-                    receiver = PacedReceiver(transfer, lambda _run, buffer: whole.append(buffer))
-                await receiver.add(chunk.run, chunk.run_header, chunk.offset, chunk.data)
-                if whole:
-                    runs, whole[:] = list(whole), []
-                    blocks += await mover.engine.call(lambda e, r=runs: sum(_import_run(e, b) for b in r))
-    finally:
-        call.cancel()  # no-op once the stream ended; frees the relay when we stop early
+                        receiver = PacedReceiver(transfer, lambda _run, buffer: whole.append(buffer))
+                    await receiver.add(chunk.run, chunk.run_header, chunk.offset, chunk.data)
+                    if whole:
+                        runs, whole[:] = list(whole), []
+                        blocks += await mover.engine.call(lambda e, r=runs: sum(_import_run(e, b) for b in r))
+        finally:
+            call.cancel()  # no-op once the stream ended; frees the relay when we stop early
     return blocks
 
 

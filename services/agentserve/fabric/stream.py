@@ -15,8 +15,7 @@ from typing import TypeVar
 
 import grpc
 
-from agentserve.common.server import GRPC_OPTIONS
-from agentserve.common.telemetry import outgoing_metadata
+from agentserve.common.channels import open_channel
 from agentserve.fabric.chunks import DEFAULT_CHUNK_BYTES, RunAssembler, split_run
 from agentserve.fabric.malloc import keep_freed_buffers
 from agentserve.fabric.nic import EmulatedNIC, Transfer
@@ -194,7 +193,7 @@ class FabricClient:
     ) -> tuple[fabric_pb2.TransferSummary, Transfer]:
         """Stream `runs` paced by `nic`; returns the receiver's summary and the sender's transfer."""
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.address, options=GRPC_OPTIONS)
+            self._channel = open_channel(self.address)
         # requests are already serialized by `paced_chunks`
         transfer_call = self._channel.stream_unary(
             TRANSFER_METHOD, request_serializer=None, response_deserializer=fabric_pb2.TransferSummary.FromString
@@ -210,9 +209,7 @@ class FabricClient:
         )
         async with nic.transfer(total) as transfer:
             summary = await transfer_call(
-                paced_chunks(runs, transfer, header, max_chunk_bytes, max_layers),
-                metadata=outgoing_metadata(),
-                timeout=timeout_s,
+                paced_chunks(runs, transfer, header, max_chunk_bytes, max_layers), timeout=timeout_s
             )
         return summary, transfer
 

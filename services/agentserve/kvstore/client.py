@@ -1,9 +1,9 @@
 """Async client of one kvstore, used by engines (read hits, persist blocks) and the scheduler (lookup,
 pins). `sharded.ShardedKVStoreClient` has the same methods over several kvstores.
 
-Every call carries the caller's trace context, so the store's spans join the turn's trace. The
-channel is created on first use, inside the caller's event loop (grpc.aio channels are bound to
-the loop they are created in).
+Every call carries the caller's trace context (the channel's interceptors), so the store's spans
+join the turn's trace. The channel is created on first use, inside the caller's event loop
+(grpc.aio channels are bound to the loop they are created in).
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 
 import grpc
 
-from agentserve.common.server import GRPC_OPTIONS
-from agentserve.common.telemetry import outgoing_metadata
+from agentserve.common.channels import open_channel
 from agentserve.fabric.malloc import keep_freed_buffers
 from agentserve.kvstore import wire
 from agentserve.kvstore.types import BlockRead, LookupResult, Tier
@@ -44,13 +43,13 @@ class KVStoreClient:
             model_fingerprint=fingerprint,
             blocks=[common_pb2.KVBlock(block_id=bytes(block_id), data=bytes(data)) for block_id, data in blocks],
         )
-        return await self._kv().Put(request, metadata=outgoing_metadata(), timeout=self.timeout_s)
+        return await self._kv().Put(request, timeout=self.timeout_s)
 
     async def get(self, fingerprint: str, block_ids: Sequence[bytes]) -> AsyncIterator[tuple[bytes, bytes]]:
         """Yield `(block_id, data)` in request order, ending at the first block not stored."""
         request = kvstore_pb2.GetRequest(model_fingerprint=fingerprint, block_ids=[bytes(b) for b in block_ids])
         self._kv()
-        call = self._get(request, metadata=outgoing_metadata(), timeout=self.timeout_s)
+        call = self._get(request, timeout=self.timeout_s)
         try:
             async for block_id, data in call:
                 yield block_id, data
@@ -70,7 +69,7 @@ class KVStoreClient:
                 )
                 first = False
 
-        return await self._kv().Write(messages(), metadata=outgoing_metadata(), timeout=self.timeout_s)
+        return await self._kv().Write(messages(), timeout=self.timeout_s)
 
     async def read(
         self, fingerprint: str, block_ids: Sequence[bytes], layers: range | None = None
@@ -80,7 +79,7 @@ class KVStoreClient:
         if layers is not None:
             request.layer_start, request.layer_stop = layers.start, layers.stop
         self._kv()
-        call = self._read(request, metadata=outgoing_metadata(), timeout=self.timeout_s)
+        call = self._read(request, timeout=self.timeout_s)
         try:
             async for read in call:
                 yield read
@@ -94,7 +93,7 @@ class KVStoreClient:
     async def lookup_tiers(self, block_ids: Sequence[bytes]) -> LookupResult:
         """The stored prefix of `block_ids` and the tier (DRAM, SSD or NONE) of each id."""
         request = kvstore_pb2.LookupRequest(block_ids=[bytes(b) for b in block_ids])
-        response = await self._kv().Lookup(request, metadata=outgoing_metadata(), timeout=self.timeout_s)
+        response = await self._kv().Lookup(request, timeout=self.timeout_s)
         tiers = tuple(Tier(t) for t in response.tiers)
         if len(tiers) != len(block_ids):  # a store from before tiers: it only knows the prefix
             tiers = (Tier.SSD,) * response.prefix_blocks + (Tier.NONE,) * (len(block_ids) - response.prefix_blocks)
@@ -103,11 +102,11 @@ class KVStoreClient:
     async def pin(self, block_ids: Sequence[bytes], ttl_s: float) -> int:
         """Keep stored blocks from eviction for `ttl_s` seconds; returns how many are stored."""
         request = kvstore_pb2.PinRequest(block_ids=[bytes(b) for b in block_ids], ttl_s=ttl_s)
-        return (await self._kv().Pin(request, metadata=outgoing_metadata(), timeout=self.timeout_s)).pinned
+        return (await self._kv().Pin(request, timeout=self.timeout_s)).pinned
 
     async def unpin(self, block_ids: Sequence[bytes]) -> int:
         request = kvstore_pb2.UnpinRequest(block_ids=[bytes(b) for b in block_ids])
-        return (await self._kv().Unpin(request, metadata=outgoing_metadata(), timeout=self.timeout_s)).unpinned
+        return (await self._kv().Unpin(request, timeout=self.timeout_s)).unpinned
 
     async def hint(
         self, block_ids: Sequence[bytes], priority: int | None = None, next_use_in_s: float | None = None
@@ -116,15 +115,15 @@ class KVStoreClient:
         request = kvstore_pb2.HintRequest(
             block_ids=[bytes(b) for b in block_ids], priority=priority, next_use_in_s=next_use_in_s
         )
-        return (await self._kv().Hint(request, metadata=outgoing_metadata(), timeout=self.timeout_s)).stored
+        return (await self._kv().Hint(request, timeout=self.timeout_s)).stored
 
     async def delete(self, block_ids: Sequence[bytes]) -> int:
         """Remove blocks from every tier; returns how many were stored."""
         request = kvstore_pb2.DeleteRequest(block_ids=[bytes(b) for b in block_ids])
-        return (await self._kv().Delete(request, metadata=outgoing_metadata(), timeout=self.timeout_s)).deleted
+        return (await self._kv().Delete(request, timeout=self.timeout_s)).deleted
 
     async def stats(self) -> kvstore_pb2.StatsResponse:
-        return await self._kv().Stats(kvstore_pb2.StatsRequest(), metadata=outgoing_metadata(), timeout=self.timeout_s)
+        return await self._kv().Stats(kvstore_pb2.StatsRequest(), timeout=self.timeout_s)
 
     async def close(self) -> None:
         if self._channel is not None:
@@ -139,7 +138,7 @@ class KVStoreClient:
 
     def _kv(self) -> kvstore_pb2_grpc.KVStoreStub:
         if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(self.address, options=GRPC_OPTIONS)
+            self._channel = open_channel(self.address)
             self._stub = kvstore_pb2_grpc.KVStoreStub(self._channel)
             # The KV-carrying streams decode with `wire`: one copy of each block instead of three.
             self._read = self._channel.unary_stream(

@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import torch
 
-from agentserve.common.server import ServerSettings, Service
+from agentserve.common.server import Service
 from agentserve.kv.block_format import serialize_blocks
 from agentserve.kv.block_hash import BLOCK_ID_BYTES
 from agentserve.kvstore import wire
@@ -34,10 +34,6 @@ class KVStoreService(Service):
         # no client can see a partial view of what is stored.
         self.store = open_store(config)
         self.metrics = KVStoreMetrics(self.store)
-
-    def settings(self) -> ServerSettings:
-        c = self.config
-        return ServerSettings(name="kvstore", host=c.host, grpc_port=c.grpc_port, metrics_port=c.metrics_port)
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         wire.add_to_server(KVStoreServicer(self.store, self.metrics), server)

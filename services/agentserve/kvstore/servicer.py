@@ -13,8 +13,7 @@ from collections.abc import AsyncIterator, Awaitable
 import grpc
 from opentelemetry import propagate
 
-from agentserve.common.errors import grpc_errors
-from agentserve.common.telemetry import incoming_context, tracer
+from agentserve.common.telemetry import tracer
 from agentserve.kv.block_hash import BLOCK_ID_BYTES, checked_block_ids
 from agentserve.kvstore.metrics import KVStoreMetrics
 from agentserve.kvstore.ssd import BlockRejectedError
@@ -29,10 +28,9 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
         self._store = store
         self._metrics = metrics
 
-    @grpc_errors
     async def Put(self, request: kvstore_pb2.PutRequest, context: grpc.aio.ServicerContext) -> kvstore_pb2.PutResponse:
         fingerprint = _require_fingerprint(request.model_fingerprint)
-        with incoming_context(context), tracer().start_as_current_span("kvstore.put") as span:
+        with tracer().start_as_current_span("kvstore.put") as span:
             span.set_attribute("kv.blocks", len(request.blocks))
             blocks = [(b.block_id, b.data) for b in request.blocks]
             result = await self._counted(asyncio.to_thread(self._store.put_many, fingerprint, blocks), len(blocks))
@@ -40,18 +38,16 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
             span.set_attribute("kv.bytes", result.bytes_written)
         return _put_response(result)
 
-    @grpc_errors
     async def Write(
         self, request_iterator: AsyncIterator[kvstore_pb2.WriteRequest], context: grpc.aio.ServicerContext
     ) -> kvstore_pb2.PutResponse:
-        with incoming_context(context), tracer().start_as_current_span("kvstore.write") as span:
+        with tracer().start_as_current_span("kvstore.write") as span:
             blocks = _write_blocks(request_iterator)
             result = await self._counted(self._store.write_stream(blocks, on_batch=self._count_stored))
             span.set_attribute("kv.blocks", result.stored + result.existing)
             span.set_attribute("kv.bytes", result.bytes_written)
         return _put_response(result)
 
-    @grpc_errors
     async def Get(self, request: kvstore_pb2.GetRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[BlockRead]:
         fingerprint = _require_fingerprint(request.model_fingerprint)
         ids = [bytes(b) for b in request.block_ids]
@@ -60,7 +56,6 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
         async for read in self._reads("kvstore.get", context, self._store.read_stream(ids, fingerprint)):
             yield read  # encoded as a KVBlock by wire.encode_kv_block
 
-    @grpc_errors
     async def Read(
         self, request: kvstore_pb2.ReadRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[BlockRead]:
@@ -70,7 +65,6 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
         async for read in self._reads("kvstore.read", context, self._store.read_stream(ids, fingerprint, layers)):
             yield read  # encoded as a ReadChunk by wire.encode_read_chunk
 
-    @grpc_errors
     async def Lookup(
         self, request: kvstore_pb2.LookupRequest, context: grpc.aio.ServicerContext
     ) -> kvstore_pb2.LookupResponse:
@@ -78,17 +72,14 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
         result = self._store.lookup(request.block_ids)
         return kvstore_pb2.LookupResponse(prefix_blocks=result.prefix_blocks, tiers=[int(t) for t in result.tiers])
 
-    @grpc_errors
     async def Pin(self, request: kvstore_pb2.PinRequest, context: grpc.aio.ServicerContext) -> kvstore_pb2.PinResponse:
         return kvstore_pb2.PinResponse(pinned=self._store.pin(request.block_ids, request.ttl_s))
 
-    @grpc_errors
     async def Unpin(
         self, request: kvstore_pb2.UnpinRequest, context: grpc.aio.ServicerContext
     ) -> kvstore_pb2.UnpinResponse:
         return kvstore_pb2.UnpinResponse(unpinned=self._store.unpin(request.block_ids))
 
-    @grpc_errors
     async def Hint(
         self, request: kvstore_pb2.HintRequest, context: grpc.aio.ServicerContext
     ) -> kvstore_pb2.HintResponse:
@@ -98,14 +89,12 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
         )
         return kvstore_pb2.HintResponse(stored=self._store.hint(request.block_ids, hint))
 
-    @grpc_errors
     async def Delete(
         self, request: kvstore_pb2.DeleteRequest, context: grpc.aio.ServicerContext
     ) -> kvstore_pb2.DeleteResponse:
         deleted = await asyncio.to_thread(self._store.delete, list(request.block_ids))
         return kvstore_pb2.DeleteResponse(deleted=deleted)
 
-    @grpc_errors
     async def Stats(
         self, request: kvstore_pb2.StatsRequest, context: grpc.aio.ServicerContext
     ) -> kvstore_pb2.StatsResponse:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from agentserve.common.errors import grpc_errors
-from agentserve.common.telemetry import incoming_context
 from agentserve.engine_service.protocol import sampling_from_proto
 from agentserve.kv.paths import KVPath
 from agentserve.prefill.worker import LoadPlan, PrefillResult, PrefillWorker
@@ -14,17 +12,15 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
     def __init__(self, worker: PrefillWorker):
         self.worker = worker
 
-    @grpc_errors
     async def Prefill(self, request: prefill_pb2.PrefillRequest, context) -> prefill_pb2.PrefillResponse:
-        with incoming_context(context):
-            result = await self.worker.prefill(
-                list(request.token_ids),
-                sampling_from_proto(request.sampling),
-                tenant=request.tenant,
-                store_hit_blocks=request.store_hit_blocks,
-                decode_address=request.decode_address,
-                plan=load_plan_from_proto(request),
-            )
+        result = await self.worker.prefill(
+            list(request.token_ids),
+            sampling_from_proto(request.sampling),
+            tenant=request.tenant,
+            store_hit_blocks=request.store_hit_blocks,
+            decode_address=request.decode_address,
+            plan=load_plan_from_proto(request),
+        )
         return response_to_proto(result)
 
 

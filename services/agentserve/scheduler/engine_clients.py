@@ -1,7 +1,7 @@
 """EngineClients: the scheduler's calls to prefill and decode engines, with errors made domain errors.
 
-One channel per engine address, opened on first use and kept: gRPC channels reconnect on their
-own, and a turn must not pay a TCP and HTTP/2 handshake. The turn orchestration sees only
+One channel per engine address, from a `ChannelCache` (kept, and retired when the engine is found
+dead). The turn orchestration sees only
 `EngineUnavailable` (the engine is gone: route elsewhere), `ValueError` (the request is bad) or
 `RetryableError` (the engine is busy), never a gRPC status, so a fake in tests can stand in.
 """
@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator, Sequence
 
 import grpc
 
+from agentserve.common.channels import ChannelCache
 from agentserve.common.errors import RetryableError
-from agentserve.common.server import GRPC_OPTIONS
 from agentserve.engine.sampling import SamplingParams
 from agentserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
 
@@ -58,19 +58,12 @@ def translate(exc: grpc.aio.AioRpcError, address: str) -> Exception:
 
 class EngineClients:
     def __init__(self) -> None:
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._retired: list[grpc.aio.Channel] = []
-
-    def _channel(self, address: str) -> grpc.aio.Channel:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
-        return channel
+        self._channels = ChannelCache()
 
     async def prefill(
         self, address: str, request: prefill_pb2.PrefillRequest, metadata: Metadata
     ) -> prefill_pb2.PrefillResponse:
-        stub = prefill_pb2_grpc.PrefillStub(self._channel(address))
+        stub = prefill_pb2_grpc.PrefillStub(self._channels.get(address))
         try:
             return await stub.Prefill(request, metadata=metadata)
         except grpc.aio.AioRpcError as exc:
@@ -80,7 +73,7 @@ class EngineClients:
         self, address: str, request: decode_pb2.GenerateRequest, metadata: Metadata
     ) -> AsyncIterator[decode_pb2.GenerateChunk]:
         """Stream the decode engine's chunks; closing this generator cancels the call."""
-        call = decode_pb2_grpc.DecodeStub(self._channel(address)).Generate(request, metadata=metadata)
+        call = decode_pb2_grpc.DecodeStub(self._channels.get(address)).Generate(request, metadata=metadata)
         try:
             async for chunk in call:
                 yield chunk
@@ -90,15 +83,8 @@ class EngineClients:
             call.cancel()
 
     def forget(self, address: str) -> None:
-        """Stop using the channel to a failed engine. A channel in reconnect backoff fails new calls
-        fast for up to minutes, so an engine restarted on the same address gets a fresh channel;
-        the old one is left to calls still on it and closed with the rest."""
-        channel = self._channels.pop(address, None)
-        if channel is not None:
-            self._retired.append(channel)
+        """Stop using the channel to a failed engine: one restarted on the same address gets a fresh one."""
+        self._channels.forget(address)
 
     async def close(self) -> None:
-        channels = [*self._channels.values(), *self._retired]
-        self._channels, self._retired = {}, []
-        for channel in channels:
-            await channel.close()
+        await self._channels.close()

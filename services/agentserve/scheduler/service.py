@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 
-from agentserve.common.server import ServerSettings, Service
+from agentserve.common.server import Service
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.core import SchedulerCore
 from agentserve.scheduler.servicer import SchedulerServicer
@@ -30,10 +30,6 @@ class SchedulerService(Service):
         self.core = core or SchedulerCore.create(config)
         self._sweeper: asyncio.Task | None = None
         self._http: Any = None
-
-    def settings(self) -> ServerSettings:
-        c = self.config
-        return ServerSettings(name="scheduler", host=c.host, grpc_port=c.grpc_port, metrics_port=c.metrics_port)
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerServicer(self.core), server)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from contextlib import aclosing
 
-from agentserve.common.errors import grpc_errors
-from agentserve.common.telemetry import incoming_context
 from agentserve.engine.sampling import SamplingParams
 from agentserve.scheduler.core import SchedulerCore
 from agentserve.scheduler.events import TurnEvent
@@ -20,65 +18,49 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     def __init__(self, core: SchedulerCore) -> None:
         self.core = core
 
-    @grpc_errors
     async def OpenSession(
         self, request: scheduler_pb2.OpenSessionRequest, context
     ) -> scheduler_pb2.OpenSessionResponse:
-        with incoming_context(context):
-            session_id = await self.core.open_session(
-                request.tenant, request.agent, request.parent_session_id, request.system_prompt
-            )
+        session_id = await self.core.open_session(
+            request.tenant, request.agent, request.parent_session_id, request.system_prompt
+        )
         return scheduler_pb2.OpenSessionResponse(session_id=session_id)
 
-    @grpc_errors
     async def Turn(self, request: scheduler_pb2.TurnRequest, context):
-        with incoming_context(context):
-            events = self.core.turn(
-                request.session_id,
-                message=request.message or None,
-                token_ids=list(request.token_ids) or None,
-                role=request.role or "user",
-                sampling=sampling_from_proto(request.sampling),
-            )
-            async with aclosing(events):  # a cancelled call releases the session and engines at once
-                async for event in events:
-                    yield turn_chunk(event)
+        events = self.core.turn(
+            request.session_id,
+            message=request.message or None,
+            token_ids=list(request.token_ids) or None,
+            role=request.role or "user",
+            sampling=sampling_from_proto(request.sampling),
+        )
+        async with aclosing(events):  # a cancelled call releases the session and engines at once
+            async for event in events:
+                yield turn_chunk(event)
 
-    @grpc_errors
     async def CloseSession(
         self, request: scheduler_pb2.CloseSessionRequest, context
     ) -> scheduler_pb2.CloseSessionResponse:
-        with incoming_context(context):
-            turns, tokens = await self.core.close_session(request.session_id)
+        turns, tokens = await self.core.close_session(request.session_id)
         return scheduler_pb2.CloseSessionResponse(turns=turns, tokens=tokens)
 
-    @grpc_errors
     async def ListModels(self, request: scheduler_pb2.ListModelsRequest, context) -> scheduler_pb2.ListModelsResponse:
-        with incoming_context(context):
-            return scheduler_pb2.ListModelsResponse(models=self.core.model_names)
+        return scheduler_pb2.ListModelsResponse(models=self.core.model_names)
 
-    @grpc_errors
     async def Register(self, request: common_pb2.EngineStatus, context) -> scheduler_pb2.RegisterResponse:
-        with incoming_context(context):
-            interval_ms = self.core.register(engine_status_from_proto(request))
+        interval_ms = self.core.register(engine_status_from_proto(request))
         return scheduler_pb2.RegisterResponse(heartbeat_interval_ms=interval_ms)
 
-    @grpc_errors
     async def Heartbeat(self, request: common_pb2.EngineStatus, context) -> scheduler_pb2.HeartbeatResponse:
-        with incoming_context(context):
-            known = self.core.heartbeat(engine_status_from_proto(request))
+        known = self.core.heartbeat(engine_status_from_proto(request))
         return scheduler_pb2.HeartbeatResponse(known=known)
 
-    @grpc_errors
     async def ToolCallStarted(self, request: scheduler_pb2.ToolCallEvent, context) -> scheduler_pb2.ToolCallAck:
-        with incoming_context(context):
-            self.core.tool_call_started(tool_call_from_proto(request))
+        self.core.tool_call_started(tool_call_from_proto(request))
         return scheduler_pb2.ToolCallAck()
 
-    @grpc_errors
     async def ToolCallFinished(self, request: scheduler_pb2.ToolCallEvent, context) -> scheduler_pb2.ToolCallAck:
-        with incoming_context(context):
-            self.core.tool_call_finished(tool_call_from_proto(request))
+        self.core.tool_call_finished(tool_call_from_proto(request))
         return scheduler_pb2.ToolCallAck()
 
 

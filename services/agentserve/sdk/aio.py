@@ -18,8 +18,7 @@ from typing import Any
 
 import grpc
 
-from agentserve.common.server import GRPC_OPTIONS
-from agentserve.common.telemetry import outgoing_metadata
+from agentserve.common.channels import open_channel
 from agentserve.sdk.errors import InvalidRequestError, error_from_rpc
 from agentserve.sdk.tools import ToolClient
 from agentserve.sdk.types import SessionClosed, TurnAccumulator, TurnChunk, TurnResult
@@ -84,7 +83,7 @@ class AsyncTurn:
         if self._done:
             return None
         if self._call is None:
-            self._call = self._stub.Turn(self._request, metadata=outgoing_metadata())
+            self._call = self._stub.Turn(self._request)
         try:
             message = await self._call.read()
         except grpc.aio.AioRpcError as exc:
@@ -192,7 +191,7 @@ class AsyncClient:
         tool_timeout_s: float | None = None,
     ) -> None:
         """`timeout_s` bounds each non-streaming call; tool calls have no bound unless `tool_timeout_s`."""
-        self._channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+        self._channel = open_channel(address)
         self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
         self._tools = ToolClient(toolproxy_url, tool_timeout_s)
         self._timeout_s = timeout_s
@@ -228,6 +227,6 @@ class AsyncClient:
 
     async def _unary(self, method, request):
         try:
-            return await method(request, timeout=self._timeout_s, metadata=outgoing_metadata())
+            return await method(request, timeout=self._timeout_s)
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None

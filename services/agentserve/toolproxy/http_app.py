@@ -9,24 +9,25 @@ tool, 400 for a body that is not a JSON object or arguments the tool rejects.
 
 from __future__ import annotations
 
-import logging
 import re
 
 from aiohttp import web
 
-from agentserve.common.errors import NotFoundError
+from agentserve.common.http_errors import ErrorStyle, middlewares
 from agentserve.common.json_body import parse_json_object
 from agentserve.toolproxy.proxy import ToolProxy
-
-log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 8 << 20
 ID_PATTERN = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 PROXY = web.AppKey("proxy", ToolProxy)
+# Error bodies as the proxy's clients know them: message and type only, 404 a `not_found_error`.
+PROXY_ERRORS = ErrorStyle(
+    "toolproxy", not_found_type="not_found_error", not_found_code=None, retryable_is_503=False, openai_fields=False
+)
 
 
 def build_app(proxy: ToolProxy, max_body_bytes: int = MAX_BODY_BYTES) -> web.Application:
-    app = web.Application(client_max_size=max_body_bytes, middlewares=[_errors_as_json])
+    app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares(PROXY_ERRORS))
     app[PROXY] = proxy
     app.router.add_post("/tools/{name}", call_tool)
     app.router.add_get("/tools", list_tools)
@@ -66,24 +67,3 @@ def _header_id(request: web.Request, name: str) -> str:
     if value and not ID_PATTERN.fullmatch(value):
         raise ValueError(f"{name} must be 1-128 characters of letters, digits and . _ : -")
     return value
-
-
-def _error(status: int, message: str, type_: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": type_}}, status=status)
-
-
-@web.middleware
-async def _errors_as_json(request: web.Request, handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return _error(exc.status, exc.text or exc.reason, "invalid_request_error")
-    except NotFoundError as exc:
-        return _error(404, str(exc), "not_found_error")
-    except ValueError as exc:
-        return _error(400, str(exc), "invalid_request_error")
-    except Exception:
-        log.exception("%s %s failed", request.method, request.path)
-        return _error(500, "internal error; see the toolproxy log", "server_error")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from agentserve.common.server import GRPC_OPTIONS
+from agentserve.common.channels import open_channel
 from agentserve.toolproxy import metrics
 from agentserve.v1 import scheduler_pb2, scheduler_pb2_grpc
 
@@ -54,7 +54,7 @@ class SchedulerReporter:
         self.sent = 0
 
     async def start(self) -> None:
-        self._channel = grpc.aio.insecure_channel(self._address, options=GRPC_OPTIONS)
+        self._channel = open_channel(self._address)
         stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
         self._task = asyncio.create_task(self._send_forever(stub), name="tool-event-reporter")
 

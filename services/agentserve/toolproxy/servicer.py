@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from agentserve.common.errors import grpc_errors
 from agentserve.toolproxy.proxy import ToolProxy
 from agentserve.v1 import toolproxy_pb2, toolproxy_pb2_grpc
 
@@ -11,7 +10,6 @@ class ToolProxyServicer(toolproxy_pb2_grpc.ToolProxyServicer):
     def __init__(self, proxy: ToolProxy) -> None:
         self._proxy = proxy
 
-    @grpc_errors
     async def ListTools(self, request, context) -> toolproxy_pb2.ListToolsResponse:
         return toolproxy_pb2.ListToolsResponse(
             tools=[

@@ -5,30 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentserve.common.telemetry import setup_tracing
 from agentserve.engine.model_init import init_model
 from agentserve.engine.tokenizer import Tokenizer
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.core import SchedulerCore
 from agentserve.scheduler.registry import Role
 from tests.unit.scheduler.fakes import FakeEngines, FakeStore, status
-
-
-@pytest.fixture(scope="session")
-def span_exporter() -> InMemorySpanExporter:
-    """Finished spans of this process, exported synchronously (reset per test by `spans`)."""
-    exporter = InMemorySpanExporter()
-    setup_tracing("agentserve-test").add_span_processor(SimpleSpanProcessor(exporter))
-    return exporter
-
-
-@pytest.fixture
-def spans(span_exporter: InMemorySpanExporter) -> InMemorySpanExporter:
-    span_exporter.clear()
-    return span_exporter
 
 
 @pytest.fixture(scope="session")

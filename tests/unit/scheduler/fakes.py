@@ -113,7 +113,7 @@ class FakeEngines:
 
 
 class FakeContext:
-    """The part of a grpc.aio ServicerContext the servicer and `grpc_errors` use."""
+    """The part of a grpc.aio ServicerContext the servicer and the error interceptor use."""
 
     def __init__(self, metadata: tuple = ()) -> None:
         self.metadata = metadata

@@ -9,6 +9,7 @@ import pytest
 
 from agentserve.common.config import load_config
 from agentserve.common.errors import RetryableError
+from agentserve.common.server import ServerSettings
 from agentserve.scheduler import service as service_module
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.engine_clients import EngineUnavailable, translate
@@ -89,7 +90,7 @@ def test_service_starts_http_gateway_and_sweeps_engines(make_core, monkeypatch) 
 
     assert run(go()) is None
     assert calls == [(core, "0.0.0.0", 8123)] and runner.cleaned
-    assert service.settings().grpc_port == 50051
+    assert ServerSettings.of("scheduler", service.config).grpc_port == 50051
 
 
 def test_service_without_gateway_serves_grpc_only(make_core, monkeypatch) -> None:

@@ -1,13 +1,17 @@
-"""SchedulerServicer: protobuf <-> SchedulerCore, errors as gRPC statuses (no server needed)."""
+"""SchedulerServicer: protobuf <-> SchedulerCore, errors as gRPC statuses (behind the server's error
+interceptor; no server needed)."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import grpc
 import pytest
 
+from agentserve.common.interceptors import mapped
 from agentserve.scheduler.registry import NICLoad, Role
 from agentserve.scheduler.servicer import SchedulerServicer, engine_status_from_proto, sampling_from_proto
-from agentserve.v1 import common_pb2, fabric_pb2, scheduler_pb2
+from agentserve.v1 import common_pb2, fabric_pb2, scheduler_pb2, scheduler_pb2_grpc
 from tests.unit.scheduler.fakes import EOS, FakeContext, run
 
 pytestmark = pytest.mark.unit
@@ -28,6 +32,13 @@ def engine_proto(engine_id: str = "d9", role: int = common_pb2.ENGINE_ROLE_DECOD
     )
     values.update(fields)
     return common_pb2.EngineStatus(**values)
+
+
+def served(core) -> SimpleNamespace:
+    """The servicer's methods as the server runs them: behind the error interceptor."""
+    servicer = SchedulerServicer(core)
+    names = [n for n in vars(scheduler_pb2_grpc.SchedulerServicer) if not n.startswith("_")]
+    return SimpleNamespace(**{n: mapped(getattr(servicer, n), n) for n in names})
 
 
 async def stream(method, request, context) -> list:
@@ -61,7 +72,7 @@ def test_engine_status_carries_nic_queues() -> None:
 
 
 def test_session_and_turn_round_trip(make_core, tokenizer) -> None:
-    servicer = SchedulerServicer(make_core())
+    servicer = served(make_core())
 
     async def go():
         opened = await servicer.OpenSession(scheduler_pb2.OpenSessionRequest(tenant="acme"), FakeContext())
@@ -93,7 +104,7 @@ def test_session_and_turn_round_trip(make_core, tokenizer) -> None:
 )
 def test_turn_errors_are_invalid_argument(make_core, request_fields, message) -> None:
     core = make_core()
-    servicer = SchedulerServicer(core)
+    servicer = served(core)
     context = FakeContext()
 
     async def go():
@@ -108,7 +119,7 @@ def test_turn_errors_are_invalid_argument(make_core, request_fields, message) ->
 
 def test_no_engine_is_unavailable(make_core) -> None:
     core = make_core(prefill=0, decode=0)
-    servicer, context = SchedulerServicer(core), FakeContext()
+    servicer, context = served(core), FakeContext()
 
     async def go():
         sid = await core.open_session()
@@ -124,7 +135,7 @@ def test_no_engine_is_unavailable(make_core) -> None:
 
 def test_register_heartbeat_and_models(make_core) -> None:
     core = make_core()
-    servicer = SchedulerServicer(core)
+    servicer = served(core)
 
     async def go():
         unknown = await servicer.Heartbeat(engine_proto(), FakeContext())
@@ -146,7 +157,7 @@ def test_register_heartbeat_and_models(make_core) -> None:
 
 def test_tool_call_events_update_the_session(make_core) -> None:
     core = make_core()
-    servicer = SchedulerServicer(core)
+    servicer = served(core)
 
     async def go():
         sid = await core.open_session()

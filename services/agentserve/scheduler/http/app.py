@@ -10,8 +10,9 @@ Routes:
   GET  /health                    liveness for HTTP-only probes
 
 `X-Tenant` (optional) names the tenant whose cache the request may share. Responses carry
-`X-Trace-Id` (the turn's OpenTelemetry trace) and, in session mode, `X-Session-Id`. Every error is
-an OpenAI-style `{"error": {...}}` body; a bad request never takes the server down.
+`X-Trace-Id` (the turn's OpenTelemetry trace: the caller's, if the request carries a W3C
+`traceparent`) and, in session mode, `X-Session-Id`. Every error is an OpenAI-style
+`{"error": {...}}` body; a bad request never takes the server down.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from typing import Any
 
 from aiohttp import web
 
+from agentserve.common.http_errors import middlewares
 from agentserve.scheduler.http.core_api import CoreAPI, TurnEventAPI
-from agentserve.scheduler.http.errors import error_response
-from agentserve.scheduler.http.responses import Reply, ReplyFormat, error_body
+from agentserve.scheduler.http.errors import GATEWAY_ERRORS
+from agentserve.scheduler.http.responses import Reply, ReplyFormat
 from agentserve.scheduler.http.schemas import (
     Message,
     parse_chat_request,
@@ -45,7 +47,7 @@ SESSIONS = web.AppKey("sessions", ChatSessions)
 
 
 def build_app(core: CoreAPI, max_body_bytes: int = MAX_BODY_BYTES) -> web.Application:
-    app = web.Application(client_max_size=max_body_bytes, middlewares=[_errors_as_json])
+    app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares(GATEWAY_ERRORS))
     app[CORE] = core
     app[SESSIONS] = ChatSessions(core)
     app.router.add_get("/v1/models", list_models)
@@ -141,23 +143,3 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
 
 def _served_model(core: CoreAPI) -> str:
     return core.model_names[0] if core.model_names else "agentserve"
-
-
-@web.middleware
-async def _errors_as_json(request: web.Request, handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        # aiohttp's own errors (404 route, 405, 413 body too large) in OpenAI's shape too.
-        return web.json_response(
-            error_body(exc.text or exc.reason, "invalid_request_error"),
-            status=exc.status,
-            headers={k: v for k, v in exc.headers.items() if k.lower() == "allow"},
-        )
-    except Exception as exc:
-        status, body = error_response(exc)
-        if status >= 500 and status != 503:
-            log.exception("%s %s failed", request.method, request.path)
-        return web.json_response(body, status=status)

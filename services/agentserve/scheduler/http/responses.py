@@ -22,10 +22,6 @@ def openai_finish_reason(reason: str | None) -> str | None:
     return FINISH_REASONS.get(reason, reason)
 
 
-def error_body(message: str, type_: str = "invalid_request_error", code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": None, "code": code}}
-
-
 @dataclass
 class Reply:
     """Everything one request's events add up to: usage, the whole text, the finish reason."""

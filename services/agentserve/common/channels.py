@@ -1,0 +1,62 @@
+"""gRPC client channels: every one opened the same way, and a cache of them keyed by address.
+
+A channel carries the project's message limits (`server.GRPC_OPTIONS`) and the client
+interceptors, so every call carries the caller's trace context. Channels are bound to the event
+loop they are opened in: open them inside the loop that uses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import grpc
+
+from agentserve.common.interceptors import client_interceptors
+from agentserve.common.server import GRPC_OPTIONS
+
+
+def open_channel(address: str) -> grpc.aio.Channel:
+    """An insecure channel to host:port `address`, made the project's way."""
+    return grpc.aio.insecure_channel(address, options=GRPC_OPTIONS, interceptors=client_interceptors())
+
+
+class ChannelCache:
+    """One channel per peer address, opened on first use and kept: gRPC channels reconnect on
+    their own, and a call must not pay a TCP and HTTP/2 handshake.
+
+    A channel in reconnect backoff fails new calls fast for up to minutes, so a peer found dead is
+    `forget`-ten: a peer restarted on the same address then gets a fresh channel. The old one is
+    left to calls still on it and closed with the rest by `close`.
+    """
+
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._retired: list[grpc.aio.Channel] = []
+
+    def get(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = open_channel(address)
+        return channel
+
+    def forget(self, address: str) -> None:
+        channel = self._channels.pop(address, None)
+        if channel is not None:
+            self._retired.append(channel)
+
+    @asynccontextmanager
+    async def calling(self, address: str) -> AsyncIterator[grpc.aio.Channel]:
+        """The channel to `address`, forgotten if a call made on it inside finds the peer UNAVAILABLE."""
+        try:
+            yield self.get(address)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is grpc.StatusCode.UNAVAILABLE:
+                self.forget(address)
+            raise
+
+    async def close(self) -> None:
+        channels = [*self._channels.values(), *self._retired]
+        self._channels, self._retired = {}, []
+        for channel in channels:
+            await channel.close()
