@@ -1,4 +1,4 @@
-"""Generate `services/agentserve/engine/data/corpus.txt`, the BPE training text for the default model.
+"""Generate `services/agentserve/model_files/data/corpus.txt`, the BPE training text for the default model.
 
 The text is original and templated: sentences about software, agents and tools built from word
 lists, plus Python, JSON, shell and log snippets with numbers, so the byte-level BPE learns merges
@@ -20,7 +20,7 @@ from pathlib import Path
 
 SEED = 20240607
 TARGET_BYTES = 280_000
-OUT = Path(__file__).resolve().parents[1] / "services/agentserve/engine/data/corpus.txt"
+OUT = Path(__file__).resolve().parents[1] / "services/agentserve/model_files/data/corpus.txt"
 
 NOUNS = """
 agent tool request response token cache scheduler router worker server client model prompt

@@ -13,8 +13,8 @@ import urllib.request
 
 import pytest
 
+from agentserve.contracts import SamplingParams
 from agentserve.engine.engine import LLMEngine
-from agentserve.engine.sampling import SamplingParams
 from agentserve.sdk import Client, RetryableError, TurnResult
 from tests.support.compose import Stack, replica_number
 

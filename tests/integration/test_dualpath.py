@@ -15,7 +15,7 @@ import pytest
 
 from agentserve.bench import handoff_bench
 from agentserve.cli.up import FabricSettings, LocalCluster
-from agentserve.engine.sampling import SamplingParams
+from agentserve.contracts import SamplingParams
 from agentserve.sdk import Client
 from tests.support.cluster import local_cluster as support_cluster
 

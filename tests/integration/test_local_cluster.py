@@ -15,7 +15,7 @@ import grpc
 import openai
 import pytest
 
-from agentserve.engine.sampling import SamplingParams
+from agentserve.contracts import SamplingParams
 from agentserve.sdk import Client, RetryableError
 from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from tests.support.cluster import local_cluster

@@ -10,9 +10,9 @@ import statistics
 import time
 from pathlib import Path
 
+from agentserve.contracts import SamplingParams
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
-from agentserve.engine.sampling import SamplingParams
 from agentserve.engine.sequence import Sequence
 
 ONE_TOKEN = SamplingParams(max_tokens=1, ignore_eos=True)

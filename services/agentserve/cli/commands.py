@@ -6,12 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from agentserve.contracts import SamplingParams
 from agentserve.engine.default_model import ensure_default_model
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.model_init import init_model
-from agentserve.engine.sampling import SamplingParams
-from agentserve.engine.tokenizer import Tokenizer
+from agentserve.model_files.tokenizer import Tokenizer
 
 
 def _model_dir(path: Path | None) -> Path:

@@ -18,7 +18,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentserve.common.netutil import free_port
-from agentserve.engine.default_model import ensure_default_model, models_home
+from agentserve.engine.default_model import ensure_default_model
+from agentserve.model_files.tokenizer_files import models_home
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from agentserve.convert import generate_chunk_to_proto, generate_request_from_proto
 from agentserve.decode.worker import DecodeWorker
-from agentserve.engine_service.protocol import sampling_from_proto
 from agentserve.fabric.stream import incoming_transfer
 from agentserve.v1 import decode_pb2, decode_pb2_grpc
 
@@ -23,11 +23,8 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
         return decode_pb2.LoadKVResponse(imported=imported, already_present=present)
 
     async def Generate(self, request: decode_pb2.GenerateRequest, context):
-        sampling = sampling_from_proto(request.sampling)
-        async for chunk in self.worker.generate(
-            list(request.token_ids), request.prompt_tokens, sampling, request.tenant
-        ):
-            yield decode_pb2.GenerateChunk(**chunk.__dict__)
+        async for chunk in self.worker.generate(generate_request_from_proto(request)):
+            yield generate_chunk_to_proto(chunk)
 
     async def RelayKV(self, request: decode_pb2.RelayRequest, context):
         async for chunk in self.worker.relay(list(request.block_ids), request.dst):

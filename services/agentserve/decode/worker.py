@@ -5,23 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
+from agentserve.contracts import GenerateChunk, GenerateRequest
 from agentserve.engine.async_engine import AsyncEngine
-from agentserve.engine.sampling import SamplingParams
 from agentserve.engine_service.kv_moves import KVMover
 from agentserve.engine_service.relay import RelaySender
 from agentserve.kv.block_hash import checked_block_ids
 from agentserve.v1 import fabric_pb2
-
-
-@dataclass
-class DecodeChunk:
-    token_ids: list[int]
-    finished: bool
-    finish_reason: str
-    cached_tokens: int
-    persisted_blocks: int
 
 
 class DecodeWorker:
@@ -44,9 +34,8 @@ class DecodeWorker:
         imported = await self.engine.call(lambda e: sum(e.import_blocks(d) for d in blocks))
         return imported, len(blocks) - imported
 
-    async def generate(
-        self, token_ids: list[int], prompt_tokens: int, sampling: SamplingParams, tenant: str
-    ) -> AsyncIterator[DecodeChunk]:
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        token_ids, prompt_tokens, sampling = request.token_ids, request.prompt_tokens, request.sampling
         if not token_ids:
             raise ValueError("prompt is empty: at least one token is required")
         if not 0 < prompt_tokens <= len(token_ids):
@@ -56,7 +45,7 @@ class DecodeWorker:
             # so the decode's draws are not a replay of the prefill's.
             sampling = dataclasses.replace(sampling, seed=(sampling.seed * 6364136223846793005 + 1) % (1 << 63))
         first = True
-        async for event in self.engine.generate(token_ids, sampling, tenant):
+        async for event in self.engine.generate(token_ids, sampling, request.tenant):
             persisted = 0
             if event.finished:
                 seq = event.seq
@@ -64,7 +53,7 @@ class DecodeWorker:
                 # The prompt's blocks were persisted by the prefill engine; this turn adds the rest.
                 ids = seq.block_ids[prompt_tokens // bs : seq.num_computed // bs]
                 persisted = await self.mover.persist(ids)
-            yield DecodeChunk(
+            yield GenerateChunk(
                 [event.token_id],
                 event.finished,
                 event.finish_reason or "",

@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from agentserve.contracts import SamplingParams
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.runner import ExternalPrefix
-from agentserve.engine.sampling import SamplingParams
 from agentserve.engine.sequence import Sequence
 
 log = logging.getLogger(__name__)

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from agentserve.engine import model_init
 from agentserve.engine.model_init import init_model
-
-
-def models_home() -> Path:
-    return Path(os.environ.get("AGENTSERVE_HOME", Path.home() / ".cache" / "agentserve")) / "models"
+from agentserve.model_files.tokenizer_files import files_digest, models_home
 
 
 def ensure_default_model(preset: str = "tiny", seed: int = 0) -> Path:
@@ -22,7 +17,7 @@ def ensure_default_model(preset: str = "tiny", seed: int = 0) -> Path:
     Built in a temporary folder and renamed into place, so a crash mid-write never leaves a
     half-written model that later runs would load.
     """
-    target = models_home() / f"{preset}-seed{seed}-{_generator_digest()}"
+    target = models_home() / f"{preset}-seed{seed}-{files_digest(Path(model_init.__file__))}"
     if (target / "config.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -37,10 +32,3 @@ def ensure_default_model(preset: str = "tiny", seed: int = 0) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
-
-
-def _generator_digest() -> str:
-    """Changes whenever the generator or its corpus changes, so a stale cached model is never reused."""
-    h = hashlib.sha256(Path(model_init.__file__).read_bytes())
-    h.update((Path(model_init.__file__).parent / "data" / "corpus.txt").read_bytes())
-    return h.hexdigest()[:10]

@@ -14,14 +14,16 @@ from pathlib import Path
 
 import torch
 
+from agentserve.contracts import SamplingParams
 from agentserve.engine.config import ModelConfig, parse_dtype
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.kv_pool import KVPool
 from agentserve.engine.loader import load_model
 from agentserve.engine.model import CausalLM
 from agentserve.engine.runner import ExternalPrefix, ModelRunner
-from agentserve.engine.sampling import SamplingParams, sample
+from agentserve.engine.sampling import make_generator, sample
 from agentserve.engine.sequence import Sequence, SequenceStatus
+from agentserve.kv import block_hash
 from agentserve.kv.block_format import deserialize_blocks, serialize_blocks
 from agentserve.kv.block_hash import compute_block_id
 from agentserve.kv.block_manager import BlockManager
@@ -82,7 +84,7 @@ class LLMEngine:
         self.validate(tokens, params)
         if external_prefix is not None and external_prefix.num_blocks * self.block_size >= len(tokens):
             raise ValueError("external prefix must leave at least one prompt token to compute")
-        seq = Sequence(tokens, len(tokens), params, tenant_salt=tenant_salt, generator=params.make_generator())
+        seq = Sequence(tokens, len(tokens), params, tenant_salt=tenant_salt, generator=make_generator(params))
         if external_prefix is not None:
             self._external[seq.request_id] = external_prefix
         self.waiting.append(seq)
@@ -193,6 +195,10 @@ class LLMEngine:
 
     def _extend_block_ids(self, seq: Sequence) -> None:
         bs = self.block_size
+        if not seq.block_ids:
+            # A new prompt: hash all its blocks in one pass (tokens packed once), ~2x faster.
+            seq.block_ids = block_hash.block_ids_for(seq.token_ids, bs, self.fingerprint, seq.tenant_salt)
+            return
         for i in range(len(seq.block_ids), len(seq) // bs):
             parent = seq.block_ids[-1] if seq.block_ids else None
             seq.block_ids.append(

@@ -10,105 +10,17 @@ the parity tests rely on.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import save
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-BOS, EOS, PAD, IM_START, IM_END = "<|bos|>", "<|eos|>", "<|pad|>", "<|im_start|>", "<|im_end|>"
-# Trained first, so they get ids 0..4 in this order.
-SPECIAL_TOKENS = (BOS, EOS, PAD, IM_START, IM_END)
-BOS_ID, EOS_ID, PAD_ID, IM_START_ID, IM_END_ID = range(len(SPECIAL_TOKENS))
-# Generation stops at either: <|eos|> ends a plain completion, <|im_end|> ends a chat turn.
-STOP_IDS = [EOS_ID, IM_END_ID]
-
-# ChatML. Non-string content is rejected in the template itself so HF and our wrapper fail alike.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{% if message['content'] is not string %}"
-    "{{ raise_exception('message content must be a string') }}"
-    "{% endif %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
+from agentserve.model_files.presets import BOS_ID, PAD_ID, STOP_IDS, ModelPreset, get_preset
+from agentserve.model_files.tokenizer_files import write_json, write_tokenizer_files
 
 INIT_STD = 0.02
 MODEL_TYPES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
-
-
-@dataclass(frozen=True)
-class ModelPreset:
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    tie_word_embeddings: bool
-    rope_theta: float = 500000.0
-    max_position_embeddings: int = 32768
-    rms_norm_eps: float = 1e-5
-
-    def __post_init__(self) -> None:
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "intermediate_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "max_position_embeddings",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"preset {name} must be a positive integer, got {value!r}")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(
-                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
-                f"num_key_value_heads ({self.num_key_value_heads})"
-            )
-        # Byte-level BPE needs all 256 byte tokens plus the specials before any merge.
-        if self.vocab_size < 256 + len(SPECIAL_TOKENS):
-            raise ValueError(f"vocab_size must be at least {256 + len(SPECIAL_TOKENS)}, got {self.vocab_size}")
-
-
-PRESETS: dict[str, ModelPreset] = {
-    "tiny": ModelPreset(
-        vocab_size=8192,
-        hidden_size=256,
-        intermediate_size=704,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        tie_word_embeddings=True,
-    ),
-    "small": ModelPreset(
-        vocab_size=16384,
-        hidden_size=512,
-        intermediate_size=1408,
-        num_hidden_layers=8,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        head_dim=64,
-        tie_word_embeddings=False,
-    ),
-}
-
-
-def get_preset(name: str) -> ModelPreset:
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None
 
 
 def init_model(out_dir: str | Path, preset: str = "tiny", seed: int = 0, model_type: str = "llama") -> Path:
@@ -127,77 +39,13 @@ def init_model(out_dir: str | Path, preset: str = "tiny", seed: int = 0, model_t
         raise ValueError(f"{out} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
 
-    # The trainer never exceeds vocab_size; a corpus too small for the preset leaves spare embedding rows.
-    tokenizer = train_tokenizer(spec.vocab_size)
-    tokenizer.save(str(out / "tokenizer.json"), pretty=True)
-    _write_json(out / "tokenizer_config.json", tokenizer_config(spec))
-    _write_json(out / "special_tokens_map.json", special_tokens_map())
-    _write_json(
-        out / "generation_config.json", {"bos_token_id": BOS_ID, "eos_token_id": STOP_IDS, "pad_token_id": PAD_ID}
-    )
-    _write_json(out / "config.json", model_config(spec, model_type))
+    write_tokenizer_files(out, spec)
+    write_json(out / "config.json", model_config(spec, model_type))
     # save() + write_bytes rather than save_file, which creates the file 0600 whatever the umask and so
     # breaks images that build the model as one user and serve it as another.
     weights = save(init_weights(spec, model_type, seed), metadata={"format": "pt"})
     (out / "model.safetensors").write_bytes(weights)
     return out
-
-
-def train_tokenizer(vocab_size: int) -> Tokenizer:
-    """Byte-level BPE trained on the shipped corpus; the specials take ids 0..4.
-
-    The trainer is deterministic: pair-count ties break on token ids and the initial alphabet is
-    sorted, so neither rayon's thread count nor Rust's per-process hash seeds change the result
-    (checked by hand with RAYON_RS_NUM_CPUS=1 vs 2 in separate processes; the tests repeat in-process).
-    """
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(_corpus_blocks(), trainer)
-    return tokenizer
-
-
-def _corpus_blocks() -> list[str]:
-    text = resources.files("agentserve.engine").joinpath("data", "corpus.txt").read_text(encoding="utf-8")
-    # Blocks keep their separator so newline/indent runs are learned as they appear in chats.
-    return [block + "\n\n" for block in text.split("\n\n")]
-
-
-def tokenizer_config(spec: ModelPreset) -> dict[str, Any]:
-    return {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": BOS,
-        "eos_token": EOS,
-        "pad_token": PAD,
-        # HF only skips tokens it knows are special; listing the chat markers keeps its decode equal to ours.
-        "additional_special_tokens": [IM_START, IM_END],
-        "extra_special_tokens": [IM_START, IM_END],
-        "model_max_length": spec.max_position_embeddings,
-        # Decoding must be the exact inverse of encoding; HF's cleanup would drop spaces before punctuation.
-        "clean_up_tokenization_spaces": False,
-        "added_tokens_decoder": {
-            str(i): {
-                "content": tok,
-                "lstrip": False,
-                "normalized": False,
-                "rstrip": False,
-                "single_word": False,
-                "special": True,
-            }
-            for i, tok in enumerate(SPECIAL_TOKENS)
-        },
-        "chat_template": CHAT_TEMPLATE,
-    }
-
-
-def special_tokens_map() -> dict[str, Any]:
-    return {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD, "additional_special_tokens": [IM_START, IM_END]}
 
 
 def model_config(spec: ModelPreset, model_type: str) -> dict[str, Any]:
@@ -275,7 +123,3 @@ def init_weights(spec: ModelPreset, model_type: str, seed: int) -> dict[str, tor
     if not spec.tie_word_embeddings:
         weights["lm_head.weight"] = linear(spec.vocab_size, hidden)
     return weights
-
-
-def _write_json(path: Path, obj: dict[str, Any]) -> None:
-    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

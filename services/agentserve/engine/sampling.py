@@ -1,50 +1,22 @@
-"""Sampling parameters and the sampler: greedy, or seeded temperature + top-p."""
+"""The sampler: greedy, or seeded temperature + top-p (the parameters are `agentserve.contracts.SamplingParams`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-# Upper bound on max_tokens a single request may ask for; the engine also bounds it by the
-# model's context length. Keeps a typo like 10**9 from reserving the whole KV pool.
-MAX_TOKENS_LIMIT = 1 << 20
+from agentserve.contracts.sampling import SamplingParams
 
 
-@dataclass(frozen=True)
-class SamplingParams:
-    max_tokens: int = 64
-    temperature: float = 0.0  # 0 = greedy
-    top_p: float = 1.0
-    seed: int | None = None
-    stop_token_ids: tuple[int, ...] = ()
-    ignore_eos: bool = False
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool):
-            raise ValueError(f"max_tokens must be an integer, got {self.max_tokens!r}")
-        if self.max_tokens <= 0:
-            raise ValueError(f"max_tokens must be positive, got {self.max_tokens}")
-        if self.max_tokens > MAX_TOKENS_LIMIT:
-            raise ValueError(f"max_tokens {self.max_tokens} exceeds the limit {MAX_TOKENS_LIMIT}")
-        if not 0.0 <= self.temperature <= 100.0:
-            raise ValueError(f"temperature must be in [0, 100], got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
-    def make_generator(self) -> torch.Generator | None:
-        if self.greedy:
-            return None
-        gen = torch.Generator()
-        if self.seed is None:
-            gen.seed()
-        else:
-            gen.manual_seed(self.seed)
-        return gen
+def make_generator(params: SamplingParams) -> torch.Generator | None:
+    """The request's random stream: None for greedy, seeded when the request names a seed."""
+    if params.greedy:
+        return None
+    gen = torch.Generator()
+    if params.seed is None:
+        gen.seed()
+    else:
+        gen.manual_seed(params.seed)
+    return gen
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from agentserve.engine.sampling import SamplingParams
+from agentserve.contracts import SamplingParams
 
 _ids = itertools.count()
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import logging
 import socket
+from pathlib import Path
 
 from agentserve.common.netutil import advertise_host
 from agentserve.common.server import Service
+from agentserve.contracts import EngineStatus, Role, SamplingParams
 from agentserve.engine.async_engine import AsyncEngine
 from agentserve.engine.default_model import ensure_default_model
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
-from agentserve.engine.sampling import SamplingParams
 from agentserve.engine_service.config import EngineServiceConfig
 from agentserve.engine_service.kv_moves import KVMover
 from agentserve.engine_service.registration import Registrar
@@ -20,14 +21,12 @@ from agentserve.fabric.calibrate import measure_local_compute
 from agentserve.fabric.metrics import nic_status, register_nic_metrics
 from agentserve.fabric.profiles import ScaledProfile, load_profile
 from agentserve.kvstore.sharded import ShardedKVStoreClient
-from agentserve.v1 import common_pb2
 
 log = logging.getLogger(__name__)
 
 
 class EngineService(Service):
-    role: int = common_pb2.ENGINE_ROLE_UNSPECIFIED
-    role_name = "engine"
+    role: Role  # set by the prefill and decode services
 
     def __init__(self, config: EngineServiceConfig):
         self.config = config
@@ -45,12 +44,12 @@ class EngineService(Service):
         )
         self.engine = AsyncEngine(engine)
         self.address = f"{advertise_host(config.advertise_host)}:{config.grpc_port}"
-        self.engine_id = config.engine_id or f"{self.role_name}-{self.address}"
+        self.engine_id = config.engine_id or f"{self.role.value}-{self.address}"
         # One address or several (`kvstore:50052` resolving to every replica): blocks are placed
         # by consistent hashing of their id, so every engine finds a block on the same instance.
         self.kvstore = ShardedKVStoreClient(config.kvstore_address)
         self.fabric = self._scaled_profile(engine, model_dir)
-        self.nics = self.fabric.nics(self.role_name)
+        self.nics = self.fabric.nics(self.role.value)
         register_nic_metrics(self.nics.values())
         self.mover = KVMover(self.engine, self.engine_id, self.kvstore, config.kvstore_address, self.nics)
         self.registrar: Registrar | None = None
@@ -63,13 +62,13 @@ class EngineService(Service):
         kv_bytes = 2 * model.num_hidden_layers * model.num_key_value_heads * model.head_dim * engine.dtype.itemsize
         tokens_per_s = self.config.fabric_prefill_tokens_per_s
         if profile.target is not None and tokens_per_s == 0:
-            tokens_per_s = measure_local_compute(model_dir, self.config.dtype).prefill_tokens_per_s
+            tokens_per_s = measure_local_compute(Path(model_dir), self.config.dtype).prefill_tokens_per_s
         return profile.scaled(kv_bytes, tokens_per_s or 1.0)
 
-    def status(self) -> common_pb2.EngineStatus:
+    def status(self) -> EngineStatus:
         engine = self.engine.engine
         load = self.engine.load()
-        return common_pb2.EngineStatus(
+        return EngineStatus(
             engine_id=self.engine_id,
             role=self.role,
             address=self.address,
@@ -90,9 +89,9 @@ class EngineService(Service):
         # Logged here, not in __init__: the server configures logging after building the service.
         engine = self.engine.engine
         log.info(
-            "%s %s serving %s (fingerprint %s)", self.role_name, self.engine_id, self.model_dir, engine.fingerprint
+            "%s %s serving %s (fingerprint %s)", self.role.value, self.engine_id, self.model_dir, engine.fingerprint
         )
-        nics = self.fabric.engines[self.role_name]
+        nics = self.fabric.engines[self.role.value]
         log.info(
             "fabric profile %s (time dilation %.3g): snic %.4g Gbps %.3g ms, cnic %.4g Gbps %.3g ms",
             self.fabric.profile.name,

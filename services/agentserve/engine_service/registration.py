@@ -13,13 +13,15 @@ from collections.abc import Callable
 import grpc
 
 from agentserve.common.channels import open_channel
-from agentserve.v1 import common_pb2, scheduler_pb2_grpc
+from agentserve.contracts import EngineStatus
+from agentserve.convert import engine_status_to_proto
+from agentserve.v1 import scheduler_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 
 class Registrar:
-    def __init__(self, scheduler_address: str, status: Callable[[], common_pb2.EngineStatus], interval_s: float):
+    def __init__(self, scheduler_address: str, status: Callable[[], EngineStatus], interval_s: float):
         self._address = scheduler_address
         self._status = status
         self._interval_s = interval_s
@@ -44,14 +46,14 @@ class Registrar:
             while True:
                 try:
                     if not known:
-                        reply = await stub.Register(self._status(), timeout=5)
+                        reply = await stub.Register(engine_status_to_proto(self._status()), timeout=5)
                         if reply.heartbeat_interval_ms:
                             self._interval_s = reply.heartbeat_interval_ms / 1000
                         known = True
                         self.registered.set()
                         log.info("registered with scheduler at %s", self._address)
                     else:
-                        known = (await stub.Heartbeat(self._status(), timeout=5)).known
+                        known = (await stub.Heartbeat(engine_status_to_proto(self._status()), timeout=5)).known
                 except grpc.aio.AioRpcError as exc:
                     if known:
                         log.warning("heartbeat to %s failed: %s", self._address, exc.code().name)

@@ -22,10 +22,10 @@ def measure_local_compute(
     model_dir: Path | None = None, dtype: str = "fp32", tokens: int = 1024, reps: int = 3
 ) -> LocalCompute:
     """Median prefill speed of `tokens` fresh tokens (no prefix cache) over `reps` runs."""
+    from agentserve.contracts import SamplingParams
     from agentserve.engine.default_model import ensure_default_model
     from agentserve.engine.engine import LLMEngine
     from agentserve.engine.engine_config import EngineConfig
-    from agentserve.engine.sampling import SamplingParams
 
     engine = LLMEngine.from_dir(model_dir or ensure_default_model(), EngineConfig(prefix_cache=False, dtype=dtype))
     config = engine.model_config

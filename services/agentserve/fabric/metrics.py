@@ -1,4 +1,4 @@
-"""How NIC state leaves the process: `NICStatus` messages for the heartbeat, Prometheus on /metrics.
+"""How NIC state leaves the process: `NICStatus` for the heartbeat, Prometheus on /metrics.
 
 Both read `EmulatedNIC.stats()` at the moment they are asked, so they cannot drift from the NICs.
 """
@@ -11,25 +11,15 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from agentserve.contracts import NICStatus
 from agentserve.fabric.nic import EmulatedNIC
-from agentserve.v1 import fabric_pb2
 
 
-def nic_status(nics: Iterable[EmulatedNIC]) -> list[fabric_pb2.NICStatus]:
+def nic_status(nics: Iterable[EmulatedNIC]) -> tuple[NICStatus, ...]:
     """One `NICStatus` per NIC, for `EngineStatus` in registration and heartbeats."""
-    out = []
-    for nic in nics:
-        s = nic.stats()
-        out.append(
-            fabric_pb2.NICStatus(
-                name=s.name,
-                configured_gbps=s.gbps,
-                queue_bytes=s.queue_bytes,
-                active_transfers=s.active_transfers,
-                bytes_total=s.bytes_total,
-            )
-        )
-    return out
+    return tuple(
+        NICStatus(s.name, s.gbps, s.queue_bytes, s.active_transfers, s.bytes_total) for s in (n.stats() for n in nics)
+    )
 
 
 class NICCollector(Collector):

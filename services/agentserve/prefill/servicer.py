@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from agentserve.engine_service.protocol import sampling_from_proto
-from agentserve.kv.paths import KVPath
-from agentserve.prefill.worker import LoadPlan, PrefillResult, PrefillWorker
+from agentserve.convert import prefill_request_from_proto, prefill_result_to_proto
+from agentserve.prefill.worker import PrefillWorker
 from agentserve.v1 import prefill_pb2, prefill_pb2_grpc
 
 
@@ -13,21 +12,4 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
         self.worker = worker
 
     async def Prefill(self, request: prefill_pb2.PrefillRequest, context) -> prefill_pb2.PrefillResponse:
-        result = await self.worker.prefill(
-            list(request.token_ids),
-            sampling_from_proto(request.sampling),
-            tenant=request.tenant,
-            store_hit_blocks=request.store_hit_blocks,
-            decode_address=request.decode_address,
-            plan=load_plan_from_proto(request),
-        )
-        return response_to_proto(result)
-
-
-def load_plan_from_proto(request: prefill_pb2.PrefillRequest) -> LoadPlan:
-    return LoadPlan(KVPath.from_proto(request.kv_path), request.relay_address, request.relay_blocks)
-
-
-def response_to_proto(result: PrefillResult) -> prefill_pb2.PrefillResponse:
-    fields = dict(result.__dict__, kv_path=result.kv_path.to_proto())
-    return prefill_pb2.PrefillResponse(**fields)
+        return prefill_result_to_proto(await self.worker.prefill(prefill_request_from_proto(request)))

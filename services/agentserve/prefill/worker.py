@@ -6,50 +6,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from dataclasses import dataclass
 
 import grpc
 
 from agentserve.common.telemetry import tracer
+from agentserve.contracts import KVPath, LoadPlan, PrefillRequest, PrefillResult
 from agentserve.engine.async_engine import AsyncEngine
 from agentserve.engine.engine import LLMEngine
-from agentserve.engine.sampling import SamplingParams
 from agentserve.engine_service.kv_moves import KVMover, Moved
 from agentserve.engine_service.relay import relay_load
-from agentserve.kv.paths import KVPath
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class LoadPlan:
-    """How to load this turn's store hits: SPLIT sends the last `relay_blocks` by B, the rest by A."""
-
-    path: KVPath = KVPath.A
-    relay_address: str = ""
-    relay_blocks: int = 0  # SPLIT only
-
-    def __post_init__(self) -> None:
-        if self.path is not KVPath.A and not self.relay_address:
-            raise ValueError(f"kv path {self.path.value} needs a relay_address")
-
-
-@dataclass
-class PrefillResult:
-    first_token: int
-    prompt_tokens: int
-    cached_tokens: int
-    engine_cached_tokens: int
-    loaded_blocks: int
-    persisted_blocks: int
-    handoff_blocks: int
-    finished: bool
-    finish_reason: str
-    kv_path: KVPath = KVPath.A
-    relayed_blocks: int = 0
-    handoff_bytes: int = 0
-    handoff_held_blocks: int = 0
-    handoff_failed: bool = False
 
 
 class PrefillWorker:
@@ -57,15 +24,10 @@ class PrefillWorker:
         self.engine = engine
         self.mover = mover
 
-    async def prefill(
-        self,
-        token_ids: list[int],
-        sampling: SamplingParams,
-        tenant: str,
-        store_hit_blocks: int,
-        decode_address: str,
-        plan: LoadPlan = LoadPlan(),
-    ) -> PrefillResult:
+    async def prefill(self, request: PrefillRequest) -> PrefillResult:
+        token_ids, sampling, tenant = request.token_ids, request.sampling, request.tenant
+        store_hit_blocks, decode_address = request.store_hit_blocks, request.decode_address
+
         def prepare(engine: LLMEngine) -> tuple[list[bytes], int]:
             engine.validate(token_ids, sampling)  # ValueError before any KV moves
             ids = engine.block_ids_for(token_ids, tenant)
@@ -75,7 +37,7 @@ class PrefillWorker:
             ids, resident = await self.engine.call(prepare)
             if store_hit_blocks > len(ids):
                 raise ValueError(f"store_hit_blocks {store_hit_blocks} exceeds the prompt's {len(ids)} full blocks")
-            path, loaded, relayed = await self._load(ids[resident:store_hit_blocks], plan)
+            path, loaded, relayed = await self._load(ids[resident:store_hit_blocks], request.plan)
             first = dataclasses.replace(sampling, max_tokens=1)
             events = [event async for event in self.engine.generate(token_ids, first, tenant)]
             seq = events[-1].seq

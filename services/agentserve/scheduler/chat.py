@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentserve.engine.tokenizer import Tokenizer
+from agentserve.model_files.tokenizer import Tokenizer
 
 # Placeholder contents: plain words no template rewrites, unlikely to appear in template text.
 _USER = "agentserve-placeholder-question"

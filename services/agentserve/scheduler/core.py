@@ -9,21 +9,21 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from pathlib import Path
 
-from agentserve.engine.sampling import SamplingParams
-from agentserve.engine.tokenizer import Tokenizer
+from agentserve.contracts import SamplingParams, ToolCall, TurnEvent
+from agentserve.model_files.tokenizer import Tokenizer
+from agentserve.model_files.tokenizer_files import ensure_default_tokenizer
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.engine_clients import EngineClients
-from agentserve.scheduler.events import TurnEvent
 from agentserve.scheduler.paths import PathPolicy, make_path_policy
 from agentserve.scheduler.prompts import PromptBuilder
 from agentserve.scheduler.registry import EngineRegistry, EngineStatus
 from agentserve.scheduler.router import LeastLoadedRouter, Router
 from agentserve.scheduler.sessions import Session, SessionStore
-from agentserve.scheduler.tool_waits import ToolCall
+from agentserve.scheduler.tool_waits import ToolWaitState
 from agentserve.scheduler.turns import EngineCalls, StoreLookup, TurnRunner
 
 log = logging.getLogger(__name__)
@@ -62,10 +62,10 @@ class SchedulerCore:
     def create(cls, config: SchedulerConfig) -> SchedulerCore:
         """The real thing: the tokenizer of `config.model_dir` (or the embedded default model) and
         gRPC clients for the KV store and the engines."""
-        from agentserve.engine.default_model import ensure_default_model
         from agentserve.kvstore.sharded import ShardedKVStoreClient
 
-        model_dir = Path(config.model_dir) if config.model_dir else ensure_default_model()
+        # The default model's tokenizer alone: the scheduler never loads weights (nor torch).
+        model_dir = Path(config.model_dir) if config.model_dir else ensure_default_tokenizer()
         # Bounded: a hung store must not hang turns (a failed lookup only costs the hits).
         store = ShardedKVStoreClient(config.kvstore_address, timeout_s=config.engine_timeout_ms / 1000)
         return cls(config, Tokenizer.from_dir(model_dir), store=store)
@@ -98,7 +98,7 @@ class SchedulerCore:
         token_ids: Sequence[int] | None = None,
         role: str = "user",
         sampling: SamplingParams,
-    ) -> AsyncIterator[TurnEvent]:
+    ) -> AsyncGenerator[TurnEvent, None]:
         """Run a turn: append `message` (chat-rendered text, role "user", "tool" or "system") or raw
         `token_ids` to the session and stream the reply. Unknown sessions and malformed messages
         raise here, at the call; limits that depend on the history (context length) and "no engine"
@@ -111,7 +111,7 @@ class SchedulerCore:
 
     async def complete(
         self, prompt_token_ids: Sequence[int], sampling: SamplingParams, tenant: str = ""
-    ) -> AsyncIterator[TurnEvent]:
+    ) -> AsyncGenerator[TurnEvent, None]:
         """A stateless completion of `prompt_token_ids` (HTTP without a session): a one-turn
         session that is never stored."""
         session = Session(uuid.uuid4().hex, tenant=tenant)
@@ -140,10 +140,15 @@ class SchedulerCore:
         return dead
 
     def tool_call_started(self, event: ToolCall) -> None:
-        self.sessions.get(event.session_id).tools.started(event)
+        self._tool_waits(event).started(event)
 
     def tool_call_finished(self, event: ToolCall) -> None:
-        self.sessions.get(event.session_id).tools.ended(event)
+        self._tool_waits(event).ended(event)
+
+    def _tool_waits(self, event: ToolCall) -> ToolWaitState:
+        if not event.session_id:
+            raise ValueError("tool call event needs a session_id")
+        return self.sessions.get(event.session_id).tools
 
     async def aclose(self) -> None:
         for client in (self.engines, self.store):

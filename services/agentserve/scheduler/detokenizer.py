@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentserve.engine.tokenizer import Tokenizer
+from agentserve.model_files.tokenizer import Tokenizer
 
 REPLACEMENT = "\ufffd"
 

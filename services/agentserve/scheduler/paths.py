@@ -11,31 +11,16 @@ run and a simulator reuses them. `make_path_policy` builds one by its config nam
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
-from agentserve.kv.paths import KVPath
+from agentserve.contracts import PATH_A, KVPath, LoadPlan
 from agentserve.scheduler.registry import Engine
-
-
-@dataclass(frozen=True)
-class PathPlan:
-    path: KVPath
-    relay_blocks: int = 0  # SPLIT: how many of the blocks to load go by B (the last ones)
-
-    def __post_init__(self) -> None:
-        if self.relay_blocks < 0:
-            raise ValueError(f"relay_blocks must be >= 0, got {self.relay_blocks}")
-
-
-PATH_A = PathPlan(KVPath.A)
-PATH_B = PathPlan(KVPath.B)
 
 
 class PathPolicy(Protocol):
     name: str
 
-    def choose(self, prefill: Engine, decode: Engine, hit_blocks: int) -> PathPlan:
+    def choose(self, prefill: Engine, decode: Engine, hit_blocks: int) -> LoadPlan:
         """The path for a turn whose prompt has `hit_blocks` leading blocks in the store, prefilled
         on `prefill` and decoded on `decode` (the relay for B). Called on the event loop; must not
         block and must not change the engines."""
@@ -47,7 +32,7 @@ class AlwaysA:
 
     name = "always-a"
 
-    def choose(self, prefill: Engine, decode: Engine, hit_blocks: int) -> PathPlan:
+    def choose(self, prefill: Engine, decode: Engine, hit_blocks: int) -> LoadPlan:
         return PATH_A
 
 
@@ -56,8 +41,8 @@ class AlwaysB:
 
     name = "always-b"
 
-    def choose(self, prefill: Engine, decode: Engine, hit_blocks: int) -> PathPlan:
-        return PATH_B if hit_blocks else PATH_A
+    def choose(self, prefill: Engine, decode: Engine, hit_blocks: int) -> LoadPlan:
+        return _relayed_by(decode) if hit_blocks else PATH_A
 
 
 class DualPathPolicy:
@@ -70,10 +55,14 @@ class DualPathPolicy:
 
     name = "dualpath"
 
-    def choose(self, prefill: Engine, decode: Engine, hit_blocks: int) -> PathPlan:
+    def choose(self, prefill: Engine, decode: Engine, hit_blocks: int) -> LoadPlan:
         if hit_blocks == 0:
             return PATH_A
-        return PATH_B if decode.snic_queue_bytes < prefill.snic_queue_bytes else PATH_A
+        return _relayed_by(decode) if decode.snic_queue_bytes < prefill.snic_queue_bytes else PATH_A
+
+
+def _relayed_by(decode: Engine) -> LoadPlan:
+    return LoadPlan(KVPath.B, relay_address=decode.address)
 
 
 POLICIES: dict[str, type] = {policy.name: policy for policy in (DualPathPolicy, AlwaysA, AlwaysB)}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentserve.engine.tokenizer import Tokenizer
+from agentserve.model_files.tokenizer import Tokenizer
 from agentserve.scheduler.chat import ROLES, ChatRenderer
 from agentserve.scheduler.sessions import Session
 

@@ -9,27 +9,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from agentserve.contracts import ToolCall
+
 # Enough finished calls to estimate a tool's typical duration without growing per session forever.
 HISTORY_LIMIT = 64
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    session_id: str
-    tool: str
-    call_id: str
-    start_unix_s: float = 0.0
-    predicted_duration_s: float = 0.0
-    actual_duration_s: float = 0.0  # finished calls only
-    ok: bool = True
-
-    def __post_init__(self) -> None:
-        if not self.session_id:
-            raise ValueError("tool call event needs a session_id")
-        if not self.call_id:
-            raise ValueError("tool call event needs a call_id")
-        if self.predicted_duration_s < 0 or self.actual_duration_s < 0:
-            raise ValueError("tool call durations must not be negative")
 
 
 @dataclass

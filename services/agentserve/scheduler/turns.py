@@ -18,11 +18,11 @@ RetryableError instead: the client has text no other engine would continue ident
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -32,19 +32,26 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from agentserve.common.errors import NotFoundError, RetryableError
 from agentserve.common.telemetry import outgoing_metadata, tracer
-from agentserve.engine.sampling import SamplingParams
+from agentserve.contracts import (
+    EngineUnavailable,
+    GenerateChunk,
+    GenerateRequest,
+    KVPath,
+    PrefillRequest,
+    PrefillResult,
+    SamplingParams,
+    TurnEvent,
+    TurnMeta,
+)
 from agentserve.kv.block_hash import block_ids_for
-from agentserve.kv.paths import KVPath
 from agentserve.scheduler import metrics
 from agentserve.scheduler.detokenizer import IncrementalDetokenizer
-from agentserve.scheduler.engine_clients import EngineUnavailable, Metadata, sampling_to_proto
-from agentserve.scheduler.events import TurnEvent, TurnMeta
+from agentserve.scheduler.engine_clients import Metadata
 from agentserve.scheduler.paths import DualPathPolicy, PathPolicy
 from agentserve.scheduler.prompts import PromptBuilder, check_fits
 from agentserve.scheduler.registry import Engine, EngineRegistry, Role
 from agentserve.scheduler.router import Router
 from agentserve.scheduler.sessions import Session
-from agentserve.v1 import decode_pb2, prefill_pb2
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +65,11 @@ class StoreLookup(Protocol):
 class EngineCalls(Protocol):
     """The two engine calls a turn makes (`EngineClients`; fakes in unit tests)."""
 
-    async def prefill(
-        self, address: str, request: prefill_pb2.PrefillRequest, metadata: Metadata
-    ) -> prefill_pb2.PrefillResponse: ...
+    async def prefill(self, address: str, request: PrefillRequest, metadata: Metadata) -> PrefillResult: ...
 
     def generate(
-        self, address: str, request: decode_pb2.GenerateRequest, metadata: Metadata
-    ) -> AsyncIterator[decode_pb2.GenerateChunk]: ...
+        self, address: str, request: GenerateRequest, metadata: Metadata
+    ) -> AsyncGenerator[GenerateChunk, None]: ...
 
     def forget(self, address: str) -> None: ...
 
@@ -116,7 +121,7 @@ class TurnRunner:
         message: str | None = None,
         token_ids: Sequence[int] | None = None,
         role: str = "user",
-    ) -> AsyncIterator[TurnEvent]:
+    ) -> AsyncGenerator[TurnEvent, None]:
         """Run one turn after the session's earlier ones; the first event carries the metadata.
         Raises ValueError for a bad request and RetryableError when no engine could serve it."""
         started, turn, failure = time.perf_counter(), None, None
@@ -173,7 +178,7 @@ class TurnRunner:
         )
         return _Turn(session, prompt, sampling, session.turns, self.retries, span)
 
-    async def _traced(self, turn: _Turn) -> AsyncIterator[TurnEvent]:
+    async def _traced(self, turn: _Turn) -> AsyncGenerator[TurnEvent, None]:
         try:
             # Nested generators are closed explicitly, so an abandoned turn releases its engine
             # call at once rather than whenever the garbage collector finalizes them.
@@ -187,7 +192,7 @@ class TurnRunner:
         finally:
             _end_span(turn)
 
-    async def _execute(self, turn: _Turn) -> AsyncIterator[TurnEvent]:
+    async def _execute(self, turn: _Turn) -> AsyncGenerator[TurnEvent, None]:
         hits = await self._store_hits(turn)
         prefill, decode, response = await self._prefill(turn, hits)
         first = response.first_token
@@ -195,7 +200,7 @@ class TurnRunner:
         detokenizer = IncrementalDetokenizer(self.prompts.tokenizer)
         span_context = turn.span.get_span_context()
         trace_id = format(span_context.trace_id, "032x") if span_context.is_valid else ""
-        path = KVPath.from_proto(response.kv_path)
+        path = response.kv_path
         meta = TurnMeta(
             turn.turn_id,
             turn.index,
@@ -236,7 +241,10 @@ class TurnRunner:
                 yield event
 
     async def _store_hits(self, turn: _Turn) -> int:
-        ids = block_ids_for(turn.prompt, self.registry.block_size, self.registry.fingerprint, turn.session.tenant)
+        block_size, fingerprint = self.registry.block_size, self.registry.fingerprint
+        if block_size is None or fingerprint is None:  # no engine ever registered: nothing can be stored
+            return 0
+        ids = block_ids_for(turn.prompt, block_size, fingerprint, turn.session.tenant)
         if not ids:
             return 0
         try:
@@ -249,22 +257,19 @@ class TurnRunner:
         metrics.STORE_HIT_BLOCKS.inc(hits)
         return hits
 
-    async def _prefill(self, turn: _Turn, hits: int) -> tuple[Engine, Engine, prefill_pb2.PrefillResponse]:
+    async def _prefill(self, turn: _Turn, hits: int) -> tuple[Engine, Engine, PrefillResult]:
         while True:
             prefill, decode = self._pick(Role.PREFILL, turn), self._pick_decode(turn)
             plan = self.paths.choose(prefill, decode, hits)
-            relayed = plan.path is not KVPath.A
-            request = prefill_pb2.PrefillRequest(
+            request = PrefillRequest(
                 request_id=turn.turn_id,
                 session_id=turn.session.session_id,
                 tenant=turn.session.tenant,
                 token_ids=turn.prompt,
-                sampling=sampling_to_proto(turn.sampling),
+                sampling=turn.sampling,
                 store_hit_blocks=hits,
                 decode_address=decode.address,
-                kv_path=plan.path.to_proto(),
-                relay_address=decode.address if relayed else "",
-                relay_blocks=plan.relay_blocks,
+                plan=plan,
             )
             # The store reads count against the chosen storage NIC until the prefill returns.
             reader = decode if plan.path is KVPath.B else prefill
@@ -278,22 +283,22 @@ class TurnRunner:
                 turn.decode_engine = decode.engine_id
                 return prefill, decode, response
             except EngineUnavailable as exc:
-                # A prefill relays a failed KV handoff as its own UNAVAILABLE; the detail then names
-                # the decode engine's address, and that engine is the one that failed.
-                failed = decode if _names(exc.detail, decode.address) else prefill
+                # Blame is structured: the error names the engine that failed (the decode engine when
+                # it could not take the handoff), never inferred from message text.
+                failed = decode if exc.address == decode.address else prefill
                 self._engine_failed(failed, exc)
                 self._use_retry(turn, exc)
 
     async def _decode(
         self, turn: _Turn, decode: Engine, detokenizer: IncrementalDetokenizer
-    ) -> AsyncIterator[TurnEvent]:
-        request = decode_pb2.GenerateRequest(
+    ) -> AsyncGenerator[TurnEvent, None]:
+        request = GenerateRequest(
             request_id=turn.turn_id,
             session_id=turn.session.session_id,
             tenant=turn.session.tenant,
             token_ids=turn.prompt + turn.output,
             prompt_tokens=len(turn.prompt),
-            sampling=sampling_to_proto(turn.sampling, turn.sampling.max_tokens - len(turn.output)),
+            sampling=dataclasses.replace(turn.sampling, max_tokens=turn.sampling.max_tokens - len(turn.output)),
         )
         stop_ids = turn.sampling.stop_token_ids
         while True:
@@ -384,8 +389,3 @@ def _end_span(turn: _Turn) -> None:
     if turn.span.is_recording():  # ended at most once: at the final event, or when the turn fails
         turn.span.set_attribute("turn.completion_tokens", len(turn.output))
         turn.span.end()
-
-
-def _names(text: str, address: str) -> bool:
-    """Whether `text` mentions `address` (not merely a longer port starting with its digits)."""
-    return re.search(re.escape(address) + r"(?!\d)", text) is not None

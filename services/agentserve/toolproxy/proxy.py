@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 from agentserve.common.errors import NotFoundError
 from agentserve.common.telemetry import tracer
+from agentserve.contracts import ToolCall
 from agentserve.toolproxy import metrics
 from agentserve.toolproxy.predictor import ToolDurationPredictor
-from agentserve.toolproxy.reporter import ToolCallRecord
 from agentserve.toolproxy.tools import ToolRegistry, ToolResult
 
 log = logging.getLogger(__name__)
@@ -26,9 +26,9 @@ log = logging.getLogger(__name__)
 class EventSink(Protocol):
     """Where tool wait events go (`SchedulerReporter`, or a recording fake in tests). Never blocks."""
 
-    def started(self, record: ToolCallRecord) -> None: ...
+    def started(self, record: ToolCall) -> None: ...
 
-    def finished(self, record: ToolCallRecord) -> None: ...
+    def finished(self, record: ToolCall) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class ToolProxy:
 
     async def call(
         self, name: str, args: Mapping[str, Any], session_id: str = "", call_id: str = ""
-    ) -> tuple[ToolResult, ToolCallRecord]:
+    ) -> tuple[ToolResult, ToolCall]:
         """Run tool `name`; NotFoundError if there is none. Bad arguments come back as a 400 result.
 
         Events are reported only for calls tied to a session (the scheduler has nothing to
@@ -63,8 +63,8 @@ class ToolProxy:
         if tool is None:
             raise NotFoundError(f"unknown tool {name!r}")
         self._calls[name] += 1
-        record = ToolCallRecord(
-            session_id, name, call_id or uuid.uuid4().hex, time.time(), self._predictor.predict(name)
+        record = ToolCall(
+            session_id, name, call_id or uuid.uuid4().hex, time.time(), self._predictor.predict(name), ok=False
         )
         if session_id:
             self._events.started(record)

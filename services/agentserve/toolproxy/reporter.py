@@ -10,44 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 
 import grpc
 
 from agentserve.common.channels import open_channel
+from agentserve.contracts import ToolCall
+from agentserve.convert import tool_call_to_proto
 from agentserve.toolproxy import metrics
-from agentserve.v1 import scheduler_pb2, scheduler_pb2_grpc
+from agentserve.v1 import scheduler_pb2_grpc
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ToolCallRecord:
-    session_id: str
-    tool: str
-    call_id: str
-    start_unix_s: float
-    predicted_duration_s: float
-    actual_duration_s: float = 0.0  # set once the call finished
-    ok: bool = False
-
-    def to_proto(self) -> scheduler_pb2.ToolCallEvent:
-        return scheduler_pb2.ToolCallEvent(
-            session_id=self.session_id,
-            tool=self.tool,
-            call_id=self.call_id,
-            start_unix_s=self.start_unix_s,
-            predicted_duration_s=self.predicted_duration_s,
-            actual_duration_s=self.actual_duration_s,
-            ok=self.ok,
-        )
 
 
 class SchedulerReporter:
     def __init__(self, address: str, timeout_s: float = 2.0, max_pending: int = 10_000) -> None:
         self._address = address
         self._timeout_s = timeout_s
-        self._queue: asyncio.Queue[tuple[str, ToolCallRecord]] = asyncio.Queue(max_pending)
+        self._queue: asyncio.Queue[tuple[str, ToolCall]] = asyncio.Queue(max_pending)
         self._channel: grpc.aio.Channel | None = None
         self._task: asyncio.Task | None = None
         self._failures = 0
@@ -58,10 +37,10 @@ class SchedulerReporter:
         stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
         self._task = asyncio.create_task(self._send_forever(stub), name="tool-event-reporter")
 
-    def started(self, record: ToolCallRecord) -> None:
+    def started(self, record: ToolCall) -> None:
         self._enqueue("ToolCallStarted", record)
 
-    def finished(self, record: ToolCallRecord) -> None:
+    def finished(self, record: ToolCall) -> None:
         self._enqueue("ToolCallFinished", record)
 
     async def stop(self, drain_s: float = 2.0) -> None:
@@ -78,7 +57,7 @@ class SchedulerReporter:
             await self._channel.close()
             self._channel = None
 
-    def _enqueue(self, method: str, record: ToolCallRecord) -> None:
+    def _enqueue(self, method: str, record: ToolCall) -> None:
         try:
             self._queue.put_nowait((method, record))
         except asyncio.QueueFull:
@@ -89,7 +68,7 @@ class SchedulerReporter:
         while True:
             method, record = await self._queue.get()
             try:
-                await getattr(stub, method)(record.to_proto(), timeout=self._timeout_s)
+                await getattr(stub, method)(tool_call_to_proto(record), timeout=self._timeout_s)
                 self.sent += 1
                 if self._failures:
                     log.info("tool events reach the scheduler again after %d failures", self._failures)
@@ -101,7 +80,7 @@ class SchedulerReporter:
             finally:
                 self._queue.task_done()
 
-    def _note_failure(self, method: str, record: ToolCallRecord, reason: str) -> None:
+    def _note_failure(self, method: str, record: ToolCall, reason: str) -> None:
         self._failures += 1
         metrics.EVENTS_UNDELIVERED.labels("rpc_failed").inc()
         level = logging.WARNING if self._failures == 1 else logging.DEBUG

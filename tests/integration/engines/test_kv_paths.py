@@ -14,7 +14,7 @@ import random
 import grpc
 import pytest
 
-from agentserve.engine.sampling import SamplingParams
+from agentserve.contracts import SamplingParams
 from agentserve.kv.block_hash import block_ids_for
 from agentserve.kvstore.client import KVStoreClient
 from agentserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc

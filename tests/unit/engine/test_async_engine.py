@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
+from agentserve.contracts import SamplingParams
 from agentserve.engine.async_engine import AsyncEngine
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
-from agentserve.engine.sampling import SamplingParams
 
 pytestmark = pytest.mark.unit
 

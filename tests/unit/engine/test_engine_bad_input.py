@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agentserve.contracts import SamplingParams
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
-from agentserve.engine.sampling import SamplingParams
 from agentserve.kv.block_format import serialize_blocks
 
 pytestmark = pytest.mark.unit

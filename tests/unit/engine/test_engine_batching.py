@@ -6,9 +6,9 @@ import random
 
 import pytest
 
+from agentserve.contracts import SamplingParams
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
-from agentserve.engine.sampling import SamplingParams
 
 pytestmark = pytest.mark.unit
 

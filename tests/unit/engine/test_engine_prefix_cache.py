@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from agentserve.contracts import SamplingParams
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.runner import ExternalPrefix
-from agentserve.engine.sampling import SamplingParams
 from agentserve.kv.block_format import deserialize_blocks
 
 pytestmark = pytest.mark.unit

@@ -9,15 +9,9 @@ import torch
 from safetensors import safe_open
 
 from agentserve.engine.config import ModelConfig
-from agentserve.engine.model_init import (
-    PRESETS,
-    SPECIAL_TOKENS,
-    ModelPreset,
-    get_preset,
-    init_model,
-    init_weights,
-    train_tokenizer,
-)
+from agentserve.engine.model_init import init_model, init_weights
+from agentserve.model_files.presets import PRESETS, SPECIAL_TOKENS, ModelPreset, get_preset
+from agentserve.model_files.tokenizer_files import train_tokenizer
 
 pytestmark = pytest.mark.unit
 

@@ -6,12 +6,12 @@ import pytest
 import torch
 import transformers
 
+from agentserve.contracts import SamplingParams
 from agentserve.engine.attention import PrefillMetadata
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.kv_pool import KVPool
 from agentserve.engine.loader import load_model
-from agentserve.engine.sampling import SamplingParams
 
 pytestmark = pytest.mark.unit
 

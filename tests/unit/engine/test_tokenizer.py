@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agentserve.engine.tokenizer import Tokenizer
+from agentserve.model_files.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.unit
 

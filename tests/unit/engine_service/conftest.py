@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from agentserve.contracts import SamplingParams
 from agentserve.engine.engine import LLMEngine
-from agentserve.engine.sampling import SamplingParams
 from agentserve.engine_service.relay import RELAY_RUN_BLOCKS
 from tests.support.engine_pool import CONFIG
 

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
+from agentserve.contracts import PrefillRequest, SamplingParams
 from agentserve.engine.async_engine import AsyncEngine
 from agentserve.engine.engine import LLMEngine
-from agentserve.engine.sampling import SamplingParams
 from agentserve.engine_service.kv_moves import KVMover, Moved
 from agentserve.kv.block_manager import BlockManager
 from agentserve.prefill.worker import PrefillWorker
@@ -40,7 +40,8 @@ def prefill_with_a_sweep_before_the_handoff(tiny_model_dir) -> tuple[int, int, i
 
             mover.lacking, mover.handoff = lacking, handoff
             prompt = [(5 * i) % 150 + 7 for i in range(BLOCKS * engine.engine.block_size + 3)]
-            result = await PrefillWorker(engine, mover).prefill(prompt, SamplingParams(max_tokens=1), "", 0, "decode-0")
+            request = PrefillRequest("r", "s", "", prompt, SamplingParams(max_tokens=1), decode_address="decode-0")
+            result = await PrefillWorker(engine, mover).prefill(request)
             used = await engine.call(lambda e: e.blocks.stats()["used"])
             return result.handoff_blocks, seen["resident"], result.persisted_blocks, used
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agentserve.engine.model_init import init_model
-from agentserve.engine.tokenizer import Tokenizer
+from agentserve.model_files.tokenizer import Tokenizer
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.core import SchedulerCore
 from agentserve.scheduler.registry import Role

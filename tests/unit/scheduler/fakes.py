@@ -11,9 +11,17 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from agentserve.scheduler.engine_clients import EngineUnavailable
-from agentserve.scheduler.registry import EngineStatus, Role
-from agentserve.v1 import decode_pb2, prefill_pb2
+from agentserve.contracts import (
+    EngineStatus,
+    EngineUnavailable,
+    GenerateChunk,
+    GenerateRequest,
+    KVPath,
+    PrefillRequest,
+    PrefillResult,
+    Role,
+)
+from agentserve.v1 import common_pb2
 
 FINGERPRINT = "fp-test"
 BLOCK_SIZE = 4
@@ -39,6 +47,23 @@ def status(engine_id: str, role: Role, port: int, running: int = 0, waiting: int
     return EngineStatus(**fields)
 
 
+def engine_proto(engine_id: str = "d9", role: int = common_pb2.ENGINE_ROLE_DECODE, **fields) -> common_pb2.EngineStatus:
+    values = dict(
+        engine_id=engine_id,
+        role=role,
+        address="127.0.0.1:7009",
+        model_name="agentserve-tiny",
+        model_fingerprint="fp-test",
+        block_size=4,
+        running=1,
+        waiting=2,
+        vocab_size=8192,
+        max_context=512,
+    )
+    values.update(fields)
+    return common_pb2.EngineStatus(**values)
+
+
 class FakeStore:
     def __init__(self, hits: int = 0, fail: bool = False) -> None:
         self.hits = hits
@@ -59,12 +84,12 @@ class FakeEngines:
         self.die_after: dict[str, int] = {}  # decode address -> chunks streamed before it dies
         self.prefill_error: Exception | None = None  # raised by the next prefill call
         self.handoff_fails: set[str] = set()  # decode addresses a prefill cannot hand KV to
-        self.prefills: list[tuple[str, prefill_pb2.PrefillRequest, list]] = []
-        self.generates: list[tuple[str, decode_pb2.GenerateRequest, list]] = []
+        self.prefills: list[tuple[str, PrefillRequest, list]] = []
+        self.generates: list[tuple[str, GenerateRequest, list]] = []
         self.cancelled: list[str] = []
         self.forgotten: list[str] = []
 
-    async def prefill(self, address: str, request: prefill_pb2.PrefillRequest, metadata) -> prefill_pb2.PrefillResponse:
+    async def prefill(self, address: str, request: PrefillRequest, metadata) -> PrefillResult:
         self.prefills.append((address, request, list(metadata)))
         if self.prefill_error is not None:
             error, self.prefill_error = self.prefill_error, None
@@ -74,15 +99,17 @@ class FakeEngines:
         first = self.reply[0]
         finished = first == EOS or request.sampling.max_tokens == 1
         reason = ("stop" if first == EOS else "length") if finished else ""
-        relayed = request.store_hit_blocks if request.kv_path == prefill_pb2.KV_PATH_B else 0
+        relayed = request.store_hit_blocks if request.plan.path is KVPath.B else 0
         handoff = len(request.token_ids) // BLOCK_SIZE
-        return prefill_pb2.PrefillResponse(
+        return PrefillResult(
             first_token=first,
             prompt_tokens=len(request.token_ids),
             cached_tokens=request.store_hit_blocks * BLOCK_SIZE,
             finished=finished,
             finish_reason=reason,
-            kv_path=request.kv_path,
+            kv_path=request.plan.path,
+            engine_cached_tokens=0,
+            persisted_blocks=0,
             loaded_blocks=request.store_hit_blocks,
             relayed_blocks=relayed,
             handoff_blocks=handoff,
@@ -90,9 +117,7 @@ class FakeEngines:
             handoff_failed=request.decode_address in self.handoff_fails,
         )
 
-    async def generate(
-        self, address: str, request: decode_pb2.GenerateRequest, metadata
-    ) -> AsyncIterator[decode_pb2.GenerateChunk]:
+    async def generate(self, address: str, request: GenerateRequest, metadata) -> AsyncIterator[GenerateChunk]:
         self.generates.append((address, request, list(metadata)))
         if address in self.dead:
             raise EngineUnavailable(address, "UNAVAILABLE: connection refused")
@@ -103,7 +128,7 @@ class FakeEngines:
                     raise EngineUnavailable(address, "UNAVAILABLE: socket closed")
                 last = i == len(rest) - 1
                 reason = ("stop" if token == EOS else "length") if last else ""
-                yield decode_pb2.GenerateChunk(token_ids=[token], finished=last, finish_reason=reason)
+                yield GenerateChunk(token_ids=[token], finished=last, finish_reason=reason)
         except GeneratorExit:
             self.cancelled.append(address)
             raise

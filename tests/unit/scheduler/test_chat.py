@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentserve.engine.tokenizer import Tokenizer
+from agentserve.model_files.tokenizer import Tokenizer
 from agentserve.scheduler.chat import ChatRenderer
 from agentserve.scheduler.prompts import PromptBuilder, check_fits
 from agentserve.scheduler.sessions import Session

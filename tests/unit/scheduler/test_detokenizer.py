@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentserve.engine.tokenizer import Tokenizer
+from agentserve.model_files.tokenizer import Tokenizer
 from agentserve.scheduler.detokenizer import REPLACEMENT, IncrementalDetokenizer
 
 pytestmark = pytest.mark.unit

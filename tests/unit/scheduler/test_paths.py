@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentserve.kv.paths import KVPath
-from agentserve.scheduler.paths import AlwaysA, AlwaysB, DualPathPolicy, PathPlan, make_path_policy
-from agentserve.scheduler.registry import Engine, EngineRegistry, NICLoad, Role
+from agentserve.contracts import KVPath, LoadPlan, NICStatus, Role
+from agentserve.scheduler.paths import AlwaysA, AlwaysB, DualPathPolicy, make_path_policy
+from agentserve.scheduler.registry import Engine, EngineRegistry
 from tests.unit.scheduler.fakes import status
 
 pytestmark = pytest.mark.unit
@@ -18,7 +18,7 @@ def engine(
     engine_id: str, role: Role, snic_queue: int = 0, planned: int = 0, age_s: float = 0.0, gbps: float = 0.008
 ) -> Engine:
     """An engine whose last heartbeat (`age_s` ago) reported `snic_queue` bytes on a `gbps` snic."""
-    nics = (NICLoad("snic", gbps, snic_queue), NICLoad("cnic", gbps, 0))
+    nics = (NICStatus("snic", gbps, snic_queue), NICStatus("cnic", gbps, 0))
     e = Engine(status(engine_id, role, 7000, nics=nics, kv_block_bytes=BLOCK_BYTES), 100.0, clock=lambda: 100.0 + age_s)
     e.snic_planned_bytes = planned
     return e
@@ -28,10 +28,12 @@ def test_dualpath_takes_the_shorter_storage_nic_queue_and_ties_go_to_a() -> None
     policy = DualPathPolicy()
     idle_prefill, busy_prefill = engine("p0", Role.PREFILL), engine("p0", Role.PREFILL, snic_queue=5000)
     idle_decode, busy_decode = engine("d0", Role.DECODE), engine("d0", Role.DECODE, snic_queue=9000)
-    assert policy.choose(busy_prefill, idle_decode, hit_blocks=4) == PathPlan(KVPath.B)
-    assert policy.choose(busy_prefill, busy_decode, hit_blocks=4) == PathPlan(KVPath.A)
-    assert policy.choose(idle_prefill, idle_decode, hit_blocks=4) == PathPlan(KVPath.A)  # tie
-    assert policy.choose(busy_prefill, idle_decode, hit_blocks=0) == PathPlan(KVPath.A)  # nothing to load
+    assert policy.choose(busy_prefill, idle_decode, hit_blocks=4) == LoadPlan(
+        KVPath.B, relay_address=idle_decode.address
+    )
+    assert policy.choose(busy_prefill, busy_decode, hit_blocks=4) == LoadPlan(KVPath.A)
+    assert policy.choose(idle_prefill, idle_decode, hit_blocks=4) == LoadPlan(KVPath.A)  # tie
+    assert policy.choose(busy_prefill, idle_decode, hit_blocks=0) == LoadPlan(KVPath.A)  # nothing to load
 
 
 def test_dualpath_sees_reads_it_routed_before_the_next_heartbeat() -> None:
@@ -77,4 +79,4 @@ def test_fixed_policies_and_names() -> None:
 
 
 def test_engine_status_without_nics_reads_idle() -> None:
-    assert status("d0", Role.DECODE, 7000).nic("snic") == NICLoad("snic")
+    assert status("d0", Role.DECODE, 7000).nic("snic") == NICStatus("snic")

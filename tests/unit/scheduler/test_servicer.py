@@ -9,29 +9,11 @@ import grpc
 import pytest
 
 from agentserve.common.interceptors import mapped
-from agentserve.scheduler.registry import NICLoad, Role
-from agentserve.scheduler.servicer import SchedulerServicer, engine_status_from_proto, sampling_from_proto
-from agentserve.v1 import common_pb2, fabric_pb2, scheduler_pb2, scheduler_pb2_grpc
-from tests.unit.scheduler.fakes import EOS, FakeContext, run
+from agentserve.scheduler.servicer import SchedulerServicer
+from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from tests.unit.scheduler.fakes import EOS, FakeContext, engine_proto, run
 
 pytestmark = pytest.mark.unit
-
-
-def engine_proto(engine_id: str = "d9", role: int = common_pb2.ENGINE_ROLE_DECODE, **fields) -> common_pb2.EngineStatus:
-    values = dict(
-        engine_id=engine_id,
-        role=role,
-        address="127.0.0.1:7009",
-        model_name="agentserve-tiny",
-        model_fingerprint="fp-test",
-        block_size=4,
-        running=1,
-        waiting=2,
-        vocab_size=8192,
-        max_context=512,
-    )
-    values.update(fields)
-    return common_pb2.EngineStatus(**values)
 
 
 def served(core) -> SimpleNamespace:
@@ -43,32 +25,6 @@ def served(core) -> SimpleNamespace:
 
 async def stream(method, request, context) -> list:
     return [chunk async for chunk in method(request, context)]
-
-
-def test_sampling_defaults_and_validation() -> None:
-    params = sampling_from_proto(common_pb2.SamplingParams(max_tokens=8))
-    assert (params.max_tokens, params.temperature, params.top_p, params.seed) == (8, 0.0, 1.0, None)
-    assert sampling_from_proto(common_pb2.SamplingParams(max_tokens=8, seed=0)).seed == 0
-    with pytest.raises(ValueError, match="max_tokens must be positive"):
-        sampling_from_proto(common_pb2.SamplingParams())
-
-
-def test_engine_status_translation() -> None:
-    status = engine_status_from_proto(engine_proto())
-    assert (status.role, status.address, status.running, status.waiting) == (Role.DECODE, "127.0.0.1:7009", 1, 2)
-    with pytest.raises(ValueError, match="ENGINE_ROLE_UNSPECIFIED"):
-        engine_status_from_proto(engine_proto(role=common_pb2.ENGINE_ROLE_UNSPECIFIED))
-
-
-def test_engine_status_carries_nic_queues() -> None:
-    nics = [
-        fabric_pb2.NICStatus(name="snic", configured_gbps=2.5, queue_bytes=4096, active_transfers=1, bytes_total=10),
-        fabric_pb2.NICStatus(name="cnic"),
-    ]
-    status = engine_status_from_proto(engine_proto(nics=nics, kv_block_bytes=65984))
-    assert status.nic("snic") == NICLoad("snic", 2.5, 4096, 1, 10)
-    assert status.nic("cnic") == NICLoad("cnic")
-    assert status.kv_block_bytes == 65984
 
 
 def test_session_and_turn_round_trip(make_core, tokenizer) -> None:

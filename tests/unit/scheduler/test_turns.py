@@ -7,11 +7,10 @@ import asyncio
 import pytest
 
 from agentserve.common.errors import NotFoundError, RetryableError
-from agentserve.engine.sampling import SamplingParams
+from agentserve.contracts import KVPath, SamplingParams
 from agentserve.kv.block_hash import block_ids_for
 from agentserve.scheduler.engine_clients import EngineUnavailable
 from agentserve.scheduler.registry import Role
-from agentserve.v1 import prefill_pb2
 from tests.unit.scheduler.fakes import BLOCK_BYTES, BLOCK_SIZE, EOS, FINGERPRINT, collect, run, status
 
 pytestmark = pytest.mark.unit
@@ -115,9 +114,9 @@ def test_prefill_engine_down_moves_the_turn_to_another(make_core, engines) -> No
     assert core.registry.get("p0") is None and engines.forgotten == ["127.0.0.1:6000"]
 
 
-def test_failed_kv_handoff_blames_the_decode_engine(make_core, engines) -> None:
+def test_an_error_naming_the_decode_engine_blames_the_decode_engine(make_core, engines) -> None:
     core = make_core()
-    engines.prefill_error = EngineUnavailable("127.0.0.1:6000", "UNAVAILABLE: LoadKV to ipv4:127.0.0.1:7000 failed")
+    engines.prefill_error = EngineUnavailable("127.0.0.1:7000", "UNAVAILABLE: LoadKV failed")
 
     async def go():
         sid = await core.open_session()
@@ -126,6 +125,20 @@ def test_failed_kv_handoff_blames_the_decode_engine(make_core, engines) -> None:
     events = run(go())
     assert core.registry.get("d0") is None and core.registry.get("p0") is not None
     assert events[0].metadata.decode_engine == "d1" and engines.prefills[1][1].decode_address == "127.0.0.1:7001"
+
+
+def test_blame_comes_from_the_error_address_never_from_its_text(make_core, engines) -> None:
+    core = make_core(prefill=2)
+    # The prefill engine failed; its message happens to mention the decode engine's address.
+    engines.prefill_error = EngineUnavailable("127.0.0.1:6000", "UNAVAILABLE: LoadKV to ipv4:127.0.0.1:7000 failed")
+
+    async def go():
+        sid = await core.open_session()
+        return await collect(core.turn(sid, token_ids=[10], sampling=GREEDY))
+
+    events = run(go())
+    assert core.registry.get("p0") is None and core.registry.get("d0") is not None
+    assert events[0].metadata.prefill_engine == "p1" and events[0].metadata.decode_engine == "d0"
 
 
 def test_decode_down_before_streaming_reruns_the_same_request_elsewhere(make_core, engines) -> None:
@@ -416,8 +429,8 @@ def test_path_policy_plans_the_prefill_and_metadata_reports_the_kv_moved(make_co
 
     events = run(go())
     ((_, request, _),) = engines.prefills
-    assert (request.kv_path, request.relay_address, request.decode_address) == (
-        prefill_pb2.KV_PATH_B,
+    assert (request.plan.path, request.plan.relay_address, request.decode_address) == (
+        KVPath.B,
         "127.0.0.1:7000",
         "127.0.0.1:7000",
     )
@@ -436,7 +449,7 @@ def test_dualpath_default_loads_by_a_when_queues_tie(make_core, engines, store) 
 
     assert run(go())[0].metadata.kv_path == "A"
     ((_, request, _),) = engines.prefills
-    assert (request.kv_path, request.relay_address) == (prefill_pb2.KV_PATH_A, "")
+    assert (request.plan.path, request.plan.relay_address) == (KVPath.A, "")
 
 
 def test_a_failed_handoff_moves_the_turn_to_another_decode_before_streaming(make_core, engines) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from aiohttp.test_utils import TestClient, TestServer
 
 from agentserve.common.errors import NotFoundError
-from agentserve.engine.sampling import SamplingParams
+from agentserve.contracts import SamplingParams
 from agentserve.scheduler.http.app import build_app
 
 REPLY = "hello world"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentserve.engine.sampling import MAX_TOKENS_LIMIT, SamplingParams
+from agentserve.contracts import MAX_TOKENS_LIMIT, SamplingParams
 from agentserve.scheduler.http.schemas import (
     DEFAULT_MAX_TOKENS,
     Message,

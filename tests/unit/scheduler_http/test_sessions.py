@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from agentserve.common.errors import NotFoundError, RetryableError
-from agentserve.engine.sampling import SamplingParams
+from agentserve.contracts import SamplingParams
 from agentserve.scheduler.http.schemas import Message
 from agentserve.scheduler.http.sessions import ChatSessions, TurnInput, plan_turn
 from tests.unit.scheduler_http.fakes import REPLY, FakeCore

@@ -8,10 +8,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from agentserve.contracts import ToolCall
 from agentserve.toolproxy.http_app import build_app
 from agentserve.toolproxy.predictor import ToolDurationPredictor
 from agentserve.toolproxy.proxy import ToolProxy
-from agentserve.toolproxy.reporter import ToolCallRecord
 from agentserve.toolproxy.tools import ToolRegistry, UpstreamClient
 
 pytestmark = pytest.mark.unit
@@ -22,12 +22,12 @@ EARLY = 0.005
 
 class RecordingSink:
     def __init__(self) -> None:
-        self.events: list[tuple[str, ToolCallRecord]] = []
+        self.events: list[tuple[str, ToolCall]] = []
 
-    def started(self, record: ToolCallRecord) -> None:
+    def started(self, record: ToolCall) -> None:
         self.events.append(("started", record))
 
-    def finished(self, record: ToolCallRecord) -> None:
+    def finished(self, record: ToolCall) -> None:
         self.events.append(("finished", record))
 
 

@@ -8,7 +8,9 @@ import logging
 import grpc
 import pytest
 
-from agentserve.toolproxy.reporter import SchedulerReporter, ToolCallRecord
+from agentserve.contracts import ToolCall
+from agentserve.convert import tool_call_to_proto
+from agentserve.toolproxy.reporter import SchedulerReporter
 
 pytestmark = pytest.mark.unit
 
@@ -41,7 +43,7 @@ def test_events_go_in_order_and_failures_are_logged_not_raised(caplog):
         stub = FlakyStub()
         task = asyncio.create_task(reporter._send_forever(stub))
         for call in ("c0", "c1", "c2"):
-            record = ToolCallRecord("s", "sleep", call, 1.0, 0.5)
+            record = ToolCall("s", "sleep", call, 1.0, 0.5)
             reporter.started(record)
             reporter.finished(record)
         await asyncio.wait_for(reporter._queue.join(), 5)
@@ -62,7 +64,7 @@ def test_events_go_in_order_and_failures_are_logged_not_raised(caplog):
 
 
 def test_record_to_proto():
-    event = ToolCallRecord("s", "t", "c", 12.5, 0.25, 0.75, True).to_proto()
+    event = tool_call_to_proto(ToolCall("s", "t", "c", 12.5, 0.25, 0.75, True))
     assert (
         event.session_id,
         event.tool,
@@ -77,7 +79,7 @@ def test_record_to_proto():
 def test_full_queue_drops_instead_of_blocking(caplog):
     async def main():
         reporter = SchedulerReporter("127.0.0.1:1", max_pending=1)
-        record = ToolCallRecord("s", "t", "c", 0.0, 0.0)
+        record = ToolCall("s", "t", "c", 0.0, 0.0)
         reporter.started(record)
         reporter.finished(record)
         return reporter._queue.qsize()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
-from agentserve.engine.sampling import SamplingParams
+from agentserve.contracts import SamplingParams
 
 
 class TokenizerAPI(Protocol):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentserve.common.json_body import parse_json_object  # noqa: F401 - the routes' body parser
-from agentserve.engine.sampling import MAX_TOKENS_LIMIT, SamplingParams
+from agentserve.contracts import MAX_TOKENS_LIMIT, SamplingParams
 
 # OpenAI's endpoints default to "as many as fit"; a bounded default keeps a forgotten max_tokens
 # from holding a decode slot for the whole context.

@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from agentserve.common.errors import NotFoundError
-from agentserve.engine.sampling import SamplingParams
+from agentserve.contracts import SamplingParams
 from agentserve.scheduler.http.core_api import CoreAPI, TurnEventAPI
 from agentserve.scheduler.http.schemas import SYSTEM_ROLES, Message
 

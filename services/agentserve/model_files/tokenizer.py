@@ -73,7 +73,10 @@ class Tokenizer:
 
         eos_ids: list[int] = []
         if "eos_token" in special_tokens:
-            eos_ids.append(backend.token_to_id(special_tokens["eos_token"]))
+            eos_id = backend.token_to_id(special_tokens["eos_token"])
+            if eos_id is None:
+                raise ValueError(f"eos_token {special_tokens['eos_token']!r} is not in the tokenizer vocabulary")
+            eos_ids.append(eos_id)
         for extra in ("generation_config.json", "config.json"):
             eos_ids.extend(_id_list(_read_json(folder / extra).get("eos_token_id"), folder / extra))
         return cls(

@@ -1,0 +1,39 @@
+"""The contract layer: the plain, typed domain objects every service speaks at its seams.
+
+Torch-free, gRPC-free and protobuf-free by rule (import-linter checks it), so the scheduler never
+imports torch, policies run in a simulator, and unit-test fakes need neither a network nor protobuf.
+`agentserve.convert` is the one module that turns these into protobuf messages and back.
+"""
+
+from agentserve.contracts.engines import EngineStatus, NICStatus, Role
+from agentserve.contracts.errors import EngineUnavailable
+from agentserve.contracts.kv import PATH_A, KVPath, LoadPlan
+from agentserve.contracts.sampling import MAX_TOKENS_LIMIT, SamplingParams
+from agentserve.contracts.tools import ToolCall
+from agentserve.contracts.turns import (
+    GenerateChunk,
+    GenerateRequest,
+    PrefillRequest,
+    PrefillResult,
+    TurnEvent,
+    TurnMeta,
+)
+
+__all__ = [
+    "PATH_A",
+    "MAX_TOKENS_LIMIT",
+    "EngineStatus",
+    "EngineUnavailable",
+    "GenerateChunk",
+    "GenerateRequest",
+    "KVPath",
+    "LoadPlan",
+    "NICStatus",
+    "PrefillRequest",
+    "PrefillResult",
+    "Role",
+    "SamplingParams",
+    "ToolCall",
+    "TurnEvent",
+    "TurnMeta",
+]

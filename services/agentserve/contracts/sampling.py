@@ -1,0 +1,38 @@
+"""Sampling parameters of one request: what every layer from the HTTP gateway to the engine agrees on.
+
+The sampler itself (torch) lives in `agentserve.engine.sampling`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Upper bound on max_tokens a single request may ask for; the engine also bounds it by the
+# model's context length. Keeps a typo like 10**9 from reserving the whole KV pool.
+MAX_TOKENS_LIMIT = 1 << 20
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int = 64
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool):
+            raise ValueError(f"max_tokens must be an integer, got {self.max_tokens!r}")
+        if self.max_tokens <= 0:
+            raise ValueError(f"max_tokens must be positive, got {self.max_tokens}")
+        if self.max_tokens > MAX_TOKENS_LIMIT:
+            raise ValueError(f"max_tokens {self.max_tokens} exceeds the limit {MAX_TOKENS_LIMIT}")
+        if not 0.0 <= self.temperature <= 100.0:
+            raise ValueError(f"temperature must be in [0, 100], got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0

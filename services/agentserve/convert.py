@@ -1,0 +1,258 @@
+"""The one place protobuf meets the contract types (`agentserve.contracts`).
+
+Servicers call `*_from_proto` on what arrives and `*_to_proto` on what they send back; clients do
+the reverse. Everything else speaks the domain types. Conversions from protobuf validate: a bad
+value raises ValueError (the servicers' INVALID_ARGUMENT), never reaches the logic.
+"""
+
+from __future__ import annotations
+
+from agentserve.contracts import (
+    EngineStatus,
+    GenerateChunk,
+    GenerateRequest,
+    KVPath,
+    LoadPlan,
+    NICStatus,
+    PrefillRequest,
+    PrefillResult,
+    Role,
+    SamplingParams,
+    ToolCall,
+    TurnEvent,
+)
+from agentserve.v1 import common_pb2, decode_pb2, fabric_pb2, prefill_pb2, scheduler_pb2
+
+_ROLE_TO_PROTO = {Role.PREFILL: common_pb2.ENGINE_ROLE_PREFILL, Role.DECODE: common_pb2.ENGINE_ROLE_DECODE}
+_ROLE_FROM_PROTO = {v: k for k, v in _ROLE_TO_PROTO.items()}
+_PATH_TO_PROTO: dict[KVPath, prefill_pb2.KVPath] = {
+    KVPath.A: prefill_pb2.KV_PATH_A,
+    KVPath.B: prefill_pb2.KV_PATH_B,
+    KVPath.SPLIT: prefill_pb2.KV_PATH_SPLIT,
+}
+_PATH_FROM_PROTO: dict[int, KVPath] = {
+    prefill_pb2.KV_PATH_UNSPECIFIED: KVPath.A,
+    **{v: k for k, v in _PATH_TO_PROTO.items()},
+}
+
+
+# --- sampling ---------------------------------------------------------------------------------
+
+
+def sampling_to_proto(params: SamplingParams, max_tokens: int | None = None) -> common_pb2.SamplingParams:
+    """The wire sampling message; `max_tokens` overrides the budget (decode gets what is left).
+    Stop token ids are not sent: the scheduler applies them to the stream itself."""
+    return common_pb2.SamplingParams(
+        max_tokens=params.max_tokens if max_tokens is None else max_tokens,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        seed=params.seed,
+        ignore_eos=params.ignore_eos,
+    )
+
+
+def sampling_from_proto(msg: common_pb2.SamplingParams) -> SamplingParams:
+    """Validated SamplingParams (ValueError on bad values); top_p 0 means 'unset' = 1.0."""
+    return SamplingParams(
+        max_tokens=int(msg.max_tokens),
+        temperature=float(msg.temperature),
+        top_p=float(msg.top_p) if msg.top_p > 0 else 1.0,
+        seed=int(msg.seed) if msg.HasField("seed") else None,
+        ignore_eos=msg.ignore_eos,
+    )
+
+
+# --- KV paths ---------------------------------------------------------------------------------
+
+
+def kv_path_to_proto(path: KVPath) -> prefill_pb2.KVPath:
+    return _PATH_TO_PROTO[path]
+
+
+def kv_path_from_proto(value: int) -> KVPath:
+    """UNSPECIFIED reads as A; ValueError for a value this build does not know."""
+    try:
+        return _PATH_FROM_PROTO[value]
+    except KeyError:
+        raise ValueError(f"unknown kv_path {value}") from None
+
+
+# --- engine status ----------------------------------------------------------------------------
+
+
+def engine_status_to_proto(status: EngineStatus) -> common_pb2.EngineStatus:
+    return common_pb2.EngineStatus(
+        engine_id=status.engine_id,
+        role=_ROLE_TO_PROTO[status.role],
+        address=status.address,
+        model_name=status.model_name,
+        model_fingerprint=status.model_fingerprint,
+        block_size=status.block_size,
+        running=status.running,
+        waiting=status.waiting,
+        free_kv_blocks=status.free_kv_blocks,
+        total_kv_blocks=status.total_kv_blocks,
+        vocab_size=status.vocab_size,
+        max_context=status.max_context,
+        nics=[nic_status_to_proto(n) for n in status.nics],
+        kv_block_bytes=status.kv_block_bytes,
+    )
+
+
+def engine_status_from_proto(msg: common_pb2.EngineStatus) -> EngineStatus:
+    if msg.role not in _ROLE_FROM_PROTO:
+        raise ValueError(f"engine role must be prefill or decode, got {common_pb2.EngineRole.Name(msg.role)}")
+    return EngineStatus(
+        engine_id=msg.engine_id,
+        role=_ROLE_FROM_PROTO[msg.role],
+        address=msg.address,
+        model_fingerprint=msg.model_fingerprint,
+        block_size=msg.block_size,
+        model_name=msg.model_name,
+        running=msg.running,
+        waiting=msg.waiting,
+        free_kv_blocks=msg.free_kv_blocks,
+        total_kv_blocks=msg.total_kv_blocks,
+        vocab_size=msg.vocab_size,
+        max_context=msg.max_context,
+        kv_block_bytes=msg.kv_block_bytes,
+        nics=tuple(
+            NICStatus(n.name, n.configured_gbps, n.queue_bytes, n.active_transfers, n.bytes_total) for n in msg.nics
+        ),
+    )
+
+
+def nic_status_to_proto(nic: NICStatus) -> fabric_pb2.NICStatus:
+    return fabric_pb2.NICStatus(
+        name=nic.name,
+        configured_gbps=nic.configured_gbps,
+        queue_bytes=nic.queue_bytes,
+        active_transfers=nic.active_transfers,
+        bytes_total=nic.bytes_total,
+    )
+
+
+# --- prefill ----------------------------------------------------------------------------------
+
+
+def prefill_request_to_proto(request: PrefillRequest) -> prefill_pb2.PrefillRequest:
+    return prefill_pb2.PrefillRequest(
+        request_id=request.request_id,
+        session_id=request.session_id,
+        tenant=request.tenant,
+        token_ids=request.token_ids,
+        sampling=sampling_to_proto(request.sampling),
+        store_hit_blocks=request.store_hit_blocks,
+        decode_address=request.decode_address,
+        kv_path=kv_path_to_proto(request.plan.path),
+        relay_address=request.plan.relay_address,
+        relay_blocks=request.plan.relay_blocks,
+    )
+
+
+def prefill_request_from_proto(msg: prefill_pb2.PrefillRequest) -> PrefillRequest:
+    return PrefillRequest(
+        request_id=msg.request_id,
+        session_id=msg.session_id,
+        tenant=msg.tenant,
+        token_ids=list(msg.token_ids),
+        sampling=sampling_from_proto(msg.sampling),
+        store_hit_blocks=msg.store_hit_blocks,
+        decode_address=msg.decode_address,
+        plan=LoadPlan(kv_path_from_proto(msg.kv_path), msg.relay_address, msg.relay_blocks),
+    )
+
+
+def prefill_result_to_proto(result: PrefillResult) -> prefill_pb2.PrefillResponse:
+    fields = dict(result.__dict__, kv_path=kv_path_to_proto(result.kv_path))
+    return prefill_pb2.PrefillResponse(**fields)
+
+
+def prefill_result_from_proto(msg: prefill_pb2.PrefillResponse) -> PrefillResult:
+    return PrefillResult(
+        first_token=msg.first_token,
+        prompt_tokens=msg.prompt_tokens,
+        cached_tokens=msg.cached_tokens,
+        engine_cached_tokens=msg.engine_cached_tokens,
+        loaded_blocks=msg.loaded_blocks,
+        persisted_blocks=msg.persisted_blocks,
+        handoff_blocks=msg.handoff_blocks,
+        finished=msg.finished,
+        finish_reason=msg.finish_reason,
+        kv_path=kv_path_from_proto(msg.kv_path),
+        relayed_blocks=msg.relayed_blocks,
+        handoff_bytes=msg.handoff_bytes,
+        handoff_held_blocks=msg.handoff_held_blocks,
+        handoff_failed=msg.handoff_failed,
+    )
+
+
+# --- decode -----------------------------------------------------------------------------------
+
+
+def generate_request_to_proto(request: GenerateRequest) -> decode_pb2.GenerateRequest:
+    return decode_pb2.GenerateRequest(
+        request_id=request.request_id,
+        session_id=request.session_id,
+        tenant=request.tenant,
+        token_ids=request.token_ids,
+        prompt_tokens=request.prompt_tokens,
+        sampling=sampling_to_proto(request.sampling),
+    )
+
+
+def generate_request_from_proto(msg: decode_pb2.GenerateRequest) -> GenerateRequest:
+    return GenerateRequest(
+        request_id=msg.request_id,
+        session_id=msg.session_id,
+        tenant=msg.tenant,
+        token_ids=list(msg.token_ids),
+        prompt_tokens=msg.prompt_tokens,
+        sampling=sampling_from_proto(msg.sampling),
+    )
+
+
+def generate_chunk_to_proto(chunk: GenerateChunk) -> decode_pb2.GenerateChunk:
+    return decode_pb2.GenerateChunk(**chunk.__dict__)
+
+
+def generate_chunk_from_proto(msg: decode_pb2.GenerateChunk) -> GenerateChunk:
+    return GenerateChunk(
+        token_ids=list(msg.token_ids),
+        finished=msg.finished,
+        finish_reason=msg.finish_reason,
+        cached_tokens=msg.cached_tokens,
+        persisted_blocks=msg.persisted_blocks,
+    )
+
+
+# --- scheduler client API and tool events -----------------------------------------------------
+
+
+def turn_chunk_to_proto(event: TurnEvent) -> scheduler_pb2.TurnChunk:
+    chunk = scheduler_pb2.TurnChunk(
+        token_ids=event.token_ids,
+        text=event.text,
+        finished=event.finished,
+        finish_reason=event.finish_reason,
+        completion_tokens=event.completion_tokens,
+    )
+    if event.metadata is not None:
+        chunk.metadata.CopyFrom(scheduler_pb2.TurnMetadata(**event.metadata.__dict__))
+    return chunk
+
+
+def tool_call_to_proto(call: ToolCall) -> scheduler_pb2.ToolCallEvent:
+    return scheduler_pb2.ToolCallEvent(**call.__dict__)
+
+
+def tool_call_from_proto(msg: scheduler_pb2.ToolCallEvent) -> ToolCall:
+    return ToolCall(
+        session_id=msg.session_id,
+        tool=msg.tool,
+        call_id=msg.call_id,
+        start_unix_s=msg.start_unix_s,
+        predicted_duration_s=msg.predicted_duration_s,
+        actual_duration_s=msg.actual_duration_s,
+        ok=msg.ok,
+    )

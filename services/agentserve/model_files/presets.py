@@ -1,0 +1,92 @@
+"""The default model's special tokens, chat template and architecture presets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BOS, EOS, PAD, IM_START, IM_END = "<|bos|>", "<|eos|>", "<|pad|>", "<|im_start|>", "<|im_end|>"
+# Trained first, so they get ids 0..4 in this order.
+SPECIAL_TOKENS = (BOS, EOS, PAD, IM_START, IM_END)
+BOS_ID, EOS_ID, PAD_ID, IM_START_ID, IM_END_ID = range(len(SPECIAL_TOKENS))
+# Generation stops at either: <|eos|> ends a plain completion, <|im_end|> ends a chat turn.
+STOP_IDS = [EOS_ID, IM_END_ID]
+
+# ChatML. Non-string content is rejected in the template itself so HF and our wrapper fail alike.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['content'] is not string %}"
+    "{{ raise_exception('message content must be a string') }}"
+    "{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    tie_word_embeddings: bool
+    rope_theta: float = 500000.0
+    max_position_embeddings: int = 32768
+    rms_norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "max_position_embeddings",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"preset {name} must be a positive integer, got {value!r}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_key_value_heads ({self.num_key_value_heads})"
+            )
+        # Byte-level BPE needs all 256 byte tokens plus the specials before any merge.
+        if self.vocab_size < 256 + len(SPECIAL_TOKENS):
+            raise ValueError(f"vocab_size must be at least {256 + len(SPECIAL_TOKENS)}, got {self.vocab_size}")
+
+
+PRESETS: dict[str, ModelPreset] = {
+    "tiny": ModelPreset(
+        vocab_size=8192,
+        hidden_size=256,
+        intermediate_size=704,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        tie_word_embeddings=True,
+    ),
+    "small": ModelPreset(
+        vocab_size=16384,
+        hidden_size=512,
+        intermediate_size=1408,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=64,
+        tie_word_embeddings=False,
+    ),
+}
+
+
+def get_preset(name: str) -> ModelPreset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None

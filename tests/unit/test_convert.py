@@ -1,0 +1,117 @@
+"""agentserve.convert: every domain type survives the wire unchanged; bad values fail on the way in."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentserve import convert
+from agentserve.contracts import (
+    EngineStatus,
+    GenerateChunk,
+    GenerateRequest,
+    KVPath,
+    LoadPlan,
+    NICStatus,
+    PrefillRequest,
+    PrefillResult,
+    Role,
+    SamplingParams,
+    ToolCall,
+    TurnEvent,
+    TurnMeta,
+)
+from agentserve.v1 import common_pb2, fabric_pb2, prefill_pb2
+from tests.unit.scheduler.fakes import engine_proto
+
+pytestmark = pytest.mark.unit
+
+# temperature and top_p are float32 on the wire: values exact in float32 round-trip unchanged.
+SAMPLING = SamplingParams(max_tokens=7, temperature=0.5, top_p=0.75, seed=3, ignore_eos=True)
+
+
+def test_sampling_defaults_and_validation() -> None:
+    params = convert.sampling_from_proto(common_pb2.SamplingParams(max_tokens=8))
+    assert (params.max_tokens, params.temperature, params.top_p, params.seed) == (8, 0.0, 1.0, None)
+    assert convert.sampling_from_proto(common_pb2.SamplingParams(max_tokens=8, seed=0)).seed == 0
+    with pytest.raises(ValueError, match="max_tokens must be positive"):
+        convert.sampling_from_proto(common_pb2.SamplingParams())
+
+
+def test_engine_status_translation() -> None:
+    status = convert.engine_status_from_proto(engine_proto())
+    assert (status.role, status.address, status.running, status.waiting) == (Role.DECODE, "127.0.0.1:7009", 1, 2)
+    with pytest.raises(ValueError, match="ENGINE_ROLE_UNSPECIFIED"):
+        convert.engine_status_from_proto(engine_proto(role=common_pb2.ENGINE_ROLE_UNSPECIFIED))
+
+
+def test_engine_status_carries_nic_queues() -> None:
+    nics = [
+        fabric_pb2.NICStatus(name="snic", configured_gbps=2.5, queue_bytes=4096, active_transfers=1, bytes_total=10),
+        fabric_pb2.NICStatus(name="cnic"),
+    ]
+    status = convert.engine_status_from_proto(engine_proto(nics=nics, kv_block_bytes=65984))
+    assert status.nic("snic") == NICStatus("snic", 2.5, 4096, 1, 10)
+    assert status.nic("cnic") == NICStatus("cnic")
+    assert status.kv_block_bytes == 65984
+
+
+def test_sampling_round_trip_drops_stop_ids_and_can_override_the_budget() -> None:
+    assert convert.sampling_from_proto(convert.sampling_to_proto(SAMPLING)) == SAMPLING
+    # Stop ids are the scheduler's business: engines never see them.
+    with_stops = SamplingParams(max_tokens=7, stop_token_ids=(9,))
+    assert convert.sampling_from_proto(convert.sampling_to_proto(with_stops)).stop_token_ids == ()
+    assert convert.sampling_to_proto(SAMPLING, max_tokens=2).max_tokens == 2
+
+
+def test_kv_path_round_trip_and_unknown_values() -> None:
+    for path in KVPath:
+        assert convert.kv_path_from_proto(convert.kv_path_to_proto(path)) is path
+    assert convert.kv_path_from_proto(prefill_pb2.KV_PATH_UNSPECIFIED) is KVPath.A
+    with pytest.raises(ValueError, match="unknown kv_path 99"):
+        convert.kv_path_from_proto(99)
+
+
+def test_engine_status_round_trip() -> None:
+    status = EngineStatus(
+        "p1", Role.PREFILL, "127.0.0.1:7001", "fp", 16, model_name="m", running=2, waiting=1,
+        free_kv_blocks=10, total_kv_blocks=20, vocab_size=100, max_context=64,
+        nics=(NICStatus("snic", 400.0, 5, 1, 9), NICStatus("cnic")), kv_block_bytes=4096,
+    )  # fmt: skip
+    assert convert.engine_status_from_proto(convert.engine_status_to_proto(status)) == status
+
+
+def test_prefill_request_and_result_round_trip() -> None:
+    request = PrefillRequest(
+        "r1", "s1", "acme", [1, 2, 3], SAMPLING, store_hit_blocks=2, decode_address="127.0.0.1:9",
+        plan=LoadPlan(KVPath.SPLIT, relay_address="127.0.0.1:9", relay_blocks=1),
+    )  # fmt: skip
+    assert convert.prefill_request_from_proto(convert.prefill_request_to_proto(request)) == request
+    result = PrefillResult(5, 3, 2, 1, 2, 1, 3, False, "", KVPath.B, 2, 300, 1, True)
+    assert convert.prefill_result_from_proto(convert.prefill_result_to_proto(result)) == result
+
+
+def test_a_relayed_plan_without_a_relay_is_rejected_on_the_way_in() -> None:
+    msg = convert.prefill_request_to_proto(PrefillRequest("r", "s", "t", [1], SAMPLING))
+    msg.kv_path = prefill_pb2.KV_PATH_B
+    with pytest.raises(ValueError, match="needs a relay_address"):
+        convert.prefill_request_from_proto(msg)
+
+
+def test_generate_request_and_chunk_round_trip() -> None:
+    request = GenerateRequest("r1", "s1", "acme", [1, 2, 3, 4], 3, SAMPLING)
+    assert convert.generate_request_from_proto(convert.generate_request_to_proto(request)) == request
+    chunk = GenerateChunk([4, 5], finished=True, finish_reason="stop", cached_tokens=16, persisted_blocks=2)
+    assert convert.generate_chunk_from_proto(convert.generate_chunk_to_proto(chunk)) == chunk
+
+
+def test_turn_chunk_carries_every_metadata_field() -> None:
+    meta = TurnMeta("t", 1, 40, 32, "p0", "d0", "ab" * 16, "SPLIT", 2, 1, 3, 300, 1)
+    chunk = convert.turn_chunk_to_proto(TurnEvent([7], "x", meta, True, "stop", 1))
+    assert (chunk.metadata.kv_path, chunk.metadata.handoff_held_blocks, chunk.finish_reason) == ("SPLIT", 1, "stop")
+    assert {f.name: getattr(chunk.metadata, f.name) for f in chunk.metadata.DESCRIPTOR.fields} == meta.__dict__
+    assert not convert.turn_chunk_to_proto(TurnEvent([7])).HasField("metadata")
+
+
+def test_tool_call_round_trip() -> None:
+    call = ToolCall("s", "search", "c1", 12.5, 0.25, 0.75, False)
+    assert convert.tool_call_from_proto(convert.tool_call_to_proto(call)) == call
