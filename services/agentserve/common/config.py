@@ -13,9 +13,12 @@ import dataclasses
 import os
 import typing
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 ENV_PREFIX = "AGENTSERVE_"
 

@@ -14,8 +14,8 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from dataclasses import Field, dataclass
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -50,7 +50,9 @@ class ServerSettings:
 
 
 class ServiceConfig(Protocol):
-    """The fields every service's typed (frozen) config has."""
+    """The fields every service's typed (frozen) config dataclass has."""
+
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]  # a dataclass: `load_config` reads its fields
 
     @property
     def host(self) -> str: ...

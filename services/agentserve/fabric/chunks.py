@@ -76,7 +76,7 @@ def split_run(
 class RunAssembler:
     """Receives one run's chunks in order; `layers_done` grows as whole layers arrive."""
 
-    def __init__(self, header_bytes: bytes) -> None:
+    def __init__(self, header_bytes: bytes | memoryview) -> None:
         self.header = read_header(header_bytes)
         if len(header_bytes) != self.header.payload_offset:
             raise CorruptBlockError(f"run header is {len(header_bytes)} bytes, expected {self.header.payload_offset}")

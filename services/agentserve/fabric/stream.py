@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import grpc
 
@@ -154,12 +154,13 @@ class FabricServicer:
         messages = aiter(request_iterator)
         first = await anext(messages, None)
         if first is None or first.transfer is None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "first chunk must carry the transfer header")
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "first chunk must carry the transfer header")
         header = first.transfer
         nic = self.nics.get(header.dst_nic)
         if nic is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"no receiving NIC {header.dst_nic!r}")
-        on_run = None if self.on_run is None else (lambda run, buf: self.on_run(header, run, buf))
+            await _abort(context, grpc.StatusCode.NOT_FOUND, f"no receiving NIC {header.dst_nic!r}")
+        deliver = self.on_run
+        on_run = None if deliver is None else (lambda run, buf: deliver(header, run, buf))
         async with nic.transfer(header.total_bytes, latency_ms=receiver_latency_ms(nic, header)) as transfer:
             receiver = PacedReceiver(transfer, on_run)
             try:
@@ -169,6 +170,11 @@ class FabricServicer:
             except ValueError as exc:  # CorruptBlockError included
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return receiver.summary()
+
+
+async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    await context.abort(code, message)
+    raise AssertionError("ServicerContext.abort returned")  # it raises; this tells the type checker
 
 
 class FabricClient:

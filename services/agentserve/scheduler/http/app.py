@@ -18,7 +18,7 @@ Routes:
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
@@ -108,6 +108,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 async def close_session(request: web.Request) -> web.Response:
     session_id = parse_session_id(request.match_info["session_id"])
+    if session_id is None:
+        raise ValueError("session id is empty")
     turns, tokens = await request.app[SESSIONS].close(session_id)
     return web.json_response({"id": session_id, "object": "session.deleted", "turns": turns, "tokens": tokens})
 
@@ -123,7 +125,11 @@ def render_chat(core: CoreAPI, messages: tuple[Message, ...]) -> list[int]:
 
 
 async def _respond(
-    request: web.Request, events: AsyncIterator[TurnEventAPI], fmt: ReplyFormat, stream: bool, headers: dict[str, str]
+    request: web.Request,
+    events: AsyncGenerator[TurnEventAPI, None],
+    fmt: ReplyFormat,
+    stream: bool,
+    headers: dict[str, str],
 ) -> web.StreamResponse:
     if stream:
         return await stream_reply(request, events, fmt, headers)

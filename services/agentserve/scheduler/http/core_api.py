@@ -6,7 +6,7 @@ core and the real `SchedulerCore` satisfies it structurally.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Protocol
 
 from agentserve.contracts import SamplingParams
@@ -52,10 +52,10 @@ class CoreAPI(Protocol):
         token_ids: list[int] | None = None,
         role: str = "user",
         sampling: SamplingParams,
-    ) -> AsyncIterator[TurnEventAPI]: ...
+    ) -> AsyncGenerator[TurnEventAPI, None]: ...
 
     def complete(
         self, prompt_token_ids: list[int], sampling: SamplingParams, tenant: str = ""
-    ) -> AsyncIterator[TurnEventAPI]: ...
+    ) -> AsyncGenerator[TurnEventAPI, None]: ...
 
     async def close_session(self, session_id: str) -> tuple[int, int]: ...

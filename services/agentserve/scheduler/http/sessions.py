@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 
 from agentserve.common.errors import NotFoundError
@@ -110,7 +110,7 @@ class ChatSessions:
 
     async def turn(
         self, session_id: str, messages: Sequence[Message], sampling: SamplingParams, tenant: str = ""
-    ) -> AsyncIterator[TurnEventAPI]:
+    ) -> AsyncGenerator[TurnEventAPI, None]:
         """Open the session if this gateway has not, then stream one turn of the new messages.
 
         Callers must close the iterator (e.g. `contextlib.aclosing`) so the session lock is

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
 from typing import Any
 
@@ -47,7 +47,7 @@ def decode_events(body: bytes | str) -> list[Any]:
 
 async def stream_reply(
     request: web.Request,
-    events: AsyncIterator[TurnEventAPI],
+    events: AsyncGenerator[TurnEventAPI, None],
     fmt: ReplyFormat,
     headers: Mapping[str, str] | None = None,
 ) -> web.StreamResponse:
