@@ -21,6 +21,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
+from functools import partial
 
 from agentserve.common.telemetry import kv_transfer
 from agentserve.engine.engine import LLMEngine
@@ -85,7 +86,7 @@ class RelaySender:
                         run_index = 0
                         first: fabric_pb2.TransferHeader | None = header
                         while (group := await ready.get()) is not None:
-                            run = await mover.engine.call(lambda e, g=group: _export_run(e, g))
+                            run = await mover.engine.call(partial(_export_run, ids=group))
                             if run is None:  # pinned, so this is a bug, not load: say so
                                 log.warning("relay to %s stopped short: a pinned block left the pool", dst)
                                 break
@@ -170,13 +171,18 @@ async def relay_load(mover: KVMover, ids: Sequence[bytes], relay_address: str) -
                     await receiver.add(chunk.run, chunk.run_header, chunk.offset, chunk.data)
                     if whole:
                         runs, whole[:] = list(whole), []
-                        blocks += await mover.engine.call(lambda e, r=runs: sum(_import_run(e, b) for b in r))
+                        blocks += await mover.engine.call(partial(_import_runs, runs=runs))
         finally:
             call.cancel()  # no-op once the stream ended; frees the relay when we stop early
     return blocks
 
 
+def _import_runs(engine: LLMEngine, runs: list[bytearray]) -> int:
+    """Import relayed runs in one engine command; returns their blocks (new or already present)."""
+    return sum(_import_run(engine, buffer) for buffer in runs)
+
+
 def _import_run(engine: LLMEngine, buffer: bytearray) -> int:
     """Import one relayed run; returns its blocks (new or already present)."""
-    engine.import_blocks(buffer)
+    engine.import_blocks(memoryview(buffer))  # a view, not a copy
     return read_header(buffer).num_blocks

@@ -157,11 +157,11 @@ def decode_layers(
         view = memoryview(bytearray(view))
     out_dtype = dtype if dtype is not None else header.dtype
     layout, n = header.layout, len(layers)
-    if header.kv_dtype == "native":
+    if layout.scales is None:  # native: only fp8 layouts have scales
         k = _strided(view, header, n, layout.k, header.dtype).to(out_dtype)  # .to: no copy if same dtype
         v = _strided(view, header, n, layout.v, header.dtype).to(out_dtype)
     else:
-        scales = _scales(view, header, n)
+        scales = _scales(view, header, n, layout.scales)
         k = dequantize(_strided(view, header, n, layout.k, FP8_DTYPE), scales[:, 0], out_dtype)
         v = dequantize(_strided(view, header, n, layout.v, FP8_DTYPE), scales[:, 1], out_dtype)
     return KVBlocks(header=header, k=k, v=v, layers=layers)
@@ -204,10 +204,9 @@ def _strided(view: memoryview, header: BlockHeader, num_layers: int, section: in
     )
 
 
-def _scales(view: memoryview, header: BlockHeader, num_layers: int) -> torch.Tensor:
-    """float32 [num_layers, 2, num_blocks]: K then V scales of each layer."""
-    layout = header.layout
+def _scales(view: memoryview, header: BlockHeader, num_layers: int, section: int) -> torch.Tensor:
+    """float32 [num_layers, 2, num_blocks]: K then V scales, at byte `section` of each layer."""
     flat = torch.frombuffer(view, dtype=torch.float32, count=len(view) // 4)
     return flat.as_strided(
-        (num_layers, 2, header.num_blocks), (layout.stride // 4, header.num_blocks, 1), layout.scales // 4
+        (num_layers, 2, header.num_blocks), (header.layout.stride // 4, header.num_blocks, 1), section // 4
     )

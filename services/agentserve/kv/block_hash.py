@@ -14,6 +14,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Sequence
+from typing import SupportsIndex
 
 BLOCK_ID_BYTES = 16
 
@@ -118,7 +119,9 @@ def _pack_tokens(token_ids: Sequence[int]) -> bytes:
 
 
 def _is_u32(token: object) -> bool:
+    if not isinstance(token, SupportsIndex):
+        return False
     try:
-        return 0 <= operator.index(token) < 2**32  # type: ignore[call-overload]
-    except TypeError:
+        return 0 <= operator.index(token) < 2**32
+    except TypeError:  # an __index__ that returns a non-int
         return False

@@ -90,7 +90,7 @@ def read_layers(
     return bytes(head[:hsize]) + payload, hsize, header, layers
 
 
-def check_layer_crcs(header: BlockHeader, payload: bytes | memoryview, layers: range) -> None:
+def check_layer_crcs(header: BlockHeader, payload: bytes | bytearray | memoryview, layers: range) -> None:
     """Verify the payload bytes of `layers` (as returned by `payload_range`)."""
     view = memoryview(payload)
     base = header.layers[layers.start].offset

@@ -8,7 +8,8 @@ join the turn's trace. The channel is created on first use, inside the caller's 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
 
 import grpc
 
@@ -22,15 +23,23 @@ from agentserve.v1 import common_pb2, kvstore_pb2, kvstore_pb2_grpc
 BlockSource = Iterable[tuple[bytes, bytes]] | AsyncIterable[tuple[bytes, bytes]]
 
 
+@dataclass(frozen=True)
+class _Stubs:
+    """What a channel serves this client: made together on first use, closed together."""
+
+    channel: grpc.aio.Channel
+    kv: kvstore_pb2_grpc.KVStoreStub
+    # The KV-carrying streams decode with `wire`: one copy of each block instead of three.
+    read: grpc.aio.UnaryStreamMultiCallable
+    get: grpc.aio.UnaryStreamMultiCallable
+
+
 class KVStoreClient:
     def __init__(self, address: str, timeout_s: float | None = None) -> None:
         """`address` is host:port; `timeout_s` bounds each unary call and each whole Get stream."""
         self.address = address
         self.timeout_s = timeout_s
-        self._channel: grpc.aio.Channel | None = None
-        self._stub: kvstore_pb2_grpc.KVStoreStub | None = None
-        self._read: grpc.aio.UnaryStreamMultiCallable | None = None
-        self._get: grpc.aio.UnaryStreamMultiCallable | None = None
+        self._stubs: _Stubs | None = None
         keep_freed_buffers()  # every block received is a fresh block-sized buffer
 
     async def put(self, fingerprint: str, blocks: Sequence[tuple[bytes, bytes]]) -> kvstore_pb2.PutResponse:
@@ -45,11 +54,10 @@ class KVStoreClient:
         )
         return await self._kv().Put(request, timeout=self.timeout_s)
 
-    async def get(self, fingerprint: str, block_ids: Sequence[bytes]) -> AsyncIterator[tuple[bytes, bytes]]:
+    async def get(self, fingerprint: str, block_ids: Sequence[bytes]) -> AsyncGenerator[tuple[bytes, bytes], None]:
         """Yield `(block_id, data)` in request order, ending at the first block not stored."""
         request = kvstore_pb2.GetRequest(model_fingerprint=fingerprint, block_ids=[bytes(b) for b in block_ids])
-        self._kv()
-        call = self._get(request, timeout=self.timeout_s)
+        call = self._open().get(request, timeout=self.timeout_s)
         try:
             async for block_id, data in call:
                 yield block_id, data
@@ -73,13 +81,12 @@ class KVStoreClient:
 
     async def read(
         self, fingerprint: str, block_ids: Sequence[bytes], layers: range | None = None
-    ) -> AsyncIterator[BlockRead]:
+    ) -> AsyncGenerator[BlockRead, None]:
         """Yield each block (or `layers` of it) in request order, ending at the first one not stored."""
         request = kvstore_pb2.ReadRequest(model_fingerprint=fingerprint, block_ids=[bytes(b) for b in block_ids])
         if layers is not None:
             request.layer_start, request.layer_stop = layers.start, layers.stop
-        self._kv()
-        call = self._read(request, timeout=self.timeout_s)
+        call = self._open().read(request, timeout=self.timeout_s)
         try:
             async for read in call:
                 yield read
@@ -126,9 +133,9 @@ class KVStoreClient:
         return await self._kv().Stats(kvstore_pb2.StatsRequest(), timeout=self.timeout_s)
 
     async def close(self) -> None:
-        if self._channel is not None:
-            await self._channel.close()
-            self._channel = self._stub = None
+        if self._stubs is not None:
+            await self._stubs.channel.close()
+            self._stubs = None
 
     async def __aenter__(self) -> KVStoreClient:
         return self
@@ -137,17 +144,22 @@ class KVStoreClient:
         await self.close()
 
     def _kv(self) -> kvstore_pb2_grpc.KVStoreStub:
-        if self._stub is None:
-            self._channel = open_channel(self.address)
-            self._stub = kvstore_pb2_grpc.KVStoreStub(self._channel)
-            # The KV-carrying streams decode with `wire`: one copy of each block instead of three.
-            self._read = self._channel.unary_stream(
-                wire.READ_METHOD, request_serializer=_serialize, response_deserializer=wire.decode_read_chunk
+        return self._open().kv
+
+    def _open(self) -> _Stubs:
+        if self._stubs is None:
+            channel = open_channel(self.address)
+            self._stubs = _Stubs(
+                channel,
+                kvstore_pb2_grpc.KVStoreStub(channel),
+                read=channel.unary_stream(
+                    wire.READ_METHOD, request_serializer=_serialize, response_deserializer=wire.decode_read_chunk
+                ),
+                get=channel.unary_stream(
+                    wire.GET_METHOD, request_serializer=_serialize, response_deserializer=wire.decode_kv_block
+                ),
             )
-            self._get = self._channel.unary_stream(
-                wire.GET_METHOD, request_serializer=_serialize, response_deserializer=wire.decode_kv_block
-            )
-        return self._stub
+        return self._stubs
 
 
 async def _aiter(items):

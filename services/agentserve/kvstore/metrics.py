@@ -6,6 +6,8 @@ evictions) are read at scrape time, so they cannot drift from the store.
 
 from __future__ import annotations
 
+from functools import partial
+
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
 from agentserve.kvstore.store import KVStore
@@ -43,6 +45,8 @@ class KVStoreMetrics:
         for field, doc in tier_gauges.items():
             gauge = Gauge(f"agentserve_kvstore_tier_{field}", doc + ", per tier", ["tier"], registry=registry)
             for tier in ("dram", "ssd"):
-                gauge.labels(tier).set_function(
-                    lambda field=field, tier=tier: getattr(getattr(store.stats(), tier), field)
-                )
+                gauge.labels(tier).set_function(partial(_tier_stat, store, tier, field))
+
+
+def _tier_stat(store: KVStore, tier: str, field: str) -> float:
+    return getattr(getattr(store.stats(), tier), field)

@@ -59,8 +59,10 @@ def resolve_addresses(spec: str) -> list[str]:
                 infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
             except socket.gaierror as exc:
                 raise ValueError(f"cannot resolve kvstore host {host!r}: {exc}") from None
-            v4 = [info[4][0] for info in infos if info[0] == socket.AF_INET]
-            ips = v4 or [info[4][0] for info in infos]
+            # A host name answers only in the inet families, whose socket address starts with the IP.
+            answers = [(family, str(sockaddr[0])) for family, _, _, _, sockaddr in infos]
+            v4 = [ip for family, ip in answers if family == socket.AF_INET]
+            ips = v4 or [ip for _, ip in answers]
         for ip in ips:
             addresses.add(f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}")
     if not addresses:

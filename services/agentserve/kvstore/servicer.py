@@ -19,8 +19,15 @@ from agentserve.kvstore.metrics import KVStoreMetrics
 from agentserve.kvstore.ssd import BlockRejectedError
 from agentserve.kvstore.store import KVStore
 from agentserve.kvstore.streams import ReadStream
-from agentserve.kvstore.types import BlockRead, WriteResult
+from agentserve.kvstore.types import BlockRead, Tier, WriteResult
 from agentserve.v1 import kvstore_pb2, kvstore_pb2_grpc
+
+# Equal values (see `Tier`), but the protobuf stubs take the proto enum, not any int.
+_PROTO_TIERS: dict[Tier, kvstore_pb2.Tier] = {
+    Tier.NONE: kvstore_pb2.TIER_NONE,
+    Tier.DRAM: kvstore_pb2.TIER_DRAM,
+    Tier.SSD: kvstore_pb2.TIER_SSD,
+}
 
 
 class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
@@ -70,7 +77,9 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
     ) -> kvstore_pb2.LookupResponse:
         # Index only, no disk IO: cheap enough to run on the event loop.
         result = self._store.lookup(request.block_ids)
-        return kvstore_pb2.LookupResponse(prefix_blocks=result.prefix_blocks, tiers=[int(t) for t in result.tiers])
+        return kvstore_pb2.LookupResponse(
+            prefix_blocks=result.prefix_blocks, tiers=[_PROTO_TIERS[t] for t in result.tiers]
+        )
 
     async def Pin(self, request: kvstore_pb2.PinRequest, context: grpc.aio.ServicerContext) -> kvstore_pb2.PinResponse:
         return kvstore_pb2.PinResponse(pinned=self._store.pin(request.block_ids, request.ttl_s))
@@ -101,7 +110,7 @@ class KVStoreServicer(kvstore_pb2_grpc.KVStoreServicer):
         s = self._store.stats()
         tiers = [
             kvstore_pb2.TierStats(
-                tier=int(t.tier),
+                tier=_PROTO_TIERS[t.tier],
                 blocks=t.blocks,
                 bytes=t.bytes,
                 budget_bytes=t.budget_bytes,

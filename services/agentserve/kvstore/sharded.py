@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
 from agentserve.kvstore.client import BlockSource, KVStoreClient
@@ -138,26 +138,25 @@ class ShardedKVStoreClient:
 
     # -- internals --------------------------------------------------------------------------------
 
-    async def _refresh(self) -> None:
+    async def _refresh(self) -> HashRing:
+        """The ring, resolved again if it is older than `refresh_s`."""
         if time.monotonic() - self._resolved_at < self.refresh_s and self._ring is not None:
-            return
+            return self._ring
         addresses = await asyncio.to_thread(self._resolve, self.spec)
         self._resolved_at = time.monotonic()
         if self._ring is not None and set(addresses) == set(self._ring.nodes):
-            return
-        self._ring = HashRing(addresses, self._vnodes)
+            return self._ring
+        self._ring = ring = HashRing(addresses, self._vnodes)
         for gone in set(self._clients) - set(addresses):
             await self._clients.pop(gone).close()
         for address in addresses:
             self._clients.setdefault(address, KVStoreClient(address, self.timeout_s))
+        return ring
 
     async def _split(self, items: Sequence[T], key: Callable[[T], bytes]) -> dict[str, list[T]]:
         """Items grouped by the instance owning `key(item)`, in their original order."""
-        await self._refresh()
-        parts: dict[str, list[T]] = {}
-        for item in items:
-            parts.setdefault(self._ring.node_for(bytes(key(item))), []).append(item)
-        return parts
+        ring = await self._refresh()
+        return _group(items, [ring.node_for(bytes(key(item))) for item in items])
 
     async def _count(
         self, block_ids: Sequence[bytes], call: Callable[[KVStoreClient, list[bytes]], Awaitable[int]]
@@ -166,12 +165,12 @@ class ShardedKVStoreClient:
         return sum(await _gather(call(self._clients[a], part) for a, part in parts.items()))
 
     async def _merged(
-        self, block_ids: Sequence[bytes], stream: Callable[[KVStoreClient, list[bytes]], AsyncIterator[T]]
+        self, block_ids: Sequence[bytes], stream: Callable[[KVStoreClient, list[bytes]], AsyncGenerator[T, None]]
     ) -> AsyncIterator[T]:
         """One stream per instance, merged back into request order up to the first missing block."""
-        parts = await self._split(block_ids, key=lambda b: b)
-        owners = [self._ring.node_for(bytes(b)) for b in block_ids]
-        streams = {a: stream(self._clients[a], part).__aiter__() for a, part in parts.items()}
+        ring = await self._refresh()
+        owners = [ring.node_for(bytes(b)) for b in block_ids]
+        streams = {a: stream(self._clients[a], part) for a, part in _group(block_ids, owners).items()}
         # Every instance starts sending at once, not when the merge first reaches its blocks.
         heads = {a: asyncio.ensure_future(s.__anext__()) for a, s in streams.items()}
         try:
@@ -190,13 +189,23 @@ class ShardedKVStoreClient:
                 await s.aclose()
 
 
+def _group(items: Sequence[T], owners: Sequence[str]) -> dict[str, list[T]]:
+    """`items` grouped by their owner (`owners[i]` owns `items[i]`), in their original order."""
+    parts: dict[str, list[T]] = {}
+    for item, owner in zip(items, owners):
+        parts.setdefault(owner, []).append(item)
+    return parts
+
+
 async def _gather(calls: Iterable[Awaitable[T]]) -> list[T]:
     """Run all calls to the end, then raise the first error if any (no call is left running)."""
     results = await asyncio.gather(*calls, return_exceptions=True)
+    done: list[T] = []
     for result in results:
         if isinstance(result, BaseException):
             raise result
-    return results
+        done.append(result)
+    return done
 
 
 def _sum_puts(responses: Sequence[kvstore_pb2.PutResponse]) -> kvstore_pb2.PutResponse:

@@ -25,6 +25,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, overload
 
 from agentserve.fabric.malloc import keep_freed_buffers
 from agentserve.kv.block_format import FingerprintMismatchError
@@ -115,7 +116,9 @@ class SsdTier:
         except BlockRejectedError as exc:
             raise exc.cause from None
 
-    def put_many(self, fingerprint: str, blocks: Sequence[tuple[bytes, bytes]], first_index: int = 0) -> list[bool]:
+    def put_many(
+        self, fingerprint: str, blocks: Sequence[tuple[bytes, bytes | bytearray | memoryview]], first_index: int = 0
+    ) -> list[bool]:
         """Verify and durably store blocks in order; per block, True if newly stored.
 
         Raises BlockRejectedError (index counted from `first_index`) at the first bad block, after
@@ -129,7 +132,7 @@ class SsdTier:
     def write(
         self,
         fingerprint: str,
-        blocks: Sequence[tuple[bytes, bytes]],
+        blocks: Sequence[tuple[bytes, bytes | bytearray | memoryview]],
         first_index: int = 0,
         verified: bool = False,
         reserved: Mapping[bytes, int] | None = None,
@@ -225,6 +228,20 @@ class SsdTier:
 
     # -- reads ------------------------------------------------------------------------------------
 
+    @overload
+    def read(
+        self,
+        block_id: bytes,
+        expected_fingerprint: str | None = None,
+        layers: Layers = None,
+        nowait: Literal[False] = False,
+    ) -> BlockRead | None: ...
+
+    @overload
+    def read(
+        self, block_id: bytes, expected_fingerprint: str | None = None, layers: Layers = None, nowait: bool = False
+    ) -> BlockRead | None | NotCached: ...
+
     def read(
         self, block_id: bytes, expected_fingerprint: str | None = None, layers: Layers = None, nowait: bool = False
     ) -> BlockRead | None | NotCached:
@@ -236,7 +253,8 @@ class SsdTier:
         """
         block_id = bytes(block_id)
         if len(block_id) != BLOCK_ID_BYTES or not self.contains(block_id):
-            return self._miss()
+            self._miss()
+            return None
         try:
             fd = os.open(self._path_str(block_id), os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -244,7 +262,8 @@ class SsdTier:
             with self._lock:
                 if not self._path(block_id).exists():  # unless a concurrent put stored it again
                     self._bytes -= self._index.pop(block_id, 0)
-            return self._miss()
+            self._miss()
+            return None
         try:
             st = os.fstat(fd)
             if wants_whole(layers):
@@ -260,7 +279,8 @@ class SsdTier:
             raise
         except ValueError as exc:
             self._drop_corrupt(block_id, st.st_ino, exc)
-            return self._miss()
+            self._miss()
+            return None
         finally:
             os.close(fd)
         with self._lock:
@@ -289,7 +309,7 @@ class SsdTier:
     def get(self, block_id: bytes, expected_fingerprint: str | None = None) -> bytes | None:
         """The whole stored block, verified; None if absent or found corrupt (then deleted)."""
         read = self.read(block_id, expected_fingerprint)
-        return None if read is None else read.data
+        return None if read is None else bytes(read.data)  # no copy: a waiting read's data is bytes
 
     def contains(self, block_id: bytes) -> bool:
         with self._lock:
@@ -385,7 +405,6 @@ class SsdTier:
     def _miss(self) -> None:
         with self._lock:
             self._misses += 1
-        return None
 
     def _drop_corrupt(self, block_id: bytes, inode: int, reason: Exception) -> None:
         path = self._path(block_id)

@@ -22,6 +22,7 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterable, Callable, Sequence
+from typing import Literal, overload
 
 from agentserve.common.errors import RetryableError
 from agentserve.kv.block_format import BlockHeader, check_fingerprint, payload_range
@@ -187,6 +188,16 @@ class KVStore:
 
     # -- reads ------------------------------------------------------------------------------------
 
+    @overload
+    def read(
+        self, block_id: bytes, fingerprint: str | None = None, layers: Layers = None, nowait: Literal[False] = False
+    ) -> BlockRead | None: ...
+
+    @overload
+    def read(
+        self, block_id: bytes, fingerprint: str | None = None, layers: Layers = None, nowait: bool = False
+    ) -> BlockRead | None | NotCached: ...
+
     def read(
         self, block_id: bytes, fingerprint: str | None = None, layers: Layers = None, nowait: bool = False
     ) -> BlockRead | None | NotCached:
@@ -203,10 +214,10 @@ class KVStore:
             if entry is not None:
                 self._ssd_policy.touch(block_id)
         if entry is not None:
-            read = _slice(block_id, entry.data, entry.header, fingerprint, layers)
+            hit = _slice(block_id, entry.data, entry.header, fingerprint, layers)
             with self._lock:
-                self._reads.add(len(read.data))
-            return read
+                self._reads.add(len(hit.data))
+            return hit
         if nowait and (self.ssd.size_of(block_id) or 0) > NOWAIT_MAX_BYTES:
             return NOT_CACHED  # verifying it would hold the caller's event loop too long
         read = self.ssd.read(block_id, fingerprint, layers, nowait)
@@ -260,7 +271,7 @@ class KVStore:
 
     def get(self, block_id: bytes, fingerprint: str | None = None) -> bytes | None:
         read = self.read(block_id, fingerprint)
-        return None if read is None else read.data
+        return None if read is None else bytes(read.data)  # no copy: a waiting read's data is bytes
 
     def lookup(self, block_ids: Sequence[bytes]) -> LookupResult:
         """The longest stored prefix and each id's tier; malformed ids are simply not stored."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 
 class Tier(enum.IntEnum):
@@ -21,7 +21,7 @@ class NotCached(enum.Enum):
     NOT_CACHED = "not cached"
 
 
-NOT_CACHED = NotCached.NOT_CACHED
+NOT_CACHED: Final = NotCached.NOT_CACHED  # Final: `x is NOT_CACHED` then narrows x's type
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import grpc
 
-from agentserve.common.protowire import LEN, VARINT, parse_fields, write_key, write_varint
+from agentserve.common.protowire import LEN, VARINT, bytes_field, parse_fields, varint_field, write_key, write_varint
 from agentserve.kvstore.types import BlockRead, Tier
 from agentserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 
@@ -42,14 +42,15 @@ def encode_read_chunk(read: BlockRead) -> bytes:
 
 def decode_read_chunk(buf: bytes) -> BlockRead:
     """The read in `ReadChunk` wire bytes; its `data` is a read-only view of `buf` (no copy)."""
-    fields = parse_fields(memoryview(buf))
+    what = "ReadChunk"
+    fields = parse_fields(memoryview(buf), what)
     return BlockRead(
-        block_id=bytes(fields.get(1, b"")),
-        data=fields.get(2, memoryview(b"")),
-        header_size=fields.get(3, 0),
-        layers=range(fields.get(4, 0), fields.get(5, 0)),
-        num_layers=fields.get(6, 0),
-        tier=Tier(fields.get(7, 0)),
+        block_id=bytes(bytes_field(fields, 1, what)),
+        data=bytes_field(fields, 2, what),
+        header_size=varint_field(fields, 3, what),
+        layers=range(varint_field(fields, 4, what), varint_field(fields, 5, what)),
+        num_layers=varint_field(fields, 6, what),
+        tier=Tier(varint_field(fields, 7, what)),
     )
 
 
@@ -63,8 +64,9 @@ def encode_kv_block(read: BlockRead) -> bytes:
 
 
 def decode_kv_block(buf: bytes) -> tuple[bytes, bytes]:
-    fields = parse_fields(buf)
-    return fields.get(1, b""), fields.get(2, b"")
+    what = "KVBlock"
+    fields = parse_fields(memoryview(buf), what)
+    return bytes(bytes_field(fields, 1, what)), bytes(bytes_field(fields, 2, what))
 
 
 def add_to_server(servicer: kvstore_pb2_grpc.KVStoreServicer, server: grpc.aio.Server) -> None:
