@@ -177,12 +177,14 @@ def test_session_errors():
         await client.post("/v1/chat/completions", json={"messages": USER}, headers={"X-Session-Id": "s"})
         stale = await client.post("/v1/chat/completions", json={"messages": USER}, headers={"X-Session-Id": "s"})
         missing = await client.delete("/v1/sessions/nope")
-        return [(r.status, (await r.json())["error"]["message"]) for r in (bad, stale, missing)]
+        blank = await client.delete("/v1/sessions/%20")
+        return [(r.status, (await r.json())["error"]["message"]) for r in (bad, stale, missing, blank)]
 
-    (bad, bad_msg), (stale, stale_msg), (missing, missing_msg) = serve(FakeCore(), scenario)
+    (bad, bad_msg), (stale, stale_msg), (missing, missing_msg), (blank, blank_msg) = serve(FakeCore(), scenario)
     assert bad == 400 and "X-Session-Id" in bad_msg
     assert stale == 400 and "already holds 1" in stale_msg
     assert missing == 404 and "unknown session" in missing_msg
+    assert (blank, blank_msg) == (400, "session id is empty")
 
 
 def test_retryable_core_errors_are_503_before_the_stream_starts():
