@@ -57,8 +57,9 @@ def cached_prefill_speedup(
 ) -> dict[str, float]:
     """Prefill of `total` tokens from scratch ÷ with the first `cached` tokens already in cache."""
     vocab = model_dir_engine.model_config.vocab_size
-    cold_engine = LLMEngine(model_dir_engine.model, model_dir_engine.fingerprint, EngineConfig(prefix_cache=False))
-    warm_engine = LLMEngine(model_dir_engine.model, model_dir_engine.fingerprint, EngineConfig())
+    model, fingerprint, dtype = model_dir_engine.model, model_dir_engine.fingerprint, model_dir_engine.config.dtype
+    cold_engine = LLMEngine(model, fingerprint, EngineConfig(prefix_cache=False, dtype=dtype))
+    warm_engine = LLMEngine(model, fingerprint, EngineConfig(dtype=dtype))
     prefix = _tokens(rng, cached, vocab)
     warm_engine.generate(prefix + _tokens(rng, total - cached, vocab), ONE_TOKEN)
     cold, warm = [], []

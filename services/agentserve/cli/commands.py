@@ -45,6 +45,8 @@ def generate(args: argparse.Namespace) -> dict | None:
     return {
         "text": output,
         "token_ids": seq.output_token_ids,
+        # As in vLLM's output: another implementation can be fed exactly these ids.
+        "prompt_token_ids": list(prompt_ids),
         "prompt_tokens": seq.num_prompt_tokens,
         "cached_tokens": seq.num_cached_tokens,
         "finish_reason": seq.finish_reason,

@@ -18,11 +18,20 @@ import torch.nn.functional as F
 QUERY_CHUNK = 512
 
 
-def slot_mapping(slots: Sequence[int], block_size: int, start: int, stop: int) -> torch.Tensor:
-    """Flat pool row of each token position in [start, stop) of a sequence with these slots."""
-    pos = torch.arange(start, stop)
-    table = torch.as_tensor(list(slots), dtype=torch.long)
-    return table[pos // block_size] * block_size + pos % block_size
+def token_rows(table: torch.Tensor, start: int, stop: int, block_size: int) -> torch.Tensor:
+    """Flat pool rows of positions [start, stop), given the slot table (`[blocks]` or `[B, blocks]`)."""
+    first = start // block_size
+    rows = table[..., first:, None] * block_size + torch.arange(block_size)  # every row of those blocks
+    offset = start - first * block_size
+    return rows.flatten(-2)[..., offset : offset + stop - start]
+
+
+# Masks are additive (0 where a key is visible, -inf where not) and built once per step: given a
+# bool mask, SDPA converts it to this in every layer, ~7% of a prefill on a cached prefix.
+
+
+def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return torch.zeros(visible.shape, dtype=dtype).masked_fill_(~visible, float("-inf"))
 
 
 @dataclass
@@ -32,21 +41,31 @@ class PrefillMetadata:
     block_size: int
     total: int  # num_cached + T
     num_cached: int
-    # (first query, [chunk, total] causal mask) per query chunk; built once, shared by all layers.
+    # (first query, [chunk, total] additive causal mask) per query chunk; built once, shared by all layers.
     chunk_masks: list[tuple[int, torch.Tensor]]
 
+    @property
+    def context_len(self) -> int:
+        """Every position in this step is below this."""
+        return self.total
+
     @classmethod
-    def build(cls, slots: Sequence[int], block_size: int, num_cached: int, num_new: int) -> PrefillMetadata:
+    def build(
+        cls, slots: Sequence[int], block_size: int, num_cached: int, num_new: int, dtype: torch.dtype = torch.float32
+    ) -> PrefillMetadata:
+        """`dtype` is the model's (the masks' dtype must match the queries')."""
         total = num_cached + num_new
+        table = torch.as_tensor(list(slots[: -(-total // block_size)]), dtype=torch.long)
         masks = []
         if num_cached:
-            key_pos = torch.arange(total)
             for start in range(0, num_new, QUERY_CHUNK):
-                query_pos = torch.arange(start, min(start + QUERY_CHUNK, num_new)) + num_cached
-                masks.append((start, key_pos[None, :] <= query_pos[:, None]))
+                # Query num_cached + start + i sees keys up to its own position: -inf above that diagonal.
+                rows = min(QUERY_CHUNK, num_new - start)
+                hidden = torch.full((rows, total), float("-inf"), dtype=dtype)
+                masks.append((start, hidden.triu_(num_cached + start + 1)))
         return cls(
-            write_rows=slot_mapping(slots, block_size, num_cached, total),
-            block_table=torch.as_tensor(list(slots[: -(-total // block_size)]), dtype=torch.long),
+            write_rows=token_rows(table, num_cached, total, block_size),
+            block_table=table,
             block_size=block_size,
             total=total,
             num_cached=num_cached,
@@ -57,22 +76,36 @@ class PrefillMetadata:
 @dataclass
 class DecodeMetadata:
     write_rows: torch.Tensor  # [B] pool row of each sequence's new token
-    context_rows: torch.Tensor  # [B, max_len] pool rows, padded with row 0
-    key_mask: torch.Tensor  # [B, 1, 1, max_len] True where the key is real
+    context_rows: torch.Tensor  # [B, max_len] pool rows, padding rows masked out
+    key_mask: torch.Tensor  # [B, 1, 1, max_len] additive: 0 where the key is real, -inf on padding
+
+    @property
+    def context_len(self) -> int:
+        """Every position in this step is below this."""
+        return self.context_rows.shape[1]
 
     @classmethod
-    def build(cls, slot_tables: Sequence[Sequence[int]], block_size: int, lengths: Sequence[int]) -> DecodeMetadata:
+    def build(
+        cls,
+        slot_tables: Sequence[Sequence[int]],
+        block_size: int,
+        lengths: Sequence[int],
+        dtype: torch.dtype = torch.float32,
+    ) -> DecodeMetadata:
         """lengths[b] counts sequence b's tokens including the one being decoded."""
         max_len = max(lengths)
-        rows = torch.zeros(len(lengths), max_len, dtype=torch.long)
-        mask = torch.zeros(len(lengths), max_len, dtype=torch.bool)
-        for b, (slots, length) in enumerate(zip(slot_tables, lengths)):
-            rows[b, :length] = slot_mapping(slots, block_size, 0, length)
-            mask[b, :length] = True
+        num_blocks = -(-max_len // block_size)
+        # One padded table for the batch (padding points at slot 0, masked), so the whole batch's
+        # rows take a few tensor ops instead of a few per sequence.
+        used = [list(t[:num_blocks]) for t in slot_tables]
+        table = torch.as_tensor([u + [0] * (num_blocks - len(u)) for u in used], dtype=torch.long)
+        rows = token_rows(table, 0, max_len, block_size)
+        lengths_t = torch.as_tensor(lengths)
+        visible = torch.arange(max_len)[None, :] < lengths_t[:, None]
         return cls(
-            write_rows=rows[torch.arange(len(lengths)), torch.as_tensor(lengths) - 1],
+            write_rows=rows[torch.arange(len(lengths)), lengths_t - 1],
             context_rows=rows,
-            key_mask=mask[:, None, None, :],
+            key_mask=additive_mask(visible, dtype)[:, None, None, :],
         )
 
 
@@ -89,8 +122,8 @@ def paged_attention(
 
     Returns [N, H, d].
     """
-    k_rows[meta.write_rows] = k
-    v_rows[meta.write_rows] = v
+    k_rows.index_copy_(0, meta.write_rows, k)  # the pool must have the model's dtype
+    v_rows.index_copy_(0, meta.write_rows, v)
     if isinstance(meta, DecodeMetadata):
         keys = k_rows[meta.context_rows].transpose(1, 2)  # [B, KVH, S, d]
         values = v_rows[meta.context_rows].transpose(1, 2)
@@ -100,20 +133,22 @@ def paged_attention(
         return out[:, :, 0, :]
     # CPU SDPA only takes its fused (flash) kernel for 4-D inputs; 3-D falls back to the math path
     # that materialises the whole [T, S] score matrix.
+    if not meta.chunk_masks:
+        # Nothing cached: the new tokens are the whole context, no need to read them back.
+        queries, keys, values = q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None]
+        out = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, enable_gqa=groups > 1)
+        return out[0].transpose(0, 1)
     keys = _gather_blocks(k_rows, meta).transpose(0, 1)[None]  # [1, KVH, S, d]
     values = _gather_blocks(v_rows, meta).transpose(0, 1)[None]
     queries = q.transpose(0, 1)[None]  # [1, H, T, d]
-    gqa = groups > 1
-    if not meta.chunk_masks:
-        out = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, enable_gqa=gqa)
-        return out[0].transpose(0, 1)
     outs = [
         F.scaled_dot_product_attention(
-            queries[:, :, start : start + mask.shape[0]], keys, values, attn_mask=mask, enable_gqa=gqa
+            queries[:, :, start : start + mask.shape[0]], keys, values, attn_mask=mask, enable_gqa=groups > 1
         )
         for start, mask in meta.chunk_masks
     ]
-    return torch.cat(outs, dim=2)[0].transpose(0, 1)
+    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+    return out[0].transpose(0, 1)
 
 
 def _gather_blocks(rows: torch.Tensor, meta: PrefillMetadata) -> torch.Tensor:

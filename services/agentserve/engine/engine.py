@@ -135,6 +135,7 @@ class LLMEngine:
     def _prefill(self, seq: Sequence, hits: int) -> None:
         alloc = self.blocks.allocate(seq.block_ids, len(seq), hits)
         seq.slots = alloc.slots
+        seq.num_sealed = hits  # a hit is a sealed block already; only the blocks after it need sealing
         cached = alloc.num_cached_tokens
         external = self._external.pop(seq.request_id, None)
         if external is not None and external.num_blocks > hits:

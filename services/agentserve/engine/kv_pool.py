@@ -25,6 +25,9 @@ class KVPool:
         self.num_slots = num_slots
         self.block_size = block_size
         self.dtype = dtype
+        # Every forward pass asks for each layer's views; made once, they cost it no tensor ops.
+        rows = num_slots * block_size
+        self._flat = [(self.k[i].view(rows, *shape[3:]), self.v[i].view(rows, *shape[3:])) for i in range(shape[0])]
 
     @classmethod
     def for_budget(cls, config: ModelConfig, budget_bytes: int, block_size: int, dtype: torch.dtype) -> KVPool:
@@ -40,8 +43,7 @@ class KVPool:
 
     def flat(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Views of one layer as `[num_slots * block_size, heads, head_dim]` token rows."""
-        rows = self.num_slots * self.block_size
-        return self.k[layer].view(rows, *self.k.shape[3:]), self.v[layer].view(rows, *self.v.shape[3:])
+        return self._flat[layer]
 
     def read_blocks(self, slots: Sequence[int], layers: range | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Copy of the given slots' KV, `[layers, len(slots), block_size, heads, head_dim]`."""

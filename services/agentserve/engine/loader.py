@@ -15,7 +15,6 @@ from safetensors import safe_open
 
 from agentserve.engine.config import ModelConfig, parse_dtype
 from agentserve.engine.model import CausalLM
-from agentserve.engine.rope import inverse_frequencies
 
 # Above this size a checkpoint is fingerprinted from headers, sizes and sampled bytes rather than
 # every byte, so start-up stays fast for real multi-GB checkpoints.
@@ -97,6 +96,6 @@ def load_model(model_dir: str | Path, dtype: str | torch.dtype = "fp32") -> tupl
     model.load_state_dict({k: v.to(torch_dtype) for k, v in state.items()}, strict=False, assign=True)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
-    # Non-persistent buffers were created on the meta device; rebuild them for real.
-    model.model.rotary_emb.inv_freq = inverse_frequencies(config)
+    # Fused projections and rope tables were created on the meta device; rebuild them for real.
+    model.rebuild_derived()
     return model.eval(), fingerprint(model_dir, config)

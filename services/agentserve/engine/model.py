@@ -1,20 +1,26 @@
 """A Llama-architecture decoder (and the Qwen2 q/k/v-bias variant) over a paged KV pool.
 
 Parameter names mirror Hugging Face's `LlamaForCausalLM` exactly (`model.layers.0.self_attn.q_proj`
-...), so a checkpoint's state dict loads without a rename table.
+...), so a checkpoint's state dict loads without a rename table. The forward pass does not walk
+the module tree: it runs on what `rebuild_derived` derives from those parameters, fused q|k|v and
+gate|up weights stored column-major (`linears`), one flat `LayerPlan` per layer (`layer_plan`)
+and rotary tables.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from agentserve.engine.attention import DecodeMetadata, PrefillMetadata, paged_attention
+from agentserve.engine.attention import DecodeMetadata, PrefillMetadata
 from agentserve.engine.config import ModelConfig
 from agentserve.engine.kv_pool import KVPool
+from agentserve.engine.layer_plan import LayerPlan, Norm, run_layer
+from agentserve.engine.linears import FusedLinear, column_major, linear, store_column_major
 from agentserve.engine.rope import RotaryEmbedding
 
 # Called with a layer index just before that layer runs; layerwise KV loading hooks in here.
@@ -28,14 +34,12 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in fp32 and cast back before the weight, as HF does (bf16 parity).
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+        return Norm.build(self.weight, self.eps)(x)
 
 
 class Attention(nn.Module):
+    """Parameters only: `layer_plan.run_layer` runs the layer."""
+
     def __init__(self, config: ModelConfig, layer_idx: int):
         super().__init__()
         self.layer_idx = layer_idx
@@ -49,30 +53,24 @@ class Attention(nn.Module):
         # Qwen2 puts biases on q/k/v only; Llama's attention_bias covers o_proj too.
         o_bias = bias and config.model_type == "llama"
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=o_bias)
-
-    def forward(self, x, cos, sin, pool: KVPool, meta: PrefillMetadata | DecodeMetadata) -> torch.Tensor:
-        n = x.shape[0]
-        q = RotaryEmbedding.apply(self.q_proj(x).view(n, self.num_heads, self.head_dim), cos, sin)
-        k = RotaryEmbedding.apply(self.k_proj(x).view(n, self.num_kv_heads, self.head_dim), cos, sin)
-        v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)
-        k_rows, v_rows = pool.flat(self.layer_idx)
-        out = paged_attention(q, k, v, k_rows, v_rows, meta, self.num_heads // self.num_kv_heads)
-        return self.o_proj(out.reshape(n, self.num_heads * self.head_dim))
+        self.qkv = FusedLinear(self.q_proj, self.k_proj, self.v_proj)
 
 
 class MLP(nn.Module):
+    """Parameters only: `layer_plan.run_layer` runs the layer."""
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         bias = config.mlp_bias
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=bias)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=bias)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        self.gate_up = FusedLinear(self.gate_proj, self.up_proj)
 
 
 class DecoderLayer(nn.Module):
+    """Parameters, and `derive` to turn them into the `LayerPlan` that `layer_plan.run_layer` runs."""
+
     def __init__(self, config: ModelConfig, layer_idx: int):
         super().__init__()
         self.self_attn = Attention(config, layer_idx)
@@ -80,9 +78,25 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x, cos, sin, pool, meta) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, pool, meta)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def derive(self) -> LayerPlan:
+        """Fuse and lay out this layer's weights for the forward pass (`linears`), and plan it."""
+        attn, mlp = self.self_attn, self.mlp
+        attn.qkv.fuse()
+        mlp.gate_up.fuse()
+        store_column_major(attn.o_proj)
+        store_column_major(mlp.down_proj)
+        return LayerPlan(
+            index=attn.layer_idx,
+            heads=attn.num_heads,
+            kv_heads=attn.num_kv_heads,
+            head_dim=attn.head_dim,
+            input_norm=Norm.build(self.input_layernorm.weight, self.input_layernorm.eps),
+            qkv=(attn.qkv.weight, attn.qkv.bias),
+            o_proj=(attn.o_proj.weight, attn.o_proj.bias),
+            post_norm=Norm.build(self.post_attention_layernorm.weight, self.post_attention_layernorm.eps),
+            gate_up=(mlp.gate_up.weight, mlp.gate_up.bias),
+            down=(mlp.down_proj.weight, mlp.down_proj.bias),
+        )
 
 
 class DecoderStack(nn.Module):
@@ -97,6 +111,9 @@ class DecoderStack(nn.Module):
 class CausalLM(nn.Module):
     """`forward` returns logits only for `logits_rows` (prefill needs just the last position)."""
 
+    tied_head_weight: torch.Tensor | None
+    final_norm: Norm
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
@@ -104,6 +121,26 @@ class CausalLM(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        # A tied head shares its storage with the row-major embedding table (the token lookup
+        # needs rows), so it gets its own column-major copy.
+        self.register_buffer("tied_head_weight", None, persistent=False)
+        self.plans: list[LayerPlan] = []
+        self.rebuild_derived()
+
+    def rebuild_derived(self) -> None:
+        """Rebuild what the forward pass runs on from the HF parameters and the config.
+
+        Call it after replacing or changing weights (the loader does, after
+        `load_state_dict(assign=True)`) or moving the model: fused projections, column-major
+        layouts, the tied head's copy, the layer plans and the rotary tables are all derived.
+        """
+        self.plans = [cast(DecoderLayer, layer).derive() for layer in self.model.layers]
+        self.final_norm = Norm.build(self.model.norm.weight, self.model.norm.eps)
+        if self.config.tie_word_embeddings:
+            self.tied_head_weight = column_major(self.lm_head.weight)
+        else:
+            store_column_major(self.lm_head)
+        self.model.rotary_emb = RotaryEmbedding(self.config)
 
     @torch.inference_mode()
     def forward(
@@ -112,15 +149,17 @@ class CausalLM(nn.Module):
         positions: torch.Tensor,
         pool: KVPool,
         meta: PrefillMetadata | DecodeMetadata,
-        logits_rows: torch.Tensor | None = None,
+        logits_rows: torch.Tensor | slice | None = None,
         before_layer: LayerHook | None = None,
     ) -> torch.Tensor:
-        x = self.model.embed_tokens(input_ids)
-        cos, sin = self.model.rotary_emb.cos_sin(positions, x.dtype)
-        for i, layer in enumerate(self.model.layers):
+        x = F.embedding(input_ids, self.model.embed_tokens.weight)
+        # Once per forward, shared by every layer.
+        cos, sin = self.model.rotary_emb.cos_sin(positions, meta.context_len, x.dtype)
+        for plan in self.plans:
             if before_layer is not None:
-                before_layer(i)
-            x = layer(x, cos, sin, pool, meta)
+                before_layer(plan.index)
+            x = run_layer(x, plan, cos, sin, pool, meta)
         if logits_rows is not None:
             x = x[logits_rows]
-        return self.lm_head(self.model.norm(x)).float()
+        head = self.lm_head.weight if self.tied_head_weight is None else self.tied_head_weight
+        return linear(self.final_norm(x), head).float()

@@ -42,21 +42,43 @@ def _llama3_scale(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
 
 
 class RotaryEmbedding(torch.nn.Module):
-    """Applies RoPE to q and k given absolute positions (any order, any batch layout)."""
+    """Applies RoPE to q and k given absolute positions (any order, any batch layout).
+
+    cos/sin are looked up in tables covering every position seen so far rather than recomputed
+    each forward: the table rows are the same fp32 products HF computes, so values match bit for
+    bit. The tables grow (doubling) on demand instead of covering `max_position_embeddings` up
+    front, which for a 128K-context model would cost far more memory than any request uses.
+    """
+
+    inv_freq: torch.Tensor
+    _cos: torch.Tensor
+    _signed_sin: torch.Tensor
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.register_buffer("inv_freq", inverse_frequencies(config), persistent=False)
+        self.register_buffer("_cos", torch.empty(0), persistent=False)
+        self.register_buffer("_signed_sin", torch.empty(0), persistent=False)
 
-    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(dtype), emb.sin().to(dtype)
+    def cos_sin(
+        self, positions: torch.Tensor, num_positions: int, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sign-folded sin for `rotate`, each `[tokens, 1, head_dim]`; positions < num_positions."""
+        if num_positions > self._cos.shape[0]:
+            self._grow(max(num_positions, 2 * self._cos.shape[0]))
+        cos, sin = self._cos[positions], self._signed_sin[positions]
+        return (cos, sin) if cos.dtype == dtype else (cos.to(dtype), sin.to(dtype))
+
+    def _grow(self, num_positions: int) -> None:
+        inv_freq = self.inv_freq.float()
+        freqs = torch.arange(num_positions, device=inv_freq.device).float()[:, None] * inv_freq[None, :]
+        cos, sin = freqs.cos(), freqs.sin()
+        # rotate_half(x) * sin == [x2, x1] * [-sin, sin]: the sign is folded into the table.
+        self._cos = torch.cat((cos, cos), dim=-1)[:, None, :]
+        self._signed_sin = torch.cat((-sin, sin), dim=-1)[:, None, :]
 
     @staticmethod
-    def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """x: [tokens, heads, head_dim]; cos/sin: [tokens, head_dim]."""
-        cos, sin = cos[:, None, :], sin[:, None, :]
+    def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+        """x: [tokens, heads, head_dim]; cos/signed_sin: [tokens, 1, head_dim] from `cos_sin`."""
         half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-        return x * cos + rotated * sin
+        return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * signed_sin

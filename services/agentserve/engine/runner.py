@@ -34,6 +34,10 @@ class ExternalPrefix:
 
 class ModelRunner:
     def __init__(self, model: CausalLM, pool: KVPool):
+        model_dtype = model.lm_head.weight.dtype
+        if pool.dtype != model_dtype:
+            # Attention copies each layer's new K/V into the pool as they are, without a cast.
+            raise ValueError(f"KV pool dtype {pool.dtype} differs from the model's {model_dtype}")
         self.model = model
         self.pool = pool
 
@@ -47,15 +51,13 @@ class ModelRunner:
         """
         total = len(seq.token_ids)
         bs = self.pool.block_size
-        meta = PrefillMetadata.build(seq.slots, bs, num_cached, total - num_cached)
+        meta = PrefillMetadata.build(seq.slots, bs, num_cached, total - num_cached, self.pool.dtype)
         ids = torch.as_tensor(seq.token_ids[num_cached:], dtype=torch.long)
         positions = torch.arange(num_cached, total)
         hook = None
         if external is not None and external.num_blocks > external_start:
             hook = self._layer_loader(external, seq.slots[external_start : external.num_blocks], external_start)
-        logits = self.model(
-            ids, positions, self.pool, meta, logits_rows=torch.tensor([total - num_cached - 1]), before_layer=hook
-        )
+        logits = self.model(ids, positions, self.pool, meta, logits_rows=slice(-1, None), before_layer=hook)
         return logits[0]
 
     def _layer_loader(self, external: ExternalPrefix, slots: list[int], start: int):
@@ -71,7 +73,7 @@ class ModelRunner:
     def decode(self, seqs: list[Sequence]) -> torch.Tensor:
         """One token for each sequence (its last token's KV is computed now); logits [B, vocab]."""
         lengths = [len(s.token_ids) for s in seqs]
-        meta = DecodeMetadata.build([s.slots for s in seqs], self.pool.block_size, lengths)
+        meta = DecodeMetadata.build([s.slots for s in seqs], self.pool.block_size, lengths, self.pool.dtype)
         ids = torch.as_tensor([s.token_ids[-1] for s in seqs], dtype=torch.long)
         positions = torch.as_tensor([n - 1 for n in lengths], dtype=torch.long)
         return self.model(ids, positions, self.pool, meta)

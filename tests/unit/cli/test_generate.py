@@ -1,0 +1,36 @@
+"""`agentserve generate --json`: the prompt's token ids come back with the completion."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentserve.cli.main import main
+from agentserve.model_files.tokenizer import Tokenizer
+
+pytestmark = pytest.mark.unit
+
+PROMPT = "The quick brown fox"
+
+
+def generate_json(capsys, *args: str) -> dict:
+    assert main(["generate", "--prompt", PROMPT, "--max-tokens", "3", "--json", *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_prompt_token_ids_are_the_tokenizers_encoding(tiny_model_dir, capsys) -> None:
+    result = generate_json(capsys, "--model", str(tiny_model_dir))
+    tokenizer = Tokenizer.from_dir(tiny_model_dir)
+    expected = tokenizer.encode(PROMPT, add_bos=True)
+    assert expected[0] == tokenizer.bos_token_id
+    assert result["prompt_token_ids"] == expected
+    assert result["prompt_tokens"] == len(expected)
+    assert len(result["token_ids"]) == 3
+
+
+def test_chat_prompt_token_ids_are_the_templated_encoding(tiny_model_dir, capsys) -> None:
+    result = generate_json(capsys, "--model", str(tiny_model_dir), "--chat")
+    tokenizer = Tokenizer.from_dir(tiny_model_dir)
+    templated = tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}])
+    assert result["prompt_token_ids"] == tokenizer.encode(templated, add_bos=False)

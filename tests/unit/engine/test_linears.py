@@ -1,0 +1,99 @@
+"""linears: fused projections, column-major storage and the kernel chosen by row count compute
+what plain `nn.Linear`s compute, and the HF parameters stay the loadable source of truth."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from agentserve.engine.linears import ONEDNN_MAX_ROWS, FusedLinear, column_major, linear, store_column_major
+
+pytestmark = pytest.mark.unit
+
+
+def parts(bias: bool) -> tuple[nn.Linear, nn.Linear, nn.Linear]:
+    torch.manual_seed(0)
+    return nn.Linear(32, 48, bias=bias), nn.Linear(32, 16, bias=bias), nn.Linear(32, 16, bias=bias)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_fused_output_is_the_parts_outputs_side_by_side(bias: bool) -> None:
+    q, k, v = parts(bias)
+    originals = [(p.weight.detach().clone(), None if p.bias is None else p.bias.detach().clone()) for p in (q, k, v)]
+    fused = FusedLinear(q, k, v)
+    x = torch.randn(7, 32)
+    expected = torch.cat([F.linear(x, w, b) for w, b in originals], dim=-1)
+    torch.testing.assert_close(fused(x), expected, rtol=0, atol=1e-6)
+    for part, (w, b) in zip((q, k, v), originals):
+        assert torch.equal(part.weight, w)
+        if bias:
+            assert torch.equal(part.bias, b)
+
+
+def test_parts_are_views_into_the_fused_weight_so_a_copy_load_reaches_it() -> None:
+    q, k, v = parts(bias=True)
+    fused = FusedLinear(q, k, v)
+    base = fused.weight.untyped_storage().data_ptr()
+    assert all(p.weight.untyped_storage().data_ptr() == base for p in (q, k, v))
+    with torch.no_grad():
+        k.weight.copy_(torch.ones_like(k.weight))
+        k.bias.zero_()
+    out = fused(torch.ones(1, 32))
+    assert torch.equal(out[0, 48:64], torch.full((16,), 32.0))
+
+
+def test_fuse_again_after_parts_are_replaced() -> None:
+    q, k, v = parts(bias=False)
+    fused = FusedLinear(q, k, v)
+    q.weight = nn.Parameter(torch.zeros(48, 32))  # what load_state_dict(assign=True) does
+    fused.fuse()
+    assert torch.equal(fused(torch.randn(3, 32))[:, :48], torch.zeros(3, 48))
+
+
+def test_state_dict_keeps_only_the_hugging_face_names() -> None:
+    module = nn.Module()
+    module.q_proj, module.k_proj, module.v_proj = parts(bias=False)
+    module.qkv = FusedLinear(module.q_proj, module.k_proj, module.v_proj)
+    assert sorted(module.state_dict()) == ["k_proj.weight", "q_proj.weight", "v_proj.weight"]
+
+
+def test_mixed_bias_or_width_is_refused() -> None:
+    with pytest.raises(ValueError, match="bias"):
+        FusedLinear(nn.Linear(8, 4, bias=True), nn.Linear(8, 4, bias=False))
+    with pytest.raises(ValueError, match="input size"):
+        FusedLinear(nn.Linear(8, 4), nn.Linear(6, 4))
+
+
+def test_column_major_keeps_shape_and_values() -> None:
+    w = torch.randn(48, 32)
+    c = column_major(w)
+    assert c.shape == w.shape and c.stride() == (1, 48) and torch.equal(c, w)
+    layer = nn.Linear(32, 48)
+    before = layer.weight.detach().clone()
+    store_column_major(layer)
+    assert layer.weight.stride() == (1, 48) and torch.equal(layer.weight, before)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 40, ONEDNN_MAX_ROWS, ONEDNN_MAX_ROWS + 1, 1000])
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_matches_f_linear_on_either_kernel(rows: int, bias: bool) -> None:
+    torch.manual_seed(rows)
+    w = column_major(torch.randn(96, 64))
+    b = torch.randn(96) if bias else None
+    x = torch.randn(rows, 64)
+    torch.testing.assert_close(linear(x, w, b), F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+
+
+def test_linear_takes_a_strided_input() -> None:
+    w = column_major(torch.randn(16, 32))
+    wide = torch.randn(40, 64)
+    x = wide[:, :32]  # the gate half of a fused gate|up output
+    torch.testing.assert_close(linear(x, w), F.linear(x.contiguous(), w), rtol=1e-5, atol=1e-5)
+
+
+def test_half_precision_uses_f_linear() -> None:
+    w = torch.randn(16, 32, dtype=torch.bfloat16)
+    x = torch.randn(8, 32, dtype=torch.bfloat16)
+    assert torch.equal(linear(x, w), F.linear(x, w))
