@@ -222,8 +222,8 @@ class LLMEngine:
         self._extend_block_ids(seq)
         return seq.block_ids
 
-    def export_blocks(self, block_ids: Seq[bytes], kv_dtype: str = "native") -> bytes:
-        """Serialize resident blocks (wire/disk format); ValueError if one is not resident."""
+    def export_blocks(self, block_ids: Seq[bytes], kv_dtype: str = "native") -> bytearray:
+        """Serialize resident blocks (wire/disk format, no extra copy); ValueError if one is not resident."""
         slots = []
         for i, block_id in enumerate(block_ids):
             slot = self.blocks.lookup(block_id)
