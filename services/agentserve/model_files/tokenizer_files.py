@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -49,18 +50,23 @@ def write_tokenizer_files(out: Path, spec: ModelPreset) -> None:
 
 
 def ensure_default_tokenizer(preset: str = "tiny") -> Path:
-    """A folder with only the default model's tokenizer files, written once and then reused.
-
-    Built in a temporary folder and renamed into place, like the default model itself, so a crash
-    mid-write never leaves a half-written folder.
-    """
+    """A folder with only the default model's tokenizer files, written once and then reused."""
     target = models_home() / f"tokenizer-{preset}-{files_digest()}"
-    if (target / "tokenizer.json").is_file():
+    return build_once(target, "tokenizer.json", lambda staging: write_tokenizer_files(staging, get_preset(preset)))
+
+
+def build_once(target: Path, marker: str, build: Callable[[Path], object]) -> Path:
+    """`target`, first built by `build(staging)` unless its `marker` file exists.
+
+    Built in a temporary folder and renamed into place, so a crash mid-write never leaves a
+    half-written folder that later runs would load.
+    """
+    if (target / marker).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".tokenizer-{preset}-", dir=target.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        write_tokenizer_files(staging, get_preset(preset))
+        build(staging)
         try:
             staging.rename(target)
         except OSError:  # another process won the race; its copy is identical
