@@ -18,6 +18,7 @@ from agentserve.contracts import (
     PrefillResult,
     Role,
     SamplingParams,
+    TokenLogprob,
     ToolCall,
     TurnEvent,
 )
@@ -41,13 +42,15 @@ _PATH_FROM_PROTO: dict[int, KVPath] = {
 
 def sampling_to_proto(params: SamplingParams, max_tokens: int | None = None) -> common_pb2.SamplingParams:
     """The wire sampling message; `max_tokens` overrides the budget (decode gets what is left).
-    Stop token ids are not sent: the scheduler applies them to the stream itself."""
+    Stop token ids and stop strings are not sent: the scheduler applies them to the stream itself."""
     return common_pb2.SamplingParams(
         max_tokens=params.max_tokens if max_tokens is None else max_tokens,
         temperature=params.temperature,
         top_p=params.top_p,
         seed=params.seed,
         ignore_eos=params.ignore_eos,
+        min_tokens=params.min_tokens,
+        logprobs=params.logprobs,
     )
 
 
@@ -59,7 +62,22 @@ def sampling_from_proto(msg: common_pb2.SamplingParams) -> SamplingParams:
         top_p=float(msg.top_p) if msg.top_p > 0 else 1.0,
         seed=int(msg.seed) if msg.HasField("seed") else None,
         ignore_eos=msg.ignore_eos,
+        min_tokens=int(msg.min_tokens),
+        logprobs=int(msg.logprobs) if msg.HasField("logprobs") else None,
     )
+
+
+def logprob_to_proto(entry: TokenLogprob) -> common_pb2.TokenLogprob:
+    return common_pb2.TokenLogprob(
+        token_id=entry.token_id,
+        logprob=entry.logprob,
+        top_token_ids=[t for t, _ in entry.top],
+        top_logprobs=[lp for _, lp in entry.top],
+    )
+
+
+def logprob_from_proto(msg: common_pb2.TokenLogprob) -> TokenLogprob:
+    return TokenLogprob(msg.token_id, msg.logprob, tuple(zip(msg.top_token_ids, msg.top_logprobs)))
 
 
 # --- KV paths ---------------------------------------------------------------------------------
@@ -165,6 +183,9 @@ def prefill_request_from_proto(msg: prefill_pb2.PrefillRequest) -> PrefillReques
 
 def prefill_result_to_proto(result: PrefillResult) -> prefill_pb2.PrefillResponse:
     fields = dict(result.__dict__, kv_path=kv_path_to_proto(result.kv_path))
+    first = fields.pop("first_logprob")
+    if first is not None:
+        fields["first_logprob"] = logprob_to_proto(first)
     return prefill_pb2.PrefillResponse(**fields)
 
 
@@ -184,6 +205,7 @@ def prefill_result_from_proto(msg: prefill_pb2.PrefillResponse) -> PrefillResult
         handoff_bytes=msg.handoff_bytes,
         handoff_held_blocks=msg.handoff_held_blocks,
         handoff_failed=msg.handoff_failed,
+        first_logprob=logprob_from_proto(msg.first_logprob) if msg.HasField("first_logprob") else None,
     )
 
 
@@ -213,7 +235,8 @@ def generate_request_from_proto(msg: decode_pb2.GenerateRequest) -> GenerateRequ
 
 
 def generate_chunk_to_proto(chunk: GenerateChunk) -> decode_pb2.GenerateChunk:
-    return decode_pb2.GenerateChunk(**chunk.__dict__)
+    fields = dict(chunk.__dict__, logprobs=[logprob_to_proto(e) for e in chunk.logprobs])
+    return decode_pb2.GenerateChunk(**fields)
 
 
 def generate_chunk_from_proto(msg: decode_pb2.GenerateChunk) -> GenerateChunk:
@@ -223,6 +246,7 @@ def generate_chunk_from_proto(msg: decode_pb2.GenerateChunk) -> GenerateChunk:
         finish_reason=msg.finish_reason,
         cached_tokens=msg.cached_tokens,
         persisted_blocks=msg.persisted_blocks,
+        logprobs=[logprob_from_proto(e) for e in msg.logprobs],
     )
 
 

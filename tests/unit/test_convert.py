@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from agentserve import convert
@@ -16,6 +18,7 @@ from agentserve.contracts import (
     PrefillResult,
     Role,
     SamplingParams,
+    TokenLogprob,
     ToolCall,
     TurnEvent,
     TurnMeta,
@@ -88,6 +91,9 @@ def test_prefill_request_and_result_round_trip() -> None:
     assert convert.prefill_request_from_proto(convert.prefill_request_to_proto(request)) == request
     result = PrefillResult(5, 3, 2, 1, 2, 1, 3, False, "", KVPath.B, 2, 300, 1, True)
     assert convert.prefill_result_from_proto(convert.prefill_result_to_proto(result)) == result
+    # Halves are exact in the wire's float32.
+    with_logprob = dataclasses.replace(result, first_logprob=TokenLogprob(5, -0.5, ((5, -0.5), (9, -1.25))))
+    assert convert.prefill_result_from_proto(convert.prefill_result_to_proto(with_logprob)) == with_logprob
 
 
 def test_a_relayed_plan_without_a_relay_is_rejected_on_the_way_in() -> None:
@@ -102,6 +108,15 @@ def test_generate_request_and_chunk_round_trip() -> None:
     assert convert.generate_request_from_proto(convert.generate_request_to_proto(request)) == request
     chunk = GenerateChunk([4, 5], finished=True, finish_reason="stop", cached_tokens=16, persisted_blocks=2)
     assert convert.generate_chunk_from_proto(convert.generate_chunk_to_proto(chunk)) == chunk
+    logprobs = [TokenLogprob(4, -0.25), TokenLogprob(5, -2.0, ((6, -0.5),))]
+    chunk = GenerateChunk([4, 5], logprobs=logprobs)
+    assert convert.generate_chunk_from_proto(convert.generate_chunk_to_proto(chunk)) == chunk
+
+
+def test_sampling_round_trip_carries_min_tokens_and_logprobs() -> None:
+    for logprobs in (None, 0, 5):
+        params = SamplingParams(max_tokens=9, min_tokens=4, logprobs=logprobs, ignore_eos=True, seed=3)
+        assert convert.sampling_from_proto(convert.sampling_to_proto(params)) == params
 
 
 def test_turn_chunk_carries_every_metadata_field() -> None:

@@ -14,7 +14,14 @@ log = logging.getLogger(__name__)
 
 
 class NotFoundError(ValueError):
-    """A named thing (session, block, engine) does not exist: the request is invalid."""
+    """A named thing (session, block, engine) does not exist: the request is invalid.
+
+    `code` names what was missing where an API has a code for it (OpenAI's `model_not_found`);
+    None leaves the front's default."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class RetryableError(RuntimeError):

@@ -46,7 +46,7 @@ class ErrorStyle:
         """(HTTP status, JSON body) for an exception raised while serving a request."""
         message = str(exc) or type(exc).__name__
         if isinstance(exc, NotFoundError):
-            return 404, self.body(message, self.not_found_type, self.not_found_code)
+            return 404, self.body(message, self.not_found_type, exc.code or self.not_found_code)
         if isinstance(exc, ValueError):
             return 400, self.body(message, "invalid_request_error")
         if self.retryable_is_503 and isinstance(exc, (RetryableError, ConnectionError)):

@@ -8,19 +8,21 @@ imports torch, policies run in a simulator, and unit-test fakes need neither a n
 from agentserve.contracts.engines import EngineStatus, NICStatus, Role
 from agentserve.contracts.errors import EngineUnavailable
 from agentserve.contracts.kv import PATH_A, KVPath, LoadPlan
-from agentserve.contracts.sampling import MAX_TOKENS_LIMIT, SamplingParams
+from agentserve.contracts.sampling import MAX_LOGPROBS, MAX_TOKENS_LIMIT, SamplingParams
 from agentserve.contracts.tools import ToolCall
 from agentserve.contracts.turns import (
     GenerateChunk,
     GenerateRequest,
     PrefillRequest,
     PrefillResult,
+    TokenLogprob,
     TurnEvent,
     TurnMeta,
 )
 
 __all__ = [
     "PATH_A",
+    "MAX_LOGPROBS",
     "MAX_TOKENS_LIMIT",
     "EngineStatus",
     "EngineUnavailable",
@@ -33,6 +35,7 @@ __all__ = [
     "PrefillResult",
     "Role",
     "SamplingParams",
+    "TokenLogprob",
     "ToolCall",
     "TurnEvent",
     "TurnMeta",

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 # Upper bound on max_tokens a single request may ask for; the engine also bounds it by the
 # model's context length. Keeps a typo like 10**9 from reserving the whole KV pool.
 MAX_TOKENS_LIMIT = 1 << 20
+# Alternatives per token a request may ask logprobs for (OpenAI's top_logprobs bound).
+MAX_LOGPROBS = 20
 
 
 @dataclass(frozen=True)
@@ -18,8 +20,13 @@ class SamplingParams:
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int | None = None
-    stop_token_ids: tuple[int, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()  # applied by the scheduler to the stream; not sent to engines
     ignore_eos: bool = False
+    min_tokens: int = 0  # no EOS (nor stop id or stop string) before this many output tokens
+    # Log-probabilities of each sampled token plus this many top alternatives (0: the token's
+    # only); None: none. The engine computes them from the model's distribution.
+    logprobs: int | None = None
+    stop: tuple[str, ...] = ()  # stop strings, applied by the scheduler to the text; not sent to engines
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool):
@@ -32,6 +39,12 @@ class SamplingParams:
             raise ValueError(f"temperature must be in [0, 100], got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise ValueError(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
+        if any(not s for s in self.stop):
+            raise ValueError("stop strings must not be empty")
 
     @property
     def greedy(self) -> bool:

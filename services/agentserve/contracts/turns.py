@@ -13,6 +13,16 @@ from agentserve.contracts.sampling import SamplingParams
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """A sampled token's log-probability under the model's distribution (the logits before
+    temperature and top-p), and the `top` most likely tokens as (token id, log-probability)."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class PrefillRequest:
     """Prefill `token_ids` over the `store_hit_blocks` leading blocks the store holds (loaded by
     `plan`), then hand the decode engine at `decode_address` the KV it lacks (none if empty)."""
@@ -43,6 +53,7 @@ class PrefillResult:
     handoff_bytes: int = 0
     handoff_held_blocks: int = 0  # full prompt blocks the decode engine already held (not sent)
     handoff_failed: bool = False  # the decode engine could not take the KV: it, not the prefill, failed
+    first_logprob: TokenLogprob | None = None  # when the request asked for logprobs
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,7 @@ class GenerateChunk:
     finish_reason: str = ""
     cached_tokens: int = 0
     persisted_blocks: int = 0  # final chunk: the turn's new blocks the decode engine persisted
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token id, when asked for
 
 
 @dataclass(frozen=True)
@@ -93,3 +105,4 @@ class TurnEvent:
     finished: bool = False
     finish_reason: str = ""  # "stop" | "length" on the final event
     completion_tokens: int = 0  # final event: tokens generated this turn
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token id, when asked for

@@ -59,5 +59,6 @@ class DecodeWorker:
                 event.finish_reason or "",
                 event.seq.num_cached_tokens if first else 0,
                 persisted,
+                [event.logprob] if event.logprob is not None else [],
             )
             first = False

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from agentserve.contracts import SamplingParams
+from agentserve.contracts import SamplingParams, TokenLogprob
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.runner import ExternalPrefix
 from agentserve.engine.sequence import Sequence
@@ -31,6 +31,7 @@ class TokenEvent:
     finished: bool
     finish_reason: str | None
     seq: Sequence
+    logprob: TokenLogprob | None = None  # the token's, when the request asked for logprobs
 
 
 class AsyncEngine:
@@ -175,7 +176,9 @@ class AsyncEngine:
         if target is None:
             return
         loop, events = target
-        event = TokenEvent(seq.token_ids[-1], seq.finished, seq.finish_reason, seq)
+        # Read here, on the engine thread: by the time the loop runs, the sequence may have grown.
+        logprob = seq.logprobs[-1] if seq.params.logprobs is not None else None
+        event = TokenEvent(seq.token_ids[-1], seq.finished, seq.finish_reason, seq, logprob)
         if seq.finished:
             self._subscribers.pop(seq.request_id, None)
         loop.call_soon_threadsafe(events.put_nowait, event)

@@ -21,7 +21,7 @@ from agentserve.engine.kv_pool import KVPool
 from agentserve.engine.loader import load_model
 from agentserve.engine.model import CausalLM
 from agentserve.engine.runner import ExternalPrefix, ModelRunner
-from agentserve.engine.sampling import make_generator, sample
+from agentserve.engine.sampling import make_generator, sample, suppress, token_logprob
 from agentserve.engine.sequence import Sequence, SequenceStatus
 from agentserve.kv import block_hash
 from agentserve.kv.block_format import deserialize_blocks, serialize_blocks
@@ -165,9 +165,15 @@ class LLMEngine:
             self.blocks.append(seq.slots, len(seq))
 
     def _append_token(self, seq: Sequence, logits: torch.Tensor) -> None:
-        token = sample(logits, seq.params, seq.generator)
-        seq.token_ids.append(token)
         p = seq.params
+        shaped = logits
+        if seq.num_output_tokens < p.min_tokens:  # nothing that would stop the sequence, yet
+            eos = () if p.ignore_eos else self.model_config.eos_token_id
+            shaped = suppress(logits, {*eos, *p.stop_token_ids})
+        token = sample(shaped, p, seq.generator)
+        if p.logprobs is not None:
+            seq.logprobs.append(token_logprob(logits, token, p.logprobs))
+        seq.token_ids.append(token)
         if not p.ignore_eos and token in self.model_config.eos_token_id or token in p.stop_token_ids:
             self._finish(seq, "stop")
         elif seq.num_output_tokens >= p.max_tokens:

@@ -1,9 +1,13 @@
-"""The sampler: greedy, or seeded temperature + top-p (the parameters are `agentserve.contracts.SamplingParams`)."""
+"""The sampler: greedy, or seeded temperature + top-p (the parameters are `agentserve.contracts.SamplingParams`),
+with what shapes or reports a step: stop tokens held off until `min_tokens`, and logprobs."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import torch
 
+from agentserve.contracts import TokenLogprob
 from agentserve.contracts.sampling import SamplingParams
 
 
@@ -32,3 +36,26 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
         choice = torch.multinomial(sorted_probs / sorted_probs.sum(), 1, generator=generator)
         return int(order[choice])
     return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def suppress(logits: torch.Tensor, token_ids: Collection[int]) -> torch.Tensor:
+    """`logits` with `token_ids` made impossible (a copy; the caller's row is left as it was)."""
+    if not token_ids:
+        return logits
+    out = logits.clone()
+    out[list(token_ids)] = float("-inf")
+    return out
+
+
+def token_logprob(logits: torch.Tensor, token: int, top: int) -> TokenLogprob:
+    """`token`'s log-probability under the model's distribution and the `top` likeliest tokens.
+
+    Taken from the raw logits (before temperature, top-p and min_tokens), as vLLM's default
+    `raw_logprobs`: what the model believes, whatever the request's sampling made of it.
+    """
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    best: tuple[tuple[int, float], ...] = ()
+    if top:
+        values, ids = torch.topk(logprobs, top)
+        best = tuple(zip(ids.tolist(), values.tolist()))
+    return TokenLogprob(token, float(logprobs[token]), best)

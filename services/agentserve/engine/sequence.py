@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from agentserve.contracts import SamplingParams
+from agentserve.contracts import SamplingParams, TokenLogprob
 
 _ids = itertools.count()
 
@@ -34,6 +34,7 @@ class Sequence:
     num_sealed: int = 0  # leading full blocks registered in the prefix cache
     finish_reason: str | None = None
     generator: torch.Generator | None = None
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # per output token, when params ask
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -11,13 +11,54 @@ BOS_ID, EOS_ID, PAD_ID, IM_START_ID, IM_END_ID = range(len(SPECIAL_TOKENS))
 # Generation stops at either: <|eos|> ends a plain completion, <|im_end|> ends a chat turn.
 STOP_IDS = [EOS_ID, IM_END_ID]
 
-# ChatML. Non-string content is rejected in the template itself so HF and our wrapper fail alike.
+# ChatML, with tool calling in the Hermes / Qwen2.5 convention (the format `scheduler.tool_calls`
+# parses): `tools` are listed as JSON inside <tools></tools> in the system turn; an assistant turn
+# that called tools carries one `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>` per
+# call (`arguments` must be a mapping here; the gateway decodes OpenAI's JSON string); consecutive
+# `tool` results share one user turn, each in <tool_response></tool_response>. Non-string content
+# is rejected in the template itself so HF and our wrapper fail alike.
+TOOLS_PREAMBLE = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+TOOLS_INSTRUCTIONS = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+    "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+)
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{% if message['content'] is not string %}"
     "{{ raise_exception('message content must be a string') }}"
     "{% endif %}"
+    "{% endfor %}"
+    "{% set system_first = messages and messages[0]['role'] == 'system' %}"
+    "{% if tools %}"
+    # The two constants are spliced in as jinja string literals (repr quotes and escapes them).
+    "{{ '<|im_start|>system\\n' }}"
+    "{% if system_first %}{{ messages[0]['content'] + '\\n\\n' }}{% endif %}"
+    "{{ " + repr(TOOLS_PREAMBLE) + " }}"
+    "{% for tool in tools %}{{ '\\n' + (tool | tojson) }}{% endfor %}"
+    "{{ " + repr(TOOLS_INSTRUCTIONS) + " + '<|im_end|>\\n' }}"
+    "{% endif %}"
+    "{% for message in messages %}"
+    "{% if loop.first and system_first and tools %}"
+    "{% elif message['role'] == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}{{ '<|im_start|>user' }}{% endif %}"
+    "{{ '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}{{ '<|im_end|>\\n' }}{% endif %}"
+    "{% elif message['role'] == 'assistant' and message['tool_calls'] %}"
+    "{{ '<|im_start|>assistant' }}"
+    "{% if message['content'] %}{{ '\\n' + message['content'] }}{% endif %}"
+    "{% for call in message['tool_calls'] %}"
+    "{% set call = call['function'] if call['function'] is defined else call %}"
+    "{{ '\\n<tool_call>\\n{\"name\": ' + (call['name'] | tojson) + ', \"arguments\": ' }}"
+    "{{ (call['arguments'] | tojson) + '}\\n</tool_call>' }}"
+    "{% endfor %}"
+    "{{ '<|im_end|>\\n' }}"
+    "{% else %}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endif %}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )

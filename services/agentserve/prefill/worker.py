@@ -38,9 +38,9 @@ class PrefillWorker:
             if store_hit_blocks > len(ids):
                 raise ValueError(f"store_hit_blocks {store_hit_blocks} exceeds the prompt's {len(ids)} full blocks")
             path, loaded, relayed = await self._load(ids[resident:store_hit_blocks], request.plan)
-            first = dataclasses.replace(sampling, max_tokens=1)
+            first = dataclasses.replace(sampling, max_tokens=1, min_tokens=min(sampling.min_tokens, 1))
             events = [event async for event in self.engine.generate(token_ids, first, tenant)]
-            seq = events[-1].seq
+            seq, first_logprob = events[-1].seq, events[-1].logprob
             # The prompt's blocks are pinned from the end of the prefill until its persist and handoff
             # have exported them: the engine steps other sequences meanwhile, and an evicted block would
             # be neither persisted nor handed off. Not before: a turn waiting for slots while holding
@@ -75,6 +75,7 @@ class PrefillWorker:
                 handoff_bytes=handed.bytes,
                 handoff_held_blocks=held,
                 handoff_failed=handoff_failed,
+                first_logprob=first_logprob,
             )
 
     async def _load(self, ids: list[bytes], plan: LoadPlan) -> tuple[KVPath, int, int]:

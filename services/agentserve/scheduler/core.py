@@ -13,7 +13,7 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from pathlib import Path
 
-from agentserve.contracts import SamplingParams, ToolCall, TurnEvent
+from agentserve.contracts import Role, SamplingParams, ToolCall, TurnEvent
 from agentserve.model_files.tokenizer import Tokenizer
 from agentserve.model_files.tokenizer_files import ensure_default_tokenizer
 from agentserve.scheduler.config import SchedulerConfig
@@ -73,6 +73,11 @@ class SchedulerCore:
     @property
     def model_names(self) -> list[str]:
         return [self.config.model_name]
+
+    def missing_engines(self) -> list[str]:
+        """The engine roles a turn needs that no live engine fills; empty when the core can serve.
+        Engines register only after their warm-up generation, so a registered engine is warm."""
+        return [f"{role.value} engine" for role in Role if not self.registry.alive(role)]
 
     async def open_session(
         self,

@@ -40,18 +40,19 @@ from agentserve.contracts import (
     PrefillRequest,
     PrefillResult,
     SamplingParams,
+    TokenLogprob,
     TurnEvent,
     TurnMeta,
 )
 from agentserve.kv.block_hash import block_ids_for
 from agentserve.scheduler import metrics
-from agentserve.scheduler.detokenizer import IncrementalDetokenizer
 from agentserve.scheduler.engine_clients import Metadata
 from agentserve.scheduler.paths import DualPathPolicy, PathPolicy
 from agentserve.scheduler.prompts import PromptBuilder, check_fits
 from agentserve.scheduler.registry import Engine, EngineRegistry, Role
 from agentserve.scheduler.router import Router
 from agentserve.scheduler.sessions import Session
+from agentserve.scheduler.turn_text import TurnText
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +198,7 @@ class TurnRunner:
         prefill, decode, response = await self._prefill(turn, hits)
         first = response.first_token
         turn.output.append(first)
-        detokenizer = IncrementalDetokenizer(self.prompts.tokenizer)
+        text = TurnText(self.prompts.tokenizer, turn.sampling.stop, turn.sampling.min_tokens)
         span_context = turn.span.get_span_context()
         trace_id = format(span_context.trace_id, "032x") if span_context.is_valid else ""
         path = response.kv_path
@@ -230,13 +231,16 @@ class TurnRunner:
                 "turn.handoff_held_blocks": response.handoff_held_blocks,
             }
         )
-        stopped = first in turn.sampling.stop_token_ids
-        if response.finished or stopped or turn.sampling.max_tokens == 1:
-            reason = "stop" if stopped else response.finish_reason or "length"
-            yield self._finish(turn, [first], detokenizer, reason, meta)
+        logprobs = [response.first_logprob] if response.first_logprob is not None else []
+        stopped = _stop_id_at(turn, [first], before=0) is not None
+        done = response.finished or stopped or turn.sampling.max_tokens == 1
+        delta = text.add([first], final=done)
+        if done or text.stopped:
+            reason = "stop" if stopped or text.stopped else response.finish_reason or "length"
+            yield self._finish(turn, [first], delta, reason, meta, logprobs)
             return
-        yield TurnEvent(token_ids=[first], text=detokenizer.add([first]), metadata=meta)
-        async with aclosing(self._decode(turn, decode, detokenizer)) as events:
+        yield TurnEvent(token_ids=[first], text=delta, metadata=meta, logprobs=logprobs)
+        async with aclosing(self._decode(turn, decode, text)) as events:
             async for event in events:
                 yield event
 
@@ -289,18 +293,19 @@ class TurnRunner:
                 self._engine_failed(failed, exc)
                 self._use_retry(turn, exc)
 
-    async def _decode(
-        self, turn: _Turn, decode: Engine, detokenizer: IncrementalDetokenizer
-    ) -> AsyncGenerator[TurnEvent, None]:
+    async def _decode(self, turn: _Turn, decode: Engine, text: TurnText) -> AsyncGenerator[TurnEvent, None]:
         request = GenerateRequest(
             request_id=turn.turn_id,
             session_id=turn.session.session_id,
             tenant=turn.session.tenant,
             token_ids=turn.prompt + turn.output,
             prompt_tokens=len(turn.prompt),
-            sampling=dataclasses.replace(turn.sampling, max_tokens=turn.sampling.max_tokens - len(turn.output)),
+            sampling=dataclasses.replace(
+                turn.sampling,
+                max_tokens=turn.sampling.max_tokens - len(turn.output),
+                min_tokens=max(0, turn.sampling.min_tokens - len(turn.output)),
+            ),
         )
-        stop_ids = turn.sampling.stop_token_ids
         while True:
             streamed = False
             try:
@@ -308,17 +313,21 @@ class TurnRunner:
                     async with aclosing(self.engines.generate(decode.address, request, self._metadata(turn))) as chunks:
                         async for chunk in chunks:
                             tokens = list(chunk.token_ids)
-                            stop_at = next((i for i, t in enumerate(tokens) if t in stop_ids), None)
+                            stop_at = _stop_id_at(turn, tokens, before=len(turn.output))
                             if stop_at is not None:  # the engines know only EOS; caller stop ids end here
                                 tokens = tokens[: stop_at + 1]
+                            logprobs = list(chunk.logprobs[: len(tokens)])
                             turn.output.extend(tokens)
                             streamed = streamed or bool(tokens)
-                            if chunk.finished or stop_at is not None:
-                                reason = "stop" if stop_at is not None else chunk.finish_reason or "length"
-                                yield self._finish(turn, tokens, detokenizer, reason)
+                            done = chunk.finished or stop_at is not None
+                            delta = text.add(tokens, final=done)
+                            if done or text.stopped:
+                                # A stop string ends the turn here; closing the stream aborts the decode.
+                                reason = "stop" if stop_at is not None or text.stopped else chunk.finish_reason
+                                yield self._finish(turn, tokens, delta, reason or "length", logprobs=logprobs)
                                 return
                             if tokens:
-                                yield TurnEvent(token_ids=tokens, text=detokenizer.add(tokens))
+                                yield TurnEvent(token_ids=tokens, text=delta, logprobs=logprobs)
                 raise EngineUnavailable(decode.address, "the stream ended before the turn finished")
             except EngineUnavailable as exc:
                 self._engine_failed(decode, exc)
@@ -333,9 +342,10 @@ class TurnRunner:
         self,
         turn: _Turn,
         tokens: list[int],
-        detokenizer: IncrementalDetokenizer,
+        text: str,
         reason: str,
         meta: TurnMeta | None = None,
+        logprobs: list[TokenLogprob] | None = None,
     ) -> TurnEvent:
         # Committed before the final event is yielded: a caller that stops reading at `finished`
         # must still find the turn in the history.
@@ -344,11 +354,12 @@ class TurnRunner:
         _end_span(turn)
         return TurnEvent(
             token_ids=tokens,
-            text=detokenizer.add(tokens, final=True),
+            text=text,
             metadata=meta,
             finished=True,
             finish_reason=reason,
             completion_tokens=len(turn.output),
+            logprobs=logprobs or [],
         )
 
     def _pick(self, role: Role, turn: _Turn) -> Engine:
@@ -383,6 +394,15 @@ class TurnRunner:
         # current across this generator's yields would leak into the caller's context.
         with trace.use_span(turn.span, end_on_exit=False):
             return outgoing_metadata()
+
+
+def _stop_id_at(turn: _Turn, tokens: Sequence[int], before: int) -> int | None:
+    """Index in `tokens` (output tokens after the first `before`) of the first caller stop id
+    past min_tokens."""
+    for i, token in enumerate(tokens):
+        if token in turn.sampling.stop_token_ids and before + i + 1 > turn.sampling.min_tokens:
+            return i
+    return None
 
 
 def _end_span(turn: _Turn) -> None:

@@ -44,7 +44,7 @@ class PrefillRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., store_hit_blocks: _Optional[int] = ..., decode_address: _Optional[str] = ..., kv_path: _Optional[_Union[KVPath, str]] = ..., relay_address: _Optional[str] = ..., relay_blocks: _Optional[int] = ...) -> None: ...
 
 class PrefillResponse(_message.Message):
-    __slots__ = ("first_token", "prompt_tokens", "cached_tokens", "engine_cached_tokens", "loaded_blocks", "persisted_blocks", "handoff_blocks", "finished", "finish_reason", "kv_path", "relayed_blocks", "handoff_bytes", "handoff_held_blocks", "handoff_failed")
+    __slots__ = ("first_token", "prompt_tokens", "cached_tokens", "engine_cached_tokens", "loaded_blocks", "persisted_blocks", "handoff_blocks", "finished", "finish_reason", "kv_path", "relayed_blocks", "handoff_bytes", "handoff_held_blocks", "handoff_failed", "first_logprob")
     FIRST_TOKEN_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +59,7 @@ class PrefillResponse(_message.Message):
     HANDOFF_BYTES_FIELD_NUMBER: _ClassVar[int]
     HANDOFF_HELD_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     HANDOFF_FAILED_FIELD_NUMBER: _ClassVar[int]
+    FIRST_LOGPROB_FIELD_NUMBER: _ClassVar[int]
     first_token: int
     prompt_tokens: int
     cached_tokens: int
@@ -73,4 +74,5 @@ class PrefillResponse(_message.Message):
     handoff_bytes: int
     handoff_held_blocks: int
     handoff_failed: bool
-    def __init__(self, first_token: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., engine_cached_tokens: _Optional[int] = ..., loaded_blocks: _Optional[int] = ..., persisted_blocks: _Optional[int] = ..., handoff_blocks: _Optional[int] = ..., finished: _Optional[bool] = ..., finish_reason: _Optional[str] = ..., kv_path: _Optional[_Union[KVPath, str]] = ..., relayed_blocks: _Optional[int] = ..., handoff_bytes: _Optional[int] = ..., handoff_held_blocks: _Optional[int] = ..., handoff_failed: _Optional[bool] = ...) -> None: ...
+    first_logprob: _common_pb2.TokenLogprob
+    def __init__(self, first_token: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., engine_cached_tokens: _Optional[int] = ..., loaded_blocks: _Optional[int] = ..., persisted_blocks: _Optional[int] = ..., handoff_blocks: _Optional[int] = ..., finished: _Optional[bool] = ..., finish_reason: _Optional[str] = ..., kv_path: _Optional[_Union[KVPath, str]] = ..., relayed_blocks: _Optional[int] = ..., handoff_bytes: _Optional[int] = ..., handoff_held_blocks: _Optional[int] = ..., handoff_failed: _Optional[bool] = ..., first_logprob: _Optional[_Union[_common_pb2.TokenLogprob, _Mapping]] = ...) -> None: ...

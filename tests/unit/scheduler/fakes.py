@@ -20,6 +20,8 @@ from agentserve.contracts import (
     PrefillRequest,
     PrefillResult,
     Role,
+    SamplingParams,
+    TokenLogprob,
 )
 from agentserve.v1 import common_pb2
 
@@ -77,6 +79,13 @@ class FakeStore:
         return min(self.hits, len(block_ids))
 
 
+def fake_logprob(token: int, sampling: SamplingParams) -> TokenLogprob | None:
+    """A made-up but token-specific logprob, when the request asks for them."""
+    if sampling.logprobs is None:
+        return None
+    return TokenLogprob(token, -token / 1000, tuple((token + i, -(token + i) / 1000) for i in range(sampling.logprobs)))
+
+
 class FakeEngines:
     def __init__(self, reply: list[int] | None = None) -> None:
         self.reply = reply if reply is not None else [300, 301, 302, EOS]
@@ -102,6 +111,7 @@ class FakeEngines:
         relayed = request.store_hit_blocks if request.plan.path is KVPath.B else 0
         handoff = len(request.token_ids) // BLOCK_SIZE
         return PrefillResult(
+            first_logprob=fake_logprob(first, request.sampling),
             first_token=first,
             prompt_tokens=len(request.token_ids),
             cached_tokens=request.store_hit_blocks * BLOCK_SIZE,
@@ -128,7 +138,9 @@ class FakeEngines:
                     raise EngineUnavailable(address, "UNAVAILABLE: socket closed")
                 last = i == len(rest) - 1
                 reason = ("stop" if token == EOS else "length") if last else ""
-                yield GenerateChunk(token_ids=[token], finished=last, finish_reason=reason)
+                logprob = fake_logprob(token, request.sampling)
+                logprobs = [logprob] if logprob is not None else []
+                yield GenerateChunk(token_ids=[token], finished=last, finish_reason=reason, logprobs=logprobs)
         except GeneratorExit:
             self.cancelled.append(address)
             raise

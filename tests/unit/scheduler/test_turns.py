@@ -76,8 +76,9 @@ def test_history_is_committed_and_the_next_prompt_extends_it(make_core, engines,
     assert first_history == first_prompt + [300, 301, 302, EOS]
     second_prompt = list(engines.prefills[1][1].token_ids)
     assert second_prompt[: len(first_history)] == first_history
+    # A tool result is a user turn wrapped in <tool_response> (the Hermes / Qwen2.5 template).
     assert second_prompt == first_history + tokenizer.encode(
-        "\n<|im_start|>tool\ntwo<|im_end|>\n<|im_start|>assistant\n"
+        "\n<|im_start|>user\n<tool_response>\ntwo\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
     )
     session = core.sessions.get(sid)
     assert session.turns == 2 and session.history == second_prompt + [400, EOS]

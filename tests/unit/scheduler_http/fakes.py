@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass, field
 
 from aiohttp.test_utils import TestClient, TestServer
 
 from agentserve.common.errors import NotFoundError
-from agentserve.contracts import SamplingParams
+from agentserve.contracts import SamplingParams, TokenLogprob
 from agentserve.scheduler.http.app import build_app
 
 REPLY = "hello world"
@@ -33,6 +34,7 @@ class FakeEvent:
     finished: bool = False
     finish_reason: str | None = None
     completion_tokens: int = 0
+    logprobs: list = field(default_factory=list)
 
 
 class FakeTokenizer:
@@ -44,9 +46,17 @@ class FakeTokenizer:
     def encode(self, text: str, add_bos: bool = False) -> list[int]:
         return ([self.bos] if add_bos else []) + [b + 2 for b in text.encode()]
 
-    def apply_chat_template(self, messages, add_generation_prompt: bool = True) -> str:
-        text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages)
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        return bytes(i - 2 for i in ids if i >= 2).decode(errors="replace")
+
+    def apply_chat_template(self, messages, add_generation_prompt: bool = True, *, tools=None) -> str:
+        text = "".join(f"<tools>{json.dumps(tools)}\n" for _ in [tools] if tools)
+        text += "".join(f"<{m['role']}>{m['content']}{_calls(m)}\n" for m in messages)
         return text + ("<assistant>" if add_generation_prompt else "")
+
+
+def _calls(message) -> str:
+    return "".join(f"<call>{json.dumps(c['function'])}" for c in message.get("tool_calls", []))
 
 
 @dataclass
@@ -66,6 +76,10 @@ class FakeCore:
         self.completed: list[tuple[list[int], SamplingParams, str]] = []
         self.fail_before: BaseException | None = None  # raised before the first event
         self.fail_after: BaseException | None = None  # raised after the first text event
+        self.missing: list[str] = []  # what missing_engines() reports
+
+    def missing_engines(self) -> list[str]:
+        return list(self.missing)
 
     async def open_session(self, tenant="", agent="", parent_session_id="", system_prompt="", session_id=None):
         if session_id in self.sessions:
@@ -104,7 +118,8 @@ class FakeCore:
         reason = "length" if len(self.reply) > sampling.max_tokens else "stop"
         yield FakeEvent(FakeMetadata(f"turn-{turn_index}", turn_index, prompt_tokens, cached_tokens), [], "")
         for ch in text:
-            yield FakeEvent(None, [ord(ch)], ch)
+            logprobs = [] if sampling.logprobs is None else [TokenLogprob(ord(ch) + 2, -0.5, ((ord(ch) + 2, -0.5),))]
+            yield FakeEvent(None, [ord(ch) + 2], ch, logprobs=logprobs)
             if self.fail_after is not None:
                 raise self.fail_after
         yield FakeEvent(None, [], "", True, reason, len(text))

@@ -54,7 +54,7 @@ def test_openai_client_multi_turn_session():
             messages = list(USER)
             for question in ("and then?", "why?"):
                 reply = await client.chat.completions.create(
-                    model="m", messages=messages, extra_headers={"X-Session-Id": "agent-7"}
+                    model="tiny-llama", messages=messages, extra_headers={"X-Session-Id": "agent-7"}
                 )
                 messages += [
                     reply.choices[0].message.model_dump(exclude_none=True),

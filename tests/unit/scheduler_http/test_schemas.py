@@ -31,12 +31,41 @@ def test_chat_request_parses_messages_sampling_and_stream_options():
             "seed": 3,
             "stream": True,
             "stream_options": {"include_usage": True},
-            "unknown_vendor_field": 1,
+            "ignore_eos": True,
+            "min_tokens": 7,
+            "stop": ["\n\n", "END"],
+            "logprobs": True,
+            "top_logprobs": 2,
+            "n": 3,
         }
     )
     assert req.messages == (Message("system", "be brief"), Message("user", "hi"))
-    assert req.sampling == SamplingParams(max_tokens=7, temperature=0.0, top_p=0.5, seed=3)
-    assert (req.stream, req.include_usage, req.model) == (True, True, "m")
+    assert req.sampling == SamplingParams(
+        max_tokens=7,
+        temperature=0.0,
+        top_p=0.5,
+        seed=3,
+        ignore_eos=True,
+        min_tokens=7,
+        logprobs=2,
+        stop=("\n\n", "END"),
+    )
+    assert (req.stream, req.include_usage, req.model, req.n) == (True, True, "m", 3)
+
+
+def test_fields_the_server_does_not_honour_are_rejected_by_name():
+    for field in ("unknown_vendor_field", "response_format", "frequency_penalty", "logit_bias"):
+        with pytest.raises(ValueError, match=f"unsupported field '{field}'"):
+            parse_chat_request({"messages": USER, field: 1})
+    with pytest.raises(ValueError, match="unsupported field 'suffix'"):
+        parse_completion_request({"prompt": "a", "suffix": "b"}, vocab_size=100)
+
+
+def test_chat_logprobs_is_a_flag_and_top_logprobs_a_count():
+    assert parse_chat_request({"messages": USER, "logprobs": True}).sampling.logprobs == 0
+    assert parse_chat_request({"messages": USER, "logprobs": False}).sampling.logprobs is None
+    assert parse_completion_request({"prompt": "a", "logprobs": 3}, vocab_size=100).sampling.logprobs == 3
+    assert parse_chat_request({"messages": USER, "stop": "x"}).sampling.stop == ("x",)
 
 
 def test_defaults_are_openai_like_with_bounded_max_tokens():
@@ -55,13 +84,21 @@ def test_content_parts_and_tool_call_fields_are_kept():
         {
             "messages": [
                 {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
-                {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+                    ],
+                },
                 {"role": "tool", "content": "42", "tool_call_id": "c1"},
             ]
         }
     )
     assert [m.content for m in req.messages] == ["ab", "", "42"]
-    assert req.messages[1].template_dict() == {"role": "assistant", "content": "", "tool_calls": [{"id": "c1"}]}
+    # The template prints arguments as an object: OpenAI's JSON string is decoded.
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}
+    assert req.messages[1].template_dict() == {"role": "assistant", "content": "", "tool_calls": [call]}
     assert req.messages[2].template_dict()["tool_call_id"] == "c1"
 
 
@@ -91,8 +128,37 @@ def test_content_parts_and_tool_call_fields_are_kept():
         ({"messages": USER, "stream": "yes"}, "stream"),
         ({"messages": USER, "stream_options": []}, "stream_options"),
         ({"messages": USER, "stream_options": {"include_usage": 1}}, "include_usage"),
-        ({"messages": USER, "n": 2}, "'n'"),
-        ({"messages": USER, "stop": ["\n"]}, "stop"),
+        ({"messages": USER, "n": 0}, "'n'"),
+        ({"messages": USER, "n": 17}, "'n'"),
+        ({"messages": USER, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"messages": USER, "stop": [1]}, "stop"),
+        ({"messages": USER, "min_tokens": 9, "max_tokens": 8}, "min_tokens"),
+        ({"messages": USER, "min_tokens": -1}, "min_tokens"),
+        ({"messages": USER, "logprobs": 2}, "logprobs"),
+        ({"messages": USER, "top_logprobs": 2}, "top_logprobs"),
+        ({"messages": USER, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"messages": USER, "tool_choice": "auto"}, "tool_choice"),
+        ({"messages": USER, "tools": {}}, "tools"),
+        ({"messages": USER, "tools": [{"type": "function", "function": {"name": "a b"}}]}, r"tools[0].function.name"),
+        ({"messages": USER, "tools": [{"type": "function", "function": {"name": "f", "strict": True}}]}, "strict"),
+        ({"messages": USER, "tools": [{"type": "code_interpreter"}]}, "tools[0]"),
+        (
+            {"messages": USER, "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"},
+            "tool_choice",
+        ),
+        (
+            {
+                "messages": [
+                    *USER,
+                    {
+                        "role": "assistant",
+                        "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "[]"}}],
+                    },
+                    {"role": "tool", "content": "1"},
+                ]
+            },
+            "messages[1].tool_calls[0].function.arguments",
+        ),
         ({"messages": USER, "ignore_eos": "no"}, "ignore_eos"),
         ({"messages": USER, "model": 3}, "model"),
     ],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentserve.scheduler.http.responses import Reply, ReplyFormat, openai_finish_reason
+from agentserve.scheduler.http.responses import Reply, ReplyFormat, openai_finish_reason, usage
 from agentserve.scheduler.http.sse import DONE, decode_events, encode_event
 from tests.unit.scheduler_http.fakes import FakeEvent, FakeMetadata
 
@@ -45,7 +45,7 @@ def _reply() -> Reply:
 def test_reply_adds_up_events():
     reply = _reply()
     assert (reply.text, reply.token_ids, reply.finish_reason, reply.trace_id) == ("hey", [7, 8], "stop", "ab")
-    assert reply.usage() == {
+    assert usage([reply]) == {
         "prompt_tokens": 100,
         "completion_tokens": 2,
         "total_tokens": 102,
@@ -64,9 +64,9 @@ def test_chat_and_text_shapes():
         "usage": None,
         "choices": [{"index": 0, "delta": {"content": "x"}, "logprobs": None, "finish_reason": None}],
     }
-    assert chat.full(_reply())["choices"][0]["message"] == {"role": "assistant", "content": "hey"}
+    assert chat.full([_reply()])["choices"][0]["message"] == {"role": "assistant", "content": "hey"}
     text = ReplyFormat.new("text", "m")
     assert text.id.startswith("cmpl-") and text.role_chunk() is None
     assert text.delta_chunk("x")["choices"][0]["text"] == "x" and "usage" not in text.delta_chunk("x")
-    assert text.full(_reply())["object"] == "text_completion"
-    assert text.usage_chunk(_reply())["choices"] == []
+    assert text.full([_reply()])["object"] == "text_completion"
+    assert text.usage_chunk([_reply()])["choices"] == []

@@ -7,7 +7,9 @@ Routes:
                                   stateless completion of the whole rendered chat template
   POST /v1/completions            always stateless; `prompt` is text or token ids
   DELETE /v1/sessions/{id}        close a session (an agentserve extension)
-  GET  /health                    liveness for HTTP-only probes
+  GET  /health                    readiness: 200 once a prefill and a decode engine are registered
+                                  (engines register after their warm-up generation), else 503
+                                  with what is missing
 
 `X-Tenant` (optional) names the tenant whose cache the request may share. Responses carry
 `X-Trace-Id` (the turn's OpenTelemetry trace: the caller's, if the request carries a W3C
@@ -18,14 +20,16 @@ Routes:
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from typing import Any
 
 from aiohttp import web
 
+from agentserve.common.errors import NotFoundError
 from agentserve.common.http_errors import middlewares
-from agentserve.scheduler.http.core_api import CoreAPI, TurnEventAPI
+from agentserve.scheduler.http.choices import Tagged, choice_sampling, merged
+from agentserve.scheduler.http.core_api import CoreAPI
 from agentserve.scheduler.http.errors import GATEWAY_ERRORS
 from agentserve.scheduler.http.responses import Reply, ReplyFormat
 from agentserve.scheduler.http.schemas import (
@@ -37,6 +41,7 @@ from agentserve.scheduler.http.schemas import (
 )
 from agentserve.scheduler.http.sessions import ChatSessions
 from agentserve.scheduler.http.sse import stream_reply
+from agentserve.scheduler.http.tools import ToolSettings
 
 log = logging.getLogger(__name__)
 
@@ -84,26 +89,41 @@ async def list_models(request: web.Request) -> web.Response:
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     chat = parse_chat_request(await _json_body(request))
+    core = request.app[CORE]
+    model = served_model(core, chat.model)
     session_id = parse_session_id(request.headers.get("X-Session-Id"))
     tenant = request.headers.get("X-Tenant", "")
-    core = request.app[CORE]
     headers = {}
     if session_id is not None:
-        events = request.app[SESSIONS].turn(session_id, chat.messages, chat.sampling, tenant=tenant)
+        if chat.tools.tools:
+            raise ValueError("'tools' are not supported with X-Session-Id yet; send the request without the header")
+        if chat.n != 1:
+            raise ValueError("'n' must be 1 with X-Session-Id: a session continues one history")
+        events = merged(1, lambda _: request.app[SESSIONS].turn(session_id, chat.messages, chat.sampling, tenant))
         headers["X-Session-Id"] = session_id
     else:
-        events = core.complete(render_chat(core, chat.messages), chat.sampling, tenant=tenant)
-    fmt = ReplyFormat.new("chat", chat.model or _served_model(core), chat.include_usage)
-    return await _respond(request, events, fmt, chat.stream, headers)
+        prompt = render_chat(core, chat.messages, chat.tools)
+        events = merged(chat.n, lambda i: core.complete(prompt, choice_sampling(chat.sampling, i), tenant=tenant))
+    fmt = ReplyFormat.new(
+        "chat",
+        model,
+        chat.include_usage,
+        parse_tools=chat.tools.parse_calls,
+        token_text=_token_text(core) if chat.sampling.logprobs is not None else None,
+    )
+    return await _respond(request, events, fmt, chat.n, chat.stream, headers)
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
     core = request.app[CORE]
     req = parse_completion_request(await _json_body(request), core.tokenizer.vocab_size)
+    model = served_model(core, req.model)
     prompt_ids = list(req.prompt) if isinstance(req.prompt, tuple) else core.tokenizer.encode(req.prompt, add_bos=True)
-    events = core.complete(prompt_ids, req.sampling, tenant=request.headers.get("X-Tenant", ""))
-    fmt = ReplyFormat.new("text", req.model or _served_model(core), req.include_usage)
-    return await _respond(request, events, fmt, req.stream, {})
+    tenant = request.headers.get("X-Tenant", "")
+    events = merged(req.n, lambda i: core.complete(prompt_ids, choice_sampling(req.sampling, i), tenant=tenant))
+    token_text = _token_text(core) if req.sampling.logprobs is not None else None
+    fmt = ReplyFormat.new("text", model, req.include_usage, token_text=token_text)
+    return await _respond(request, events, fmt, req.n, req.stream, {})
 
 
 async def close_session(request: web.Request) -> web.Response:
@@ -115,31 +135,51 @@ async def close_session(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
+    missing = request.app[CORE].missing_engines()
+    if missing:
+        body = {"status": "unavailable", "missing": missing, "message": f"waiting for {' and '.join(missing)}"}
+        return web.json_response(body, status=503)
     return web.json_response({"status": "ok"})
 
 
-def render_chat(core: CoreAPI, messages: tuple[Message, ...]) -> list[int]:
+def served_model(core: CoreAPI, requested: str | None) -> str:
+    """The model a request names (the served one when it names none); 404 for any other."""
+    names = core.model_names
+    if requested is None:
+        return names[0] if names else "agentserve"
+    if requested not in names:
+        raise NotFoundError(
+            f"The model {requested!r} does not exist; this server serves {', '.join(map(repr, names))}",
+            code="model_not_found",
+        )
+    return requested
+
+
+def render_chat(core: CoreAPI, messages: tuple[Message, ...], tools: ToolSettings = ToolSettings()) -> list[int]:
     """Token ids of the whole conversation in the model's chat template, ready for generation."""
-    text = core.tokenizer.apply_chat_template([m.template_dict() for m in messages], add_generation_prompt=True)
+    text = core.tokenizer.apply_chat_template(
+        [m.template_dict() for m in messages], add_generation_prompt=True, tools=tools.prompt_tools
+    )
     return core.tokenizer.encode(text)
 
 
 async def _respond(
     request: web.Request,
-    events: AsyncGenerator[TurnEventAPI, None],
+    events: AsyncGenerator[Tagged, None],
     fmt: ReplyFormat,
+    n: int,
     stream: bool,
     headers: dict[str, str],
 ) -> web.StreamResponse:
     if stream:
-        return await stream_reply(request, events, fmt, headers)
-    reply = Reply()
+        return await stream_reply(request, events, fmt, n, headers)
+    replies = [Reply(index=i) for i in range(n)]
     async with aclosing(events) as turn:
-        async for event in turn:
-            reply.add(event)
-    if reply.trace_id:
-        headers["X-Trace-Id"] = reply.trace_id
-    return web.json_response(fmt.full(reply), headers=headers)
+        async for index, event in turn:
+            replies[index].add(event)
+    if replies[0].trace_id:
+        headers["X-Trace-Id"] = replies[0].trace_id
+    return web.json_response(fmt.full(replies), headers=headers)
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
@@ -147,5 +187,5 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     return parse_json_object(await request.read())
 
 
-def _served_model(core: CoreAPI) -> str:
-    return core.model_names[0] if core.model_names else "agentserve"
+def _token_text(core: CoreAPI) -> Callable[[int], str]:
+    return lambda token_id: core.tokenizer.decode([token_id], skip_special_tokens=False)

@@ -17,7 +17,15 @@ class TokenizerAPI(Protocol):
 
     def encode(self, text: str, add_bos: bool = False) -> list[int]: ...
 
-    def apply_chat_template(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> str: ...
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
+
+    def apply_chat_template(
+        self,
+        messages: Sequence[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        *,
+        tools: Sequence[dict[str, Any]] | None = None,
+    ) -> str: ...
 
 
 class TurnEventAPI(Protocol):
@@ -29,11 +37,16 @@ class TurnEventAPI(Protocol):
     finished: bool
     finish_reason: str | None
     completion_tokens: int
+    logprobs: list[Any]  # TokenLogprob per token id, when the request asked for logprobs
 
 
 class CoreAPI(Protocol):
     tokenizer: TokenizerAPI
     model_names: list[str]
+
+    def missing_engines(self) -> list[str]:
+        """What the core lacks to serve a turn ("prefill engine", "decode engine"); empty when ready."""
+        ...
 
     async def open_session(
         self,

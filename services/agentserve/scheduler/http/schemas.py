@@ -1,8 +1,10 @@
 """Parse and validate OpenAI-style request bodies into typed requests, without HTTP.
 
 Every check raises `ValueError` with a message a client can act on; the app answers it with a
-400. Unknown fields are ignored, because clients such as aiperf send vendor extras; fields whose
-meaning we cannot honour (n > 1, stop strings) are rejected rather than silently dropped.
+400. A field outside `CHAT_FIELDS` / `COMPLETION_FIELDS` is rejected by name: a request that
+asks for something the server would not do must fail, never be served as if it had not asked.
+Besides OpenAI's fields, the vLLM extensions benchmark clients send are accepted: `ignore_eos`
+and `min_tokens`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentserve.common.json_body import parse_json_object  # noqa: F401 - the routes' body parser
-from agentserve.contracts import MAX_TOKENS_LIMIT, SamplingParams
+from agentserve.contracts import MAX_LOGPROBS, MAX_TOKENS_LIMIT, SamplingParams
+from agentserve.scheduler.http.tools import ToolSettings, parse_assistant_tool_calls, parse_tools
 
 # OpenAI's endpoints default to "as many as fit"; a bounded default keeps a forgotten max_tokens
 # from holding a decode slot for the whole context.
@@ -26,6 +29,28 @@ SYSTEM_ROLES = frozenset({"system", "developer"})
 # Message fields chat templates read besides role and content (tool calling).
 TEMPLATE_EXTRAS = ("name", "tool_calls", "tool_call_id")
 SESSION_ID_PATTERN = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+MAX_CHOICES = 16  # `n`: each choice is a full generation
+MAX_STOP_STRINGS = 4  # OpenAI's limit
+# Fields both endpoints honour. `user` is an end-user id for the caller's own records.
+SAMPLING_FIELDS = frozenset(
+    {
+        "model",
+        "stream",
+        "stream_options",
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "seed",
+        "n",
+        "stop",
+        "ignore_eos",
+        "min_tokens",
+        "logprobs",
+        "user",
+    }
+)
+CHAT_FIELDS = SAMPLING_FIELDS | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice"}
+COMPLETION_FIELDS = SAMPLING_FIELDS | {"prompt"}
 
 
 @dataclass(frozen=True)
@@ -45,6 +70,8 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     model: str | None = None
+    n: int = 1
+    tools: ToolSettings = field(default_factory=ToolSettings)
 
 
 @dataclass(frozen=True)
@@ -54,9 +81,11 @@ class CompletionRequest:
     stream: bool = False
     include_usage: bool = False
     model: str | None = None
+    n: int = 1
 
 
 def parse_chat_request(body: Mapping[str, Any]) -> ChatRequest:
+    check_fields(body, CHAT_FIELDS)
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
         raise ValueError("'messages' must be a non-empty list of {'role', 'content'} objects")
@@ -66,23 +95,44 @@ def parse_chat_request(body: Mapping[str, Any]) -> ChatRequest:
         # The request's new message is what the model answers; an empty one is a client bug.
         raise ValueError(f"messages[{len(messages) - 1}].content is empty")
     stream, include_usage = _parse_stream(body)
-    return ChatRequest(messages, parse_sampling(body), stream, include_usage, _parse_model(body))
-
-
-def parse_completion_request(body: Mapping[str, Any], vocab_size: int) -> CompletionRequest:
-    stream, include_usage = _parse_stream(body)
-    return CompletionRequest(
-        _parse_prompt(body.get("prompt"), vocab_size), parse_sampling(body), stream, include_usage, _parse_model(body)
+    return ChatRequest(
+        messages,
+        parse_sampling(body, _chat_logprobs(body)),
+        stream,
+        include_usage,
+        _parse_model(body),
+        _parse_n(body),
+        parse_tools(dict(body)),
     )
 
 
-def parse_sampling(body: Mapping[str, Any]) -> SamplingParams:
-    n = body.get("n")
-    if n is not None and (_is_bad_int(n) or n != 1):
-        raise ValueError(f"'n' must be 1 (one choice per request), got {n!r}")
-    stop = body.get("stop")
-    if stop not in (None, "", []):
-        raise ValueError("'stop' sequences are not supported; omit 'stop'")
+def parse_completion_request(body: Mapping[str, Any], vocab_size: int) -> CompletionRequest:
+    check_fields(body, COMPLETION_FIELDS)
+    stream, include_usage = _parse_stream(body)
+    logprobs = body.get("logprobs")
+    if logprobs is not None and (_is_bad_int(logprobs) or not 0 <= logprobs <= MAX_LOGPROBS):
+        raise ValueError(f"'logprobs' must be an integer in [0, {MAX_LOGPROBS}], got {logprobs!r}")
+    return CompletionRequest(
+        _parse_prompt(body.get("prompt"), vocab_size),
+        parse_sampling(body, logprobs),
+        stream,
+        include_usage,
+        _parse_model(body),
+        _parse_n(body),
+    )
+
+
+def check_fields(body: Mapping[str, Any], accepted: frozenset[str]) -> None:
+    unknown = sorted(set(body) - accepted)
+    if unknown:
+        raise ValueError(
+            f"unsupported field{'s' if len(unknown) > 1 else ''} {', '.join(repr(k) for k in unknown)}; "
+            f"this server accepts {', '.join(sorted(accepted))}"
+        )
+
+
+def parse_sampling(body: Mapping[str, Any], logprobs: int | None = None) -> SamplingParams:
+    """The sampling fields both endpoints share; `logprobs` is the endpoint's own reading of it."""
     max_tokens = body.get("max_completion_tokens")
     key = "max_completion_tokens"
     if max_tokens is None:
@@ -101,7 +151,21 @@ def parse_sampling(body: Mapping[str, Any]) -> SamplingParams:
     ignore_eos = body.get("ignore_eos", False)  # vLLM extension benchmarks use for fixed lengths
     if not isinstance(ignore_eos, bool):
         raise ValueError(f"'ignore_eos' must be a boolean, got {ignore_eos!r}")
-    return SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed, ignore_eos=ignore_eos)
+    min_tokens = body.get("min_tokens", 0)  # vLLM extension: no stop before this many tokens
+    if min_tokens is None:
+        min_tokens = 0
+    if _is_bad_int(min_tokens) or not 0 <= min_tokens <= max_tokens:
+        raise ValueError(f"'min_tokens' must be an integer in [0, max_tokens={max_tokens}], got {min_tokens!r}")
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        seed=seed,
+        ignore_eos=ignore_eos,
+        min_tokens=min_tokens,
+        logprobs=logprobs,
+        stop=_parse_stop(body.get("stop")),
+    )
 
 
 def parse_session_id(value: str | None) -> str | None:
@@ -123,8 +187,46 @@ def _parse_message(index: int, raw: Any) -> Message:
     content = raw.get("content")
     if content is None and role == "assistant":  # an assistant turn that only called tools
         content = ""
-    extras = tuple((k, raw[k]) for k in TEMPLATE_EXTRAS if raw.get(k) is not None)
-    return Message(role, _content_text(index, content), extras)
+    extras = {k: raw[k] for k in TEMPLATE_EXTRAS if raw.get(k) is not None}
+    if "tool_calls" in extras:
+        if role != "assistant":
+            raise ValueError(f"messages[{index}].tool_calls is only allowed on assistant messages")
+        extras["tool_calls"] = parse_assistant_tool_calls(index, extras["tool_calls"])
+    return Message(role, _content_text(index, content), tuple(extras.items()))
+
+
+def _chat_logprobs(body: Mapping[str, Any]) -> int | None:
+    """Chat's `logprobs` (bool) and `top_logprobs` (alternatives per token) as one count."""
+    logprobs, top = body.get("logprobs"), body.get("top_logprobs")
+    if logprobs is not None and not isinstance(logprobs, bool):
+        raise ValueError(f"'logprobs' must be a boolean, got {logprobs!r}")
+    if top is not None:
+        if _is_bad_int(top) or not 0 <= top <= MAX_LOGPROBS:
+            raise ValueError(f"'top_logprobs' must be an integer in [0, {MAX_LOGPROBS}], got {top!r}")
+        if not logprobs:
+            raise ValueError("'top_logprobs' needs 'logprobs': true")
+    return (top or 0) if logprobs else None
+
+
+def _parse_n(body: Mapping[str, Any]) -> int:
+    n = body.get("n")
+    if n is None:
+        return 1
+    if _is_bad_int(n) or not 1 <= n <= MAX_CHOICES:
+        raise ValueError(f"'n' must be an integer in [1, {MAX_CHOICES}], got {n!r}")
+    return int(n)
+
+
+def _parse_stop(stop: Any) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise ValueError(f"'stop' must be a string or a list of strings, got {stop!r}")
+    stops = [s for s in stops if s]  # an empty string stops nothing
+    if len(stops) > MAX_STOP_STRINGS:
+        raise ValueError(f"'stop' takes at most {MAX_STOP_STRINGS} strings, got {len(stops)}")
+    return tuple(dict.fromkeys(stops))
 
 
 def _content_text(index: int, content: Any) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agentserve.scheduler.http.core_api import TurnEventAPI
+from agentserve.scheduler.http.choices import Tagged
 from agentserve.scheduler.http.errors import error_response
 from agentserve.scheduler.http.responses import Reply, ReplyFormat
 
@@ -47,33 +47,36 @@ def decode_events(body: bytes | str) -> list[Any]:
 
 async def stream_reply(
     request: web.Request,
-    events: AsyncGenerator[TurnEventAPI, None],
+    events: AsyncGenerator[Tagged, None],
     fmt: ReplyFormat,
+    n: int = 1,
     headers: Mapping[str, str] | None = None,
 ) -> web.StreamResponse:
-    """Send `events` as an OpenAI SSE stream; returns the finished response."""
-    reply = Reply()
+    """Send the `n` choices' tagged `events` as an OpenAI SSE stream; returns the finished response."""
+    replies = [Reply(index=i) for i in range(n)]
     async with aclosing(events) as stream:
         try:
             first = await anext(stream)
         except StopAsyncIteration:
             first = None
         response = web.StreamResponse(headers={**SSE_HEADERS, **(headers or {})})
-        if first is not None and first.metadata is not None and first.metadata.trace_id:
-            response.headers["X-Trace-Id"] = first.metadata.trace_id
+        if first is not None and first[1].metadata is not None and first[1].metadata.trace_id:
+            response.headers["X-Trace-Id"] = first[1].metadata.trace_id
         await response.prepare(request)
         try:
-            role = fmt.role_chunk()
-            if role is not None:
-                await response.write(encode_event(role))
+            for reply in replies:
+                role = fmt.role_chunk(reply.index)
+                if role is not None:
+                    await response.write(encode_event(role))
             if first is not None:
-                await _send(response, fmt, reply, first)
-                async for event in stream:
-                    await _send(response, fmt, reply, event)
-            if not reply.finished:  # the stream ended without a final event: still close the choice
-                await response.write(encode_event(fmt.finish_chunk(None)))
+                await _send(response, fmt, replies, first)
+                async for tagged in stream:
+                    await _send(response, fmt, replies, tagged)
+            for reply in replies:
+                if not reply.finished:  # the stream ended without a final event: still close the choice
+                    await response.write(encode_event(fmt.finish_chunk(None, reply.index)))
             if fmt.include_usage:
-                await response.write(encode_event(fmt.usage_chunk(reply)))
+                await response.write(encode_event(fmt.usage_chunk(replies)))
         except ConnectionResetError:
             log.info("client went away mid-stream; turn abandoned")
             return response
@@ -89,12 +92,12 @@ async def stream_reply(
     return response
 
 
-async def _send(response: web.StreamResponse, fmt: ReplyFormat, reply: Reply, event: TurnEventAPI) -> None:
+async def _send(response: web.StreamResponse, fmt: ReplyFormat, replies: list[Reply], tagged: Tagged) -> None:
+    index, event = tagged
+    reply = replies[index]
     reply.add(event)
-    if event.text:
-        await response.write(encode_event(fmt.delta_chunk(event.text)))
-    if event.finished:
-        await response.write(encode_event(fmt.finish_chunk(reply.finish_reason)))
+    for chunk in fmt.stream_chunks(reply, event):
+        await response.write(encode_event(chunk))
 
 
 async def _write_quietly(response: web.StreamResponse, data: bytes | None) -> None:
