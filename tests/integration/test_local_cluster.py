@@ -23,6 +23,7 @@ from tests.support.cluster import local_cluster
 pytestmark = pytest.mark.integration
 
 BLOCK = 16
+MODEL = "agentserve-tiny"  # the scheduler's default model name
 
 
 @pytest.fixture(scope="module")
@@ -133,21 +134,21 @@ def test_bad_http_input_is_400_and_service_stays_up(cluster):
     msg = [{"role": "user", "content": "hi"}]
     cases = {
         "malformed json": (chat, b"{not json"),
-        "no messages": (chat, json.dumps({"model": "m", "messages": []}).encode()),
-        "empty message": (chat, json.dumps({"model": "m", "messages": [{"role": "user", "content": ""}]}).encode()),
-        "max_tokens 0": (chat, json.dumps({"model": "m", "messages": msg, "max_tokens": 0}).encode()),
-        "max_tokens 1e9": (chat, json.dumps({"model": "m", "messages": msg, "max_tokens": 10**9}).encode()),
-        "token ids out of range": ("/v1/completions", json.dumps({"model": "m", "prompt": [5, 10**6]}).encode()),
+        "no messages": (chat, json.dumps({"model": MODEL, "messages": []}).encode()),
+        "empty message": (chat, json.dumps({"model": MODEL, "messages": [{"role": "user", "content": ""}]}).encode()),
+        "max_tokens 0": (chat, json.dumps({"model": MODEL, "messages": msg, "max_tokens": 0}).encode()),
+        "max_tokens 1e9": (chat, json.dumps({"model": MODEL, "messages": msg, "max_tokens": 10**9}).encode()),
+        "token ids out of range": ("/v1/completions", json.dumps({"model": MODEL, "prompt": [5, 10**6]}).encode()),
         "oversize message": (
             chat,
-            json.dumps({"model": "m", "messages": [{"role": "user", "content": "word " * 60000}]}).encode(),
+            json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "word " * 60000}]}).encode(),
         ),
     }
     for name, (path, body) in cases.items():
         status, reply = _post(cluster, path, body)
         assert status == 400, (name, reply)
         assert reply["error"]["message"], name
-    status, reply = _post(cluster, chat, json.dumps({"model": "m", "messages": msg, "max_tokens": 3}).encode())
+    status, reply = _post(cluster, chat, json.dumps({"model": MODEL, "messages": msg, "max_tokens": 3}).encode())
     assert status == 200 and reply["usage"]["completion_tokens"] > 0
 
 
