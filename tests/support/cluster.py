@@ -9,8 +9,11 @@ from agentserve.cli.up import LocalCluster, LocalPorts
 
 
 @contextmanager
-def local_cluster(tmp_path_factory, name: str, decoders: int = 2, **options) -> Iterator[LocalCluster]:
-    """A started `LocalCluster` (data and logs under pytest's tmp dirs), stopped on exit."""
+def local_cluster(
+    tmp_path_factory, name: str, decoders: int = 2, before: str | None = None, **options
+) -> Iterator[LocalCluster]:
+    """A started `LocalCluster` (data and logs under pytest's tmp dirs), stopped on exit; with
+    `before`, started only up to that service (see `LocalCluster.start`)."""
     cluster = LocalCluster(
         LocalPorts.free(decoders),
         decoders=decoders,
@@ -18,7 +21,7 @@ def local_cluster(tmp_path_factory, name: str, decoders: int = 2, **options) -> 
         log_dir=tmp_path_factory.mktemp(f"logs-{name}"),
         **options,
     )
-    cluster.start(timeout_s=240)
+    cluster.start(timeout_s=240, before=before)
     try:
         yield cluster
     finally:

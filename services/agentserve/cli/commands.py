@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -150,7 +151,7 @@ def workload_generate(args: argparse.Namespace) -> dict:
 
 
 def up_local(args: argparse.Namespace) -> int:
-    from agentserve.cli.up import FabricSettings, LocalCluster
+    from agentserve.cli.up import FabricSettings, LocalCluster, ready_line
 
     cluster = LocalCluster(decoders=args.decoders, fabric=FabricSettings(args.profile, args.kv_path_policy))
     print(
@@ -161,11 +162,7 @@ def up_local(args: argparse.Namespace) -> int:
     )
     cluster.start()
     ports = cluster.ports
-    print(
-        f"agentserve: up. gRPC 127.0.0.1:{ports.scheduler}, OpenAI HTTP http://127.0.0.1:{ports.http}/v1, "
-        f"tools http://127.0.0.1:{ports.toolproxy_http}/tools/<name>. Ctrl-C stops everything.",
-        file=sys.stderr,
-    )
+    print(ready_line(ports, os.environ) + ". Ctrl-C stops everything.", file=sys.stderr)
     if args.demo:
         from agentserve.cli.demo import run_demo
 

@@ -1,16 +1,21 @@
 """`agentserve up --local`: every service as a local process on loopback.
 
 Starts them in dependency order (kvstore, scheduler, engines, toolproxy), waits for each to report
-SERVING over gRPC health, then supervises: if one exits, or on Ctrl-C / SIGTERM, all are stopped.
+SERVING over gRPC health and for the scheduler's HTTP `/health` to say a prefill and a decode
+engine have registered, then supervises: if one exits, or on Ctrl-C / SIGTERM, all are stopped.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +35,7 @@ class LocalPorts:
     prefill: int = 50053
     decode_base: int = 50054
     decode_ports: tuple[int, ...] = ()  # explicit ports (tests); default decode_base + i
+    metrics: int = 9100  # the scheduler's Prometheus /metrics
 
     @classmethod
     def free(cls, decoders: int) -> LocalPorts:
@@ -42,6 +48,7 @@ class LocalPorts:
             decode_ports=tuple(free_port() for _ in range(decoders)),
             toolproxy_grpc=free_port(),
             toolproxy_http=free_port(),
+            metrics=free_port(),
         )
 
     toolproxy_grpc: int = 50050
@@ -70,6 +77,46 @@ def wait_serving(proc: Proc, timeout_s: float) -> None:
                 pass
             time.sleep(0.2)
     raise TimeoutError(f"{proc.name} did not become SERVING within {timeout_s:.0f}s")
+
+
+def http_health(port: int) -> tuple[int, dict]:
+    """(status, JSON body) of the scheduler's `/health`; status 0 if it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+    except (OSError, ValueError):
+        return 0, {}
+
+
+def wait_ready(proc: Proc, http_port: int, timeout_s: float) -> None:
+    """Until the scheduler's `/health` is 200: a prefill and a decode engine registered."""
+    deadline = time.monotonic() + timeout_s
+    body: dict = {}
+    while time.monotonic() < deadline:
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"{proc.name} exited with code {proc.popen.returncode}")
+        status, body = http_health(http_port)
+        if status == 200:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"the scheduler was not ready within {timeout_s:.0f}s: {body.get('message', 'no answer')}")
+
+
+def ready_line(ports: LocalPorts, env: Mapping[str, str]) -> str:
+    """The one line `up --local` prints once everything serves: where each endpoint is."""
+    otlp = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    tracing = (
+        f"traces to {otlp} (UI {env.get('AGENTSERVE_TRACING_UI', 'http://127.0.0.1:6006')})"
+        if otlp
+        else "tracing off (set OTEL_EXPORTER_OTLP_ENDPOINT)"
+    )
+    return (
+        f"agentserve: ready. OpenAI http://127.0.0.1:{ports.http}/v1 | gRPC 127.0.0.1:{ports.scheduler} | "
+        f"tools http://127.0.0.1:{ports.toolproxy_http}/tools/<name> | "
+        f"metrics http://127.0.0.1:{ports.metrics}/metrics | {tracing}"
+    )
 
 
 @dataclass(frozen=True)
@@ -115,6 +162,8 @@ def service_commands(
                 str(ports.scheduler),
                 "--http-port",
                 str(ports.http),
+                "--metrics-port",
+                str(ports.metrics),
                 "--model-dir",
                 str(model_dir),
                 "--kvstore-address",
@@ -175,11 +224,21 @@ class LocalCluster:
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.procs: list[Proc] = []
 
-    def start(self, timeout_s: float = 180.0) -> None:
+    def start(self, timeout_s: float = 180.0, before: str | None = None) -> None:
+        """Start the services not started yet, in order, and wait until the cluster is ready.
+
+        With `before`, stop short of the service of that name (and skip the readiness wait): a
+        later `start()` starts the rest. Tests use it to watch a scheduler that has no engines.
+        """
         model_dir = self.model_dir or ensure_default_model()
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        started = {p.name for p in self.procs}
         try:
             for name, port, cmd in service_commands(self.ports, model_dir, self.data_dir, self.decoders, self.fabric):
+                if name == before:
+                    break
+                if name in started:
+                    continue
                 log = (self.log_dir / f"{name}.log").open("w")
                 cmd = [*cmd, *self.extra_args(name)]
                 proc = Proc(name, port, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env))
@@ -189,6 +248,9 @@ class LocalCluster:
                     wait_serving(proc, timeout_s)
             for proc in self.procs:
                 wait_serving(proc, timeout_s)
+            if before is None:
+                scheduler = next(p for p in self.procs if p.name == "scheduler")
+                wait_ready(scheduler, self.ports.http, timeout_s)
         except BaseException:
             self.stop()
             raise

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agentserve.cli.main import main
-from agentserve.cli.up import FabricSettings, LocalCluster, LocalPorts, service_commands
+from agentserve.cli.up import FabricSettings, LocalCluster, LocalPorts, ready_line, service_commands
 
 pytestmark = pytest.mark.unit
 
@@ -33,3 +33,16 @@ def test_unknown_profile_or_policy_fails_before_anything_starts(capsys) -> None:
         LocalCluster(fabric=FabricSettings(kv_path_policy="fastest"))
     assert main(["up", "--local", "--profile", "dgx-moon"]) == 2
     assert "no hardware profile 'dgx-moon'" in capsys.readouterr().err
+
+
+def test_ready_line_lists_every_endpoint() -> None:
+    ports = LocalPorts()
+    assert ready_line(ports, {}) == (
+        "agentserve: ready. OpenAI http://127.0.0.1:8000/v1 | gRPC 127.0.0.1:50051 | "
+        "tools http://127.0.0.1:8080/tools/<name> | metrics http://127.0.0.1:9100/metrics | "
+        "tracing off (set OTEL_EXPORTER_OTLP_ENDPOINT)"
+    )
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "AGENTSERVE_TRACING_UI": "http://h:6006"}
+    assert ready_line(ports, env).endswith("| traces to http://127.0.0.1:4317 (UI http://h:6006)")
+    commands = {name: cmd for name, _, cmd in service_commands(ports, Path("/m"), Path("/d"), 1)}
+    assert flag(commands["scheduler"], "--metrics-port") == "9100"

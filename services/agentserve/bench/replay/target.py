@@ -29,12 +29,15 @@ class MeteredCluster(LocalCluster):
         self.metrics: dict[str, str] = {}
 
     def extra_args(self, name: str) -> list[str]:
+        if name == "scheduler":  # its metrics port is one of the cluster's ports
+            self.metrics[name] = f"http://127.0.0.1:{self.ports.metrics}/metrics"
+            return []
         metrics_port = free_port()
         self.metrics[name] = f"http://127.0.0.1:{metrics_port}/metrics"
         return ["--metrics-port", str(metrics_port)]
 
-    def start(self, timeout_s: float = 240.0) -> None:
-        super().start(timeout_s)  # a longer default: the bench often starts beside other work
+    def start(self, timeout_s: float = 240.0, before: str | None = None) -> None:
+        super().start(timeout_s, before)  # a longer default: the bench often starts beside other work
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
