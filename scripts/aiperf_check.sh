@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # An external client validates agentserve's OpenAI-compatible API: aiperf (NVIDIA's benchmark
 # client) replays the first 100 requests of the Mooncake synthetic trace, on its recorded
-# schedule, against the docker compose deployment, and must finish with zero errors.
+# schedule, against the docker compose deployment, and must finish with zero errors and every
+# output exactly as long as the trace asks (aiperf's "OSL mismatch" check): requests carry vLLM's
+# `ignore_eos`, and aiperf counts output tokens from the server's usage (re-tokenizing the text of
+# a random-weights model would not give back the generated count).
 #
 #   scripts/aiperf_check.sh            # sets up Docker + images, starts a fresh compose project on
 #                                      # free loopback ports, runs aiperf, tears the project down
@@ -111,15 +114,18 @@ cleanup() {
 trap cleanup EXIT
 log "starting compose project $PROJECT (OpenAI API on 127.0.0.1:$HTTP_PORT)"
 compose up -d --wait --wait-timeout 900
-for _ in $(seq 60); do
-    curl -sf "http://127.0.0.1:$HTTP_PORT/v1/models" >/dev/null && break
+# /health is 200 once a prefill and a decode engine have registered with the scheduler.
+for _ in $(seq 120); do
+    curl -sf "http://127.0.0.1:$HTTP_PORT/health" >/dev/null && break
     sleep 1
 done
+curl -sf "http://127.0.0.1:$HTTP_PORT/health" >/dev/null || die "scheduler not ready: $(curl -s "http://127.0.0.1:$HTTP_PORT/health")"
 MODEL="$(curl -sf "http://127.0.0.1:$HTTP_PORT/v1/models" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')"
 
 # 5. aiperf on the recorded schedule.
 CMD=("$AIPERF_VENV/bin/aiperf" profile --model "$MODEL" --url "http://127.0.0.1:$HTTP_PORT"
      --endpoint-type chat --streaming --tokenizer local/agentserve-tiny
+     --extra-inputs '{"ignore_eos": true}' --use-server-token-count
      --input-file "$SUBSET" --custom-dataset-type mooncake_trace --isl-block-size "$((512 / SCALE))"
      --fixed-schedule --synthesis-speedup-ratio "$SPEEDUP" --ui-type none --artifact-dir "$OUT/aiperf")
 log "running: ${CMD[*]}"
@@ -150,7 +156,13 @@ print(f"[aiperf_check] {completed} of {want} requests completed, {errors} errors
       f"p90 {stat('time_to_first_token', 'p90'):.0f} ms; ITL p50 {stat('inter_token_latency', 'p50'):.1f} ms; "
       f"prompt tokens from cache {stat('overall_usage_prompt_cache_read_pct'):.1f}%; "
       f"schedule lag p90 {stat('replay_sched_lag_p90'):.0f} ms ({found[0]})")
-if errors or error_rate or completed != want or data.get("was_cancelled"):
+mismatches = int(stat("osl_mismatch_count") or 0)
+if mismatches:
+    print(f"[aiperf_check] {mismatches} requests got an output length other than the trace's")
+if errors or error_rate or completed != want or mismatches or data.get("was_cancelled"):
     sys.exit("[aiperf_check] FAIL")
 print("[aiperf_check] PASS")
 EOF
+if grep -q "OSL mismatch" "$OUT/aiperf.log"; then
+    die "aiperf warned of output-length mismatches (see $OUT/aiperf.log)"
+fi
