@@ -16,6 +16,7 @@ tokenizing the whole conversation at once.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from agentserve.model_files.tokenizer import Tokenizer
 
@@ -38,10 +39,18 @@ class ChatRenderer:
         self._closing_text = base[at + len(_REPLY) :]
         self._closing = tokenizer.encode(self._closing_text)
 
-    def first_turn(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
-        """Tokens of a conversation's opening messages (ending with the assistant prompt)."""
+    def first_turn(
+        self,
+        messages: Sequence[dict[str, str]],
+        add_generation_prompt: bool = True,
+        tools: Sequence[dict[str, Any]] = (),
+    ) -> list[int]:
+        """Tokens of a conversation's opening messages (ending with the assistant prompt), with
+        the `tools` the template lists (OpenAI function tools; none: a prompt without tools)."""
         check_messages(messages)
-        text = self._tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+        text = self._tokenizer.apply_chat_template(
+            messages, add_generation_prompt=add_generation_prompt, tools=list(tools) or None
+        )
         return self._tokenizer.encode(text)
 
     def next_turn(

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from pathlib import Path
+from typing import Any
 
 from agentserve.contracts import Role, SamplingParams, ToolCall, TurnEvent
 from agentserve.model_files.tokenizer import Tokenizer
@@ -86,14 +87,16 @@ class SchedulerCore:
         parent_session_id: str = "",
         system_prompt: str = "",
         session_id: str | None = None,
+        tools: Sequence[dict[str, Any]] = (),
     ) -> str:
         """A new session's id. With `session_id` (an HTTP session header) this is get-or-create:
-        an existing session of the same tenant is reused as it is (other arguments ignored)."""
+        an existing session of the same tenant is reused as it is (other arguments ignored).
+        `tools` (OpenAI function tools) are rendered with the first turn, as the system prompt is."""
         if session_id is not None and session_id in self.sessions:
             if self.sessions.get(session_id).tenant != tenant:
                 raise ValueError(f"session {session_id!r} belongs to another tenant")
             return session_id
-        return self.sessions.create(tenant, agent, parent_session_id, system_prompt, session_id).session_id
+        return self.sessions.create(tenant, agent, parent_session_id, system_prompt, session_id, tools).session_id
 
     def turn(
         self,

@@ -8,6 +8,7 @@ ValueError before any engine or store is called.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from agentserve.model_files.tokenizer import Tokenizer
 from agentserve.scheduler.chat import ROLES, ChatRenderer
@@ -45,24 +46,27 @@ class PromptBuilder:
     ) -> list[int]:
         """The tokens this turn appends to `session.history`. Call under the session's lock, after
         `check`: the result depends on the history's end."""
-        history = session.history
+        history, tools = session.history, session.pending_tools
         if token_ids:
             system = []
-            if session.pending_system:
-                system = self._render(history, [_message("system", session.pending_system)], prompt=False)
+            if session.pending_system or tools:
+                pending = [_message("system", session.pending_system)] if session.pending_system else []
+                system = self._render(history, pending, prompt=False, tools=tools)
             return system + list(token_ids)
         messages = [_message(role, message or "")]
         if session.pending_system:
             messages.insert(0, _message("system", session.pending_system))
-        tokens = self._render(history, messages, prompt=True)
+        tokens = self._render(history, messages, prompt=True, tools=tools)
         self._check_size(len(tokens))
         return tokens
 
-    def _render(self, history: Sequence[int], messages: list[dict[str, str]], prompt: bool) -> list[int]:
+    def _render(
+        self, history: Sequence[int], messages: list[dict[str, str]], prompt: bool, tools: Sequence[dict[str, Any]]
+    ) -> list[int]:
         if self.renderer is None:
-            raise ValueError("this model has no chat template: system prompts need one")
+            raise ValueError("this model has no chat template: system prompts and tools need one")
         if not history:
-            return self.renderer.first_turn(messages, add_generation_prompt=prompt)
+            return self.renderer.first_turn(messages, add_generation_prompt=prompt, tools=tools)
         return self.renderer.next_turn(history, messages, add_generation_prompt=prompt)
 
     def _check_size(self, n: int) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentserve.common.errors import NotFoundError
 from agentserve.scheduler.tool_waits import ToolWaitState
@@ -26,6 +28,8 @@ class Session:
     parent_id: str = ""
     # Rendered together with the first text turn (templates treat a leading system message specially).
     pending_system: str = ""
+    # Tool definitions (OpenAI function tools) the chat template lists with that first turn.
+    pending_tools: tuple[dict[str, Any], ...] = ()
     history: list[int] = field(default_factory=list)  # committed turns only
     turns: int = 0
     # The decode engine that ran the last turn and so holds the history's KV: the next turn goes
@@ -48,6 +52,7 @@ class Session:
         self.kv_holder = kv_holder
         self.turns += 1
         self.pending_system = ""
+        self.pending_tools = ()
         self.last_used = time.time()
 
 
@@ -68,6 +73,7 @@ class SessionStore:
         parent_id: str = "",
         system_prompt: str = "",
         session_id: str | None = None,
+        tools: Sequence[dict[str, Any]] = (),
     ) -> Session:
         """A new session. With `parent_id` it starts from the parent's committed history (a
         sub-agent fork) in the parent's tenant. `session_id` picks the id (HTTP session header);
@@ -78,7 +84,14 @@ class SessionStore:
             check_session_id(session_id)
             if session_id in self._sessions:
                 raise ValueError(f"session {session_id} already exists")
-        session = Session(session_id, tenant=tenant, agent=agent, parent_id=parent_id, pending_system=system_prompt)
+        session = Session(
+            session_id,
+            tenant=tenant,
+            agent=agent,
+            parent_id=parent_id,
+            pending_system=system_prompt,
+            pending_tools=tuple(tools),
+        )
         if parent_id:
             parent = self.get(parent_id)
             if tenant and tenant != parent.tenant:
@@ -89,6 +102,10 @@ class SessionStore:
             # A system prompt the parent never used carries over; the child's own one, if any, is
             # rendered with its first turn after the inherited history.
             session.pending_system = system_prompt or parent.pending_system
+            session.pending_tools = tuple(tools) or parent.pending_tools
+            if session.pending_tools and session.history:
+                # Templates list tools at the start of a conversation, which a fork is past.
+                raise ValueError("tools need a session that starts a conversation, not a fork of one with history")
         self._sessions[session_id] = session
         return session
 

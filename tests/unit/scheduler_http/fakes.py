@@ -65,6 +65,7 @@ class FakeSession:
     tenant: str
     tokens: int = 0
     turns: list[tuple[str, str]] = field(default_factory=list)  # (role, message)
+    tools: list = field(default_factory=list)
 
 
 class FakeCore:
@@ -81,10 +82,12 @@ class FakeCore:
     def missing_engines(self) -> list[str]:
         return list(self.missing)
 
-    async def open_session(self, tenant="", agent="", parent_session_id="", system_prompt="", session_id=None):
+    async def open_session(
+        self, tenant="", agent="", parent_session_id="", system_prompt="", session_id=None, tools=()
+    ):
         if session_id in self.sessions:
             raise ValueError(f"session {session_id} already exists")
-        self.sessions[session_id] = FakeSession(system_prompt, tenant)
+        self.sessions[session_id] = FakeSession(system_prompt, tenant, tools=list(tools))
         return session_id
 
     async def turn(self, session_id, *, message=None, token_ids=None, role="user", sampling):

@@ -82,11 +82,11 @@ def test_tools_are_rendered_and_the_call_comes_back_as_tool_calls():
     assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
 
 
-def test_tool_choice_none_leaves_tools_out_and_text_unparsed():
+def test_tool_choice_none_keeps_the_tools_in_the_prompt_and_returns_plain_text():
     core = FakeCore(reply=CALL)
     body = {"messages": USER, "tools": TOOLS, "tool_choice": "none", "max_tokens": 200}
     status, raw = serve(core, _post("/v1/chat/completions", body))
-    assert core.completed[0][0] == core.tokenizer.encode("<user>weather?\n<assistant>")
+    assert core.completed[0][0] == core.tokenizer.encode(f"<tools>{json.dumps(TOOLS)}\n<user>weather?\n<assistant>")
     choice = json.loads(raw)["choices"][0]
     assert (status, choice["message"], choice["finish_reason"]) == (200, {"role": "assistant", "content": CALL}, "stop")
 
@@ -131,19 +131,26 @@ def test_n_choices_are_separate_generations_with_consecutive_seeds():
     assert status == 200 and finishes == [0, 1]
 
 
-def test_session_mode_refuses_what_a_session_cannot_honour():
-    async def scenario(client):
-        out = []
-        for extra in ({"tools": TOOLS}, {"n": 2}):
-            resp = await client.post(
-                "/v1/chat/completions", json={"messages": USER, **extra}, headers={"X-Session-Id": "s1"}
-            )
-            out.append((resp.status, (await resp.json())["error"]["message"]))
-        return out
+def test_a_session_opens_with_its_tools_and_keeps_them():
+    core = FakeCore(reply=CALL)
+    headers = {"X-Session-Id": "s1"}
 
-    (tools, tools_msg), (n, n_msg) = serve(FakeCore(), scenario)
-    assert (tools, n) == (400, 400)
-    assert "'tools'" in tools_msg and "'n'" in n_msg
+    async def scenario(client):
+        first = await client.post(
+            "/v1/chat/completions", json={"messages": USER, "tools": TOOLS, "max_tokens": 200}, headers=headers
+        )
+        history = [*USER, {"role": "assistant", "content": "x"}, {"role": "tool", "content": "18C"}]
+        other = [{"type": "function", "function": {"name": "other"}}]
+        changed = await client.post("/v1/chat/completions", json={"messages": history, "tools": other}, headers=headers)
+        many = await client.post("/v1/chat/completions", json={"messages": history, "n": 2}, headers=headers)
+        return await first.json(), changed.status, await changed.json(), many.status, await many.json()
+
+    first, changed, changed_body, many, many_body = serve(core, scenario)
+    assert core.sessions["s1"].tools == TOOLS
+    assert first["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert (changed, many) == (400, 400)
+    assert "'tools' differ from the ones it started with" in changed_body["error"]["message"]
+    assert "'n' must be 1 with X-Session-Id" in many_body["error"]["message"]
 
 
 def test_chat_logprobs_name_each_token_with_its_alternatives():

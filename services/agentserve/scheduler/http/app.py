@@ -95,11 +95,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     tenant = request.headers.get("X-Tenant", "")
     headers = {}
     if session_id is not None:
-        if chat.tools.tools:
-            raise ValueError("'tools' are not supported with X-Session-Id yet; send the request without the header")
         if chat.n != 1:
             raise ValueError("'n' must be 1 with X-Session-Id: a session continues one history")
-        events = merged(1, lambda _: request.app[SESSIONS].turn(session_id, chat.messages, chat.sampling, tenant))
+        sessions = request.app[SESSIONS]
+        events = merged(1, lambda _: sessions.turn(session_id, chat.messages, chat.sampling, tenant, chat.tools.tools))
         headers["X-Session-Id"] = session_id
     else:
         prompt = render_chat(core, chat.messages, chat.tools)

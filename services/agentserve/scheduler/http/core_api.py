@@ -55,6 +55,7 @@ class CoreAPI(Protocol):
         parent_session_id: str = "",
         system_prompt: str = "",
         session_id: str | None = None,
+        tools: Sequence[dict[str, Any]] = (),
     ) -> str: ...
 
     def turn(

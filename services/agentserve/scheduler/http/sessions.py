@@ -11,7 +11,8 @@ the messages the session has not seen. Its rule, per session id:
   message; several (e.g. parallel tool results) are joined by a blank line and sent with the
   role of the last one. The last must be `user` or `tool`.
 * A leading `system` (or `developer`) message becomes the session's system prompt when the
-  gateway opens it; a system message later in a conversation is rejected.
+  gateway opens it; a system message later in a conversation is rejected. The request's `tools`
+  are rendered with the first turn too, so every later request must carry the same tools.
 * A request with more assistant messages than the session generated replies carries history the
   session never saw (few-shot examples, edited replies): rejected, use a request without the
   header. A request whose history is not longer than what was consumed is rejected too.
@@ -25,10 +26,12 @@ the previous turn's output.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentserve.common.errors import NotFoundError
 from agentserve.contracts import SamplingParams
@@ -55,6 +58,7 @@ class SessionProgress:
     consumed: int = 0  # client-written (non-assistant) messages already in the session
     replies: int = 0  # assistant replies the session generated
     opened: bool = False
+    tools: str = ""  # the tools the session was opened with, as canonical JSON
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -109,7 +113,12 @@ class ChatSessions:
         return self._progress.get(session_id)
 
     async def turn(
-        self, session_id: str, messages: Sequence[Message], sampling: SamplingParams, tenant: str = ""
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        sampling: SamplingParams,
+        tenant: str = "",
+        tools: Sequence[dict[str, Any]] = (),
     ) -> AsyncGenerator[TurnEventAPI, None]:
         """Open the session if this gateway has not, then stream one turn of the new messages.
 
@@ -117,14 +126,22 @@ class ChatSessions:
         released when a client goes away mid-stream.
         """
         progress = self._touch(session_id)
+        tools_key = json.dumps(list(tools), sort_keys=True)
         async with progress.lock:
             consumed = progress.consumed
             if not progress.opened:
                 system = system_prompt_of(messages)
-                await self._core.open_session(tenant=tenant, system_prompt=system or "", session_id=session_id)
-                progress.opened = True
+                await self._core.open_session(
+                    tenant=tenant, system_prompt=system or "", session_id=session_id, tools=tools
+                )
+                progress.opened, progress.tools = True, tools_key
                 consumed = int(system is not None)
                 progress.consumed = consumed
+            elif tools_key != progress.tools:
+                raise ValueError(
+                    f"session {session_id}: 'tools' differ from the ones it started with; a session's "
+                    "prompt lists its tools from the first turn on, so send the same tools or use a new session"
+                )
             plan = plan_turn(session_id, messages, consumed, progress.replies)
             finished = False
             try:

@@ -21,8 +21,9 @@ FUNCTION_FIELDS = frozenset({"name", "description", "parameters", "strict"})
 class ToolSettings:
     """The request's tools and how the reply may use them.
 
-    choice "auto": the tools are in the prompt and calls in the reply are parsed into `tool_calls`;
-    "none": the tools are left out of the prompt and the reply is plain text.
+    The tools are in the prompt either way (as vLLM does by default, and as a session needs: its
+    prompt lists them from its first turn on). choice "auto": calls in the reply are parsed into
+    `tool_calls`; "none": the reply is returned as plain text.
     """
 
     tools: tuple[dict[str, Any], ...] = ()
@@ -35,7 +36,7 @@ class ToolSettings:
     @property
     def prompt_tools(self) -> list[dict[str, Any]] | None:
         """The tools the chat template lists, or None for a prompt without tools."""
-        return list(self.tools) if self.parse_calls else None
+        return list(self.tools) or None
 
 
 def parse_tools(body: dict[str, Any]) -> ToolSettings:
