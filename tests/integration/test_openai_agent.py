@@ -4,7 +4,9 @@ unsupported fields, and a two-turn tool-calling exchange whose tool runs behind 
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 
 import openai
 import pytest
@@ -152,3 +154,45 @@ def test_n_choices_are_seeded_and_reproducible(client):
 
     (first, tokens), (again, _) = ask(), ask()
     assert first == again and len(set(first)) == 3 and tokens == 36
+
+
+def test_agent_loop_in_a_session_feeds_a_tool_proxy_result_back(cluster, client, tokenizer):
+    """An agent on a server-side session: a turn with tools, the tool run through the tool proxy
+    under the session's id, its result sent back as a `tool` message. The session's prompt grows by
+    exactly the template's rendering of that result, and its earlier blocks come from cache."""
+    session = {"X-Session-Id": "agent-loop-1"}
+    messages: list[dict] = [{"role": "user", "content": "What does echo say?"}]
+    first = client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[ECHO], max_tokens=12, temperature=0,
+        extra_body={"ignore_eos": True}, extra_headers=session,
+    )  # fmt: skip
+    opening = tokenizer.encode(tokenizer.apply_chat_template(messages, tools=[ECHO]))
+    assert (first.usage.prompt_tokens, first.usage.completion_tokens) == (len(opening), 12)
+
+    result = json.dumps(_call_tool(cluster, "echo", {"text": "cache"}, session))
+    assert result == '{"text": "cache"}'
+    messages += [
+        {"role": "assistant", "content": first.choices[0].message.content or ""},
+        {"role": "tool", "tool_call_id": "call_1", "content": result},
+    ]
+    second = client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[ECHO], max_tokens=4, temperature=0,
+        extra_body={"ignore_eos": True}, extra_headers=session,
+    )  # fmt: skip
+    # The first turn ended by length, so the template's close of the reply comes first.
+    appended = tokenizer.encode(
+        f"<|im_end|>\n<|im_start|>user\n<tool_response>\n{result}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
+    history = len(opening) + 12
+    assert second.usage.prompt_tokens == history + len(appended)
+    assert second.usage.prompt_tokens_details.cached_tokens == history // 16 * 16
+
+
+def _call_tool(cluster, name: str, arguments: dict, headers: dict | None = None) -> dict:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{cluster.ports.toolproxy_http}/tools/{name}",
+        data=json.dumps(arguments).encode(),
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        return json.loads(reply.read())
