@@ -179,4 +179,5 @@ def test_completion_logprobs_are_openais_legacy_shape():
         "tokens": ["h", "i"],
         "token_logprobs": [-0.5, -0.5],
         "top_logprobs": [{"h": -0.5}, {"i": -0.5}],
+        "text_offset": [0, 1],
     }

@@ -6,6 +6,7 @@ Plain dict builders and accumulators, so the wire shapes are tested without HTTP
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -203,10 +204,13 @@ class ReplyFormat:
                     for e in entries
                 ]
             }
+        tokens = [name(e.token_id) for e in entries]
+        offsets = list(itertools.accumulate((len(t) for t in tokens[:-1]), initial=0)) if tokens else []
         return {
-            "tokens": [name(e.token_id) for e in entries],
+            "tokens": tokens,
             "token_logprobs": [e.logprob for e in entries],
             "top_logprobs": [{name(t): lp for t, lp in e.top} for e in entries],
+            "text_offset": offsets,  # where each token's text starts in this choice's text
         }
 
 
