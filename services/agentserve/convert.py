@@ -260,6 +260,7 @@ def turn_chunk_to_proto(event: TurnEvent) -> scheduler_pb2.TurnChunk:
         finished=event.finished,
         finish_reason=event.finish_reason,
         completion_tokens=event.completion_tokens,
+        logprobs=[logprob_to_proto(e) for e in event.logprobs],
     )
     if event.metadata is not None:
         chunk.metadata.CopyFrom(scheduler_pb2.TurnMetadata(**event.metadata.__dict__))

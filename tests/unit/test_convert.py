@@ -125,6 +125,8 @@ def test_turn_chunk_carries_every_metadata_field() -> None:
     assert (chunk.metadata.kv_path, chunk.metadata.handoff_held_blocks, chunk.finish_reason) == ("SPLIT", 1, "stop")
     assert {f.name: getattr(chunk.metadata, f.name) for f in chunk.metadata.DESCRIPTOR.fields} == meta.__dict__
     assert not convert.turn_chunk_to_proto(TurnEvent([7])).HasField("metadata")
+    with_logprobs = convert.turn_chunk_to_proto(TurnEvent([7], logprobs=[TokenLogprob(7, -0.5, ((7, -0.5),))]))
+    assert [convert.logprob_from_proto(e) for e in with_logprobs.logprobs] == [TokenLogprob(7, -0.5, ((7, -0.5),))]
 
 
 def test_tool_call_round_trip() -> None:

@@ -70,20 +70,22 @@ class TurnMetadata(_message.Message):
     def __init__(self, turn_id: _Optional[str] = ..., turn_index: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., prefill_engine: _Optional[str] = ..., decode_engine: _Optional[str] = ..., trace_id: _Optional[str] = ..., kv_path: _Optional[str] = ..., loaded_blocks: _Optional[int] = ..., relayed_blocks: _Optional[int] = ..., handoff_blocks: _Optional[int] = ..., handoff_bytes: _Optional[int] = ..., handoff_held_blocks: _Optional[int] = ...) -> None: ...
 
 class TurnChunk(_message.Message):
-    __slots__ = ("metadata", "token_ids", "text", "finished", "finish_reason", "completion_tokens")
+    __slots__ = ("metadata", "token_ids", "text", "finished", "finish_reason", "completion_tokens", "logprobs")
     METADATA_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     metadata: TurnMetadata
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
     finished: bool
     finish_reason: str
     completion_tokens: int
-    def __init__(self, metadata: _Optional[_Union[TurnMetadata, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finished: _Optional[bool] = ..., finish_reason: _Optional[str] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
+    logprobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TokenLogprob]
+    def __init__(self, metadata: _Optional[_Union[TurnMetadata, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finished: _Optional[bool] = ..., finish_reason: _Optional[str] = ..., completion_tokens: _Optional[int] = ..., logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprob, _Mapping]]] = ...) -> None: ...
 
 class CloseSessionRequest(_message.Message):
     __slots__ = ("session_id",)
