@@ -18,10 +18,14 @@ from agentserve.contracts import (
     PrefillResult,
     Role,
     SamplingParams,
+    StructuredKind,
+    StructuredOutput,
     TokenLogprob,
     ToolCall,
+    ToolSchema,
     TurnEvent,
 )
+from agentserve.contracts.structured import NO_PARAMETERS
 from agentserve.v1 import common_pb2, decode_pb2, fabric_pb2, prefill_pb2, scheduler_pb2
 
 _ROLE_TO_PROTO = {Role.PREFILL: common_pb2.ENGINE_ROLE_PREFILL, Role.DECODE: common_pb2.ENGINE_ROLE_DECODE}
@@ -31,6 +35,12 @@ _PATH_TO_PROTO: dict[KVPath, prefill_pb2.KVPath] = {
     KVPath.B: prefill_pb2.KV_PATH_B,
     KVPath.SPLIT: prefill_pb2.KV_PATH_SPLIT,
 }
+_KIND_TO_PROTO = {
+    StructuredKind.JSON_OBJECT: common_pb2.StructuredOutput.KIND_JSON_OBJECT,
+    StructuredKind.JSON_SCHEMA: common_pb2.StructuredOutput.KIND_JSON_SCHEMA,
+    StructuredKind.TOOL_CALL: common_pb2.StructuredOutput.KIND_TOOL_CALL,
+}
+_KIND_FROM_PROTO = {v: k for k, v in _KIND_TO_PROTO.items()}
 _PATH_FROM_PROTO: dict[int, KVPath] = {
     prefill_pb2.KV_PATH_UNSPECIFIED: KVPath.A,
     **{v: k for k, v in _PATH_TO_PROTO.items()},
@@ -51,6 +61,7 @@ def sampling_to_proto(params: SamplingParams, max_tokens: int | None = None) -> 
         ignore_eos=params.ignore_eos,
         min_tokens=params.min_tokens,
         logprobs=params.logprobs,
+        structured=None if params.structured is None else structured_to_proto(params.structured),
     )
 
 
@@ -64,6 +75,29 @@ def sampling_from_proto(msg: common_pb2.SamplingParams) -> SamplingParams:
         ignore_eos=msg.ignore_eos,
         min_tokens=int(msg.min_tokens),
         logprobs=int(msg.logprobs) if msg.HasField("logprobs") else None,
+        structured=structured_from_proto(msg.structured) if msg.HasField("structured") else None,
+    )
+
+
+def structured_to_proto(structured: StructuredOutput) -> common_pb2.StructuredOutput:
+    return common_pb2.StructuredOutput(
+        kind=_KIND_TO_PROTO[structured.kind],
+        schema=structured.schema,
+        tools=[common_pb2.ToolSchema(name=t.name, parameters=t.parameters) for t in structured.tools],
+        single_call=structured.single_call,
+    )
+
+
+def structured_from_proto(msg: common_pb2.StructuredOutput) -> StructuredOutput:
+    """ValueError for an unknown kind or a malformed schema (the grammar's compilation is the engine's check)."""
+    kind = _KIND_FROM_PROTO.get(msg.kind)
+    if kind is None:
+        raise ValueError(f"structured.kind must be set to a known kind, got {msg.kind}")
+    return StructuredOutput(
+        kind,
+        schema=msg.schema,
+        tools=tuple(ToolSchema(t.name, t.parameters or NO_PARAMETERS) for t in msg.tools),
+        single_call=msg.single_call,
     )
 
 

@@ -18,11 +18,15 @@ from agentserve.contracts import (
     PrefillResult,
     Role,
     SamplingParams,
+    StructuredKind,
+    StructuredOutput,
     TokenLogprob,
     ToolCall,
+    ToolSchema,
     TurnEvent,
     TurnMeta,
 )
+from agentserve.contracts.structured import NO_PARAMETERS
 from agentserve.v1 import common_pb2, fabric_pb2, prefill_pb2
 from tests.unit.scheduler.fakes import engine_proto
 
@@ -64,6 +68,34 @@ def test_sampling_round_trip_drops_stop_ids_and_can_override_the_budget() -> Non
     with_stops = SamplingParams(max_tokens=7, stop_token_ids=(9,))
     assert convert.sampling_from_proto(convert.sampling_to_proto(with_stops)).stop_token_ids == ()
     assert convert.sampling_to_proto(SAMPLING, max_tokens=2).max_tokens == 2
+
+
+@pytest.mark.parametrize(
+    "structured",
+    [
+        StructuredOutput(StructuredKind.JSON_OBJECT),
+        StructuredOutput.json_schema({"type": "object", "properties": {"a": {"enum": [1, 2]}}}),
+        StructuredOutput.tool_calls({"f": {"type": "object"}, "g": {}}),
+        StructuredOutput.tool_calls({"f": {"type": "object"}}, single_call=True),
+    ],
+)
+def test_structured_output_survives_the_wire(structured: StructuredOutput) -> None:
+    params = SamplingParams(max_tokens=9, temperature=1.0, seed=4, structured=structured)
+    assert convert.sampling_from_proto(convert.sampling_to_proto(params)) == params
+
+
+def test_structured_output_from_proto_validates() -> None:
+    with pytest.raises(ValueError, match="structured.kind must be set"):
+        convert.structured_from_proto(common_pb2.StructuredOutput(schema="{}"))
+    with pytest.raises(ValueError, match="schema is not valid JSON"):
+        convert.structured_from_proto(
+            common_pb2.StructuredOutput(kind=common_pb2.StructuredOutput.KIND_JSON_SCHEMA, schema="{")
+        )
+    # A tool without parameters takes none, as in OpenAI's API.
+    msg = common_pb2.StructuredOutput(
+        kind=common_pb2.StructuredOutput.KIND_TOOL_CALL, tools=[common_pb2.ToolSchema(name="f")]
+    )
+    assert convert.structured_from_proto(msg).tools == (ToolSchema("f", NO_PARAMETERS),)
 
 
 def test_kv_path_round_trip_and_unknown_values() -> None:

@@ -9,6 +9,7 @@ from agentserve.contracts.engines import EngineStatus, NICStatus, Role
 from agentserve.contracts.errors import EngineUnavailable
 from agentserve.contracts.kv import PATH_A, KVPath, LoadPlan
 from agentserve.contracts.sampling import MAX_LOGPROBS, MAX_TOKENS_LIMIT, SamplingParams
+from agentserve.contracts.structured import StructuredKind, StructuredOutput, ToolSchema
 from agentserve.contracts.tools import ToolCall
 from agentserve.contracts.turns import (
     GenerateChunk,
@@ -35,7 +36,10 @@ __all__ = [
     "PrefillResult",
     "Role",
     "SamplingParams",
+    "StructuredKind",
+    "StructuredOutput",
     "TokenLogprob",
+    "ToolSchema",
     "ToolCall",
     "TurnEvent",
     "TurnMeta",

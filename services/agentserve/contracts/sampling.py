@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentserve.contracts.structured import StructuredOutput
+
 # Upper bound on max_tokens a single request may ask for; the engine also bounds it by the
 # model's context length. Keeps a typo like 10**9 from reserving the whole KV pool.
 MAX_TOKENS_LIMIT = 1 << 20
@@ -27,6 +29,7 @@ class SamplingParams:
     # only); None: none. The engine computes them from the model's distribution.
     logprobs: int | None = None
     stop: tuple[str, ...] = ()  # stop strings, applied by the scheduler to the text; not sent to engines
+    structured: StructuredOutput | None = None  # decode under this grammar (JSON, tool calls)
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool):
@@ -45,6 +48,13 @@ class SamplingParams:
             raise ValueError(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must not be empty")
+        if self.structured is not None and self.ignore_eos:
+            # The grammar ends the output (EOS is all it allows once complete); ignoring EOS would
+            # leave the sequence with no token it may sample.
+            raise ValueError("ignore_eos cannot be combined with structured output: the grammar decides the end")
+        if self.structured is not None and self.min_tokens:
+            # Once the grammar is complete EOS is all it allows: holding EOS back would leave nothing.
+            raise ValueError("min_tokens cannot be combined with structured output: the grammar decides the end")
 
     @property
     def greedy(self) -> bool:

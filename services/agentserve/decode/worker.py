@@ -45,7 +45,9 @@ class DecodeWorker:
             # so the decode's draws are not a replay of the prefill's.
             sampling = dataclasses.replace(sampling, seed=(sampling.seed * 6364136223846793005 + 1) % (1 << 63))
         first = True
-        async for event in self.engine.generate(token_ids, sampling, request.tenant):
+        # The tokens after the prompt were generated already (the prefill's first): a grammar replays them.
+        generated = len(token_ids) - prompt_tokens
+        async for event in self.engine.generate(token_ids, sampling, request.tenant, generated=generated):
             persisted = 0
             if event.finished:
                 seq = event.seq

@@ -103,13 +103,15 @@ class AsyncEngine:
         params: SamplingParams,
         tenant_salt: str = "",
         external_prefix: ExternalPrefix | None = None,
+        generated: int = 0,
     ) -> AsyncIterator[TokenEvent]:
-        """Stream each sampled token; cancelling the iteration aborts the request."""
+        """Stream each sampled token; cancelling the iteration aborts the request. `generated`: see
+        `LLMEngine.add_request`."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
 
         def add(engine: LLMEngine) -> Sequence:
-            seq = engine.add_request(prompt_token_ids, params, tenant_salt, external_prefix)
+            seq = engine.add_request(prompt_token_ids, params, tenant_salt, external_prefix, generated)
             self._subscribers[seq.request_id] = (loop, events)
             return seq
 

@@ -17,6 +17,7 @@ import torch
 from agentserve.contracts import SamplingParams
 from agentserve.engine.config import ModelConfig, parse_dtype
 from agentserve.engine.engine_config import EngineConfig
+from agentserve.engine.grammar import GrammarCompiler
 from agentserve.engine.kv_pool import KVPool
 from agentserve.engine.loader import load_model
 from agentserve.engine.model import CausalLM
@@ -30,7 +31,15 @@ from agentserve.kv.block_manager import BlockManager
 
 
 class LLMEngine:
-    def __init__(self, model: CausalLM, fingerprint: str, config: EngineConfig = EngineConfig()):
+    def __init__(
+        self,
+        model: CausalLM,
+        fingerprint: str,
+        config: EngineConfig = EngineConfig(),
+        grammars: GrammarCompiler | None = None,
+    ):
+        """`grammars` compiles structured-output grammars with the model's tokenizer; without it
+        (an engine built from weights alone) requests with structured output are refused."""
         self.model = model
         self.model_config: ModelConfig = model.config
         self.fingerprint = fingerprint
@@ -44,13 +53,18 @@ class LLMEngine:
         self.running: list[Sequence] = []
         self._external: dict[str, ExternalPrefix] = {}
         self.num_preemptions = 0
+        self.grammars = grammars
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
 
     @classmethod
     def from_dir(cls, model_dir: str | Path, config: EngineConfig = EngineConfig()) -> LLMEngine:
         model, fingerprint = load_model(model_dir, config.dtype)
-        return cls(model, fingerprint, config)
+        tokenizer_file = Path(model_dir) / "tokenizer.json"
+        grammars = None
+        if tokenizer_file.is_file():
+            grammars = GrammarCompiler(tokenizer_file, model.config.vocab_size, model.config.eos_token_id)
+        return cls(model, fingerprint, config, grammars)
 
     # ---- requests -------------------------------------------------------------------------
 
@@ -72,6 +86,8 @@ class LLMEngine:
         blocks = -(-total // self.block_size)
         if blocks > self.pool.num_slots:
             raise ValueError(f"request needs {blocks} KV blocks but the pool holds only {self.pool.num_slots}")
+        if params.structured is not None:
+            self._grammars().compile(params.structured)  # compiled once here, cached for the sequence
 
     def add_request(
         self,
@@ -79,12 +95,19 @@ class LLMEngine:
         params: SamplingParams,
         tenant_salt: str = "",
         external_prefix: ExternalPrefix | None = None,
+        generated: int = 0,
     ) -> Sequence:
+        """Queue a request. The last `generated` prompt tokens are output another engine already
+        produced (a decode after its prefill): a grammar replays them before constraining more."""
         tokens = list(prompt_token_ids)
         self.validate(tokens, params)
         if external_prefix is not None and external_prefix.num_blocks * self.block_size >= len(tokens):
             raise ValueError("external prefix must leave at least one prompt token to compute")
+        if not 0 <= generated < len(tokens):
+            raise ValueError(f"generated must be in [0, {len(tokens)}), got {generated}")
         seq = Sequence(tokens, len(tokens), params, tenant_salt=tenant_salt, generator=make_generator(params))
+        if params.structured is not None:
+            seq.grammar = self._grammars().matcher(params.structured, tokens[len(tokens) - generated :])
         if external_prefix is not None:
             self._external[seq.request_id] = external_prefix
         self.waiting.append(seq)
@@ -167,10 +190,14 @@ class LLMEngine:
     def _append_token(self, seq: Sequence, logits: torch.Tensor) -> None:
         p = seq.params
         shaped = logits
+        if seq.grammar is not None:
+            shaped = seq.grammar.mask(shaped)  # this row only: other sequences of the batch sample freely
         if seq.num_output_tokens < p.min_tokens:  # nothing that would stop the sequence, yet
             eos = () if p.ignore_eos else self.model_config.eos_token_id
-            shaped = suppress(logits, {*eos, *p.stop_token_ids})
+            shaped = suppress(shaped, {*eos, *p.stop_token_ids})
         token = sample(shaped, p, seq.generator)
+        if seq.grammar is not None:
+            seq.grammar.accept(token)
         if p.logprobs is not None:
             seq.logprobs.append(token_logprob(logits, token, p.logprobs))
         seq.token_ids.append(token)
@@ -197,6 +224,11 @@ class LLMEngine:
             self.running.remove(seq)
             self.blocks.free(seq.slots)
         self._external.pop(seq.request_id, None)
+
+    def _grammars(self) -> GrammarCompiler:
+        if self.grammars is None:
+            raise ValueError("structured output needs the model's tokenizer.json, which this engine was built without")
+        return self.grammars
 
     # ---- prefix cache --------------------------------------------------------------------
 

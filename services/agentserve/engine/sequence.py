@@ -5,10 +5,14 @@ from __future__ import annotations
 import enum
 import itertools
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from agentserve.contracts import SamplingParams, TokenLogprob
+
+if TYPE_CHECKING:
+    from agentserve.engine.grammar import SequenceGrammar
 
 _ids = itertools.count()
 
@@ -35,6 +39,7 @@ class Sequence:
     finish_reason: str | None = None
     generator: torch.Generator | None = None
     logprobs: list[TokenLogprob] = field(default_factory=list)  # per output token, when params ask
+    grammar: SequenceGrammar | None = None  # constrains sampling when the request asks for structured output
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -25,21 +25,27 @@ _sym_db = _symbol_database.Default()
 from agentserve.v1 import fabric_pb2 as agentserve_dot_v1_dot_fabric__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x61gentserve/v1/common.proto\x12\ragentserve.v1\x1a\x1a\x61gentserve/v1/fabric.proto\"\xb0\x01\n\x0eSamplingParams\x12\x12\n\nmax_tokens\x18\x01 \x01(\r\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\r\n\x05top_p\x18\x03 \x01(\x02\x12\x11\n\x04seed\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\x12\n\nignore_eos\x18\x05 \x01(\x08\x12\x12\n\nmin_tokens\x18\x06 \x01(\r\x12\x15\n\x08logprobs\x18\x07 \x01(\rH\x01\x88\x01\x01\x42\x07\n\x05_seedB\x0b\n\t_logprobs\"^\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\r\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\x15\n\rtop_token_ids\x18\x03 \x03(\r\x12\x14\n\x0ctop_logprobs\x18\x04 \x03(\x02\")\n\x07KVBlock\x12\x10\n\x08\x62lock_id\x18\x01 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"\xda\x02\n\x0c\x45ngineStatus\x12\x11\n\tengine_id\x18\x01 \x01(\t\x12\'\n\x04role\x18\x02 \x01(\x0e\x32\x19.agentserve.v1.EngineRole\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x12\n\nmodel_name\x18\x04 \x01(\t\x12\x19\n\x11model_fingerprint\x18\x05 \x01(\t\x12\x12\n\nblock_size\x18\x06 \x01(\r\x12\x0f\n\x07running\x18\x07 \x01(\r\x12\x0f\n\x07waiting\x18\x08 \x01(\r\x12\x16\n\x0e\x66ree_kv_blocks\x18\t \x01(\x04\x12\x17\n\x0ftotal_kv_blocks\x18\n \x01(\x04\x12\x12\n\nvocab_size\x18\x0b \x01(\r\x12\x13\n\x0bmax_context\x18\x0c \x01(\r\x12&\n\x04nics\x18\r \x03(\x0b\x32\x18.agentserve.v1.NICStatus\x12\x16\n\x0ekv_block_bytes\x18\x0e \x01(\x04*Z\n\nEngineRole\x12\x1b\n\x17\x45NGINE_ROLE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45NGINE_ROLE_PREFILL\x10\x01\x12\x16\n\x12\x45NGINE_ROLE_DECODE\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x61gentserve/v1/common.proto\x12\ragentserve.v1\x1a\x1a\x61gentserve/v1/fabric.proto\"\xe5\x01\n\x0eSamplingParams\x12\x12\n\nmax_tokens\x18\x01 \x01(\r\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\r\n\x05top_p\x18\x03 \x01(\x02\x12\x11\n\x04seed\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\x12\n\nignore_eos\x18\x05 \x01(\x08\x12\x12\n\nmin_tokens\x18\x06 \x01(\r\x12\x15\n\x08logprobs\x18\x07 \x01(\rH\x01\x88\x01\x01\x12\x33\n\nstructured\x18\x08 \x01(\x0b\x32\x1f.agentserve.v1.StructuredOutputB\x07\n\x05_seedB\x0b\n\t_logprobs\"^\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\r\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\x15\n\rtop_token_ids\x18\x03 \x03(\r\x12\x14\n\x0ctop_logprobs\x18\x04 \x03(\x02\"\xf3\x01\n\x10StructuredOutput\x12\x32\n\x04kind\x18\x01 \x01(\x0e\x32$.agentserve.v1.StructuredOutput.Kind\x12\x0e\n\x06schema\x18\x02 \x01(\t\x12(\n\x05tools\x18\x03 \x03(\x0b\x32\x19.agentserve.v1.ToolSchema\x12\x13\n\x0bsingle_call\x18\x04 \x01(\x08\"\\\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10KIND_JSON_OBJECT\x10\x01\x12\x14\n\x10KIND_JSON_SCHEMA\x10\x02\x12\x12\n\x0eKIND_TOOL_CALL\x10\x03\".\n\nToolSchema\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nparameters\x18\x02 \x01(\t\")\n\x07KVBlock\x12\x10\n\x08\x62lock_id\x18\x01 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"\xda\x02\n\x0c\x45ngineStatus\x12\x11\n\tengine_id\x18\x01 \x01(\t\x12\'\n\x04role\x18\x02 \x01(\x0e\x32\x19.agentserve.v1.EngineRole\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x12\n\nmodel_name\x18\x04 \x01(\t\x12\x19\n\x11model_fingerprint\x18\x05 \x01(\t\x12\x12\n\nblock_size\x18\x06 \x01(\r\x12\x0f\n\x07running\x18\x07 \x01(\r\x12\x0f\n\x07waiting\x18\x08 \x01(\r\x12\x16\n\x0e\x66ree_kv_blocks\x18\t \x01(\x04\x12\x17\n\x0ftotal_kv_blocks\x18\n \x01(\x04\x12\x12\n\nvocab_size\x18\x0b \x01(\r\x12\x13\n\x0bmax_context\x18\x0c \x01(\r\x12&\n\x04nics\x18\r \x03(\x0b\x32\x18.agentserve.v1.NICStatus\x12\x16\n\x0ekv_block_bytes\x18\x0e \x01(\x04*Z\n\nEngineRole\x12\x1b\n\x17\x45NGINE_ROLE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45NGINE_ROLE_PREFILL\x10\x01\x12\x16\n\x12\x45NGINE_ROLE_DECODE\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentserve.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ENGINEROLE']._serialized_start=740
-  _globals['_ENGINEROLE']._serialized_end=830
+  _globals['_ENGINEROLE']._serialized_start=1087
+  _globals['_ENGINEROLE']._serialized_end=1177
   _globals['_SAMPLINGPARAMS']._serialized_start=74
-  _globals['_SAMPLINGPARAMS']._serialized_end=250
-  _globals['_TOKENLOGPROB']._serialized_start=252
-  _globals['_TOKENLOGPROB']._serialized_end=346
-  _globals['_KVBLOCK']._serialized_start=348
-  _globals['_KVBLOCK']._serialized_end=389
-  _globals['_ENGINESTATUS']._serialized_start=392
-  _globals['_ENGINESTATUS']._serialized_end=738
+  _globals['_SAMPLINGPARAMS']._serialized_end=303
+  _globals['_TOKENLOGPROB']._serialized_start=305
+  _globals['_TOKENLOGPROB']._serialized_end=399
+  _globals['_STRUCTUREDOUTPUT']._serialized_start=402
+  _globals['_STRUCTUREDOUTPUT']._serialized_end=645
+  _globals['_STRUCTUREDOUTPUT_KIND']._serialized_start=553
+  _globals['_STRUCTUREDOUTPUT_KIND']._serialized_end=645
+  _globals['_TOOLSCHEMA']._serialized_start=647
+  _globals['_TOOLSCHEMA']._serialized_end=693
+  _globals['_KVBLOCK']._serialized_start=695
+  _globals['_KVBLOCK']._serialized_end=736
+  _globals['_ENGINESTATUS']._serialized_start=739
+  _globals['_ENGINESTATUS']._serialized_end=1085
 # @@protoc_insertion_point(module_scope)

@@ -18,7 +18,7 @@ ENGINE_ROLE_PREFILL: EngineRole
 ENGINE_ROLE_DECODE: EngineRole
 
 class SamplingParams(_message.Message):
-    __slots__ = ("max_tokens", "temperature", "top_p", "seed", "ignore_eos", "min_tokens", "logprobs")
+    __slots__ = ("max_tokens", "temperature", "top_p", "seed", "ignore_eos", "min_tokens", "logprobs", "structured")
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_P_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,7 @@ class SamplingParams(_message.Message):
     IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
     MIN_TOKENS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    STRUCTURED_FIELD_NUMBER: _ClassVar[int]
     max_tokens: int
     temperature: float
     top_p: float
@@ -33,7 +34,8 @@ class SamplingParams(_message.Message):
     ignore_eos: bool
     min_tokens: int
     logprobs: int
-    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., ignore_eos: _Optional[bool] = ..., min_tokens: _Optional[int] = ..., logprobs: _Optional[int] = ...) -> None: ...
+    structured: StructuredOutput
+    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., ignore_eos: _Optional[bool] = ..., min_tokens: _Optional[int] = ..., logprobs: _Optional[int] = ..., structured: _Optional[_Union[StructuredOutput, _Mapping]] = ...) -> None: ...
 
 class TokenLogprob(_message.Message):
     __slots__ = ("token_id", "logprob", "top_token_ids", "top_logprobs")
@@ -46,6 +48,36 @@ class TokenLogprob(_message.Message):
     top_token_ids: _containers.RepeatedScalarFieldContainer[int]
     top_logprobs: _containers.RepeatedScalarFieldContainer[float]
     def __init__(self, token_id: _Optional[int] = ..., logprob: _Optional[float] = ..., top_token_ids: _Optional[_Iterable[int]] = ..., top_logprobs: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class StructuredOutput(_message.Message):
+    __slots__ = ("kind", "schema", "tools", "single_call")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        KIND_UNSPECIFIED: _ClassVar[StructuredOutput.Kind]
+        KIND_JSON_OBJECT: _ClassVar[StructuredOutput.Kind]
+        KIND_JSON_SCHEMA: _ClassVar[StructuredOutput.Kind]
+        KIND_TOOL_CALL: _ClassVar[StructuredOutput.Kind]
+    KIND_UNSPECIFIED: StructuredOutput.Kind
+    KIND_JSON_OBJECT: StructuredOutput.Kind
+    KIND_JSON_SCHEMA: StructuredOutput.Kind
+    KIND_TOOL_CALL: StructuredOutput.Kind
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    SINGLE_CALL_FIELD_NUMBER: _ClassVar[int]
+    kind: StructuredOutput.Kind
+    schema: str
+    tools: _containers.RepeatedCompositeFieldContainer[ToolSchema]
+    single_call: bool
+    def __init__(self, kind: _Optional[_Union[StructuredOutput.Kind, str]] = ..., schema: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[ToolSchema, _Mapping]]] = ..., single_call: _Optional[bool] = ...) -> None: ...
+
+class ToolSchema(_message.Message):
+    __slots__ = ("name", "parameters")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    parameters: str
+    def __init__(self, name: _Optional[str] = ..., parameters: _Optional[str] = ...) -> None: ...
 
 class KVBlock(_message.Message):
     __slots__ = ("block_id", "data")

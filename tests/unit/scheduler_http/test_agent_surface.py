@@ -62,9 +62,9 @@ def test_unknown_model_is_404_model_not_found(path):
 
 
 def test_unsupported_field_is_400_naming_it():
-    status, raw = serve(FakeCore(), _post("/v1/chat/completions", {"messages": USER, "response_format": {}}))
+    status, raw = serve(FakeCore(), _post("/v1/chat/completions", {"messages": USER, "logit_bias": {}}))
     assert status == 400
-    assert json.loads(raw)["error"]["message"].startswith("unsupported field 'response_format'; this server accepts")
+    assert json.loads(raw)["error"]["message"].startswith("unsupported field 'logit_bias'; this server accepts")
 
 
 def test_tools_are_rendered_and_the_call_comes_back_as_tool_calls():

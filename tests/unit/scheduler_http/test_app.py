@@ -147,6 +147,17 @@ def test_completions_text_and_token_prompts():
         ("/v1/chat/completions", json.dumps({"messages": USER, "max_tokens": 10**9}).encode(), 400, "max_tokens"),
         ("/v1/chat/completions", json.dumps({"messages": USER, "temperature": "x"}).encode(), 400, "temperature"),
         ("/v1/completions", json.dumps({"prompt": [999]}).encode(), 400, "prompt"),
+        (
+            "/v1/chat/completions",
+            json.dumps(
+                {
+                    "messages": USER,
+                    "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "x"}}},
+                }
+            ).encode(),
+            400,
+            "'response_format.json_schema.schema' is not a usable JSON Schema: Invalid type: x",
+        ),
         ("/v1/nothing", b"{}", 404, "Not Found"),
     ],
 )

@@ -9,6 +9,7 @@ and `min_tokens`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from typing import Any
 
 from agentserve.common.json_body import parse_json_object  # noqa: F401 - the routes' body parser
 from agentserve.contracts import MAX_LOGPROBS, MAX_TOKENS_LIMIT, SamplingParams
+from agentserve.scheduler.http.structured import parse_structured
 from agentserve.scheduler.http.tools import ToolSettings, parse_assistant_tool_calls, parse_tools
 
 # OpenAI's endpoints default to "as many as fit"; a bounded default keeps a forgotten max_tokens
@@ -49,7 +51,14 @@ SAMPLING_FIELDS = frozenset(
         "user",
     }
 )
-CHAT_FIELDS = SAMPLING_FIELDS | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice"}
+CHAT_FIELDS = SAMPLING_FIELDS | {
+    "messages",
+    "max_completion_tokens",
+    "top_logprobs",
+    "tools",
+    "tool_choice",
+    "response_format",
+}
 COMPLETION_FIELDS = SAMPLING_FIELDS | {"prompt"}
 
 
@@ -95,15 +104,12 @@ def parse_chat_request(body: Mapping[str, Any]) -> ChatRequest:
         # The request's new message is what the model answers; an empty one is a client bug.
         raise ValueError(f"messages[{len(messages) - 1}].content is empty")
     stream, include_usage = _parse_stream(body)
-    return ChatRequest(
-        messages,
-        parse_sampling(body, _chat_logprobs(body)),
-        stream,
-        include_usage,
-        _parse_model(body),
-        _parse_n(body),
-        parse_tools(dict(body)),
-    )
+    sampling = parse_sampling(body, _chat_logprobs(body))
+    tools = parse_tools(dict(body))
+    structured = parse_structured(body, tools.tools)
+    if structured is not None:
+        sampling = dataclasses.replace(sampling, structured=structured)
+    return ChatRequest(messages, sampling, stream, include_usage, _parse_model(body), _parse_n(body), tools)
 
 
 def parse_completion_request(body: Mapping[str, Any], vocab_size: int) -> CompletionRequest:

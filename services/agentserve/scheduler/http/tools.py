@@ -23,7 +23,9 @@ class ToolSettings:
 
     The tools are in the prompt either way (as vLLM does by default, and as a session needs: its
     prompt lists them from its first turn on). choice "auto": calls in the reply are parsed into
-    `tool_calls`; "none": the reply is returned as plain text.
+    `tool_calls`; "required" and "function" (a named function) likewise, and the reply is decoded
+    under a grammar that makes it those calls (`scheduler.http.structured`); "none": the reply is
+    returned as plain text.
     """
 
     tools: tuple[dict[str, Any], ...] = ()
@@ -56,11 +58,12 @@ def parse_tools(body: dict[str, Any]) -> ToolSettings:
 
 
 def parse_tool_choice(choice: Any) -> str:
-    """ "auto" (the default with tools) or "none". Forcing a call needs constrained decoding."""
-    if choice is None or choice in ("auto", "none"):
+    """ "auto" (the default with tools), "none", "required", or "function" for a named function
+    (`scheduler.http.structured` checks the name and builds the grammar that forces the call)."""
+    if choice is None or choice in ("auto", "none", "required"):
         return choice or "auto"
-    if choice == "required" or isinstance(choice, dict):
-        raise ValueError(f"'tool_choice' {json.dumps(choice)} is not supported; use 'auto' or 'none'")
+    if isinstance(choice, dict):
+        return "function"
     raise ValueError(f"'tool_choice' must be 'auto', 'none', 'required' or a named function, got {choice!r}")
 
 

@@ -1,0 +1,104 @@
+"""OpenAI's `response_format` and `tool_choice` as the StructuredOutput the engines decode under.
+
+- `response_format` `{"type": "json_object"}`: any JSON object; `{"type": "json_schema",
+  "json_schema": {"name", "schema", "strict"}}`: JSON matching `schema`; `{"type": "text"}`: free.
+- `tool_choice` `"required"`: one or more hermes tool calls among `tools`; `{"type": "function",
+  "function": {"name": X}}`: exactly one call, to X; `"auto"` and `"none"` constrain nothing.
+
+Every schema is compiled here with the engines' grammar library, so a schema they could not decode
+under is a 400 naming its field, before any engine sees the request.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agentserve.contracts.structured import (
+    NO_PARAMETERS,
+    TOOL_NAME_PATTERN,
+    StructuredKind,
+    StructuredOutput,
+    ToolSchema,
+)
+from agentserve.structured import grammar
+
+UNCONSTRAINED_TOOL_CHOICES = ("auto", "none")
+
+
+def parse_structured(body: Mapping[str, Any], tools: Sequence[Mapping[str, Any]] = ()) -> StructuredOutput | None:
+    """The request's output constraint, or None for free text; ValueError naming the bad field.
+    `tools`: the request's `tools`, already checked (`scheduler.http.tools.parse_tools`)."""
+    response = _response_format(body.get("response_format"))
+    calls = _tool_choice(body.get("tool_choice"), tools)
+    if response is not None and calls is not None:
+        raise ValueError(
+            "'response_format' cannot be combined with tool_choice 'required' or a named function: "
+            "the reply is tool calls"
+        )
+    return response or calls
+
+
+def _response_format(raw: Any) -> StructuredOutput | None:
+    if raw is None:
+        return None
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return StructuredOutput(StructuredKind.JSON_OBJECT)
+    if kind != "json_schema":
+        raise ValueError("'response_format.type' must be one of 'text', 'json_object', 'json_schema'")
+    spec = raw.get("json_schema")
+    if not isinstance(spec, dict):
+        raise ValueError("'response_format.json_schema' must be an object with 'name' and 'schema'")
+    name = spec.get("name")
+    if not isinstance(name, str) or not TOOL_NAME_PATTERN.fullmatch(name):
+        raise ValueError(f"'response_format.json_schema.name' must be 1-64 letters, digits, '_' or '-', got {name!r}")
+    strict = spec.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise ValueError(f"'response_format.json_schema.strict' must be a boolean, got {strict!r}")
+    schema = _usable_schema(spec.get("schema"), "response_format.json_schema.schema")
+    return StructuredOutput(StructuredKind.JSON_SCHEMA, schema=schema)
+
+
+def _tool_choice(choice: Any, tools: Sequence[Mapping[str, Any]]) -> StructuredOutput | None:
+    if choice is None or choice in UNCONSTRAINED_TOOL_CHOICES:
+        return None
+    if choice == "required":
+        wanted = None
+    elif isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict):
+        wanted = choice["function"].get("name")
+        if not isinstance(wanted, str) or not wanted:
+            raise ValueError("'tool_choice.function.name' must be a non-empty string")
+    else:
+        raise ValueError(
+            "'tool_choice' must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}"
+        )
+    if not tools:
+        raise ValueError("'tool_choice' needs 'tools'")
+    names = [tool["function"]["name"] for tool in tools]
+    if wanted is not None and wanted not in names:
+        raise ValueError(f"'tool_choice' names function {wanted!r}, which is not in 'tools' ({names})")
+    chosen = [(i, tool["function"]) for i, tool in enumerate(tools) if wanted in (None, tool["function"]["name"])]
+    schemas = tuple(
+        ToolSchema(
+            function["name"],
+            NO_PARAMETERS
+            if function.get("parameters") is None
+            else _usable_schema(function["parameters"], f"tools[{i}].function.parameters"),
+        )
+        for i, function in chosen
+    )
+    return StructuredOutput(StructuredKind.TOOL_CALL, tools=schemas, single_call=wanted is not None)
+
+
+def _usable_schema(schema: Any, where: str) -> str:
+    """`schema` as JSON text, once llguidance has compiled it."""
+    if not isinstance(schema, dict):
+        raise ValueError(f"'{where}' must be a JSON Schema object, got {type(schema).__name__}")
+    error = grammar.schema_error(schema)
+    if error:
+        raise ValueError(f"'{where}' is not a usable JSON Schema: {error}")
+    return json.dumps(schema)
