@@ -33,6 +33,23 @@ def screenshot(
 ) -> Path:
     """Render `url` headless and save a PNG at `out`; returns `out`."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    result = _render(url, [f"--window-size={width},{height}", f"--screenshot={out}"], budget_ms, timeout_s)
+    if result.returncode != 0 or not out.is_file():
+        raise RuntimeError(f"chromium screenshot of {url} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return out
+
+
+def rendered_dom(
+    url: str, width: int = 1600, height: int = 1000, budget_ms: int = 30000, timeout_s: float = 120.0
+) -> str:
+    """The page's DOM as HTML after its scripts ran for `budget_ms` of virtual time."""
+    result = _render(url, [f"--window-size={width},{height}", "--dump-dom"], budget_ms, timeout_s)
+    if result.returncode != 0 or not result.stdout.strip():
+        raise RuntimeError(f"chromium --dump-dom of {url} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return result.stdout
+
+
+def _render(url: str, output: list[str], budget_ms: int, timeout_s: float) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
         command = [
             ensure_chromium(),
@@ -48,11 +65,7 @@ def screenshot(
             f"--user-data-dir={profile}",
             f"--virtual-time-budget={budget_ms}",
             "--run-all-compositor-stages-before-draw",
-            f"--window-size={width},{height}",
-            f"--screenshot={out}",
+            *output,
             url,
         ]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
-    if result.returncode != 0 or not out.is_file():
-        raise RuntimeError(f"chromium screenshot of {url} failed ({result.returncode}):\n{result.stderr[-3000:]}")
-    return out
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)

@@ -2,7 +2,8 @@
 
 Turn 1 asks for a plan, a tool call goes through the tool proxy (so the scheduler sees the tool
 wait), and each later turn sends only the new message: the server keeps the history, and the
-per-turn metadata shows how much of each prompt came from cache.
+per-turn metadata shows how much of each prompt came from cache. The last line links to the last
+turn's trace in the tracing UI (`AGENTSERVE_TRACING_UI`, default http://127.0.0.1:6006).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import os
 import sys
 
-from agentserve.sdk import Client
+from agentserve.cli.trace_links import DEFAULT_UI, turn_trace_link
+from agentserve.sdk import Client, TurnResult
 
 MESSAGES = (
     "You are a coding agent. Plan how to find the failing test in a repository.",
@@ -19,21 +21,30 @@ MESSAGES = (
 )
 
 
-def run_demo(address: str, toolproxy_url: str, turns: int = 3, max_tokens: int = 32, out=sys.stdout) -> list[dict]:
+def run_demo(
+    address: str,
+    toolproxy_url: str,
+    turns: int = 3,
+    max_tokens: int = 32,
+    out=sys.stdout,
+    tracing_ui: str | None = None,
+) -> list[dict]:
     """Run the session; returns per-turn metadata (also printed)."""
     summary = []
+    last: TurnResult | None = None
     with (
         Client(address, toolproxy_url=toolproxy_url) as client,
         client.open_session(tenant="demo", agent="coder") as session,
     ):
         for i in range(turns):
-            result = session.turn(MESSAGES[i % len(MESSAGES)], max_tokens=max_tokens).result()
+            result = last = session.turn(MESSAGES[i % len(MESSAGES)], max_tokens=max_tokens).result()
             row = {
                 "turn": i + 1,
                 "prompt_tokens": result.prompt_tokens,
                 "cached_tokens": result.cached_tokens,
                 "completion_tokens": len(result.token_ids),
                 "trace_id": result.trace_id,
+                "span_id": result.metadata.span_id if result.metadata else "",
             }
             summary.append(row)
             print(
@@ -45,6 +56,24 @@ def run_demo(address: str, toolproxy_url: str, turns: int = 3, max_tokens: int =
             if i + 1 < turns:
                 tool = session.call_tool("sleep", {"seconds": 0.2})
                 print(f"  tool sleep -> {tool}", file=out)
-    ui = os.environ.get("AGENTSERVE_TRACING_UI", "http://127.0.0.1:6006")
-    print(f"traces: {ui} (project 'agentserve'; search the trace ids above)", file=out)
+    if last is not None:
+        ui = tracing_ui or os.environ.get("AGENTSERVE_TRACING_UI", DEFAULT_UI)
+        print(trace_line(ui, last), file=out)
     return summary
+
+
+def trace_line(ui: str, turn: TurnResult) -> str:
+    """Where to see `turn` in the tracing UI: its trace page once the UI has the turn's span."""
+    span_id = turn.metadata.span_id if turn.metadata else ""
+    if not turn.trace_id or not span_id:
+        return f"traces: {ui} (project 'agentserve')"
+    try:
+        link = turn_trace_link(ui, turn.trace_id, span_id)
+    except OSError as exc:
+        return (
+            f"last turn's trace: not shown, {exc} (services export spans only when "
+            "OTEL_EXPORTER_OTLP_ENDPOINT is set; `docker compose up` sets it)"
+        )
+    if link.stored:
+        return f"last turn's trace: {link.url}"
+    return f"last turn's trace (opens once the tracing UI has received it): {link.url}"

@@ -57,6 +57,7 @@ class SchedulerCore:
             store,
             config.turn_retries,
             path_policy or make_path_policy(config.kv_path_policy),
+            model_name=config.model_name,
         )
 
     @classmethod

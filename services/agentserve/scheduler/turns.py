@@ -31,7 +31,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
 from agentserve.common.errors import NotFoundError, RetryableError
-from agentserve.common.telemetry import outgoing_metadata, tracer
+from agentserve.common.telemetry import outgoing_metadata
 from agentserve.contracts import (
     EngineUnavailable,
     GenerateChunk,
@@ -52,6 +52,7 @@ from agentserve.scheduler.prompts import PromptBuilder, check_fits
 from agentserve.scheduler.registry import Engine, EngineRegistry, Role
 from agentserve.scheduler.router import Router
 from agentserve.scheduler.sessions import Session
+from agentserve.scheduler.tracing import TurnSpans
 from agentserve.scheduler.turn_text import TurnText
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ class TurnRunner:
         store: StoreLookup,
         retries: int = 1,
         paths: PathPolicy | None = None,
+        model_name: str = "",
     ) -> None:
         self.prompts = prompts
         self.registry = registry
@@ -107,6 +109,7 @@ class TurnRunner:
         self.store = store
         self.retries = retries
         self.paths = paths or DualPathPolicy()
+        self.spans = TurnSpans(prompts.tokenizer, model_name)
 
     def check(self, message: str | None, token_ids: Sequence[int] | None, role: str) -> None:
         """The request checks that need no history; `run` repeats them, callers may run them early."""
@@ -169,14 +172,7 @@ class TurnRunner:
         if limits is None:
             raise RetryableError("no engine is registered with the scheduler")
         check_fits(len(prompt), sampling.max_tokens, limits[1])
-        span = tracer().start_span(
-            "turn",
-            attributes={
-                "session.id": session.session_id,
-                "turn.index": session.turns,
-                "turn.prompt_tokens": len(prompt),
-            },
-        )
+        span = self.spans.start(session, len(prompt), sampling, role, message, token_ids)
         return _Turn(session, prompt, sampling, session.turns, self.retries, span)
 
     async def _traced(self, turn: _Turn) -> AsyncGenerator[TurnEvent, None]:
@@ -191,7 +187,7 @@ class TurnRunner:
             turn.span.set_status(Status(StatusCode.ERROR, str(exc)))
             raise
         finally:
-            _end_span(turn)
+            self.spans.end(turn.span, len(turn.prompt), turn.output)
 
     async def _execute(self, turn: _Turn) -> AsyncGenerator[TurnEvent, None]:
         hits = await self._store_hits(turn)
@@ -201,6 +197,7 @@ class TurnRunner:
         text = TurnText(self.prompts.tokenizer, turn.sampling.stop, turn.sampling.min_tokens)
         span_context = turn.span.get_span_context()
         trace_id = format(span_context.trace_id, "032x") if span_context.is_valid else ""
+        span_id = format(span_context.span_id, "016x") if span_context.is_valid else ""
         path = response.kv_path
         meta = TurnMeta(
             turn.turn_id,
@@ -210,6 +207,7 @@ class TurnRunner:
             prefill.engine_id,
             decode.engine_id,
             trace_id,
+            span_id=span_id,
             kv_path=path.value,
             loaded_blocks=response.loaded_blocks,
             relayed_blocks=response.relayed_blocks,
@@ -219,6 +217,7 @@ class TurnRunner:
         )
         metrics.KV_PATHS.labels(path.value).inc()
         metrics.HANDOFF_BYTES.inc(response.handoff_bytes)
+        self.spans.prefilled(turn.span, response.cached_tokens)
         turn.span.set_attributes(
             {
                 "turn.cached_tokens": response.cached_tokens,
@@ -351,7 +350,7 @@ class TurnRunner:
         # must still find the turn in the history.
         turn.session.commit(turn.prompt + turn.output, kv_holder=turn.decode_engine)
         turn.committed = True
-        _end_span(turn)
+        self.spans.end(turn.span, len(turn.prompt), turn.output)
         return TurnEvent(
             token_ids=tokens,
             text=text,
@@ -403,9 +402,3 @@ def _stop_id_at(turn: _Turn, tokens: Sequence[int], before: int) -> int | None:
         if token in turn.sampling.stop_token_ids and before + i + 1 > turn.sampling.min_tokens:
             return i
     return None
-
-
-def _end_span(turn: _Turn) -> None:
-    if turn.span.is_recording():  # ended at most once: at the final event, or when the turn fails
-        turn.span.set_attribute("turn.completion_tokens", len(turn.output))
-        turn.span.end()

@@ -13,7 +13,7 @@ failure surfaces as an `agentserve.sdk.errors` exception.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Coroutine, Generator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from typing import Any
 
 import grpc
@@ -21,7 +21,7 @@ import grpc
 from agentserve.common.channels import open_channel
 from agentserve.sdk.errors import InvalidRequestError, error_from_rpc
 from agentserve.sdk.tools import ToolClient
-from agentserve.sdk.types import SessionClosed, TurnAccumulator, TurnChunk, TurnResult
+from agentserve.sdk.types import SessionClosed, TurnAccumulator, TurnChunk, TurnMetadata, TurnResult
 from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 DEFAULT_MAX_TOKENS = 256
@@ -62,9 +62,15 @@ class AsyncTurn:
     `cancel()`, stops generation early.
     """
 
-    def __init__(self, stub: scheduler_pb2_grpc.SchedulerStub, request: scheduler_pb2.TurnRequest) -> None:
+    def __init__(
+        self,
+        stub: scheduler_pb2_grpc.SchedulerStub,
+        request: scheduler_pb2.TurnRequest,
+        on_metadata: Callable[[TurnMetadata], None] | None = None,
+    ) -> None:
         self._stub = stub
         self._request = request
+        self._on_metadata = on_metadata
         self._call: grpc.aio.UnaryStreamCall | None = None
         self._acc = TurnAccumulator()
         self._done = False
@@ -94,6 +100,8 @@ class AsyncTurn:
             return None
         chunk = TurnChunk.from_proto(message)
         self._acc.add(chunk)
+        if chunk.metadata is not None and self._on_metadata is not None:
+            self._on_metadata(chunk.metadata)
         return chunk
 
     async def result(self) -> TurnResult:
@@ -121,6 +129,7 @@ class AsyncSession:
         self._client = client
         self.id = session_id
         self.closed: SessionClosed | None = None
+        self.last_turn: TurnMetadata | None = None  # the latest turn that started streaming
 
     def turn(
         self,
@@ -136,11 +145,16 @@ class AsyncSession:
     ) -> AsyncTurn:
         """Append `message` (text, or raw `token_ids`) as `role` and stream the reply (greedy by default)."""
         request = turn_request(self.id, message, token_ids, role, max_tokens, temperature, top_p, seed, ignore_eos)
-        return AsyncTurn(self._client._stub, request)
+        return AsyncTurn(self._client._stub, request, self._turn_started)
+
+    def _turn_started(self, metadata: TurnMetadata) -> None:
+        self.last_turn = metadata
 
     async def call_tool(self, name: str, args: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Call tool `name` through the tool proxy on behalf of this session."""
-        return await self._client._tools.call(name, args, self.id)
+        """Call tool `name` through the tool proxy on behalf of this session. The call's span is a
+        child of the session's latest turn: the turn that asked for the tool, in an agent loop."""
+        traceparent = self.last_turn.traceparent if self.last_turn else ""
+        return await self._client._tools.call(name, args, self.id, traceparent)
 
     def fork(self, agent: str = "", system_prompt: str = "", tenant: str = "") -> _OpeningSession:
         """A sub-agent session that starts from this session's history."""

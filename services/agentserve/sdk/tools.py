@@ -1,7 +1,8 @@
 """Tool calls through the agentserve tool proxy (`POST {toolproxy_url}/tools/{name}`).
 
 Going through the proxy is what lets the scheduler see the session wait on a tool and move its
-KV out of the way meanwhile; the session id travels in `X-Session-Id`.
+KV out of the way meanwhile; the session id travels in `X-Session-Id`, and the trace context the
+call belongs to (the session's latest turn) in `traceparent`.
 """
 
 from __future__ import annotations
@@ -26,14 +27,19 @@ class ToolClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._http: aiohttp.ClientSession | None = None
 
-    async def call(self, name: str, args: Mapping[str, Any] | None, session_id: str) -> dict[str, Any]:
+    async def call(
+        self, name: str, args: Mapping[str, Any] | None, session_id: str, traceparent: str = ""
+    ) -> dict[str, Any]:
         """The tool's JSON answer as a dict (a non-object answer comes back as {"result": value},
         a non-JSON one as {"text": body}). Raises ToolCallError on a non-2xx answer."""
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=self._timeout)
         url = f"{self._base}/tools/{quote(name, safe='')}"
+        headers = {"X-Session-Id": session_id}
+        if traceparent:
+            headers["traceparent"] = traceparent
         try:
-            async with self._http.post(url, json=dict(args or {}), headers={"X-Session-Id": session_id}) as resp:
+            async with self._http.post(url, json=dict(args or {}), headers=headers) as resp:
                 status, raw = resp.status, await resp.read()
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
             raise RetryableError(f"tool proxy at {self._base} unreachable: {exc!r}") from None

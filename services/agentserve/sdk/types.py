@@ -22,6 +22,12 @@ class TurnMetadata:
     handoff_blocks: int = 0  # full prompt blocks handed to the decode engine
     handoff_bytes: int = 0  # their bytes on the compute network
     handoff_held_blocks: int = 0  # blocks the decode engine already held, so not handed off
+    span_id: str = ""  # hex id of the turn's span
+
+    @property
+    def traceparent(self) -> str:
+        """The turn's span as a W3C `traceparent`: a request carrying it joins the turn's trace."""
+        return f"00-{self.trace_id}-{self.span_id}-01" if self.trace_id and self.span_id else ""
 
     @classmethod
     def from_proto(cls, m: scheduler_pb2.TurnMetadata) -> TurnMetadata:
@@ -39,6 +45,7 @@ class TurnMetadata:
             m.handoff_blocks,
             m.handoff_bytes,
             m.handoff_held_blocks,
+            m.span_id,
         )
 
 

@@ -1,10 +1,16 @@
 """One proxied tool call: predict, report Started, run the tool, learn, report Finished.
 
 Plain logic, no HTTP: `http_app` translates requests into `ToolProxy.call` and back.
+
+Each call is a `tool.call` span of OpenInference kind TOOL (arguments in, answer out). It joins
+whatever trace is current: the caller's `traceparent` (the SDK sends its session's latest turn, so
+the tool shows under the turn that asked for it), else a trace of its own; `session.id` ties it to
+its session either way.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -13,12 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from agentserve.common import openinference as oi
 from agentserve.common.errors import NotFoundError
 from agentserve.common.telemetry import tracer
 from agentserve.contracts import ToolCall
 from agentserve.toolproxy import metrics
 from agentserve.toolproxy.predictor import ToolDurationPredictor
-from agentserve.toolproxy.tools import ToolRegistry, ToolResult
+from agentserve.toolproxy.tools import JSON, ToolRegistry, ToolResult
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +79,19 @@ class ToolProxy:
         ran = True
         start = time.perf_counter()
         with tracer().start_as_current_span("tool.call") as span:
+            arguments = oi.bounded(json.dumps(dict(args), default=str))
             span.set_attributes(
                 {
-                    "tool.name": name,
+                    oi.SPAN_KIND: oi.TOOL,
+                    oi.TOOL_NAME: name,
+                    oi.INPUT_VALUE: arguments,
+                    oi.INPUT_MIME_TYPE: oi.JSON,
                     "tool.call_id": record.call_id,
-                    "session.id": session_id,
                     "tool.predicted_duration_s": record.predicted_duration_s,
                 }
             )
+            if session_id:  # an empty one would read as a session of its own in the UI
+                span.set_attribute(oi.SESSION_ID, session_id)
             try:
                 result = await tool.call(args, session_id)
             except ValueError as exc:
@@ -99,6 +111,12 @@ class ToolProxy:
                 if session_id:
                     self._events.finished(record)
                 span.set_attributes(
-                    {"tool.actual_duration_s": actual, "tool.ok": result.ok, "http.status_code": result.status}
+                    {
+                        "tool.actual_duration_s": actual,
+                        "tool.ok": result.ok,
+                        "http.status_code": result.status,
+                        oi.OUTPUT_VALUE: oi.bounded(result.body.decode(errors="replace")),
+                        oi.OUTPUT_MIME_TYPE: oi.JSON if result.content_type == JSON else oi.TEXT,
+                    }
                 )
         return result, record

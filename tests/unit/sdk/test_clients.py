@@ -59,6 +59,7 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
             prefill_engine="p0",
             decode_engine="d1",
             trace_id="ab" * 16,
+            span_id=f"{len(self.turns):016x}",
         )
         yield scheduler_pb2.TurnChunk(metadata=metadata)
         for i, text in enumerate(REPLY):
@@ -142,7 +143,7 @@ def test_async_session_streams_chunks_and_result(servers):
             return session, chunks, result, again, tool
 
     session, chunks, result, again, tool = asyncio.run(main())
-    assert chunks[0].metadata == TurnMetadata("t1", 0, 40, 32, "p0", "d1", "ab" * 16)
+    assert chunks[0].metadata == TurnMetadata("t1", 0, 40, 32, "p0", "d1", "ab" * 16, span_id=f"{1:016x}")
     assert "".join(c.text for c in chunks) == "Hello!" and chunks[-1].finished
     assert (result.text, result.token_ids, result.finish_reason) == ("Hello!", [10, 11, 12], "stop")
     assert (result.prompt_tokens, result.cached_tokens, result.trace_id) == (40, 32, "ab" * 16)
@@ -155,6 +156,30 @@ def test_async_session_streams_chunks_and_result(servers):
     assert (first.message, first.sampling.max_tokens, first.sampling.seed) == ("hi", 16, 7)
     assert first.sampling.temperature == pytest.approx(0.5)
     assert (list(second.token_ids), second.role, second.sampling.HasField("seed")) == ([1, 2], "tool", False)
+
+
+def test_a_tool_call_joins_the_trace_of_the_sessions_latest_turn(servers, spans):
+    async def main():
+        async with AsyncClient(servers.address, servers.tools_url) as client:
+            async with client.open_session() as session:
+                await session.call_tool("echo", {"before": "any turn"})
+                await session.turn("one")
+                latest = await session.turn("two")
+                await session.call_tool("echo", {"after": "two"})
+            return session, latest
+
+    session, latest = asyncio.run(main())
+    before, after = [s for s in spans.get_finished_spans() if s.name == "tool.call"]
+    assert before.parent is None  # nothing to join yet: a trace of its own, tied by session.id
+    assert after.parent is not None and after.parent.is_remote
+    assert format(after.parent.trace_id, "032x") == latest.trace_id == "ab" * 16
+    assert format(after.parent.span_id, "016x") == latest.metadata.span_id == session.last_turn.span_id
+    assert latest.metadata.traceparent == f"00-{'ab' * 16}-{latest.metadata.span_id}-01"
+    for span in (before, after):
+        assert span.attributes["session.id"] == session.id
+        assert span.attributes["openinference.span.kind"] == "TOOL"
+    assert after.attributes["input.value"] == '{"after": "two"}'
+    assert after.attributes["output.value"] == '{"after": "two"}'
 
 
 def test_async_errors_are_typed(servers):

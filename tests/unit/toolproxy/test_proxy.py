@@ -82,6 +82,38 @@ def test_sleep_reports_started_then_finished_with_durations():
     assert sleep.calls == 2 and sleep.predicted_duration_s == pytest.approx(mean)
 
 
+def test_a_call_is_a_tool_span_in_the_callers_trace(spans):
+    parent = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+
+    async def scenario(http):
+        joined = await http.post("/tools/echo", json={"q": "x"}, headers={"X-Session-Id": "s1", "traceparent": parent})
+        alone = await http.post("/tools/nope", json={})
+        return joined.status, alone.status
+
+    assert run_http(scenario)[0] == (200, 404)
+    ((span),) = [s for s in spans.get_finished_spans() if s.name == "tool.call"]
+    assert (format(span.context.trace_id, "032x"), format(span.parent.span_id, "016x")) == ("ab" * 16, "cd" * 8)
+    assert {k: span.attributes[k] for k in span.attributes if not k.startswith("tool.") or k == "tool.name"} == {
+        "openinference.span.kind": "TOOL",
+        "tool.name": "echo",
+        "session.id": "s1",
+        "input.value": '{"q": "x"}',
+        "input.mime_type": "application/json",
+        "output.value": '{"q": "x"}',
+        "output.mime_type": "application/json",
+        "http.status_code": 200,
+    }
+
+
+def test_a_call_without_a_session_has_no_session_id(spans):
+    async def scenario(http):
+        return (await http.post("/tools/echo", json={})).status
+
+    assert run_http(scenario)[0] == 200
+    (span,) = [s for s in spans.get_finished_spans() if s.name == "tool.call"]
+    assert span.parent is None and "session.id" not in span.attributes
+
+
 def test_echo_and_listing():
     async def scenario(http):
         echo = await http.post("/tools/echo", json={"a": [1, {"b": None}]})
