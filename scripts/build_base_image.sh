@@ -9,12 +9,14 @@
 #   BASE_IMAGE="$(scripts/build_base_image.sh)"
 #   docker build --build-arg BASE="$BASE_IMAGE" ...
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/steps.sh"
+STEP_PREFIX=build_base_image
 
 UPSTREAM_IMAGE="python:3.11-slim-bookworm"
 LOCAL_BASE_IMAGE="${AGENTSERVE_BASE_IMAGE_TAG:-agentserve/base:bookworm}"
 SUITE="bookworm"
 
-log() { echo "[build_base_image] $*" >&2; }
+log() { step_log "$@"; }
 die() { log "ERROR: $*"; exit 1; }
 
 as_root() {
@@ -41,9 +43,7 @@ debian_mirror() {
 
 build_with_debootstrap() {
     if ! command -v debootstrap >/dev/null 2>&1; then
-        log "installing debootstrap"
-        as_root apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq debootstrap >/dev/null
+        step "installing debootstrap (apt-get)" quiet_apt debootstrap
     fi
     local mirror rootfs
     mirror="$(debian_mirror)"
@@ -77,8 +77,7 @@ choose_base_image() {
     if image_exists "$LOCAL_BASE_IMAGE"; then
         log "using existing $LOCAL_BASE_IMAGE (debootstrap)"
     else
-        build_with_debootstrap
-        log "built $LOCAL_BASE_IMAGE (debootstrap)"
+        step "building $LOCAL_BASE_IMAGE with debootstrap (once per machine, a few minutes)" build_with_debootstrap
     fi
     BASE_IMAGE="$LOCAL_BASE_IMAGE"
 }

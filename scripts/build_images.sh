@@ -17,21 +17,15 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SCRIPTS="$ROOT/scripts"
+source "$SCRIPTS/lib/steps.sh"
+STEP_PREFIX=build_images
 AGENTSERVE_IMAGE="${AGENTSERVE_IMAGE:-agentserve:dev}"
 PHOENIX_IMAGE="${PHOENIX_IMAGE:-agentserve-phoenix:dev}"
 HASH_LABEL="org.agentserve.content-hash"
 STAMP_NAME=".lock.sha256"
 
-log() { echo "[build_images] $*" >&2; }
+log() { step_log "$@"; }
 die() { log "ERROR: $*"; exit 1; }
-
-# timed NAME CMD...: run CMD and log how long it took.
-timed() {
-    local name="$1" start=$SECONDS
-    shift
-    "$@"
-    log "$name took $((SECONDS - start))s"
-}
 
 # Hash of the files that go into the project wheel and of the hardware profiles the image carries:
 # paths and contents, build leftovers excluded.
@@ -70,7 +64,7 @@ build_image() {
     old_id="$(docker image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)"
     build_log="$(mktemp /tmp/agentserve-docker-build.XXXXXX.log)"
     cp "$dockerfile" "$context/Dockerfile"
-    log "building $tag (log: $build_log)"
+    log "building $tag with docker build (log: $build_log)"
     # The legacy builder is what this engine offers without buildx; it handles multi-stage fine.
     DOCKER_BUILDKIT=0 docker build --build-arg "BASE=$BASE_IMAGE" --label "$HASH_LABEL=$hash" \
         -t "$tag" "$context" >"$build_log" 2>&1 \
@@ -125,21 +119,22 @@ for target in "$@"; do
     esac
 done
 
-timed "setup_docker" "$SCRIPTS/setup_docker.sh"
-start=$SECONDS
-BASE_IMAGE="$("$SCRIPTS/build_base_image.sh")"
-log "build_base_image took $((SECONDS - start))s; base image: $BASE_IMAGE"
+once setup_docker step "setting up Docker (engine, compose v2 plugin)" "$SCRIPTS/setup_docker.sh"
+# Its stdout is the image name; its progress goes to stderr.
+BASE_IMAGE="$(step "providing the base image (no registry pulls)" "$SCRIPTS/build_base_image.sh")"
+log "base image: $BASE_IMAGE"
 BASE_ID="$(docker image inspect --format '{{.Id}}' "$BASE_IMAGE")"
 
 if [ "$want_agentserve" = 1 ] && [ "$want_phoenix" = 1 ]; then
-    timed "build_wheelhouse" "$SCRIPTS/build_wheelhouse.sh"
+    wheels=()
 elif [ "$want_agentserve" = 1 ]; then
-    timed "build_wheelhouse" "$SCRIPTS/build_wheelhouse.sh" --only agentserve
+    wheels=(--only agentserve)
 else
-    timed "build_wheelhouse" "$SCRIPTS/build_wheelhouse.sh" --only phoenix
+    wheels=(--only phoenix)
 fi
+step "filling the offline wheelhouses" "$SCRIPTS/build_wheelhouse.sh" "${wheels[@]}"
 
 WORK="$(mktemp -d /tmp/agentserve-images.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
-if [ "$want_agentserve" = 1 ]; then timed "image $AGENTSERVE_IMAGE" build_agentserve; fi
-if [ "$want_phoenix" = 1 ]; then timed "image $PHOENIX_IMAGE" build_phoenix; fi
+if [ "$want_agentserve" = 1 ]; then step "image $AGENTSERVE_IMAGE (every agentserve service)" build_agentserve; fi
+if [ "$want_phoenix" = 1 ]; then step "image $PHOENIX_IMAGE (tracing UI)" build_phoenix; fi

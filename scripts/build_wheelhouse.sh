@@ -16,8 +16,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 STAMP_NAME=".lock.sha256"
+source "$ROOT/scripts/lib/steps.sh"
+STEP_PREFIX=build_wheelhouse
 
-log() { echo "[build_wheelhouse] $*" >&2; }
+log() { step_log "$@"; }
 die() { log "ERROR: $*"; exit 1; }
 
 # Target tags for the image: cp311 and every manylinux level bookworm's glibc 2.36 can load.
@@ -47,10 +49,10 @@ download_locked() {
     mkdir -p "$dir"
     local flags
     mapfile -t flags < <(target_flags)
-    "$PYTHON" -m pip download --quiet --disable-pip-version-check --no-deps \
+    quiet_pip "$PYTHON" download --quiet --disable-pip-version-check --no-deps \
         "${flags[@]}" -d "$dir" -r "$lock"
     # --no-deps above trusts the lock to be complete; this resolve proves it without a network.
-    "$PYTHON" -m pip download --quiet --disable-pip-version-check --no-index \
+    quiet_pip "$PYTHON" download --quiet --disable-pip-version-check --no-index \
         --find-links "$dir" "${flags[@]}" -d "$dir" -r "$lock" \
         || die "$1 is not complete: a dependency above is not pinned in it"
     echo "$want" >"$dir/$STAMP_NAME"
@@ -64,7 +66,7 @@ build_project_wheel() {
     # Build from a fresh copy: setuptools' build/ folder keeps deleted modules and would ship them.
     src="$(mktemp -d /tmp/agentserve-src.XXXXXX)"
     tar -C "$ROOT" -c --exclude=__pycache__ --exclude='*.egg-info' pyproject.toml services | tar -C "$src" -x
-    "$PYTHON" -m pip wheel --quiet --disable-pip-version-check --no-deps "$src" -w "$dir"
+    quiet_pip "$PYTHON" wheel --quiet --disable-pip-version-check --no-deps "$src" -w "$dir"
     rm -rf "$src"
 }
 

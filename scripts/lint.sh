@@ -6,7 +6,8 @@
 # Usage: scripts/lint.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install.sh
+source scripts/lib/steps.sh
+once install scripts/install.sh
 BIN=.venv/bin
 FAILED=()
 

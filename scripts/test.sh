@@ -8,5 +8,6 @@
 # tests are selected, and images already built in this run are not built again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install.sh
+source scripts/lib/steps.sh
+once install scripts/install.sh
 exec .venv/bin/python -m pytest tests "$@"
