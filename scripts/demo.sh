@@ -13,5 +13,9 @@ export PYTHON="$PWD/.venv/bin/python"
 # build_images.sh sets up Docker first (setup_docker.sh), once.
 once build_images scripts/build_images.sh
 step "starting the deployment (docker compose up --wait: every service healthy)" docker compose up -d --wait
-step "running the demo agent session" .venv/bin/agentserve demo --address 127.0.0.1:50051 --toolproxy http://127.0.0.1:8080
-step_log "ready in $((SECONDS - start))s. Tracing UI: http://127.0.0.1:6006 (project 'agentserve'); stop with: docker compose down"
+# The host ports compose publishes (docker-compose.yml; overridable there, so here too).
+grpc="127.0.0.1:${AGENTSERVE_GRPC_HOST_PORT:-50051}"
+tools="http://127.0.0.1:${AGENTSERVE_TOOLPROXY_HOST_PORT:-8080}"
+export AGENTSERVE_TRACING_UI="http://127.0.0.1:${AGENTSERVE_PHOENIX_HOST_PORT:-6006}"
+step "running the demo agent session" .venv/bin/agentserve demo --address "$grpc" --toolproxy "$tools"
+step_log "done in $((SECONDS - start))s. Tracing UI: $AGENTSERVE_TRACING_UI (project 'agentserve'); stop with: docker compose down"

@@ -17,7 +17,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
 fi
 start=$SECONDS
 step "upgrading pip" quiet_pip .venv/bin/python install -q --upgrade pip
-step "installing the pinned dependencies of requirements-dev.lock (about a minute on a fresh machine)" \
+step "installing the pinned dependencies of requirements-dev.lock (the longest step: minutes on a fresh machine)" \
   quiet_pip .venv/bin/python install -q -r requirements-dev.lock
 step "installing agentserve itself (editable)" quiet_pip .venv/bin/python install -q --no-deps -e .
 echo "$want" > "$stamp"

@@ -43,6 +43,7 @@ def run_demo(
                 "prompt_tokens": result.prompt_tokens,
                 "cached_tokens": result.cached_tokens,
                 "completion_tokens": len(result.token_ids),
+                "text": result.text,
                 "trace_id": result.trace_id,
                 "span_id": result.metadata.span_id if result.metadata else "",
             }
