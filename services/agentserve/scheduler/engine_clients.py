@@ -61,7 +61,15 @@ class EngineClients:
         )
         try:
             async for chunk in call:
-                yield generate_chunk_from_proto(chunk)
+                converted = generate_chunk_from_proto(chunk)
+                if converted.finished:
+                    # The engine ends the stream right after its final chunk. Reading that end now
+                    # completes the call, and its client span with it: a call cancelled instead
+                    # leaves the span open until the garbage collector closes it, seconds later,
+                    # which the trace would show as the turn's latency.
+                    async for _ in call:
+                        pass
+                yield converted
         except grpc.aio.AioRpcError as exc:
             raise translate(exc, address) from None
         finally:

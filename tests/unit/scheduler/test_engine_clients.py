@@ -1,0 +1,59 @@
+"""EngineClients' decode stream against a real gRPC server on loopback: its client span ends with it."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import aclosing
+
+import grpc
+import pytest
+from opentelemetry.trace import SpanKind
+
+from agentserve.common.netutil import free_port
+from agentserve.contracts import GenerateRequest, SamplingParams
+from agentserve.scheduler.engine_clients import EngineClients
+from agentserve.v1 import decode_pb2, decode_pb2_grpc
+
+pytestmark = pytest.mark.unit
+
+GENERATE = "/agentserve.v1.Decode/Generate"
+
+
+class ThreeTokens(decode_pb2_grpc.DecodeServicer):
+    async def Generate(self, request, context):
+        for i, token in enumerate((7, 8, 9)):
+            yield decode_pb2.GenerateChunk(token_ids=[token], finished=i == 2, finish_reason="length" if i == 2 else "")
+
+
+def client_spans(spans) -> list:
+    return [s for s in spans.get_finished_spans() if s.name == GENERATE and s.kind is SpanKind.CLIENT]
+
+
+def test_the_generate_call_and_its_client_span_end_when_the_final_chunk_arrives(spans) -> None:
+    request = GenerateRequest("r1", "s1", "", [1, 2, 3], 3, SamplingParams(max_tokens=3))
+
+    async def main():
+        server = grpc.aio.server()
+        decode_pb2_grpc.add_DecodeServicer_to_server(ThreeTokens(), server)
+        address = f"127.0.0.1:{free_port()}"
+        server.add_insecure_port(address)
+        await server.start()
+        clients = EngineClients()
+        try:
+            tokens, ended_at_final = [], None
+            # The caller stops at the final chunk and keeps the stream object: nothing is closed
+            # or collected yet when the span must already have ended.
+            async with aclosing(clients.generate(address, request, [])) as chunks:
+                async for chunk in chunks:
+                    tokens.extend(chunk.token_ids)
+                    if chunk.finished:
+                        ended_at_final = len(client_spans(spans))
+                        break
+            return tokens, ended_at_final
+        finally:
+            await clients.close()
+            await server.stop(0)
+
+    tokens, ended_at_final = asyncio.run(main())
+    assert tokens == [7, 8, 9]
+    assert ended_at_final == 1
