@@ -3,6 +3,10 @@
 Two metadata shapes cover the engine's two kinds of step:
 - `PrefillMetadata`: one sequence, T new tokens on top of `num_cached` tokens already in the pool.
 - `DecodeMetadata`: B sequences, one new token each, contexts of different lengths (padded, masked).
+
+A prefill on a cached prefix attends to the prefix and to its own tokens separately and merges the
+two by their log-sum-exps (`prefix_attention`): no `[T, context]` mask, and the new tokens' KV is
+not read back from the pool.
 """
 
 from __future__ import annotations
@@ -13,9 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-# Queries per attention chunk when a cached prefix makes the mask non-square: bounds the
-# [heads, chunk, context] score tensor for long contexts.
-QUERY_CHUNK = 512
+from agentserve.engine.prefix_attention import attend_with_prefix
 
 
 def token_rows(table: torch.Tensor, start: int, stop: int, block_size: int) -> torch.Tensor:
@@ -26,8 +28,8 @@ def token_rows(table: torch.Tensor, start: int, stop: int, block_size: int) -> t
     return rows.flatten(-2)[..., offset : offset + stop - start]
 
 
-# Masks are additive (0 where a key is visible, -inf where not) and built once per step: given a
-# bool mask, SDPA converts it to this in every layer, ~7% of a prefill on a cached prefix.
+# The decode mask is additive (0 where a key is visible, -inf where not) and built once per step:
+# given a bool mask, SDPA would convert it to this in every layer.
 
 
 def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -37,12 +39,14 @@ def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 @dataclass
 class PrefillMetadata:
     write_rows: torch.Tensor  # [T] pool rows for the new tokens' KV
-    block_table: torch.Tensor  # [ceil(total / block_size)] slots of the whole context, in order
-    block_size: int
     total: int  # num_cached + T
     num_cached: int
-    # (first query, [chunk, total] additive causal mask) per query chunk; built once, shared by all layers.
-    chunk_masks: list[tuple[int, torch.Tensor]]
+    block_size: int
+    # The cached prefix's slots, in order. When they are consecutive (a prefix allocated in one
+    # go from the free list usually is) its KV is a plain view of the pool, `prefix_start` its
+    # first row; otherwise it is gathered block by block.
+    prefix_slots: torch.Tensor
+    prefix_start: int | None
 
     @property
     def context_len(self) -> int:
@@ -50,27 +54,26 @@ class PrefillMetadata:
         return self.total
 
     @classmethod
-    def build(
-        cls, slots: Sequence[int], block_size: int, num_cached: int, num_new: int, dtype: torch.dtype = torch.float32
-    ) -> PrefillMetadata:
-        """`dtype` is the model's (the masks' dtype must match the queries')."""
+    def build(cls, slots: Sequence[int], block_size: int, num_cached: int, num_new: int) -> PrefillMetadata:
         total = num_cached + num_new
         table = torch.as_tensor(list(slots[: -(-total // block_size)]), dtype=torch.long)
-        masks = []
-        if num_cached:
-            for start in range(0, num_new, QUERY_CHUNK):
-                # Query num_cached + start + i sees keys up to its own position: -inf above that diagonal.
-                rows = min(QUERY_CHUNK, num_new - start)
-                hidden = torch.full((rows, total), float("-inf"), dtype=dtype)
-                masks.append((start, hidden.triu_(num_cached + start + 1)))
+        prefix = list(slots[: -(-num_cached // block_size)])
+        consecutive = bool(prefix) and prefix == list(range(prefix[0], prefix[0] + len(prefix)))
         return cls(
             write_rows=token_rows(table, num_cached, total, block_size),
-            block_table=table,
-            block_size=block_size,
             total=total,
             num_cached=num_cached,
-            chunk_masks=masks,
+            block_size=block_size,
+            prefix_slots=table[: len(prefix)],
+            prefix_start=prefix[0] * block_size if consecutive else None,
         )
+
+    def prefix_kv(self, rows: torch.Tensor) -> torch.Tensor:
+        """One layer's KV of the cached prefix in position order, `[num_cached, heads, d]`."""
+        if self.prefix_start is not None:
+            return rows[self.prefix_start : self.prefix_start + self.num_cached]
+        blocks = rows.view(-1, self.block_size, *rows.shape[1:]).index_select(0, self.prefix_slots)
+        return blocks.view(-1, *rows.shape[1:])[: self.num_cached]
 
 
 @dataclass
@@ -131,27 +134,11 @@ def paged_attention(
             q[:, :, None, :], keys, values, attn_mask=meta.key_mask, enable_gqa=groups > 1
         )
         return out[:, :, 0, :]
-    # CPU SDPA only takes its fused (flash) kernel for 4-D inputs; 3-D falls back to the math path
-    # that materialises the whole [T, S] score matrix.
-    if not meta.chunk_masks:
-        # Nothing cached: the new tokens are the whole context, no need to read them back.
-        queries, keys, values = q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None]
-        out = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, enable_gqa=groups > 1)
-        return out[0].transpose(0, 1)
-    keys = _gather_blocks(k_rows, meta).transpose(0, 1)[None]  # [1, KVH, S, d]
-    values = _gather_blocks(v_rows, meta).transpose(0, 1)[None]
-    queries = q.transpose(0, 1)[None]  # [1, H, T, d]
-    outs = [
-        F.scaled_dot_product_attention(
-            queries[:, :, start : start + mask.shape[0]], keys, values, attn_mask=mask, enable_gqa=groups > 1
-        )
-        for start, mask in meta.chunk_masks
-    ]
-    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+    if meta.num_cached:
+        return attend_with_prefix(q, k, v, meta.prefix_kv(k_rows), meta.prefix_kv(v_rows))
+    # Nothing cached: the new tokens are the whole context, no need to read them back. CPU SDPA
+    # only takes its fused (flash) kernel for 4-D inputs; 3-D falls back to the math path that
+    # materialises the whole [T, T] score matrix.
+    queries, keys, values = q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None]
+    out = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, enable_gqa=groups > 1)
     return out[0].transpose(0, 1)
-
-
-def _gather_blocks(rows: torch.Tensor, meta: PrefillMetadata) -> torch.Tensor:
-    """A layer's context KV in order, `[total, heads, d]`, gathered by block (not by token row)."""
-    blocks = rows.view(-1, meta.block_size, *rows.shape[1:]).index_select(0, meta.block_table)
-    return blocks.view(-1, *rows.shape[1:])[: meta.total]

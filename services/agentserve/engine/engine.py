@@ -73,9 +73,10 @@ class LLMEngine:
         if len(prompt_token_ids) == 0:
             raise ValueError("prompt is empty: at least one token is required")
         vocab = self.model_config.vocab_size
-        for i, tok in enumerate(prompt_token_ids):
-            if not isinstance(tok, int) or isinstance(tok, bool) or not 0 <= tok < vocab:
-                raise ValueError(f"token id {tok!r} at position {i} is out of range for vocab size {vocab}")
+        if not _plain_ids_below(prompt_token_ids, vocab):  # the loop only runs to name the bad token
+            for i, tok in enumerate(prompt_token_ids):
+                if not isinstance(tok, int) or isinstance(tok, bool) or not 0 <= tok < vocab:
+                    raise ValueError(f"token id {tok!r} at position {i} is out of range for vocab size {vocab}")
         total = len(prompt_token_ids) + params.max_tokens
         limit = self.model_config.max_position_embeddings
         if total > limit:
@@ -316,3 +317,8 @@ class LLMEngine:
         while not all(s.finished for s in seqs):
             self.step()
         return seqs
+
+
+def _plain_ids_below(token_ids: Seq[int], vocab: int) -> bool:
+    """Every id a plain int in [0, vocab): three C-speed passes, ~5x faster than a Python loop."""
+    return set(map(type, token_ids)) == {int} and min(token_ids) >= 0 and max(token_ids) < vocab

@@ -1,19 +1,18 @@
 """How the engine stores and runs its linear layers on the CPU.
 
-Three changes from a plain `nn.Linear`, none visible in parameter names or values, so Hugging
-Face checkpoints load unchanged:
+Two changes from a plain `nn.Linear`, none visible in parameter names or values, so Hugging Face
+checkpoints load unchanged:
 
 - **Column-major storage.** A weight keeps its `[out, in]` shape but is laid out `[in, out]` in
-  memory, the layout both CPU GEMM libraries read fastest here: MKL's one-row matmul (decode, the
-  LM head) reads a column-major weight ~3x faster than a row-major one.
-- **Kernel by row count** (`linear`). MKL's sgemm repacks the whole weight on every call, which
-  dominates when only a few dozen rows multiply it (a prefill on top of a cached prefix, a decode
-  batch): oneDNN's matmul reads the weight in place and is ~30% faster there with the weights
-  not in cache. Above `ONEDNN_MAX_ROWS` rows the repacking is amortised (MKL within ~12%), and
-  oneDNN builds a primitive per distinct row count (~0.4 ms each, cached up to 1024), so
-  bounding the row counts it sees keeps a long-running server from churning that cache.
+  memory, the layout MKL's GEMM reads fastest here: its one-row matmul (decode, the LM head)
+  reads a column-major weight ~3x faster than a row-major one, and it is ~5-20% faster at a few
+  dozen rows (a prefill on top of a cached prefix).
 - **Fusion** (`FusedLinear`): linears over the same input (q|k|v, gate|up) run as one matmul.
   The parts' parameters become views into the fused tensor, so each weight is stored once.
+
+Every row count runs on `F.linear` (MKL). oneDNN's matmul was tried for few-row inputs: it spends
+~25 us per call before any arithmetic (MKL ~4 us), 16 calls a forward, and is no faster on the
+arithmetic, so a 40-row prefill on a 960-token cached prefix took ~1 ms (10%) longer with it.
 """
 
 from __future__ import annotations
@@ -21,18 +20,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-# Largest row count sent to oneDNN; 256 row counts x 4 weight shapes fill its primitive cache.
-ONEDNN_MAX_ROWS = 256
-# fp32 only: that is what the parity tests pin down, and oneDNN has no fp16 matmul on most CPUs.
-_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """`F.linear` on the kernel that is fastest for this many rows (see the module docstring)."""
-    if _ONEDNN and x.dtype == torch.float32 and 1 < x.shape[0] <= ONEDNN_MAX_ROWS:
-        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-    return F.linear(x, weight, bias)
 
 
 def column_major(weight: torch.Tensor) -> torch.Tensor:
@@ -80,4 +67,4 @@ class FusedLinear(nn.Module):
             start = rows.stop
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias)
+        return F.linear(x, self.weight, self.bias)

@@ -20,7 +20,7 @@ from agentserve.engine.attention import DecodeMetadata, PrefillMetadata
 from agentserve.engine.config import ModelConfig
 from agentserve.engine.kv_pool import KVPool
 from agentserve.engine.layer_plan import LayerPlan, Norm, run_layer
-from agentserve.engine.linears import FusedLinear, column_major, linear, store_column_major
+from agentserve.engine.linears import FusedLinear, column_major, store_column_major
 from agentserve.engine.rope import RotaryEmbedding
 
 # Called with a layer index just before that layer runs; layerwise KV loading hooks in here.
@@ -146,7 +146,7 @@ class CausalLM(nn.Module):
     def forward(
         self,
         input_ids: torch.Tensor,
-        positions: torch.Tensor,
+        positions: torch.Tensor | slice,
         pool: KVPool,
         meta: PrefillMetadata | DecodeMetadata,
         logits_rows: torch.Tensor | slice | None = None,
@@ -162,4 +162,4 @@ class CausalLM(nn.Module):
         if logits_rows is not None:
             x = x[logits_rows]
         head = self.lm_head.weight if self.tied_head_weight is None else self.tied_head_weight
-        return linear(self.final_norm(x), head).float()
+        return F.linear(self.final_norm(x), head).float()

@@ -61,9 +61,12 @@ class RotaryEmbedding(torch.nn.Module):
         self.register_buffer("_signed_sin", torch.empty(0), persistent=False)
 
     def cos_sin(
-        self, positions: torch.Tensor, num_positions: int, dtype: torch.dtype
+        self, positions: torch.Tensor | slice, num_positions: int, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sign-folded sin for `rotate`, each `[tokens, 1, head_dim]`; positions < num_positions."""
+        """cos and sign-folded sin for `rotate`, each `[tokens, 1, head_dim]`; positions < num_positions.
+
+        A prefill's positions are a range: given as a slice, the tables are viewed, not gathered.
+        """
         if num_positions > self._cos.shape[0]:
             self._grow(max(num_positions, 2 * self._cos.shape[0]))
         cos, sin = self._cos[positions], self._signed_sin[positions]

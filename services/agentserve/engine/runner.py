@@ -51,12 +51,12 @@ class ModelRunner:
         """
         total = len(seq.token_ids)
         bs = self.pool.block_size
-        meta = PrefillMetadata.build(seq.slots, bs, num_cached, total - num_cached, self.pool.dtype)
+        meta = PrefillMetadata.build(seq.slots, bs, num_cached, total - num_cached)
         ids = torch.as_tensor(seq.token_ids[num_cached:], dtype=torch.long)
-        positions = torch.arange(num_cached, total)
         hook = None
         if external is not None and external.num_blocks > external_start:
             hook = self._layer_loader(external, seq.slots[external_start : external.num_blocks], external_start)
+        positions = slice(num_cached, total)  # a range: the rotary tables are viewed, not indexed
         logits = self.model(ids, positions, self.pool, meta, logits_rows=slice(-1, None), before_layer=hook)
         return logits[0]
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from agentserve.engine.attention import QUERY_CHUNK, DecodeMetadata, PrefillMetadata, paged_attention, token_rows
+from agentserve.engine.attention import DecodeMetadata, PrefillMetadata, paged_attention, token_rows
 
 pytestmark = pytest.mark.unit
 
@@ -34,14 +34,15 @@ def test_decode_rows_pad_short_sequences_and_pick_each_last_token() -> None:
     assert meta.context_len == 40
 
 
-def test_prefill_mask_hides_exactly_the_later_keys() -> None:
-    meta = PrefillMetadata.build(list(range(8)), BS, num_cached=32, num_new=10)
-    ((start, mask),) = meta.chunk_masks
-    query_pos = torch.arange(32, 42)[:, None]
-    assert start == 0 and mask.dtype == torch.float32
-    assert torch.equal(torch.isinf(mask), torch.arange(42)[None, :] > query_pos)
-    assert mask[~torch.isinf(mask)].eq(0).all()
-    assert PrefillMetadata.build(list(range(8)), BS, num_cached=0, num_new=10).chunk_masks == []
+def test_a_prefix_in_consecutive_slots_is_a_view_of_the_pool_and_a_scattered_one_is_gathered() -> None:
+    rows = torch.randn(10 * BS, KVH, D)
+    consecutive = PrefillMetadata.build([4, 5, 6, 1], BS, num_cached=40, num_new=10)
+    assert consecutive.prefix_start == 4 * BS
+    view = consecutive.prefix_kv(rows)
+    assert view.data_ptr() == rows[4 * BS].data_ptr() and torch.equal(view, rows[reference_rows([4, 5, 6], 0, 40)])
+    scattered = PrefillMetadata.build([4, 6, 5, 1], BS, num_cached=40, num_new=10)
+    assert scattered.prefix_start is None
+    assert torch.equal(scattered.prefix_kv(rows), rows[reference_rows([4, 6, 5], 0, 40)])
 
 
 def dense_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, query_pos: torch.Tensor):
@@ -55,12 +56,16 @@ def dense_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, q
     return (probs @ v).transpose(0, 1)
 
 
-@pytest.mark.parametrize(("num_cached", "num_new"), [(0, 30), (48, 20), (32, QUERY_CHUNK + 40)])
-def test_prefill_matches_dense_attention_over_scattered_slots(num_cached: int, num_new: int) -> None:
+@pytest.mark.parametrize(
+    ("num_cached", "num_new", "scattered"),
+    [(0, 30, True), (48, 20, True), (48, 20, False), (21, 1, True), (32, 600, True), (37, 9, False)],
+)
+def test_prefill_matches_dense_attention(num_cached: int, num_new: int, scattered: bool) -> None:
     torch.manual_seed(num_new)
     total = num_cached + num_new
     num_blocks = -(-total // BS)
-    slots = torch.randperm(num_blocks + 5)[:num_blocks].tolist()  # scattered, out of order
+    # Scattered and out of order, or consecutive (the prefix is then read as a view of the pool).
+    slots = torch.randperm(num_blocks + 5)[:num_blocks].tolist() if scattered else list(range(3, 3 + num_blocks))
     k_rows, v_rows = torch.randn(2, (num_blocks + 5) * BS, KVH, D).unbind(0)
     context_k, context_v = torch.randn(2, total, KVH, D).unbind(0)
     cached = reference_rows(slots, 0, num_cached)
