@@ -70,14 +70,20 @@ def block_ids_for(
     if not isinstance(block_size, int) or block_size <= 0:
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
     packed = _pack_tokens(token_ids)  # validate and pack once, then hash slices of it
-    fp, salt = _text_field(fingerprint), _text_field(tenant_salt)
     block_bytes = block_size * 4
+    # `_hash`'s input with the fields every full block shares joined once: the digest of a stream
+    # does not depend on how it is split into updates.
+    shared = _text_field(fingerprint) + _text_field(tenant_salt) + _U32.pack(block_size)
     ids: list[bytes] = []
-    parent: bytes | None = None
+    parent_field = _ROOT
     view = memoryview(packed)
     for start in range(0, len(packed) - block_bytes + 1, block_bytes):
-        parent = _hash(_parent_field(parent), fp, salt, view[start : start + block_bytes])
-        ids.append(parent)
+        h = hashlib.blake2b(parent_field, digest_size=BLOCK_ID_BYTES, person=_PERSON)
+        h.update(shared)
+        h.update(view[start : start + block_bytes])
+        block_id = h.digest()
+        ids.append(block_id)
+        parent_field = _CHILD + block_id
     return ids
 
 
