@@ -24,7 +24,13 @@ ECHO = {
     "function": {
         "name": "echo",
         "description": "Returns its arguments.",
-        "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"text": {"type": "string", "maxLength": 12}},
+            "required": ["text"],
+            # Closed: without it the grammar lets the model add keys of its own until max_tokens.
+            "additionalProperties": False,
+        },
     },
 }
 
@@ -196,3 +202,49 @@ def _call_tool(cluster, name: str, arguments: dict, headers: dict | None = None)
     )
     with urllib.request.urlopen(request, timeout=30) as reply:
         return json.loads(reply.read())
+
+
+def test_two_turn_tool_call_through_the_tool_proxy(cluster, client, tokenizer):
+    """Turn 1 is forced to call `echo` (a named tool_choice decodes under the tool's grammar, so
+    even the tiny model calls it); the agent runs the call through the tool proxy and sends the
+    result back; turn 2's prompt is exactly the template's rendering of that conversation."""
+    messages: list[dict] = [{"role": "user", "content": "Echo the word cache."}]
+    first = client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[ECHO], max_tokens=128, temperature=0,
+        tool_choice={"type": "function", "function": {"name": "echo"}},
+    )  # fmt: skip
+    choice = first.choices[0]
+    [call] = choice.message.tool_calls
+    assert (choice.finish_reason, call.type, call.function.name) == ("tool_calls", "function", "echo")
+    assert choice.message.content is None and call.id.startswith("call_")
+    arguments = json.loads(call.function.arguments)
+    assert set(arguments) == {"text"} and isinstance(arguments["text"], str) and len(arguments["text"]) <= 12
+
+    result = json.dumps(_call_tool(cluster, "echo", arguments))
+    assert json.loads(result) == arguments
+    messages += [
+        choice.message.model_dump(include={"role", "content", "tool_calls"}),
+        {"role": "tool", "tool_call_id": call.id, "content": result},
+    ]
+    second = client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[ECHO], max_tokens=16, temperature=0, extra_body={"ignore_eos": True}
+    )
+    rendered = tokenizer.apply_chat_template(
+        [
+            messages[0],
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"function": {"name": "echo", "arguments": arguments}}],
+            },
+            messages[2],
+        ],
+        tools=[ECHO],
+    )
+    assert f"<tool_response>\n{result}\n</tool_response>" in rendered
+    assert second.usage.prompt_tokens == len(tokenizer.encode(rendered))
+    # Same prompt, same greedy reply: the server answered exactly that rendering.
+    same = client.completions.create(
+        model=MODEL, prompt=tokenizer.encode(rendered), max_tokens=16, temperature=0, extra_body={"ignore_eos": True}
+    )
+    assert second.choices[0].message.content == same.choices[0].text
