@@ -1,4 +1,4 @@
-"""Paged attention on the CPU: write new KV into pool slots, gather each sequence's context, attend.
+"""Paged attention on the CPU: write new KV into pool slots, read each sequence's context, attend.
 
 Two metadata shapes cover the engine's two kinds of step:
 - `PrefillMetadata`: one sequence, T new tokens on top of `num_cached` tokens already in the pool.
