@@ -4,7 +4,9 @@
 # schedule, against the docker compose deployment, and must finish with zero errors and every
 # output exactly as long as the trace asks (aiperf's "OSL mismatch" check): requests carry vLLM's
 # `ignore_eos`, and aiperf counts output tokens from the server's usage (re-tokenizing the text of
-# a random-weights model would not give back the generated count).
+# a random-weights model would not give back the generated count). aiperf's server-metrics and GPU
+# collectors are off: there is no GPU, the service metrics are not at the OpenAI URL, and on a busy
+# machine an idle collector that misses heartbeats makes aiperf exit with an error.
 #
 #   scripts/aiperf_check.sh            # sets up Docker + images, starts a fresh compose project on
 #                                      # free loopback ports, runs aiperf, tears the project down
@@ -126,6 +128,7 @@ MODEL="$(curl -sf "http://127.0.0.1:$HTTP_PORT/v1/models" | "$PY" -c 'import jso
 CMD=("$AIPERF_VENV/bin/aiperf" profile --model "$MODEL" --url "http://127.0.0.1:$HTTP_PORT"
      --endpoint-type chat --streaming --tokenizer local/agentserve-tiny
      --extra-inputs '{"ignore_eos": true}' --use-server-token-count
+     --no-server-metrics --no-gpu-telemetry
      --input-file "$SUBSET" --custom-dataset-type mooncake_trace --isl-block-size "$((512 / SCALE))"
      --fixed-schedule --synthesis-speedup-ratio "$SPEEDUP" --ui-type none --artifact-dir "$OUT/aiperf")
 log "running: ${CMD[*]}"
