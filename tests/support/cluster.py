@@ -10,13 +10,14 @@ from agentserve.cli.up import LocalCluster, LocalPorts
 
 @contextmanager
 def local_cluster(
-    tmp_path_factory, name: str, decoders: int = 2, before: str | None = None, **options
+    tmp_path_factory, name: str, decoders: int = 2, prefill: int = 1, before: str | None = None, **options
 ) -> Iterator[LocalCluster]:
     """A started `LocalCluster` (data and logs under pytest's tmp dirs), stopped on exit; with
     `before`, started only up to that service (see `LocalCluster.start`)."""
     cluster = LocalCluster(
-        LocalPorts.free(decoders),
+        LocalPorts.free(decoders, prefill),
         decoders=decoders,
+        prefill=prefill,
         data_dir=tmp_path_factory.mktemp(f"kv-{name}"),
         log_dir=tmp_path_factory.mktemp(f"logs-{name}"),
         **options,

@@ -77,6 +77,23 @@ def bench_handoff(args: argparse.Namespace) -> dict:
     return handoff_bench.run(args.address, turns=args.turns, profile=args.profile, kv_path_policy=args.kv_path_policy)
 
 
+def profile_show(args: argparse.Namespace) -> dict:
+    from agentserve.costmodel.models import TARGET_MODELS, target_model
+    from agentserve.costmodel.ratio import TurnShape
+    from agentserve.fabric.profile_report import profile_report
+    from agentserve.fabric.profiles import load_profile
+
+    profile = load_profile(args.name)
+    if args.pd_ratio is not None:
+        profile = profile.with_pd_ratio(args.pd_ratio)
+    if args.hit_ratio is not None:
+        turn = TurnShape.from_hit_ratio(args.context, args.hit_ratio)
+    else:
+        turn = TurnShape(args.context, 429 if args.new_tokens is None else args.new_tokens)
+    models = [target_model(key) for key in args.model] if args.model else list(TARGET_MODELS.values())
+    return profile_report(profile, models, turn)
+
+
 def bench_kvstore(args: argparse.Namespace) -> dict:
     from agentserve.bench import kvstore_bench
 
@@ -153,9 +170,11 @@ def workload_generate(args: argparse.Namespace) -> dict:
 def up_local(args: argparse.Namespace) -> int:
     from agentserve.cli.up import FabricSettings, LocalCluster, ready_line
 
-    cluster = LocalCluster(decoders=args.decoders, fabric=FabricSettings(args.profile, args.kv_path_policy))
+    cluster = LocalCluster(
+        prefill=args.prefill, decoders=args.decoders, fabric=FabricSettings(args.profile, args.kv_path_policy)
+    )
     print(
-        "agentserve: starting kvstore, scheduler, prefill, "
+        f"agentserve: starting kvstore, scheduler, {args.prefill} prefill, "
         f"{args.decoders} decode, toolproxy; fabric {args.profile}, kv paths {args.kv_path_policy} "
         f"(logs in {cluster.log_dir})",
         file=sys.stderr,

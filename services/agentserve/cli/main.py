@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="every service as a local process on loopback (compose: docker compose up)",
     )
+    up.add_argument("--prefill", type=int, default=1, help="prefill engines, each on its own port")
     up.add_argument("--decoders", type=int, default=2)
     up.add_argument("--demo", action="store_true", help="run a demo agent session once everything is up")
     up.add_argument(
@@ -58,6 +59,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="how store hits reach the prefill engine (DualPath: the shorter storage-NIC queue)",
     )
     up.set_defaults(func=commands.up_local)
+
+    profile = sub.add_parser("profile", help="hardware profiles of the emulated fabric").add_subparsers(
+        dest="profile_command", required=True
+    )
+    pshow = profile.add_parser(
+        "show", help="a profile's NICs and, per target model, the cache-compute ratio (GB of KV per PFLOP) of a turn"
+    )
+    pshow.add_argument("name", help="profiles/<name>.yaml, or a path to one")
+    pshow.add_argument("--model", action="append", help="target model (repeatable; default: all)")
+    pshow.add_argument("--context", type=int, default=32_700, help="prompt tokens of the turn")
+    turn = pshow.add_mutually_exclusive_group()
+    turn.add_argument("--new-tokens", type=int, help="tokens appended this turn (default 429, the paper's)")
+    turn.add_argument("--hit-ratio", type=float, help="cached share of the prompt, instead of --new-tokens")
+    pshow.add_argument("--pd-ratio", help="prefill nodes:decode nodes, e.g. 1:1 (profiles with a node)")
+    pshow.add_argument("--json", action="store_true")
+    pshow.set_defaults(func=commands.profile_show)
 
     demo = sub.add_parser("demo", help="run a demo agent session against a running system")
     demo.add_argument("--address", default="127.0.0.1:50051", help="scheduler gRPC address")

@@ -3,6 +3,8 @@
 Starts them in dependency order (kvstore, scheduler, engines, toolproxy), waits for each to report
 SERVING over gRPC health and for the scheduler's HTTP `/health` to say a prefill and a decode
 engine have registered, then supervises: if one exits, or on Ctrl-C / SIGTERM, all are stopped.
+With several prefill engines (`--prefill N`) they are named prefill-0 .. prefill-N-1; the first
+listens on the prefill port, the others on free ports.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import grpc
@@ -36,15 +38,18 @@ class LocalPorts:
     decode_base: int = 50054
     decode_ports: tuple[int, ...] = ()  # explicit ports (tests); default decode_base + i
     metrics: int = 9100  # the scheduler's Prometheus /metrics
+    prefill_ports: tuple[int, ...] = ()  # every prefill engine's, when there are several
 
     @classmethod
-    def free(cls, decoders: int) -> LocalPorts:
+    def free(cls, decoders: int, prefill: int = 1) -> LocalPorts:
         """Distinct free loopback ports for every service (tests, benches beside other work)."""
+        prefill_ports = tuple(free_port() for _ in range(prefill))
         return cls(
             scheduler=free_port(),
             http=free_port(),
             kvstore=free_port(),
-            prefill=free_port(),
+            prefill=prefill_ports[0],
+            prefill_ports=prefill_ports if prefill > 1 else (),
             decode_ports=tuple(free_port() for _ in range(decoders)),
             toolproxy_grpc=free_port(),
             toolproxy_http=free_port(),
@@ -53,6 +58,21 @@ class LocalPorts:
 
     toolproxy_grpc: int = 50050
     toolproxy_http: int = 8080
+
+    def with_prefill(self, count: int) -> LocalPorts:
+        """These ports with one for each of `count` prefill engines: the prefill port first, free
+        ports for the rest (fixed ones would collide with the decode ports that follow 50053)."""
+        if count <= max(1, len(self.prefill_ports)):
+            return self
+        have = self.prefill_ports or (self.prefill,)
+        return replace(self, prefill_ports=have + tuple(free_port() for _ in range(count - len(have))))
+
+    def prefill_port(self, index: int) -> int:
+        if self.prefill_ports:
+            return self.prefill_ports[index]
+        if index == 0:
+            return self.prefill
+        raise ValueError(f"no port for prefill engine {index}; use LocalPorts.with_prefill")
 
 
 @dataclass
@@ -129,7 +149,12 @@ class FabricSettings:
 
 
 def service_commands(
-    ports: LocalPorts, model_dir: Path, data_dir: Path, decoders: int, fabric: FabricSettings = FabricSettings()
+    ports: LocalPorts,
+    model_dir: Path,
+    data_dir: Path,
+    decoders: int,
+    fabric: FabricSettings = FabricSettings(),
+    prefill: int = 1,
 ) -> list[tuple[str, int, list[str]]]:
     py = [sys.executable, "-m"]
     engine_common = [
@@ -172,8 +197,11 @@ def service_commands(
                 fabric.kv_path_policy,
             ],
         ),
-        ("prefill", ports.prefill, py + ["agentserve.prefill", "--grpc-port", str(ports.prefill)] + engine_common),
     ]
+    for i in range(prefill):
+        name = "prefill" if prefill == 1 else f"prefill-{i}"
+        port = ports.prefill_port(i)
+        cmds.append((name, port, py + ["agentserve.prefill", "--grpc-port", str(port)] + engine_common))
     for i in range(decoders):
         port = ports.decode_ports[i] if ports.decode_ports else ports.decode_base + i
         cmds.append((f"decode-{i}", port, py + ["agentserve.decode", "--grpc-port", str(port)] + engine_common))
@@ -201,6 +229,7 @@ class LocalCluster:
         self,
         ports: LocalPorts = LocalPorts(),
         decoders: int = 2,
+        prefill: int = 1,
         data_dir: Path | None = None,
         log_dir: Path | None = None,
         model_dir: Path | None = None,
@@ -208,13 +237,16 @@ class LocalCluster:
         fabric: FabricSettings = FabricSettings(),
     ):
         if decoders < 1:
-            raise ValueError("at least one decode engine is required")
+            raise ValueError(f"at least one decode engine is required, got decoders={decoders}")
+        if prefill < 1:
+            raise ValueError(f"at least one prefill engine is required, got prefill={prefill}")
         from agentserve.fabric.profiles import load_profile
         from agentserve.scheduler.paths import make_path_policy
 
         load_profile(fabric.profile)  # a bad name fails here, naming the profiles on offer
         make_path_policy(fabric.kv_path_policy)
-        self.ports = ports
+        self.ports = ports.with_prefill(prefill)
+        self.prefill = prefill
         self.decoders = decoders
         self.fabric = fabric
         home = models_home().parent
@@ -227,15 +259,19 @@ class LocalCluster:
     def start(self, timeout_s: float = 180.0, before: str | None = None) -> None:
         """Start the services not started yet, in order, and wait until the cluster is ready.
 
-        With `before`, stop short of the service of that name (and skip the readiness wait): a
-        later `start()` starts the rest. Tests use it to watch a scheduler that has no engines.
+        With `before`, stop short of the service of that name, or of that group (`prefill` stops
+        before prefill-0), and skip the readiness wait: a later `start()` starts the rest. Tests
+        use it to watch a scheduler that has no engines.
         """
         model_dir = self.model_dir or ensure_default_model()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         started = {p.name for p in self.procs}
         try:
-            for name, port, cmd in service_commands(self.ports, model_dir, self.data_dir, self.decoders, self.fabric):
-                if name == before:
+            commands = service_commands(
+                self.ports, model_dir, self.data_dir, self.decoders, self.fabric, prefill=self.prefill
+            )
+            for name, port, cmd in commands:
+                if before is not None and (name == before or name.startswith(f"{before}-")):
                     break
                 if name in started:
                     continue

@@ -15,41 +15,30 @@ Then moving N tokens' KV takes N * kv_local / (gbps * s) = D * (target transfer 
 computing them takes D * (target compute time): the ratio of the two equals the target's. Local
 seconds are D target seconds, so other target durations (tool waits, SLOs) scale by D too. A
 profile without `target` is used literally (D = s = 1).
+
+A profile either lists each role's NICs (`engines`, `decode_per_prefill`) or describes a `node`
+(agentserve.fabric.topology: GPUs, the storage NICs they share, a compute NIC each, P:D), from
+which both are derived. `target.kv_bytes_per_token` may be left out when `target.model` names one
+of agentserve.costmodel's target models.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from agentserve.costmodel.models import TARGET_MODELS
 from agentserve.fabric.nic import DEFAULT_BURST_MS, DEFAULT_CATCHUP_MS, EmulatedNIC
+from agentserve.fabric.topology import NICSpec, NodeTopology, RoleNICs
 
 ROLES = ("prefill", "decode")
 NIC_NAMES = ("snic", "cnic")
 # Repo checkout: services/agentserve/fabric/profiles.py -> <root>/profiles
 DEFAULT_PROFILES_DIR = Path(__file__).resolve().parents[3] / "profiles"
-
-
-@dataclass(frozen=True)
-class NICSpec:
-    gbps: float  # 0 = unshaped
-    latency_ms: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.gbps < 0:
-            raise ValueError(f"gbps must be >= 0 (0 = unshaped), got {self.gbps}")
-        if self.latency_ms < 0:
-            raise ValueError(f"latency_ms must be >= 0, got {self.latency_ms}")
-
-
-@dataclass(frozen=True)
-class RoleNICs:
-    snic: NICSpec
-    cnic: NICSpec
 
 
 @dataclass(frozen=True)
@@ -74,6 +63,7 @@ class HardwareProfile:
     target: TargetSpec | None = None
     burst_ms: float = DEFAULT_BURST_MS  # tokens an idle NIC holds
     catchup_ms: float = DEFAULT_CATCHUP_MS  # tokens a sending NIC may bank when its process lags
+    node: NodeTopology | None = None  # where `engines` and `decode_per_prefill` came from, if given
 
     def __post_init__(self) -> None:
         if set(self.engines) != set(ROLES):
@@ -85,6 +75,13 @@ class HardwareProfile:
             raise ValueError(f"profile {self.name}: decode_per_prefill must be positive")
         if not 0 < self.burst_ms <= self.catchup_ms:
             raise ValueError(f"profile {self.name}: need 0 < burst_ms <= catchup_ms")
+
+    def with_pd_ratio(self, ratio: str) -> HardwareProfile:
+        """This profile with another prefill:decode node ratio (needs a `node`)."""
+        if self.node is None:
+            raise ValueError(f"profile {self.name} has no node topology; pd_ratio needs one")
+        node = self.node.with_pd_ratio(ratio)
+        return replace(self, node=node, decode_per_prefill=node.decode_per_prefill)
 
     def scaled(self, local_kv_bytes_per_token: float, local_prefill_tokens_per_s: float) -> ScaledProfile:
         """Bandwidths and latencies for this machine (formula in the module docstring)."""
@@ -162,30 +159,38 @@ def parse_profile(doc: Any, source: str = "<profile>") -> HardwareProfile:
     top = _mapping(
         doc,
         source,
-        required=("name", "engines", "decode_per_prefill"),
-        optional=("description", "target", "burst_ms", "catchup_ms"),
+        required=("name",),
+        optional=("description", "target", "burst_ms", "catchup_ms", "engines", "decode_per_prefill", "node"),
     )
     try:
-        engines = {}
-        for role, nics in _mapping(top["engines"], f"{source}: engines", optional=ROLES).items():
-            where = f"{source}: engines.{role}"
-            spec = _mapping(nics, where, required=NIC_NAMES)
-            engines[role] = RoleNICs(*(_nic(spec[name], f"{where}.{name}") for name in NIC_NAMES))
+        node = None
+        if "node" in top:
+            given = [key for key in ("engines", "decode_per_prefill") if key in top]
+            if given:
+                raise ValueError(f"{source}: {', '.join(given)} come from node; give either node or them")
+            node = _node(top["node"], f"{source}: node")
+            engines = {role: node.engine_nics() for role in ROLES}
+            decode_per_prefill = node.decode_per_prefill
+        else:
+            missing = [key for key in ("engines", "decode_per_prefill") if key not in top]
+            if missing:
+                raise ValueError(f"{source}: missing key(s) {', '.join(missing)} (or a node topology)")
+            engines = {}
+            for role, nics in _mapping(top["engines"], f"{source}: engines", optional=ROLES).items():
+                where = f"{source}: engines.{role}"
+                spec = _mapping(nics, where, required=NIC_NAMES)
+                engines[role] = RoleNICs(*(_nic(spec[name], f"{where}.{name}") for name in NIC_NAMES))
+            decode_per_prefill = _number(top["decode_per_prefill"], f"{source}: decode_per_prefill")
         target = None
         if top.get("target") is not None:
-            where = f"{source}: target"
-            t = _mapping(top["target"], where, required=("model", "kv_bytes_per_token", "prefill_tokens_per_s"))
-            target = TargetSpec(
-                str(t["model"]),
-                _number(t["kv_bytes_per_token"], f"{where}.kv_bytes_per_token"),
-                _number(t["prefill_tokens_per_s"], f"{where}.prefill_tokens_per_s"),
-            )
+            target = _target(top["target"], f"{source}: target")
         return HardwareProfile(
             name=str(top["name"]),
             description=str(top.get("description", "")),
             engines=engines,
-            decode_per_prefill=_number(top["decode_per_prefill"], f"{source}: decode_per_prefill"),
+            decode_per_prefill=decode_per_prefill,
             target=target,
+            node=node,
             burst_ms=_number(top.get("burst_ms", DEFAULT_BURST_MS), f"{source}: burst_ms"),
             catchup_ms=_number(top.get("catchup_ms", DEFAULT_CATCHUP_MS), f"{source}: catchup_ms"),
         )
@@ -203,6 +208,44 @@ def _mapping(value: Any, where: str, required: tuple[str, ...] = (), optional: t
     missing = [key for key in required if key not in value]
     if missing:
         raise ValueError(f"{where}: missing key(s) {', '.join(missing)}")
+    return value
+
+
+def _target(value: Any, where: str) -> TargetSpec:
+    t = _mapping(value, where, required=("model", "prefill_tokens_per_s"), optional=("kv_bytes_per_token",))
+    model = str(t["model"])
+    if "kv_bytes_per_token" in t:
+        kv_bytes = _number(t["kv_bytes_per_token"], f"{where}.kv_bytes_per_token")
+    elif model in TARGET_MODELS:
+        kv_bytes = float(TARGET_MODELS[model].kv_bytes_per_token)
+    else:
+        raise ValueError(
+            f"{where}: kv_bytes_per_token is required unless model is one of {', '.join(TARGET_MODELS)}, "
+            f"got model {model!r}"
+        )
+    return TargetSpec(model, kv_bytes, _number(t["prefill_tokens_per_s"], f"{where}.prefill_tokens_per_s"))
+
+
+def _node(value: Any, where: str) -> NodeTopology:
+    spec = _mapping(
+        value, where, required=("gpus", "snic", "cnic"), optional=("storage_nics", "pd_ratio", "gpu_tflops")
+    )
+    topology = NodeTopology(
+        gpus=_count(spec["gpus"], f"{where}.gpus"),
+        snic=_nic(spec["snic"], f"{where}.snic"),
+        cnic=_nic(spec["cnic"], f"{where}.cnic"),
+        storage_nics=_count(spec.get("storage_nics", 1), f"{where}.storage_nics"),
+        gpu_tflops=_number(spec["gpu_tflops"], f"{where}.gpu_tflops") if "gpu_tflops" in spec else None,
+    )
+    try:
+        return topology.with_pd_ratio(spec.get("pd_ratio", topology.pd_ratio))
+    except ValueError as exc:
+        raise ValueError(f"{where}.pd_ratio: {exc}") from None
+
+
+def _count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{where}: expected a positive integer, got {value!r}")
     return value
 
 

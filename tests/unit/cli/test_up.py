@@ -27,7 +27,7 @@ def test_profile_and_policy_reach_the_services() -> None:
 
 
 def test_unknown_profile_or_policy_fails_before_anything_starts(capsys) -> None:
-    with pytest.raises(ValueError, match="available: h800-node, local-unshaped"):
+    with pytest.raises(ValueError, match="available: dualpath-h800, h800-node, local-unshaped"):
         LocalCluster(fabric=FabricSettings(profile="dgx-moon"))
     with pytest.raises(ValueError, match="unknown kv path policy"):
         LocalCluster(fabric=FabricSettings(kv_path_policy="fastest"))
@@ -46,3 +46,25 @@ def test_ready_line_lists_every_endpoint() -> None:
     assert ready_line(ports, env).endswith("| traces to http://127.0.0.1:4317 (UI http://h:6006)")
     commands = {name: cmd for name, _, cmd in service_commands(ports, Path("/m"), Path("/d"), 1)}
     assert flag(commands["scheduler"], "--metrics-port") == "9100"
+
+
+def test_several_prefill_engines_get_distinct_ports_and_names() -> None:
+    ports = LocalPorts().with_prefill(3)
+    assert ports.prefill_ports[0] == 50053 and len(set(ports.prefill_ports)) == 3
+    assert not {50051, 50052, 50054, 50055, 8000, 8080, 9100} & set(ports.prefill_ports[1:])
+    commands = {name: (port, cmd) for name, port, cmd in service_commands(ports, Path("/m"), Path("/d"), 2, prefill=3)}
+    assert [n for n in commands if n.startswith("prefill")] == ["prefill-0", "prefill-1", "prefill-2"]
+    for i in range(3):
+        port, cmd = commands[f"prefill-{i}"]
+        assert port == ports.prefill_ports[i] and flag(cmd, "--grpc-port") == str(port)
+        assert cmd[cmd.index("-m") + 1] == "agentserve.prefill"
+    single = [name for name, _, _ in service_commands(LocalPorts(), Path("/m"), Path("/d"), 2)]
+    assert single == ["kvstore", "scheduler", "prefill", "decode-0", "decode-1", "toolproxy"]
+    free = LocalPorts.free(1, prefill=2)
+    assert free.prefill == free.prefill_ports[0] != free.prefill_ports[1]
+
+
+def test_prefill_count_is_validated() -> None:
+    with pytest.raises(ValueError, match="at least one prefill engine is required, got prefill=0"):
+        LocalCluster(prefill=0)
+    assert main(["up", "--local", "--prefill", "0"]) == 2

@@ -107,3 +107,72 @@ def test_unknown_profile_lists_the_available_ones(tmp_path, monkeypatch):
     (tmp_path / "bad.yaml").write_text("name: [unclosed\n")
     with pytest.raises(ValueError, match="cannot read hardware profile"):
         load_profile(tmp_path / "bad.yaml")
+
+
+NODE_DOC = {
+    "name": "node",
+    "node": {
+        "gpus": 8,
+        "snic": {"gbps": 400, "latency_ms": 0.005},
+        "cnic": {"gbps": 400},
+        "pd_ratio": "1:2",
+        "gpu_tflops": 989,
+    },
+    "target": {"model": "deepseek-v3.2", "prefill_tokens_per_s": 9200},
+}
+
+
+def test_node_topology_shares_one_snic_among_the_nodes_engines():
+    profile = parse_profile(NODE_DOC)
+    for role in ("prefill", "decode"):
+        assert profile.engines[role].snic.gbps == 50.0  # 400 Gbps / 8 GPUs
+        assert profile.engines[role].cnic.gbps == 400.0
+    assert profile.decode_per_prefill == 2.0
+    assert profile.target is not None and profile.target.kv_bytes_per_token == 48_068  # from the cost model
+    assert profile.with_pd_ratio("1:1").decode_per_prefill == 1.0
+    two_snics = copy.deepcopy(NODE_DOC)
+    two_snics["node"]["storage_nics"] = 2
+    assert parse_profile(two_snics).engines["prefill"].snic.gbps == 100.0
+
+
+def test_shipped_dualpath_profile_matches_the_paper():
+    profile = load_profile("dualpath-h800")
+    assert profile.node is not None and profile.node.to_dict() == {
+        "gpus_per_node": 8,
+        "storage_nics_per_node": 1,
+        "snic_gbps": 400.0,
+        "cnic_gbps_per_gpu": 400.0,
+        "snic_gbps_per_engine": 50.0,
+        "pd_ratio": "1:2",
+        "gpu_tflops": 989.0,
+    }
+    assert load_profile("h800-node").node is None  # the per-GPU-SNIC profile loads as before
+    with pytest.raises(ValueError, match="has no node topology"):
+        load_profile("h800-node").with_pd_ratio("1:1")
+
+
+def node_broken(key: str, value):
+    doc = copy.deepcopy(NODE_DOC)
+    doc["node"][key] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        (node_broken("pd_ratio", 62), r"node.pd_ratio: pd_ratio must look like 1:2"),
+        (node_broken("pd_ratio", "0:2"), "pd_ratio needs positive counts"),
+        (node_broken("gpus", 0), "node.gpus: expected a positive integer"),
+        (node_broken("storage_nics", 1.5), "node.storage_nics: expected a positive integer"),
+        (node_broken("nvlink", 1), "node: unknown key"),
+        ({**NODE_DOC, "decode_per_prefill": 2}, "decode_per_prefill come from node"),
+        ({"name": "x"}, "missing key.*engines, decode_per_prefill .or a node topology"),
+        (
+            {**NODE_DOC, "target": {"model": "mystery", "prefill_tokens_per_s": 1}},
+            "kv_bytes_per_token is required unless model is one of",
+        ),
+    ],
+)
+def test_bad_node_topologies_name_the_key(doc, message):
+    with pytest.raises(ValueError, match=message):
+        parse_profile(doc, source="p.yaml")

@@ -1,0 +1,121 @@
+"""Target models: the KV bytes a token stores and the FLOPs a new token costs, from published configs.
+
+A turn's prefill computes its new tokens; each new token costs
+
+    2 * active_params                                 (every matmul weight used once, multiply + add)
+  + layers * attention_flops_per_key * attended keys  (QK^T and PV over the context before it)
+  + layers * indexer_flops_per_key * context keys     (DeepSeek Sparse Attention's indexer only)
+
+where a dense model attends to every earlier token and DSA to at most `attended_keys_cap`. Norms,
+softmax, routing and the LM head are left out: each is under 1% of these terms at long context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TargetModel:
+    key: str  # how profiles and the CLI name it
+    description: str
+    layers: int
+    kv_bytes_per_token_per_layer: int  # what the store keeps for one token of one layer
+    active_params: float  # weights one token passes through (MoE: the activated experts)
+    attention_flops_per_key: int  # per new token, per attended key, per layer
+    attended_keys_cap: int | None = None  # sparse attention's top-k; None = every earlier token
+    indexer_flops_per_key: int = 0  # per new token, per context key, per layer
+
+    def __post_init__(self) -> None:
+        if self.layers <= 0 or self.kv_bytes_per_token_per_layer <= 0:
+            raise ValueError(f"model {self.key}: layers and kv_bytes_per_token_per_layer must be positive")
+        if self.active_params <= 0 or self.attention_flops_per_key <= 0:
+            raise ValueError(f"model {self.key}: active_params and attention_flops_per_key must be positive")
+        if self.attended_keys_cap is not None and self.attended_keys_cap <= 0:
+            raise ValueError(f"model {self.key}: attended_keys_cap must be positive (or None for dense)")
+        if self.indexer_flops_per_key < 0:
+            raise ValueError(f"model {self.key}: indexer_flops_per_key must be >= 0")
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.layers * self.kv_bytes_per_token_per_layer
+
+    def prefill_flops(self, cached_tokens: int, new_tokens: int) -> float:
+        """FLOPs to compute `new_tokens` after `cached_tokens` whose KV is loaded, causally."""
+        if cached_tokens < 0 or new_tokens < 0:
+            raise ValueError(f"token counts must be >= 0, got cached {cached_tokens}, new {new_tokens}")
+        every_key = _keys_seen(cached_tokens, new_tokens, cap=None)
+        attended = _keys_seen(cached_tokens, new_tokens, cap=self.attended_keys_cap)
+        return (
+            2 * self.active_params * new_tokens
+            + self.layers * self.attention_flops_per_key * attended
+            + self.layers * self.indexer_flops_per_key * every_key
+        )
+
+
+def _keys_seen(cached: int, new: int, cap: int | None) -> int:
+    """Sum over the new tokens at positions cached+1 .. cached+new of min(position, cap): the keys
+    each attends to, itself included."""
+    dense_sum = new * cached + new * (new + 1) // 2
+    if cap is None or cap >= cached + new:
+        return dense_sum
+    under_cap = max(0, cap - cached)  # new tokens whose whole prefix fits under the cap
+    return under_cap * cached + under_cap * (under_cap + 1) // 2 + (new - under_cap) * cap
+
+
+def _gqa_attention_flops(q_heads: int, head_dim: int) -> int:
+    return q_heads * (2 * head_dim + 2 * head_dim)  # QK^T and PV, two FLOPs per multiply-add
+
+
+def _gqa_kv_bytes(kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
+    return 2 * kv_heads * head_dim * dtype_bytes  # K and V
+
+
+# deepseek-ai/DeepSeek-V3.2-Exp config.json: 61 layers, 128 heads, MLA kv_lora_rank 512 +
+# qk_rope_head_dim 64, DSA index_n_heads 64, index_head_dim 128, index_topk 2048; 671B total, 37B
+# activated per token. KV as FlashMLA's FP8 cache stores it: 512 FP8 latent + 4 FP32 scales + 64
+# BF16 rope = 656 bytes, plus the indexer's key, 128 FP8 + one FP32 scale = 132 bytes.
+# Attention in MLA's absorbed form (how a short append over a long cache runs): per head and key,
+# QK^T over the 576-wide latent+rope and PV over the 512-wide latent.
+DEEPSEEK_V32 = TargetModel(
+    key="deepseek-v3.2",
+    description="DeepSeek-V3.2 (671B MoE, 37B active, MLA + DSA, FP8 KV)",
+    layers=61,
+    kv_bytes_per_token_per_layer=656 + 132,
+    active_params=37e9,
+    attention_flops_per_key=128 * (2 * 576 + 2 * 512),
+    attended_keys_cap=2048,
+    indexer_flops_per_key=64 * 2 * 128,
+)
+
+# A 27B dense-class model shaped like Gemma 3 27B (62 layers, 32 query heads, 16 KV heads, head
+# dim 128, BF16 KV). Assumption: every layer attends globally (Gemma's 5-of-6 sliding-window layers
+# would store less); this is the heavy-KV end of the dense class.
+DENSE_27B = TargetModel(
+    key="dense-27b",
+    description="27B dense, GQA 32q/16kv heads x 128, 62 layers, BF16 KV, global attention",
+    layers=62,
+    kv_bytes_per_token_per_layer=_gqa_kv_bytes(kv_heads=16, head_dim=128, dtype_bytes=2),
+    active_params=27e9,
+    attention_flops_per_key=_gqa_attention_flops(q_heads=32, head_dim=128),
+)
+
+# Qwen/Qwen2.5-32B config.json: 64 layers, 40 query heads, 8 KV heads, head dim 128 (5120 / 40),
+# BF16 KV; 31.0B non-embedding parameters (the model card), the ones a token's matmuls use.
+QWEN25_32B = TargetModel(
+    key="qwen2.5-32b",
+    description="Qwen2.5-32B (dense, GQA 40q/8kv heads x 128, 64 layers, BF16 KV)",
+    layers=64,
+    kv_bytes_per_token_per_layer=_gqa_kv_bytes(kv_heads=8, head_dim=128, dtype_bytes=2),
+    active_params=31.0e9,
+    attention_flops_per_key=_gqa_attention_flops(q_heads=40, head_dim=128),
+)
+
+TARGET_MODELS: dict[str, TargetModel] = {m.key: m for m in (DEEPSEEK_V32, DENSE_27B, QWEN25_32B)}
+
+
+def target_model(key: str) -> TargetModel:
+    try:
+        return TARGET_MODELS[key]
+    except KeyError:
+        raise ValueError(f"unknown target model {key!r}; choose one of {', '.join(TARGET_MODELS)}") from None
