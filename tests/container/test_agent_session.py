@@ -1,7 +1,7 @@
 """Agent sessions against the compose deployment, through the SDK on the published loopback ports.
 
 The reference for every parity check is a single-process full recompute on the host: the image
-bakes the same deterministic embedded model (`agentserve model init --preset tiny --seed 0`), so
+bakes the same embedded model (`agentserve model init --preset tiny`: the shipped trained weights), so
 the weights and the fingerprint are identical.
 """
 

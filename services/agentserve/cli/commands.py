@@ -20,8 +20,30 @@ def _model_dir(path: Path | None) -> Path:
 
 
 def model_init(args: argparse.Namespace) -> None:
-    out = init_model(args.out, preset=args.preset, seed=args.seed, model_type=args.model_type)
-    print(f"wrote {args.preset} {args.model_type} model (seed {args.seed}) to {out}", file=sys.stderr)
+    if args.seed is not None and not args.random_weights:
+        raise ValueError("--seed applies to --random-weights only")
+    seed = (args.seed or 0) if args.random_weights else None
+    out = init_model(args.out, preset=args.preset, seed=seed, model_type=args.model_type)
+    weights = "trained weights" if seed is None else f"random weights (seed {seed})"
+    print(f"wrote {args.preset} {args.model_type} model with {weights} to {out}", file=sys.stderr)
+
+
+def model_train(args: argparse.Namespace) -> dict:
+    from agentserve.training.trainer import TrainConfig, save_weights, train
+
+    config = TrainConfig(
+        steps=args.steps, batch_size=args.batch_size, warmup_steps=args.warmup_steps, threads=args.threads
+    )
+    result = train(config, log=lambda line: print(line, file=sys.stderr, flush=True))
+    out = save_weights(result.weights, args.out, config)
+    return {
+        "out": str(out),
+        "steps": config.steps,
+        "train_tokens": result.train_tokens,
+        "tokens_seen": config.steps * config.batch_size * config.seq_len,
+        "final_loss": round(result.final_loss, 4),
+        "wall_s": round(result.wall_s, 1),
+    }
 
 
 def generate(args: argparse.Namespace) -> dict | None:
@@ -36,6 +58,7 @@ def generate(args: argparse.Namespace) -> dict | None:
         temperature=args.temperature or 0.0,
         top_p=args.top_p,
         seed=args.seed,
+        ignore_eos=args.ignore_eos,
     )
     engine = LLMEngine.from_dir(model_dir, EngineConfig(dtype=args.dtype, prefix_cache=not args.no_prefix_cache))
     seq = engine.generate(prompt_ids, params)
@@ -58,6 +81,12 @@ def bench_engine(args: argparse.Namespace) -> dict:
     from agentserve.bench.engine_bench import run
 
     return run(_model_dir(args.model), dtype=args.dtype, quick=args.quick)
+
+
+def bench_perplexity(args: argparse.Namespace) -> dict:
+    from agentserve.bench import perplexity
+
+    return perplexity.run(seq_len=args.seq_len, max_tokens=args.max_tokens, random_seed=args.random_seed)
 
 
 def bench_fabric(args: argparse.Namespace) -> dict:

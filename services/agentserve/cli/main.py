@@ -1,4 +1,4 @@
-"""The `agentserve` command line: model init, generate, bench."""
+"""The `agentserve` command line: model init/train, generate, bench."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from agentserve.bench.replay import cli_args as replay_args
 from agentserve.bench.workloads import cli_args as workload_args
 from agentserve.cli import commands
+from agentserve.training.trainer import TrainConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,12 +18,29 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     model = sub.add_parser("model", help="manage models").add_subparsers(dest="model_command", required=True)
-    init = model.add_parser("init", help="write the deterministic embedded default model (HF format)")
+    init = model.add_parser(
+        "init", help="write the embedded default model (HF format): the shipped trained weights, or random ones"
+    )
     init.add_argument("--out", required=True, type=Path)
     init.add_argument("--preset", default="tiny", choices=["tiny", "small"])
-    init.add_argument("--seed", type=int, default=0)
+    init.add_argument(
+        "--random-weights", action="store_true", help="random weights drawn from --seed (the only kind for small)"
+    )
+    init.add_argument("--seed", type=int, default=None, help="seed of --random-weights (default 0)")
     init.add_argument("--model-type", default="llama", choices=["llama", "qwen2"])
     init.set_defaults(func=commands.model_init)
+    train = model.add_parser(
+        "train",
+        help="train the tiny default model on the shipped corpus (CPU, deterministic); "
+        "writes the fp16 weights `model init` ships",
+    )
+    train.add_argument("--out", required=True, type=Path, help="safetensors file to write")
+    train.add_argument("--steps", type=int, default=TrainConfig.steps)
+    train.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
+    train.add_argument("--warmup-steps", type=int, default=TrainConfig.warmup_steps)
+    train.add_argument("--threads", type=int, default=TrainConfig.threads, help="part of the result: keep it fixed")
+    train.add_argument("--json", action="store_true")
+    train.set_defaults(func=commands.model_train)
 
     gen = sub.add_parser("generate", help="generate a completion with a local engine")
     gen.add_argument("--model", type=Path, help="HF-style model folder (default: the embedded tiny model)")
@@ -33,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    gen.add_argument("--ignore-eos", action="store_true", help="generate exactly --max-tokens tokens")
     gen.add_argument("--no-prefix-cache", action="store_true")
     gen.add_argument("--json", action="store_true")
     gen.set_defaults(func=commands.generate)
@@ -89,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     eng.add_argument("--quick", action="store_true", help="fewer contexts and repetitions")
     eng.add_argument("--json", action="store_true")
     eng.set_defaults(func=commands.bench_engine)
+    ppl = bench.add_parser("perplexity", help="held-out perplexity of the trained default model vs random weights")
+    ppl.add_argument("--seq-len", type=int, default=256, help="tokens per scored window")
+    ppl.add_argument("--max-tokens", type=int, help="score only the first N held-out tokens")
+    ppl.add_argument("--random-seed", type=int, default=0, help="seed of the random-weight baseline")
+    ppl.add_argument("--json", action="store_true")
+    ppl.set_defaults(func=commands.bench_perplexity)
     fab = bench.add_parser("fabric", help="shaping accuracy and fairness of the emulated fabric over real gRPC")
     fab.add_argument("--duration", type=float, default=1.5, help="seconds per case")
     fab.add_argument("--chunk-kb", type=int, default=1024, help="largest message (a layer range of a run)")

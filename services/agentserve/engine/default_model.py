@@ -5,11 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentserve.engine import model_init
-from agentserve.engine.model_init import init_model
+from agentserve.engine.model_init import init_model, trained_weights_path
 from agentserve.model_files.tokenizer_files import build_once, files_digest, models_home
 
 
-def ensure_default_model(preset: str = "tiny", seed: int = 0) -> Path:
-    """Path of the default model folder, writing it first if absent (crash-safe: `build_once`)."""
-    target = models_home() / f"{preset}-seed{seed}-{files_digest(Path(model_init.__file__))}"
+def ensure_default_model(preset: str = "tiny", seed: int | None = None) -> Path:
+    """Path of the default model folder, writing it first if absent (crash-safe: `build_once`).
+
+    `seed=None` (what every service and command uses) is the trained model; a seed gives random
+    weights, as `init_model` documents.
+    """
+    if seed is None:
+        name, weights = f"{preset}-trained", [trained_weights_path(preset)]
+    else:
+        name, weights = f"{preset}-seed{seed}", []
+    target = models_home() / f"{name}-{files_digest(Path(model_init.__file__), *weights)}"
     return build_once(target, "config.json", lambda staging: init_model(staging, preset=preset, seed=seed))

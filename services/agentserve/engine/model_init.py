@@ -1,38 +1,46 @@
-"""init_model: write the embedded default model, a random-weight checkpoint in Hugging Face format.
+"""init_model: write the embedded default model, a checkpoint in Hugging Face format.
 
 The engine, its tests and the benchmarks need a model that exists without a download. This module
-writes one from nothing but a preset name and a seed: `config.json`, `model.safetensors`, a
-byte-level BPE `tokenizer.json` trained on the shipped corpus, and the tokenizer/generation
-configs. Output is byte-identical for the same (preset, seed, model_type), so a model directory
-can be recreated anywhere instead of being shipped, and it loads unchanged in `transformers`, which
-the parity tests rely on.
+writes one from nothing but a preset name: `config.json`, `model.safetensors`, a byte-level BPE
+`tokenizer.json` trained on the shipped corpus, and the tokenizer/generation configs. The weights
+are either the trained ones shipped with the package (`agentserve model train` made them) or
+random ones drawn from a seed. Output is byte-identical for the same arguments, so a model
+directory can be recreated anywhere instead of being copied, and it loads unchanged in
+`transformers`, which the parity tests rely on.
 """
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save
+from safetensors.torch import load, save
 
-from agentserve.model_files.presets import BOS_ID, PAD_ID, STOP_IDS, ModelPreset, get_preset
+from agentserve.model_files.presets import BOS_ID, PAD_ID, STOP_IDS, TRAINED_WEIGHTS, ModelPreset, get_preset
 from agentserve.model_files.tokenizer_files import write_json, write_tokenizer_files
 
 INIT_STD = 0.02
 MODEL_TYPES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 
 
-def init_model(out_dir: str | Path, preset: str = "tiny", seed: int = 0, model_type: str = "llama") -> Path:
-    """Write a random-weight model to `out_dir` (created if needed; our files are overwritten).
+def init_model(out_dir: str | Path, preset: str = "tiny", seed: int | None = None, model_type: str = "llama") -> Path:
+    """Write a model to `out_dir` (created if needed; our files are overwritten); returns the directory.
 
-    Returns the directory. Same arguments give byte-identical files on the same torch/tokenizers
-    versions.
+    `seed=None` writes the trained weights shipped with the package (presets in `TRAINED_WEIGHTS`,
+    llama only); an integer writes random weights drawn from that seed. Same arguments give
+    byte-identical files on the same torch/tokenizers versions.
     """
     spec = get_preset(preset)
     if model_type not in MODEL_TYPES:
         raise ValueError(f"unknown model_type {model_type!r}; choose one of {', '.join(MODEL_TYPES)}")
-    if not isinstance(seed, int) or seed < 0:
+    if seed is None and (preset not in TRAINED_WEIGHTS or model_type != "llama"):
+        raise ValueError(
+            f"trained weights ship for the llama {', '.join(TRAINED_WEIGHTS)} preset only, not {model_type} "
+            f"{preset!r}; pass a seed for random weights"
+        )
+    if seed is not None and (not isinstance(seed, int) or seed < 0):
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -41,11 +49,26 @@ def init_model(out_dir: str | Path, preset: str = "tiny", seed: int = 0, model_t
 
     write_tokenizer_files(out, spec)
     write_json(out / "config.json", model_config(spec, model_type))
+    tensors = trained_weights(preset) if seed is None else init_weights(spec, model_type, seed)
     # save() + write_bytes rather than save_file, which creates the file 0600 whatever the umask and so
     # breaks images that build the model as one user and serve it as another.
-    weights = save(init_weights(spec, model_type, seed), metadata={"format": "pt"})
-    (out / "model.safetensors").write_bytes(weights)
+    (out / "model.safetensors").write_bytes(save(tensors, metadata={"format": "pt"}))
     return out
+
+
+def trained_weights_path(preset: str) -> Path:
+    """The shipped fp16 weights of `preset` (a key of `TRAINED_WEIGHTS`)."""
+    if preset not in TRAINED_WEIGHTS:
+        shipped = ", ".join(TRAINED_WEIGHTS)
+        raise ValueError(f"no trained weights ship for preset {preset!r}; presets with them: {shipped}")
+    return Path(str(resources.files("agentserve.model_files").joinpath("data", TRAINED_WEIGHTS[preset])))
+
+
+def trained_weights(preset: str) -> dict[str, torch.Tensor]:
+    """The shipped weights in fp32, as the random ones are: the model folder's dtype does not
+    depend on where its weights came from (fp16 -> fp32 is exact)."""
+    shipped = load(trained_weights_path(preset).read_bytes())
+    return {name: shipped[name].float() for name in sorted(shipped)}
 
 
 def model_config(spec: ModelPreset, model_type: str) -> dict[str, Any]:

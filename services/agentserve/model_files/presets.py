@@ -1,4 +1,4 @@
-"""The default model's special tokens, chat template and architecture presets."""
+"""The default model's special tokens, chat template, architecture presets and which presets ship trained."""
 
 from __future__ import annotations
 
@@ -124,6 +124,11 @@ PRESETS: dict[str, ModelPreset] = {
         tie_word_embeddings=False,
     ),
 }
+
+
+# Presets with trained weights shipped in `model_files/data` (fp16, Hugging Face parameter names),
+# written by `agentserve model train`; the others exist as random weights only.
+TRAINED_WEIGHTS = {"tiny": "tiny-trained.fp16.safetensors"}
 
 
 def get_preset(name: str) -> ModelPreset:

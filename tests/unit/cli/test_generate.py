@@ -34,3 +34,13 @@ def test_chat_prompt_token_ids_are_the_templated_encoding(tiny_model_dir, capsys
     tokenizer = Tokenizer.from_dir(tiny_model_dir)
     templated = tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}])
     assert result["prompt_token_ids"] == tokenizer.encode(templated, add_bos=False)
+
+
+def test_ignore_eos_generates_exactly_max_tokens(capsys) -> None:
+    # The trained default model ends this plain completion early (<|eos|>); the flag runs on.
+    assert main(["generate", "--prompt", "hi", "--max-tokens", "8", "--json"]) == 0
+    stopped = json.loads(capsys.readouterr().out)
+    assert main(["generate", "--prompt", "hi", "--max-tokens", "8", "--ignore-eos", "--json"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert (stopped["finish_reason"], full["finish_reason"], len(full["token_ids"])) == ("stop", "length", 8)
+    assert full["token_ids"][: len(stopped["token_ids"])] == stopped["token_ids"]

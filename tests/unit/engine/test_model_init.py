@@ -9,7 +9,8 @@ import torch
 from safetensors import safe_open
 
 from agentserve.engine.config import ModelConfig
-from agentserve.engine.model_init import init_model, init_weights
+from agentserve.engine.default_model import ensure_default_model
+from agentserve.engine.model_init import init_model, init_weights, trained_weights_path
 from agentserve.model_files.presets import PRESETS, SPECIAL_TOKENS, ModelPreset, get_preset
 from agentserve.model_files.tokenizer_files import train_tokenizer
 
@@ -215,3 +216,34 @@ def test_qwen2_variant_has_random_qkv_biases_and_loads_in_transformers(tmp_path)
     model, info = transformers.Qwen2ForCausalLM.from_pretrained(folder, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
     assert torch.equal(model.model.layers[0].self_attn.k_proj.bias.detach(), bias)
+
+
+def test_default_weights_are_the_shipped_trained_ones_in_fp32(tmp_path):
+    folder = init_model(tmp_path / "trained")
+    with safe_open(trained_weights_path("tiny"), framework="pt") as f:
+        shipped = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 - safe_open is not a dict
+    with safe_open(folder / "model.safetensors", framework="pt") as f:
+        assert f.metadata() == {"format": "pt"}
+        written = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118
+    assert set(written) == set(shipped) == expected_names(4, tied=True, qkv_bias=False)
+    assert {t.dtype for t in shipped.values()} == {torch.float16}
+    assert all(written[k].dtype == torch.float32 and torch.equal(written[k], shipped[k].float()) for k in shipped)
+
+
+def test_only_the_tiny_llama_has_trained_weights(tmp_path):
+    with pytest.raises(ValueError, match=r"trained weights ship for the llama tiny preset only, not llama 'small'"):
+        init_model(tmp_path / "m", "small")
+    with pytest.raises(ValueError, match=r"not qwen2 'tiny'; pass a seed for random weights"):
+        init_model(tmp_path / "m", model_type="qwen2")
+    with pytest.raises(ValueError, match="no trained weights ship for preset 'small'"):
+        trained_weights_path("small")
+    assert not (tmp_path / "m").exists()
+
+
+def test_default_model_is_the_trained_one_and_random_ones_are_kept_apart(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTSERVE_HOME", str(tmp_path))
+    trained, random = ensure_default_model(), ensure_default_model(seed=0)
+    assert trained.name.startswith("tiny-trained-") and random.name.startswith("tiny-seed0-")
+    assert trained.parent == random.parent == tmp_path / "models"
+    assert digests(trained) == digests(init_model(tmp_path / "t"))
+    assert digests(random) == digests(init_model(tmp_path / "r", seed=0))

@@ -1,0 +1,1 @@
+"""Training the embedded default model on the shipped corpus (CPU, deterministic)."""

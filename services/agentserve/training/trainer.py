@@ -1,0 +1,157 @@
+"""Train the default model on the shipped corpus, on the CPU, deterministically.
+
+Starts from the seed-0 random weights `agentserve model init --random-weights` writes, and trains
+on the corpus's training blocks (`corpus.split_corpus`) packed into windows of `seq_len + 1`
+tokens: AdamW, linear warm-up then cosine decay, gradient clipping. Everything that could vary
+between runs is pinned: seeds, data order (one seeded generator), deterministic kernels and the
+thread count (a GEMM's summation order depends on it). Same config, torch and CPU kernels: same bytes.
+
+The shipped weights came from the defaults:
+`agentserve model train --out services/agentserve/model_files/data/tiny-trained.fp16.safetensors`
+(307K tokens seen, ~4.5 passes over the training blocks; 580 CPU-seconds, about 5 minutes of 2 cores).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import save
+
+from agentserve.engine.config import ModelConfig
+from agentserve.engine.model_init import init_weights, model_config
+from agentserve.model_files.presets import get_preset
+from agentserve.model_files.tokenizer import Tokenizer
+from agentserve.model_files.tokenizer_files import ensure_default_tokenizer
+from agentserve.training.corpus import split_corpus, token_stream
+from agentserve.training.forward import TrainingForward, Weights
+
+# The shipped weights are stored in fp16: half the bytes of fp32, and for weights of this size
+# (|w| well inside fp16's range) 3 more mantissa bits than bf16.
+SHIPPED_DTYPE = torch.float16
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    preset: str = "tiny"
+    init_seed: int = 0  # the random weights training starts from
+    data_seed: int = 0  # window offsets and order
+    steps: int = 300
+    batch_size: int = 4
+    seq_len: int = 256
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup_steps: int = 15
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    threads: int = 2
+
+    def __post_init__(self) -> None:
+        get_preset(self.preset)
+        for name in ("steps", "batch_size", "seq_len", "threads"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.init_seed < 0 or self.data_seed < 0:
+            raise ValueError("seeds must be non-negative")
+        if not 0 < self.min_lr <= self.lr:
+            raise ValueError(f"need 0 < min_lr <= lr, got min_lr={self.min_lr}, lr={self.lr}")
+        if not 0 <= self.warmup_steps < self.steps:
+            raise ValueError(f"warmup_steps must be in [0, steps), got {self.warmup_steps}")
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate of 0-based `step`: linear warm-up, then cosine from lr down to min_lr."""
+        if step < self.warmup_steps:
+            return self.lr * (step + 1) / self.warmup_steps
+        progress = (step - self.warmup_steps) / max(1, self.steps - 1 - self.warmup_steps)
+        return self.min_lr + 0.5 * (self.lr - self.min_lr) * (1 + math.cos(math.pi * progress))
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    weights: Weights
+    losses: list[float]
+    train_tokens: int  # tokens in the training split
+    wall_s: float
+
+    @property
+    def final_loss(self) -> float:
+        """Mean loss of the last 20 steps (one step's loss depends on its batch)."""
+        tail = self.losses[-20:]
+        return sum(tail) / len(tail)
+
+
+def windows(stream: torch.Tensor, seq_len: int, gen: torch.Generator) -> Iterator[torch.Tensor]:
+    """Endless shuffled `[seq_len + 1]` windows; each pass over the data starts at a new offset."""
+    while True:
+        offset = int(torch.randint(seq_len, (1,), generator=gen))
+        count = (len(stream) - offset - 1) // seq_len
+        for i in torch.randperm(count, generator=gen).tolist():
+            start = offset + i * seq_len
+            yield stream[start : start + seq_len + 1]
+
+
+@contextmanager
+def pinned_kernels(threads: int) -> Iterator[None]:
+    """Deterministic kernels on a fixed thread count, the process's settings restored after."""
+    previous = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous[0])
+        torch.use_deterministic_algorithms(previous[1])
+
+
+def train(config: TrainConfig, log: Callable[[str], None] = print, log_every: int = 20) -> TrainResult:
+    with pinned_kernels(config.threads):
+        return _train(config, log, log_every)
+
+
+def _train(config: TrainConfig, log: Callable[[str], None], log_every: int) -> TrainResult:
+    spec = get_preset(config.preset)
+    forward = TrainingForward(ModelConfig.from_dict(model_config(spec, "llama")))
+    weights = {name: t.requires_grad_() for name, t in init_weights(spec, "llama", config.init_seed).items()}
+    tokenizer = Tokenizer.from_dir(ensure_default_tokenizer(config.preset))
+    stream = torch.tensor(token_stream(tokenizer, split_corpus().train))
+    batches = windows(stream, config.seq_len, torch.Generator().manual_seed(config.data_seed))
+    decay = [t for t in weights.values() if t.dim() >= 2]
+    no_decay = [t for t in weights.values() if t.dim() < 2]  # norm scales
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=config.lr,
+        betas=(0.9, 0.95),
+    )
+    log(f"training {config.preset} on {len(stream)} tokens: {asdict(config)}")
+    losses: list[float] = []
+    start = time.perf_counter()
+    for step in range(config.steps):
+        for group in optimizer.param_groups:
+            group["lr"] = config.lr_at(step)
+        batch = torch.stack([next(batches) for _ in range(config.batch_size)])
+        loss = forward.loss(weights, batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(weights.values()), config.grad_clip)
+        optimizer.step()
+        losses.append(loss.item())
+        if (step + 1) % log_every == 0 or step + 1 == config.steps:
+            elapsed = time.perf_counter() - start
+            log(f"step {step + 1}/{config.steps} loss {losses[-1]:.4f} lr {config.lr_at(step):.2e} {elapsed:.0f}s")
+    final = {name: t.detach() for name, t in weights.items()}
+    return TrainResult(final, losses, len(stream), time.perf_counter() - start)
+
+
+def save_weights(weights: Weights, path: str | Path, config: TrainConfig) -> Path:
+    """The weights as an fp16 safetensors file; the training config goes in its metadata."""
+    metadata = {"format": "pt", **{k: str(v) for k, v in asdict(config).items()}}
+    data = save({name: t.to(SHIPPED_DTYPE).contiguous() for name, t in weights.items()}, metadata=metadata)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
