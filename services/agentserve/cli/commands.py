@@ -35,7 +35,7 @@ def model_train(args: argparse.Namespace) -> dict:
         steps=args.steps, batch_size=args.batch_size, warmup_steps=args.warmup_steps, threads=args.threads
     )
     result = train(config, log=lambda line: print(line, file=sys.stderr, flush=True))
-    out = save_weights(result.weights, args.out, config)
+    out = save_weights(result.weights, args.out)
     return {
         "out": str(out),
         "steps": config.steps,
