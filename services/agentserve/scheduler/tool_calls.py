@@ -21,8 +21,12 @@ import json
 import uuid
 from dataclasses import dataclass, field
 
-OPEN = "<tool_call>"
-CLOSE = "</tool_call>"
+from agentserve.contracts.structured import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from agentserve.scheduler.turn_text import partial_prefix_length
+
+# The tags of the one format definition; the newlines inside them are whitespace next to a block.
+OPEN = TOOL_CALL_OPEN.strip()
+CLOSE = TOOL_CALL_CLOSE.strip()
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,7 @@ class ToolCallStream:
                 self._inside = True
                 continue
             # Keep back a tail that may still grow into `<tool_call>`, and trailing whitespace.
-            keep = _partial_tag_length(self._pending)
+            keep = partial_prefix_length(self._pending, OPEN)
             head = self._pending[: len(self._pending) - keep]
             certain = head.rstrip()
             self._emit(out, certain)
@@ -131,11 +135,3 @@ class ToolCallStream:
     def _emit(out: list[str | ToolCall], text: str) -> None:
         if text:
             out.append(text)
-
-
-def _partial_tag_length(text: str) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of `<tool_call>`."""
-    for n in range(min(len(OPEN) - 1, len(text)), 0, -1):
-        if text.endswith(OPEN[:n]):
-            return n
-    return 0

@@ -33,7 +33,7 @@ class StopStrings:
             self.stopped = True
             return text[: min(hits)]
         if not final:
-            keep = max(_prefix_overlap(text, s) for s in self._stops)
+            keep = max(partial_prefix_length(text, s) for s in self._stops)
             text, self._held = text[: len(text) - keep], text[len(text) - keep :]
         return text
 
@@ -57,9 +57,10 @@ class TurnText:
         return self._stops.add(delta, active=self._tokens > self._min_tokens, final=final)
 
 
-def _prefix_overlap(text: str, stop: str) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of `stop`."""
-    for n in range(min(len(stop) - 1, len(text)), 0, -1):
-        if text.endswith(stop[:n]):
+def partial_prefix_length(text: str, marker: str) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of `marker`: the tail a stream
+    holds back while it may still grow into `marker` (a stop string, a tool-call tag)."""
+    for n in range(min(len(marker) - 1, len(text)), 0, -1):
+        if text.endswith(marker[:n]):
             return n
     return 0

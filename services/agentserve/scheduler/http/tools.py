@@ -8,12 +8,11 @@ object the template prints (see `model_files.presets.CHAT_TEMPLATE`).
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
-# OpenAI's rule for function names.
-NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+from agentserve.contracts.structured import TOOL_NAME_PATTERN
+
 FUNCTION_FIELDS = frozenset({"name", "description", "parameters", "strict"})
 
 
@@ -101,7 +100,7 @@ def _parse_tool(index: int, tool: Any) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"{where}.function has unsupported fields {sorted(unknown)}")
     name = function.get("name")
-    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+    if not isinstance(name, str) or not TOOL_NAME_PATTERN.fullmatch(name):
         raise ValueError(f"{where}.function.name must be 1-64 letters, digits, _ or -, got {name!r}")
     if not isinstance(function.get("description", ""), str):
         raise ValueError(f"{where}.function.description must be a string")
