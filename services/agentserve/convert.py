@@ -148,6 +148,7 @@ def engine_status_to_proto(status: EngineStatus) -> common_pb2.EngineStatus:
         max_context=status.max_context,
         nics=[nic_status_to_proto(n) for n in status.nics],
         kv_block_bytes=status.kv_block_bytes,
+        unfinished_prefill_tokens=status.unfinished_prefill_tokens,
     )
 
 
@@ -168,6 +169,7 @@ def engine_status_from_proto(msg: common_pb2.EngineStatus) -> EngineStatus:
         vocab_size=msg.vocab_size,
         max_context=msg.max_context,
         kv_block_bytes=msg.kv_block_bytes,
+        unfinished_prefill_tokens=msg.unfinished_prefill_tokens,
         nics=tuple(
             NICStatus(n.name, n.configured_gbps, n.queue_bytes, n.active_transfers, n.bytes_total) for n in msg.nics
         ),

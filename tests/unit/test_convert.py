@@ -111,6 +111,7 @@ def test_engine_status_round_trip() -> None:
         "p1", Role.PREFILL, "127.0.0.1:7001", "fp", 16, model_name="m", running=2, waiting=1,
         free_kv_blocks=10, total_kv_blocks=20, vocab_size=100, max_context=64,
         nics=(NICStatus("snic", 400.0, 5, 1, 9), NICStatus("cnic")), kv_block_bytes=4096,
+        unfinished_prefill_tokens=1234,
     )  # fmt: skip
     assert convert.engine_status_from_proto(convert.engine_status_to_proto(status)) == status
 
@@ -152,7 +153,7 @@ def test_sampling_round_trip_carries_min_tokens_and_logprobs() -> None:
 
 
 def test_turn_chunk_carries_every_metadata_field() -> None:
-    meta = TurnMeta("t", 1, 40, 32, "p0", "d0", "ab" * 16, "SPLIT", 2, 1, 3, 300, 1)
+    meta = TurnMeta("t", 1, 40, 32, "p0", "d0", "ab" * 16, "SPLIT", 2, 1, 3, 300, 1, relay_engine="d1")
     chunk = convert.turn_chunk_to_proto(TurnEvent([7], "x", meta, True, "stop", 1))
     assert (chunk.metadata.kv_path, chunk.metadata.handoff_held_blocks, chunk.finish_reason) == ("SPLIT", 1, "stop")
     assert {f.name: getattr(chunk.metadata, f.name) for f in chunk.metadata.DESCRIPTOR.fields} == meta.__dict__

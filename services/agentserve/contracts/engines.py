@@ -40,6 +40,8 @@ class EngineStatus:
     max_context: int = 0
     nics: tuple[NICStatus, ...] = ()
     kv_block_bytes: int = 0  # one full block in the block format; 0 = not reported
+    # Prefill engines: tokens left to compute of the prefills they accepted and have not returned.
+    unfinished_prefill_tokens: int = 0
 
     def nic(self, name: str) -> NICStatus:
         """The named NIC's last report (an idle one if the engine reports none by that name)."""

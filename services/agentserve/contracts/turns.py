@@ -94,6 +94,7 @@ class TurnMeta:
     handoff_bytes: int = 0  # their bytes on the compute network
     handoff_held_blocks: int = 0  # full prompt blocks the decode engine already held (not sent)
     span_id: str = ""  # hex id of the turn's span: a tool call after the turn becomes its child
+    relay_engine: str = ""  # the decode engine that relayed path B (any decode engine); empty on A
 
 
 @dataclass(frozen=True)

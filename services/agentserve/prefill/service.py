@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import grpc
 
-from agentserve.contracts import Role
+from agentserve.contracts import EngineStatus, Role
 from agentserve.engine_service.base import EngineService
+from agentserve.engine_service.config import EngineServiceConfig
+from agentserve.prefill.backlog import PrefillBacklog
 from agentserve.prefill.servicer import PrefillServicer
 from agentserve.prefill.worker import PrefillWorker
 from agentserve.v1 import prefill_pb2, prefill_pb2_grpc
@@ -14,6 +18,13 @@ from agentserve.v1 import prefill_pb2, prefill_pb2_grpc
 class PrefillService(EngineService):
     role = Role.PREFILL
 
+    def __init__(self, config: EngineServiceConfig):
+        super().__init__(config)
+        self.backlog = PrefillBacklog(PrefillWorker(self.engine, self.mover), self.engine.engine.block_size)
+
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
-        prefill_pb2_grpc.add_PrefillServicer_to_server(PrefillServicer(PrefillWorker(self.engine, self.mover)), server)
+        prefill_pb2_grpc.add_PrefillServicer_to_server(PrefillServicer(self.backlog), server)
         return [prefill_pb2.DESCRIPTOR.services_by_name["Prefill"].full_name]
+
+    def status(self) -> EngineStatus:
+        return dataclasses.replace(super().status(), unfinished_prefill_tokens=self.backlog.tokens)

@@ -20,7 +20,11 @@ class SchedulerConfig:
     engine_timeout_ms: int = 5000  # an engine silent this long is dropped from routing
     max_message_tokens: int = 32768  # per turn's new tokens, after chat rendering
     turn_retries: int = 1  # extra attempts on another engine when one dies before streaming
-    kv_path_policy: str = "dualpath"  # how store hits reach prefill: dualpath, always-a, always-b (scheduler/paths.py)
+    kv_path_policy: str = "dualpath"  # how store hits reach prefill: dualpath, always-a, always-b, split (paths.py)
+    prefill_policy: str = "least-loaded"  # which prefill engine: least-loaded, dualpath (prefill_policy.py)
+    prefill_alpha_ms: float = 100.0  # dualpath: a storage read queue draining within this is short
+    prefill_beta: float = 1.5  # dualpath: overloaded above beta x the mean unfinished prefill tokens
+    relay_policy: str = "turn-decode"  # which decode engine relays path B: turn-decode, dualpath, other-decode
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -47,8 +51,19 @@ class SchedulerConfig:
                 f"heartbeat_interval_ms ({self.heartbeat_interval_ms})"
             )
         from agentserve.scheduler.paths import POLICIES
+        from agentserve.scheduler.prefill_policy import PREFILL_POLICIES
+        from agentserve.scheduler.relay_policy import RELAY_POLICIES
 
-        if self.kv_path_policy not in POLICIES:
-            raise ValueError(f"kv_path_policy must be one of {', '.join(POLICIES)}, got {self.kv_path_policy!r}")
+        for name, choices in (
+            ("kv_path_policy", POLICIES),
+            ("prefill_policy", PREFILL_POLICIES),
+            ("relay_policy", RELAY_POLICIES),
+        ):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+        if not 0 <= self.prefill_alpha_ms < float("inf"):
+            raise ValueError(f"prefill_alpha_ms must be a finite number >= 0, got {self.prefill_alpha_ms}")
+        if not 1 <= self.prefill_beta < float("inf"):
+            raise ValueError(f"prefill_beta must be a finite number >= 1, got {self.prefill_beta}")
         if not 0 <= self.turn_retries <= 10:
             raise ValueError(f"turn_retries must be in [0, 10], got {self.turn_retries}")

@@ -20,8 +20,10 @@ from agentserve.model_files.tokenizer_files import ensure_default_tokenizer
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.engine_clients import EngineClients
 from agentserve.scheduler.paths import PathPolicy, make_path_policy
+from agentserve.scheduler.prefill_policy import make_prefill_policy
 from agentserve.scheduler.prompts import PromptBuilder
 from agentserve.scheduler.registry import EngineRegistry, EngineStatus
+from agentserve.scheduler.relay_policy import make_relay_policy
 from agentserve.scheduler.router import LeastLoadedRouter, Router
 from agentserve.scheduler.sessions import Session, SessionStore
 from agentserve.scheduler.tool_waits import ToolWaitState
@@ -58,6 +60,8 @@ class SchedulerCore:
             config.turn_retries,
             path_policy or make_path_policy(config.kv_path_policy),
             model_name=config.model_name,
+            prefill_policy=make_prefill_policy(config.prefill_policy, config.prefill_alpha_ms, config.prefill_beta),
+            relay_policy=make_relay_policy(config.relay_policy),
         )
 
     @classmethod

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Histogram
 
 from agentserve.common.errors import RetryableError
+
+if TYPE_CHECKING:
+    from agentserve.scheduler.placement import Placement
 
 TURNS = Counter("agentserve_scheduler_turns_total", "Turns by outcome", ["outcome"])
 TIME_TO_FIRST_TOKEN = Histogram(
@@ -24,6 +28,29 @@ KV_PATHS = Counter(
 )
 HANDOFF_BYTES = Counter("agentserve_scheduler_handoff_bytes_total", "KV bytes prefill engines handed to decode engines")
 PROMPT_BLOCKS = Counter("agentserve_scheduler_prompt_blocks_total", "Full prompt blocks looked up in the store")
+PLACEMENTS = Counter(
+    "agentserve_scheduler_placements_total",
+    "Turn placements by chosen prefill engine, the rule that chose it, and the planned path",
+    ["prefill_engine", "reason", "path"],
+)
+RELAYS = Counter(
+    "agentserve_scheduler_relays_total",
+    "Path-B relays by relay engine and why it was chosen (turn-decode: the turn's own decode engine)",
+    ["relay_engine", "reason"],
+)
+SPLIT_FRACTION = Histogram(
+    "agentserve_scheduler_split_fraction",
+    "Planned share of a turn's store hits read by path B (turns with store hits)",
+    buckets=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+)
+
+
+def record_placement(placed: Placement) -> None:
+    PLACEMENTS.labels(placed.prefill.engine_id, placed.prefill_reason, placed.plan.path.value).inc()
+    if placed.relay is not None:
+        RELAYS.labels(placed.relay.engine_id, placed.relay_reason).inc()
+    if placed.hit_blocks:
+        SPLIT_FRACTION.observe(placed.split_fraction)
 
 
 def outcome_of(exc: BaseException | None) -> str:

@@ -8,6 +8,7 @@ false alarm costs one heartbeat interval, not the engine.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,25 +19,55 @@ from agentserve.contracts import EngineStatus, Role
 
 @dataclass
 class Engine:
-    """A registered engine: its last status, when it was last heard from, and what we sent it."""
+    """A registered engine: its last status, when it was last heard from, and what we sent it.
+
+    Every load figure the policies read is the larger of what the last heartbeat reported (aged by
+    what the NIC drained since) and what this scheduler routed here and is still in progress: a
+    report lags by up to a heartbeat, our own count does not, so a burst of turns between two
+    heartbeats spreads instead of all following the same stale picture."""
 
     status: EngineStatus
     last_seen: float
     inflight: int = field(default=0)  # scheduler calls to it in progress, counted here, never stale
     snic_planned_bytes: int = field(default=0)  # store reads the scheduler routed here, not yet done
+    cnic_planned_bytes: int = field(default=0)  # path-B relay bytes routed through its compute NIC
+    prefill_planned_tokens: int = field(default=0)  # tokens left to compute of prefills sent here
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)  # the registry's, for last_seen
 
     @property
     def snic_queue_bytes(self) -> int:
-        """Storage-NIC backlog now: the last heartbeat's queue less what the NIC drained since at its
+        """Storage-NIC backlog now (see `queue_bytes`)."""
+        return self.queue_bytes("snic")
+
+    @property
+    def cnic_queue_bytes(self) -> int:
+        """Compute-NIC backlog now (see `queue_bytes`)."""
+        return self.queue_bytes("cnic")
+
+    def queue_bytes(self, nic_name: str) -> int:
+        """A NIC's backlog now: the last heartbeat's queue less what the NIC drained since at its
         configured rate (a report can be a second old; most queues drain in milliseconds), or the
-        reads we routed here since, if that is more."""
-        nic = self.status.nic("snic")
+        bytes we routed here since, if that is more."""
+        nic = self.status.nic(nic_name)
         reported = nic.queue_bytes
         if reported and nic.configured_gbps > 0:
             drained = nic.configured_gbps * 1e9 / 8 * max(0.0, self.clock() - self.last_seen)
             reported = max(0, round(reported - drained))
-        return max(reported, self.snic_planned_bytes)
+        planned = self.snic_planned_bytes if nic_name == "snic" else self.cnic_planned_bytes
+        return max(reported, planned)
+
+    def bytes_per_s(self, nic_name: str) -> float:
+        """The NIC's configured rate; infinite when unshaped (it never holds a queue)."""
+        gbps = self.status.nic(nic_name).configured_gbps
+        return gbps * 1e9 / 8 if gbps > 0 else math.inf
+
+    def queue_s(self, nic_name: str) -> float:
+        """How long the NIC's backlog takes to drain at its configured rate (0 when unshaped)."""
+        return self.queue_bytes(nic_name) / self.bytes_per_s(nic_name)
+
+    @property
+    def unfinished_prefill_tokens(self) -> int:
+        return max(self.status.unfinished_prefill_tokens, self.prefill_planned_tokens)
 
     @property
     def engine_id(self) -> str:
@@ -146,13 +177,20 @@ class EngineRegistry:
             engine.inflight -= 1
 
     @contextmanager
-    def plan_snic(self, engine: Engine | None, nbytes: int) -> Iterator[None]:
-        """Count `nbytes` of store reads routed to `engine`'s snic for the duration of the block."""
-        if engine is None or nbytes <= 0:
+    def plan(
+        self, engine: Engine | None, *, snic_bytes: int = 0, cnic_bytes: int = 0, prefill_tokens: int = 0
+    ) -> Iterator[None]:
+        """Count work routed to `engine` (store reads on its snic, relay bytes on its cnic, tokens to
+        prefill) for the duration of the block, so policies see it before the next heartbeat does."""
+        if engine is None:
             yield
             return
-        engine.snic_planned_bytes += nbytes
+        engine.snic_planned_bytes += snic_bytes
+        engine.cnic_planned_bytes += cnic_bytes
+        engine.prefill_planned_tokens += prefill_tokens
         try:
             yield
         finally:
-            engine.snic_planned_bytes -= nbytes
+            engine.snic_planned_bytes -= snic_bytes
+            engine.cnic_planned_bytes -= cnic_bytes
+            engine.prefill_planned_tokens -= prefill_tokens

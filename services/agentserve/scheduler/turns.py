@@ -2,10 +2,11 @@
 
 1. Build the prompt: the committed history plus this turn's tokens (`PromptBuilder`).
 2. Ask the KV store how many leading blocks of it are stored.
-3. Pick the engines (decode: the session's KV holder if alive, else the router's choice) and the
-   path store hits take to the prefill engine (`PathPolicy`: A over its own storage NIC, or B
-   relayed by the decode engine). Prefill on one engine, which hands the decode engine the KV it
-   lacks and returns the first token; then stream the rest from that decode engine.
+3. Place the turn (`GlobalScheduler`): the prefill engine, the decode engine (the session's KV
+   holder if alive, else the router's choice), and the path store hits take to the prefill engine
+   (A over its own storage NIC, B relayed by a decode engine, or split over both). Prefill on one
+   engine, which hands the decode engine the KV it lacks and returns the first token; then stream
+   the rest from that decode engine.
 4. Commit prompt + output to the session only when the turn completes, so a failed turn leaves the
    history as it was and the client's retry starts clean.
 
@@ -36,7 +37,6 @@ from agentserve.contracts import (
     EngineUnavailable,
     GenerateChunk,
     GenerateRequest,
-    KVPath,
     PrefillRequest,
     PrefillResult,
     SamplingParams,
@@ -48,8 +48,11 @@ from agentserve.kv.block_hash import block_ids_for
 from agentserve.scheduler import metrics
 from agentserve.scheduler.engine_clients import Metadata
 from agentserve.scheduler.paths import DualPathPolicy, PathPolicy
+from agentserve.scheduler.placement import GlobalScheduler, Placement
+from agentserve.scheduler.prefill_policy import PrefillPolicy
 from agentserve.scheduler.prompts import PromptBuilder, check_fits
 from agentserve.scheduler.registry import Engine, EngineRegistry, Role
+from agentserve.scheduler.relay_policy import RelayPolicy
 from agentserve.scheduler.router import Router
 from agentserve.scheduler.sessions import Session
 from agentserve.scheduler.tracing import TurnSpans
@@ -101,14 +104,15 @@ class TurnRunner:
         retries: int = 1,
         paths: PathPolicy | None = None,
         model_name: str = "",
+        prefill_policy: PrefillPolicy | None = None,
+        relay_policy: RelayPolicy | None = None,
     ) -> None:
         self.prompts = prompts
         self.registry = registry
-        self.router = router
         self.engines = engines
         self.store = store
         self.retries = retries
-        self.paths = paths or DualPathPolicy()
+        self.placer = GlobalScheduler(registry, router, prefill_policy, relay_policy, paths or DualPathPolicy())
         self.spans = TurnSpans(prompts.tokenizer, model_name)
 
     def check(self, message: str | None, token_ids: Sequence[int] | None, role: str) -> None:
@@ -191,7 +195,8 @@ class TurnRunner:
 
     async def _execute(self, turn: _Turn) -> AsyncGenerator[TurnEvent, None]:
         hits = await self._store_hits(turn)
-        prefill, decode, response = await self._prefill(turn, hits)
+        placed, response = await self._prefill(turn, hits)
+        prefill, decode = placed.prefill, placed.decode
         first = response.first_token
         turn.output.append(first)
         text = TurnText(self.prompts.tokenizer, turn.sampling.stop, turn.sampling.min_tokens)
@@ -208,6 +213,7 @@ class TurnRunner:
             decode.engine_id,
             trace_id,
             span_id=span_id,
+            relay_engine=placed.relay.engine_id if placed.relay and response.relayed_blocks else "",
             kv_path=path.value,
             loaded_blocks=response.loaded_blocks,
             relayed_blocks=response.relayed_blocks,
@@ -260,10 +266,12 @@ class TurnRunner:
         metrics.STORE_HIT_BLOCKS.inc(hits)
         return hits
 
-    async def _prefill(self, turn: _Turn, hits: int) -> tuple[Engine, Engine, PrefillResult]:
+    async def _prefill(self, turn: _Turn, hits: int) -> tuple[Placement, PrefillResult]:
         while True:
-            prefill, decode = self._pick(Role.PREFILL, turn), self._pick_decode(turn)
-            plan = self.paths.choose(prefill, decode, hits)
+            placed = self.placer.place(turn.session, len(turn.prompt), hits)
+            prefill, decode = placed.prefill, placed.decode
+            turn.span.set_attributes(placed.attributes())
+            metrics.record_placement(placed)
             request = PrefillRequest(
                 request_id=turn.turn_id,
                 session_id=turn.session.session_id,
@@ -272,19 +280,19 @@ class TurnRunner:
                 sampling=turn.sampling,
                 store_hit_blocks=hits,
                 decode_address=decode.address,
-                plan=plan,
+                plan=placed.plan,
             )
-            # The store reads count against the chosen storage NIC until the prefill returns.
-            reader = decode if plan.path is KVPath.B else prefill
+            # The turn's work counts against its engines until the prefill returns.
+            block_bytes = prefill.status.kv_block_bytes or decode.status.kv_block_bytes
             try:
-                with self.registry.track(prefill), self.registry.plan_snic(reader, hits * reader.status.kv_block_bytes):
+                with self.registry.track(prefill), placed.reserve(self.registry, block_bytes):
                     response = await self.engines.prefill(prefill.address, request, self._metadata(turn))
                 if response.handoff_failed and turn.retries_left > 0:
                     # The decode engine could not take the KV: most likely gone (its registration
                     # lags). Another one gets it; prefilling again is cheap, the KV is resident now.
                     raise EngineUnavailable(decode.address, f"KV handoff to {decode.address} failed")
                 turn.decode_engine = decode.engine_id
-                return prefill, decode, response
+                return placed, response
             except EngineUnavailable as exc:
                 # Blame is structured: the error names the engine that failed (the decode engine when
                 # it could not take the handoff), never inferred from message text.
@@ -333,7 +341,7 @@ class TurnRunner:
                 if streamed:
                     raise RetryableError(f"decode engine {decode.engine_id} failed mid-turn; retry the turn") from exc
                 self._use_retry(turn, exc)
-                decode = self._pick(Role.DECODE, turn)
+                decode = self.placer.pick(Role.DECODE, turn.session)
                 turn.decode_engine = decode.engine_id
                 turn.span.set_attribute("turn.decode_engine", decode.engine_id)
 
@@ -360,22 +368,6 @@ class TurnRunner:
             completion_tokens=len(turn.output),
             logprobs=logprobs or [],
         )
-
-    def _pick(self, role: Role, turn: _Turn) -> Engine:
-        engines = self.registry.alive(role)
-        if not engines:
-            raise RetryableError(f"no healthy {role.value} engine")
-        return self.router.pick(engines, turn.session)
-
-    def _pick_decode(self, turn: _Turn) -> Engine:
-        """The session's KV holder while it is alive (sticky: it already holds the history's blocks),
-        else the router's choice."""
-        holder = turn.session.kv_holder
-        if holder:
-            alive = [e for e in self.registry.alive(Role.DECODE) if e.engine_id == holder]
-            if alive:
-                return alive[0]
-        return self._pick(Role.DECODE, turn)
 
     def _use_retry(self, turn: _Turn, exc: Exception) -> None:
         if turn.retries_left <= 0:

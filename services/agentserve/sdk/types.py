@@ -23,6 +23,7 @@ class TurnMetadata:
     handoff_bytes: int = 0  # their bytes on the compute network
     handoff_held_blocks: int = 0  # blocks the decode engine already held, so not handed off
     span_id: str = ""  # hex id of the turn's span
+    relay_engine: str = ""  # the decode engine that relayed path B (not always decode_engine); empty on A
 
     @property
     def traceparent(self) -> str:
@@ -46,6 +47,7 @@ class TurnMetadata:
             m.handoff_bytes,
             m.handoff_held_blocks,
             m.span_id,
+            m.relay_engine,
         )
 
 

@@ -40,7 +40,7 @@ class TurnRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., message: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., role: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ...) -> None: ...
 
 class TurnMetadata(_message.Message):
-    __slots__ = ("turn_id", "turn_index", "prompt_tokens", "cached_tokens", "prefill_engine", "decode_engine", "trace_id", "kv_path", "loaded_blocks", "relayed_blocks", "handoff_blocks", "handoff_bytes", "handoff_held_blocks", "span_id")
+    __slots__ = ("turn_id", "turn_index", "prompt_tokens", "cached_tokens", "prefill_engine", "decode_engine", "trace_id", "kv_path", "loaded_blocks", "relayed_blocks", "handoff_blocks", "handoff_bytes", "handoff_held_blocks", "span_id", "relay_engine")
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_INDEX_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class TurnMetadata(_message.Message):
     HANDOFF_BYTES_FIELD_NUMBER: _ClassVar[int]
     HANDOFF_HELD_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     SPAN_ID_FIELD_NUMBER: _ClassVar[int]
+    RELAY_ENGINE_FIELD_NUMBER: _ClassVar[int]
     turn_id: str
     turn_index: int
     prompt_tokens: int
@@ -69,7 +70,8 @@ class TurnMetadata(_message.Message):
     handoff_bytes: int
     handoff_held_blocks: int
     span_id: str
-    def __init__(self, turn_id: _Optional[str] = ..., turn_index: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., prefill_engine: _Optional[str] = ..., decode_engine: _Optional[str] = ..., trace_id: _Optional[str] = ..., kv_path: _Optional[str] = ..., loaded_blocks: _Optional[int] = ..., relayed_blocks: _Optional[int] = ..., handoff_blocks: _Optional[int] = ..., handoff_bytes: _Optional[int] = ..., handoff_held_blocks: _Optional[int] = ..., span_id: _Optional[str] = ...) -> None: ...
+    relay_engine: str
+    def __init__(self, turn_id: _Optional[str] = ..., turn_index: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., prefill_engine: _Optional[str] = ..., decode_engine: _Optional[str] = ..., trace_id: _Optional[str] = ..., kv_path: _Optional[str] = ..., loaded_blocks: _Optional[int] = ..., relayed_blocks: _Optional[int] = ..., handoff_blocks: _Optional[int] = ..., handoff_bytes: _Optional[int] = ..., handoff_held_blocks: _Optional[int] = ..., span_id: _Optional[str] = ..., relay_engine: _Optional[str] = ...) -> None: ...
 
 class TurnChunk(_message.Message):
     __slots__ = ("metadata", "token_ids", "text", "finished", "finish_reason", "completion_tokens", "logprobs")

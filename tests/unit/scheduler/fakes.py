@@ -17,12 +17,14 @@ from agentserve.contracts import (
     GenerateChunk,
     GenerateRequest,
     KVPath,
+    NICStatus,
     PrefillRequest,
     PrefillResult,
     Role,
     SamplingParams,
     TokenLogprob,
 )
+from agentserve.scheduler.registry import Engine
 from agentserve.v1 import common_pb2
 
 FINGERPRINT = "fp-test"
@@ -47,6 +49,25 @@ def status(engine_id: str, role: Role, port: int, running: int = 0, waiting: int
     )
     fields.update(overrides)
     return EngineStatus(**fields)
+
+
+def loaded_engine(
+    engine_id: str,
+    role: Role,
+    *,
+    snic_queue: int = 0,
+    cnic_queue: int = 0,
+    tokens: int = 0,
+    snic_gbps: float = 0.008,
+    cnic_gbps: float = 0.008,
+    block_bytes: int = 1000,
+) -> Engine:
+    """A registered engine whose fresh heartbeat reported these queues (bytes) and unfinished prefill
+    tokens. 0.008 Gbps is 1 MB/s, so 1000 queued bytes are 1 ms of drain."""
+    nics = (NICStatus("snic", snic_gbps, snic_queue), NICStatus("cnic", cnic_gbps, cnic_queue))
+    port = 7000 + sum(map(ord, engine_id))
+    fields = dict(nics=nics, kv_block_bytes=block_bytes, unfinished_prefill_tokens=tokens)
+    return Engine(status(engine_id, role, port, **fields), 100.0, clock=lambda: 100.0)
 
 
 def engine_proto(engine_id: str = "d9", role: int = common_pb2.ENGINE_ROLE_DECODE, **fields) -> common_pb2.EngineStatus:
@@ -108,7 +129,8 @@ class FakeEngines:
         first = self.reply[0]
         finished = first == EOS or request.sampling.max_tokens == 1
         reason = ("stop" if first == EOS else "length") if finished else ""
-        relayed = request.store_hit_blocks if request.plan.path is KVPath.B else 0
+        hits, plan = request.store_hit_blocks, request.plan
+        relayed = {KVPath.A: 0, KVPath.B: hits, KVPath.SPLIT: min(plan.relay_blocks, hits)}[plan.path]
         handoff = len(request.token_ids) // BLOCK_SIZE
         return PrefillResult(
             first_logprob=fake_logprob(first, request.sampling),

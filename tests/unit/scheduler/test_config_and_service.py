@@ -26,6 +26,15 @@ def test_defaults_and_flags_over_env() -> None:
     assert (config.grpc_port, config.turn_retries, config.http_port) == (6001, 2, 8000)
     assert config.model_name == "agentserve-tiny"
     assert config.kv_path_policy == "dualpath"
+    assert (config.prefill_policy, config.relay_policy) == ("least-loaded", "turn-decode")
+    assert (config.prefill_alpha_ms, config.prefill_beta) == (100.0, 1.5)
+    policies = load_config(
+        SchedulerConfig,
+        ["--prefill-policy", "dualpath", "--prefill-alpha-ms", "20", "--relay-policy", "other-decode"],
+        env={"AGENTSERVE_PREFILL_BETA": "2.5", "AGENTSERVE_KV_PATH_POLICY": "split"},
+    )
+    assert (policies.prefill_policy, policies.prefill_alpha_ms, policies.prefill_beta) == ("dualpath", 20.0, 2.5)
+    assert (policies.relay_policy, policies.kv_path_policy) == ("other-decode", "split")
 
 
 @pytest.mark.parametrize(
@@ -40,7 +49,12 @@ def test_defaults_and_flags_over_env() -> None:
         (dict(max_message_tokens=0), "max_message_tokens"),
         (dict(turn_retries=-1), "turn_retries"),
         (dict(model_name=""), "model_name"),
-        (dict(kv_path_policy="fastest"), "kv_path_policy must be one of dualpath, always-a, always-b"),
+        (dict(kv_path_policy="fastest"), "kv_path_policy must be one of dualpath, always-a, always-b, split"),
+        (dict(prefill_policy="random"), "prefill_policy must be one of least-loaded, dualpath, got 'random'"),
+        (dict(relay_policy="any"), "relay_policy must be one of turn-decode, dualpath, other-decode, got 'any'"),
+        (dict(prefill_alpha_ms=-1.0), "prefill_alpha_ms must be a finite number >= 0, got -1.0"),
+        (dict(prefill_alpha_ms=float("nan")), "prefill_alpha_ms must be a finite number >= 0, got nan"),
+        (dict(prefill_beta=0.9), "prefill_beta must be a finite number >= 1, got 0.9"),
     ],
 )
 def test_bad_config(fields: dict, message: str) -> None:

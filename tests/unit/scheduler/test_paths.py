@@ -1,13 +1,13 @@
-"""Path policies: which path a turn's store hits take to the prefill engine (DualPath)."""
+"""Path policies: which path a turn's store hits take to the prefill engine (DualPath), and split reads."""
 
 from __future__ import annotations
 
 import pytest
 
 from agentserve.contracts import KVPath, LoadPlan, NICStatus, Role
-from agentserve.scheduler.paths import AlwaysA, AlwaysB, DualPathPolicy, make_path_policy
+from agentserve.scheduler.paths import AlwaysA, AlwaysB, DualPathPolicy, SplitPolicy, b_share, make_path_policy
 from agentserve.scheduler.registry import Engine, EngineRegistry
-from tests.unit.scheduler.fakes import status
+from tests.unit.scheduler.fakes import loaded_engine, status
 
 pytestmark = pytest.mark.unit
 
@@ -55,13 +55,17 @@ def test_a_reported_queue_drains_at_the_nics_rate_until_the_next_heartbeat() -> 
     assert engine("p0", Role.PREFILL, snic_queue=5000, age_s=0.5, gbps=0).snic_queue_bytes == 5000
 
 
-def test_registry_plans_snic_bytes_only_while_the_block_runs() -> None:
+def test_registry_plans_work_only_while_the_block_runs() -> None:
     registry = EngineRegistry(5.0)
-    registry.register(status("p0", Role.PREFILL, 6000))
+    registry.register(status("p0", Role.PREFILL, 6000, unfinished_prefill_tokens=40))
     prefill = registry.get("p0")
-    with registry.plan_snic(prefill, 3000):
-        assert prefill.snic_queue_bytes == 3000
-    assert prefill.snic_queue_bytes == 0
+    assert prefill is not None
+    with registry.plan(prefill, snic_bytes=3000, cnic_bytes=500, prefill_tokens=25):
+        assert (prefill.snic_queue_bytes, prefill.cnic_queue_bytes) == (3000, 500)
+        assert prefill.unfinished_prefill_tokens == 40  # the heartbeat's figure is larger
+        with registry.plan(prefill, prefill_tokens=30):
+            assert prefill.unfinished_prefill_tokens == 55
+    assert (prefill.snic_queue_bytes, prefill.cnic_queue_bytes, prefill.unfinished_prefill_tokens) == (0, 0, 40)
 
 
 def test_fixed_policies_and_names() -> None:
@@ -69,14 +73,51 @@ def test_fixed_policies_and_names() -> None:
     assert AlwaysA().choose(prefill, decode, 5).path is KVPath.A
     assert AlwaysB().choose(prefill, decode, 5).path is KVPath.B
     assert AlwaysB().choose(prefill, decode, 0).path is KVPath.A
-    assert [make_path_policy(n).name for n in ("dualpath", "always-a", "always-b")] == [
+    assert [make_path_policy(n).name for n in ("dualpath", "always-a", "always-b", "split")] == [
         "dualpath",
         "always-a",
         "always-b",
+        "split",
     ]
-    with pytest.raises(ValueError, match="dualpath, always-a, always-b"):
+    with pytest.raises(ValueError, match="dualpath, always-a, always-b, split"):
         make_path_policy("round-robin")
 
 
 def test_engine_status_without_nics_reads_idle() -> None:
     assert status("d0", Role.DECODE, 7000).nic("snic") == NICStatus("snic")
+
+
+def split(prefill_queue: int = 0, relay_snic: int = 0, relay_cnic: int = 0, relay_gbps: float = 0.008, hits: int = 10):
+    """SplitPolicy's plan for `hits` blocks of 1000 bytes, all NICs 1 MB/s unless `relay_gbps`."""
+    prefill = loaded_engine("p0", Role.PREFILL, snic_queue=prefill_queue)
+    relay = loaded_engine(
+        "d1", Role.DECODE, snic_queue=relay_snic, cnic_queue=relay_cnic, snic_gbps=relay_gbps, cnic_gbps=relay_gbps
+    )
+    plan = SplitPolicy().choose(prefill, relay, hits)
+    assert plan.relay_address in ("", relay.address)
+    return plan.path, plan.relay_blocks
+
+
+def test_split_reads_in_proportion_to_free_bandwidth_so_both_legs_finish_together() -> None:
+    # Idle and equal: half each way.
+    assert split() == (KVPath.SPLIT, 5)
+    # 4 ms queued on A: both finish at T = (4000 + 10000) / 2 MB/s = 7 ms, so B reads 7000 bytes.
+    assert split(prefill_queue=4000) == (KVPath.SPLIT, 7)
+    # A relay three times as fast, 2 ms on A: T = 12000 / 4 MB/s = 3 ms, B reads 9000 bytes.
+    assert split(prefill_queue=2000, relay_gbps=0.024) == (KVPath.SPLIT, 9)
+    # The relay's slower leg counts: 4 ms on its compute NIC is B's backlog (T = 7 ms, B reads 3000).
+    assert split(relay_cnic=4000, relay_snic=1000) == (KVPath.SPLIT, 3)
+
+
+def test_split_degenerates_to_one_path_when_one_backlog_outlasts_the_other_side() -> None:
+    assert split(relay_cnic=12000) == (KVPath.A, 0)  # B's backlog alone exceeds T = 11 ms
+    assert split(prefill_queue=20000) == (KVPath.B, 0)  # A's alone exceeds T = 15 ms
+    assert split(hits=0) == (KVPath.A, 0)
+
+
+def test_split_with_unshaped_nics() -> None:
+    prefill, relay = engine("p0", Role.PREFILL, gbps=0), engine("d0", Role.DECODE, gbps=0)
+    assert b_share(prefill, relay, 10) == 0.5  # both unshaped: evenly
+    assert b_share(prefill, engine("d0", Role.DECODE), 10) == 0.0  # only A unshaped: all by A
+    assert b_share(engine("p0", Role.PREFILL), relay, 10) == 1.0  # only B unshaped: all by B
+    assert SplitPolicy().choose(prefill, relay, 4) == LoadPlan(KVPath.SPLIT, relay.address, relay_blocks=2)

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from agentserve.common.errors import NotFoundError, RetryableError
-from agentserve.contracts import KVPath, SamplingParams
+from agentserve.contracts import KVPath, LoadPlan, SamplingParams
 from agentserve.kv.block_hash import block_ids_for
 from agentserve.scheduler.engine_clients import EngineUnavailable
 from agentserve.scheduler.registry import Role
@@ -438,6 +438,42 @@ def test_path_policy_plans_the_prefill_and_metadata_reports_the_kv_moved(make_co
     meta = events[0].metadata
     assert (meta.kv_path, meta.loaded_blocks, meta.relayed_blocks) == ("B", 3, 3)
     assert (meta.handoff_blocks, meta.handoff_bytes) == (20 // BLOCK_SIZE, 20 // BLOCK_SIZE * BLOCK_BYTES)
+
+
+def test_split_reads_relayed_by_another_decode_engine_are_planned_reported_and_traced(
+    make_core, engines, store, spans
+) -> None:
+    store.hits = 4
+    core = make_core(kv_path_policy="split", relay_policy="other-decode", prefill_policy="dualpath")
+
+    async def go():
+        sid = await core.open_session()
+        return await collect(core.turn(sid, token_ids=list(range(10, 30)), sampling=GREEDY))
+
+    meta = run(go())[0].metadata
+    ((_, request, _),) = engines.prefills
+    # Unshaped NICs on both sides: an even split, relayed by d1 while d0 decodes.
+    assert request.plan == LoadPlan(KVPath.SPLIT, relay_address="127.0.0.1:7001", relay_blocks=2)
+    assert request.decode_address == "127.0.0.1:7000"
+    assert (meta.kv_path, meta.relayed_blocks, meta.relay_engine, meta.decode_engine) == ("SPLIT", 2, "d1", "d0")
+    (span,) = [s for s in spans.get_finished_spans() if s.name == "turn"]
+    placement = {k: v for k, v in span.attributes.items() if k.startswith("turn.placement.")}
+    assert placement["turn.placement.relay_engine"] == "d1"
+    assert placement["turn.placement.relay_reason"] == "other"
+    assert placement["turn.placement.split_fraction"] == 0.5
+    assert placement["turn.placement.prefill_reason"] == "short-read-queue"
+
+
+def test_dualpath_prefill_policy_avoids_the_engine_with_more_unfinished_prefill_tokens(make_core, engines) -> None:
+    core = make_core(prefill=2, prefill_policy="dualpath")
+    core.heartbeat(status("p0", Role.PREFILL, 6000, unfinished_prefill_tokens=300))
+
+    async def go():
+        sid = await core.open_session()
+        return await collect(core.turn(sid, token_ids=[10, 11], sampling=GREEDY))
+
+    assert run(go())[0].metadata.prefill_engine == "p1"
+    assert [address for address, _, _ in engines.prefills] == ["127.0.0.1:6001"]
 
 
 def test_dualpath_default_loads_by_a_when_queues_tie(make_core, engines, store) -> None:

@@ -1,0 +1,138 @@
+"""GlobalScheduler: DualPath's three questions for one turn, each answered by a pluggable policy.
+
+1. Which prefill engine (`PrefillPolicy`: least-loaded, or DualPath's read-queue/token rule).
+2. Which decode engine: the session's KV holder while it is alive (it already holds the history),
+   else the router's choice.
+3. How store hits reach the prefill: the decode engine that would relay path B (`RelayPolicy`),
+   then the path (`PathPolicy`: A, B, the shorter read queue, or a split by free bandwidth).
+
+The answer is a `Placement` that records why (span attributes, metrics), and whose `reserve` counts
+the work against the chosen engines until the prefill returns, so the next turn sees it before any
+heartbeat does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from agentserve.common.errors import RetryableError
+from agentserve.contracts import KVPath, LoadPlan, Role
+from agentserve.scheduler.paths import DualPathPolicy, PathPolicy
+from agentserve.scheduler.prefill_policy import LeastLoadedPrefill, PrefillPolicy
+from agentserve.scheduler.registry import Engine, EngineRegistry
+from agentserve.scheduler.relay_policy import RelayPolicy, TurnDecodeRelay
+from agentserve.scheduler.router import Router
+
+if TYPE_CHECKING:
+    from agentserve.scheduler.sessions import Session
+
+
+@dataclass(frozen=True)
+class Placement:
+    prefill: Engine
+    decode: Engine
+    relay: Engine | None  # the path-B reader; None on path A
+    plan: LoadPlan
+    hit_blocks: int
+    new_tokens: int  # prompt tokens left to compute after the store hits
+    prefill_reason: str
+    relay_reason: str  # "" on path A
+
+    @property
+    def relay_blocks(self) -> int:
+        """Store hits planned for path B."""
+        return {KVPath.A: 0, KVPath.B: self.hit_blocks, KVPath.SPLIT: self.plan.relay_blocks}[self.plan.path]
+
+    @property
+    def split_fraction(self) -> float:
+        """The planned share of the store hits read by path B (0 without hits)."""
+        return self.relay_blocks / self.hit_blocks if self.hit_blocks else 0.0
+
+    def attributes(self) -> dict[str, str | int | float]:
+        """The decision and its reasons, as the turn span's attributes."""
+        return {
+            "turn.placement.prefill_engine": self.prefill.engine_id,
+            "turn.placement.prefill_reason": self.prefill_reason,
+            "turn.placement.prefill_unfinished_tokens": self.prefill.unfinished_prefill_tokens,
+            "turn.placement.prefill_snic_queue_bytes": self.prefill.snic_queue_bytes,
+            "turn.placement.decode_engine": self.decode.engine_id,
+            "turn.placement.kv_path": self.plan.path.value,
+            "turn.placement.relay_engine": self.relay.engine_id if self.relay else "",
+            "turn.placement.relay_reason": self.relay_reason,
+            "turn.placement.relay_snic_queue_bytes": self.relay.snic_queue_bytes if self.relay else 0,
+            "turn.placement.relay_blocks": self.relay_blocks,
+            "turn.placement.split_fraction": self.split_fraction,
+        }
+
+    @contextmanager
+    def reserve(self, registry: EngineRegistry, block_bytes: int) -> Iterator[None]:
+        """Count this turn's work against its engines while the block runs: the tokens to compute
+        on the prefill, path A's reads on its snic, path B's reads on the relay's snic and sends on
+        its cnic."""
+        relayed = self.relay_blocks * block_bytes
+        with ExitStack() as stack:
+            stack.enter_context(
+                registry.plan(
+                    self.prefill,
+                    snic_bytes=(self.hit_blocks - self.relay_blocks) * block_bytes,
+                    prefill_tokens=self.new_tokens,
+                )
+            )
+            if self.relay is not None:
+                stack.enter_context(registry.plan(self.relay, snic_bytes=relayed, cnic_bytes=relayed))
+            yield
+
+
+class GlobalScheduler:
+    def __init__(
+        self,
+        registry: EngineRegistry,
+        router: Router,
+        prefill_policy: PrefillPolicy | None = None,
+        relay_policy: RelayPolicy | None = None,
+        path_policy: PathPolicy | None = None,
+    ) -> None:
+        self.registry = registry
+        self.router = router
+        self.prefill_policy = prefill_policy or LeastLoadedPrefill()
+        self.relay_policy = relay_policy or TurnDecodeRelay()
+        self.path_policy = path_policy or DualPathPolicy()
+
+    def place(self, session: Session, prompt_tokens: int, hit_blocks: int) -> Placement:
+        """Engines and load plan for a turn of `prompt_tokens` whose first `hit_blocks` blocks are
+        in the store. RetryableError when a role has no alive engine."""
+        prefill = self.prefill_policy.pick(self._alive(Role.PREFILL))
+        holder = self._holder(session)
+        decode = holder or self.pick(Role.DECODE, session)
+        new_tokens = max(0, prompt_tokens - hit_blocks * (self.registry.block_size or 1))
+        relay = None
+        if hit_blocks:
+            nbytes = hit_blocks * (prefill.engine.status.kv_block_bytes or decode.status.kv_block_bytes)
+            relay = self.relay_policy.pick(self._alive(Role.DECODE), decode, holder, nbytes)
+        plan = self.path_policy.choose(prefill.engine, relay.engine if relay else decode, hit_blocks)
+        if relay is None or plan.path is KVPath.A:
+            return Placement(prefill.engine, decode, None, plan, hit_blocks, new_tokens, prefill.reason, "")
+        return Placement(
+            prefill.engine, decode, relay.engine, plan, hit_blocks, new_tokens, prefill.reason, relay.reason
+        )
+
+    def pick(self, role: Role, session: Session | None) -> Engine:
+        """The router's choice among the alive engines of `role`."""
+        return self.router.pick(self._alive(role), session)
+
+    def _alive(self, role: Role) -> list[Engine]:
+        engines = self.registry.alive(role)
+        if not engines:
+            raise RetryableError(f"no healthy {role.value} engine")
+        return engines
+
+    def _holder(self, session: Session) -> Engine | None:
+        """The session's KV holder while it is alive (sticky: it already holds the history's blocks)."""
+        if session.kv_holder:
+            for engine in self.registry.alive(Role.DECODE):
+                if engine.engine_id == session.kv_holder:
+                    return engine
+        return None

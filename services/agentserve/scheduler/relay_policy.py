@@ -1,0 +1,81 @@
+"""Relay policies: which decode engine reads a turn's path-B blocks and relays them to the prefill.
+
+Path B reads store blocks over a decode engine's storage NIC and sends them to the prefill engine
+over that decode engine's compute NIC. Any decode engine can do it; the turn's own decode engine
+has one advantage: it keeps the relayed blocks, so the handoff after the prefill skips them.
+
+- `turn-decode`: always the turn's decode engine (the landed behaviour, and the paper's).
+- `dualpath`: the decode engine that would finish the relay first. Relaying `n` bytes through `d`
+  takes `max((snic_queue(d) + n) / snic_rate(d), (cnic_queue(d) + n) / cnic_rate(d))`: the store
+  read and the compute-network send overlap, so the slower of the two legs decides. The session's
+  KV holder already holds the history, so it serves the blocks from its cache: only its send leg
+  counts. Ties go to the turn's decode engine (no extra handoff), then engine id.
+- `other-decode`: never the turn's decode engine while another decode engine is alive (the least
+  busy storage NIC among the others): the other end of a comparison, and it exercises a relay that
+  is not the decode engine (its blocks must then be handed off as well).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from agentserve.scheduler.registry import Engine
+
+
+@dataclass(frozen=True)
+class RelayChoice:
+    engine: Engine
+    reason: str  # recorded on the turn's span and in metrics
+
+
+class RelayPolicy(Protocol):
+    name: str
+
+    def pick(self, decodes: Sequence[Engine], turn_decode: Engine, holder: Engine | None, nbytes: int) -> RelayChoice:
+        """The relay for `nbytes` of path-B blocks, among `decodes` (alive, never empty, including
+        `turn_decode`); `holder` is the session's KV holder if alive. On the event loop; no blocking."""
+        ...
+
+
+class TurnDecodeRelay:
+    name = "turn-decode"
+
+    def pick(self, decodes: Sequence[Engine], turn_decode: Engine, holder: Engine | None, nbytes: int) -> RelayChoice:
+        return RelayChoice(turn_decode, "turn-decode")
+
+
+class DualPathRelay:
+    name = "dualpath"
+
+    def pick(self, decodes: Sequence[Engine], turn_decode: Engine, holder: Engine | None, nbytes: int) -> RelayChoice:
+        def finish_s(d: Engine) -> float:
+            send_s = (d.cnic_queue_bytes + nbytes) / d.bytes_per_s("cnic")
+            if holder is not None and d.engine_id == holder.engine_id:
+                return send_s  # served from its cache: no store read
+            return max((d.snic_queue_bytes + nbytes) / d.bytes_per_s("snic"), send_s)
+
+        best = min(decodes, key=lambda d: (finish_s(d), d.engine_id != turn_decode.engine_id, d.engine_id))
+        return RelayChoice(best, "turn-decode" if best.engine_id == turn_decode.engine_id else "earliest-finish")
+
+
+class OtherDecodeRelay:
+    name = "other-decode"
+
+    def pick(self, decodes: Sequence[Engine], turn_decode: Engine, holder: Engine | None, nbytes: int) -> RelayChoice:
+        others = [d for d in decodes if d.engine_id != turn_decode.engine_id]
+        if not others:
+            return RelayChoice(turn_decode, "only-decode")
+        return RelayChoice(min(others, key=lambda d: (d.queue_s("snic"), d.snic_queue_bytes, d.engine_id)), "other")
+
+
+RELAY_POLICIES: dict[str, type] = {p.name: p for p in (TurnDecodeRelay, DualPathRelay, OtherDecodeRelay)}
+
+
+def make_relay_policy(name: str) -> RelayPolicy:
+    """The policy called `name` (turn-decode, dualpath, other-decode); ValueError names the choices."""
+    try:
+        return RELAY_POLICIES[name]()
+    except KeyError:
+        raise ValueError(f"unknown relay policy {name!r}; choose one of {', '.join(RELAY_POLICIES)}") from None

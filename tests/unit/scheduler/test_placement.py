@@ -1,0 +1,95 @@
+"""GlobalScheduler: one turn's prefill engine, decode engine, relay and load plan, with reasons."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentserve.common.errors import RetryableError
+from agentserve.contracts import KVPath, LoadPlan, NICStatus, Role
+from agentserve.scheduler.paths import AlwaysA, AlwaysB, SplitPolicy
+from agentserve.scheduler.placement import GlobalScheduler
+from agentserve.scheduler.prefill_policy import DualPathPrefill
+from agentserve.scheduler.registry import EngineRegistry
+from agentserve.scheduler.relay_policy import DualPathRelay, OtherDecodeRelay
+from agentserve.scheduler.router import LeastLoadedRouter
+from agentserve.scheduler.sessions import Session
+from tests.unit.scheduler.fakes import BLOCK_SIZE, status
+
+pytestmark = pytest.mark.unit
+
+BLOCK_BYTES = 1000
+
+
+def registry(prefill_tokens: tuple[int, ...] = (0, 0), decode_snic: tuple[int, ...] = (0, 0)) -> EngineRegistry:
+    """p0.. with these unfinished prefill tokens, d0.. with these storage queues (1 MB/s NICs)."""
+    reg = EngineRegistry(5.0)
+    for i, tokens in enumerate(prefill_tokens):
+        nics = (NICStatus("snic", 0.008), NICStatus("cnic", 0.008))
+        reg.register(
+            status(
+                f"p{i}", Role.PREFILL, 6000 + i, nics=nics, kv_block_bytes=BLOCK_BYTES, unfinished_prefill_tokens=tokens
+            )
+        )
+    for i, queue in enumerate(decode_snic):
+        nics = (NICStatus("snic", 0.008, queue), NICStatus("cnic", 0.008))
+        reg.register(status(f"d{i}", Role.DECODE, 7000 + i, nics=nics, kv_block_bytes=BLOCK_BYTES))
+    return reg
+
+
+def test_dualpath_placement_answers_the_three_questions_and_says_why() -> None:
+    reg = registry(prefill_tokens=(900, 100), decode_snic=(0, 3000))
+    placer = GlobalScheduler(reg, LeastLoadedRouter(), DualPathPrefill(alpha_ms=50), DualPathRelay(), SplitPolicy())
+    session = Session("s", kv_holder="d0")
+    placed = placer.place(session, prompt_tokens=10 * BLOCK_SIZE + 3, hit_blocks=8)
+    # p1 has fewer unfinished tokens; d0 holds the session's KV so it decodes and, serving the
+    # history from its cache (an 8 ms send vs d1's 11 ms read), relays too; the split is even.
+    assert (placed.prefill.engine_id, placed.decode.engine_id) == ("p1", "d0")
+    assert placed.relay is not None and placed.relay.engine_id == "d0"
+    assert placed.plan == LoadPlan(KVPath.SPLIT, "127.0.0.1:7000", relay_blocks=4)
+    assert (placed.new_tokens, placed.split_fraction) == (2 * BLOCK_SIZE + 3, 0.5)
+    assert placed.attributes() == {
+        "turn.placement.prefill_engine": "p1",
+        "turn.placement.prefill_reason": "short-read-queue",
+        "turn.placement.prefill_unfinished_tokens": 100,
+        "turn.placement.prefill_snic_queue_bytes": 0,
+        "turn.placement.decode_engine": "d0",
+        "turn.placement.kv_path": "SPLIT",
+        "turn.placement.relay_engine": "d0",
+        "turn.placement.relay_reason": "turn-decode",
+        "turn.placement.relay_snic_queue_bytes": 0,
+        "turn.placement.relay_blocks": 4,
+        "turn.placement.split_fraction": 0.5,
+    }
+
+
+def test_reserve_counts_the_turns_work_until_the_prefill_returns() -> None:
+    reg = registry()
+    placer = GlobalScheduler(reg, LeastLoadedRouter(), DualPathPrefill(), OtherDecodeRelay(), SplitPolicy())
+    placed = placer.place(Session("s"), prompt_tokens=12 * BLOCK_SIZE, hit_blocks=10)
+    assert placed.plan == LoadPlan(KVPath.SPLIT, "127.0.0.1:7001", relay_blocks=5)
+    p0, d1 = reg.get("p0"), reg.get("d1")
+    assert p0 is not None and d1 is not None
+    with placed.reserve(reg, BLOCK_BYTES):
+        assert (p0.unfinished_prefill_tokens, p0.snic_queue_bytes) == (2 * BLOCK_SIZE, 5000)
+        assert (d1.snic_queue_bytes, d1.cnic_queue_bytes) == (5000, 5000)
+        # The next turn sees p0 busy and goes to p1 before any heartbeat says so.
+        assert placer.place(Session("t"), prompt_tokens=4 * BLOCK_SIZE, hit_blocks=0).prefill.engine_id == "p1"
+    assert (p0.unfinished_prefill_tokens, p0.snic_queue_bytes, d1.snic_queue_bytes, d1.cnic_queue_bytes) == (0, 0, 0, 0)
+
+
+def test_path_a_has_no_relay_and_a_first_turn_decode_is_the_routers_choice() -> None:
+    reg = registry()
+    placed = GlobalScheduler(reg, LeastLoadedRouter(), path_policy=AlwaysA()).place(Session("s"), 40, hit_blocks=5)
+    assert (placed.plan, placed.relay, placed.relay_reason, placed.relay_blocks) == (LoadPlan(KVPath.A), None, "", 0)
+    assert (placed.prefill.engine_id, placed.prefill_reason, placed.decode.engine_id) == ("p0", "least-loaded", "d0")
+    # Path B by the turn's decode engine (the default relay policy).
+    placed = GlobalScheduler(reg, LeastLoadedRouter(), path_policy=AlwaysB()).place(Session("s"), 40, hit_blocks=5)
+    assert placed.relay is not None and (placed.relay.engine_id, placed.relay_reason) == ("d0", "turn-decode")
+    assert (placed.relay_blocks, placed.split_fraction) == (5, 1.0)
+
+
+def test_no_engine_of_a_role_is_retryable() -> None:
+    with pytest.raises(RetryableError, match="no healthy decode engine"):
+        GlobalScheduler(registry(decode_snic=()), LeastLoadedRouter()).place(Session("s"), 8, hit_blocks=0)
+    with pytest.raises(RetryableError, match="no healthy prefill engine"):
+        GlobalScheduler(registry(prefill_tokens=()), LeastLoadedRouter()).place(Session("s"), 8, hit_blocks=0)

@@ -1,0 +1,64 @@
+"""Relay policies: which decode engine reads and relays a turn's path-B blocks."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentserve.contracts import Role
+from agentserve.scheduler.relay_policy import DualPathRelay, OtherDecodeRelay, TurnDecodeRelay, make_relay_policy
+from tests.unit.scheduler.fakes import loaded_engine
+
+pytestmark = pytest.mark.unit
+
+NBYTES = 4000  # 4 ms on a 1 MB/s NIC
+
+
+def decode(engine_id: str, snic: int = 0, cnic: int = 0, cnic_gbps: float = 0.008):
+    return loaded_engine(engine_id, Role.DECODE, snic_queue=snic, cnic_queue=cnic, cnic_gbps=cnic_gbps)
+
+
+def pick(policy, decodes, turn_decode, holder=None):
+    choice = policy.pick(decodes, turn_decode, holder, NBYTES)
+    return choice.engine.engine_id, choice.reason
+
+
+def test_dualpath_relays_through_the_decode_engine_that_finishes_first() -> None:
+    d0, d1, d2 = decode("d0", snic=6000), decode("d1", snic=1000), decode("d2", snic=500, cnic=9000)
+    # Finish times: d0 max(10, 4) ms, d1 max(5, 4), d2 max(4.5, 13): d1, though d0 is the turn's.
+    assert pick(DualPathRelay(), [d0, d1, d2], turn_decode=d0) == ("d1", "earliest-finish")
+
+
+def test_dualpath_ties_go_to_the_turn_decode_engine() -> None:
+    d0, d1 = decode("d0"), decode("d1")
+    assert pick(DualPathRelay(), [d0, d1], turn_decode=d1) == ("d1", "turn-decode")
+
+
+def test_dualpath_counts_no_store_read_on_the_sessions_kv_holder() -> None:
+    # The holder's snic is busy (20 ms), but it serves the history from its cache: only its cnic
+    # send counts (4 ms), which beats d1's 5 ms store read.
+    holder, d1 = decode("d0", snic=20000), decode("d1", snic=1000)
+    assert pick(DualPathRelay(), [holder, d1], turn_decode=holder, holder=holder) == ("d0", "turn-decode")
+    assert pick(DualPathRelay(), [holder, d1], turn_decode=holder) == ("d1", "earliest-finish")
+
+
+def test_dualpath_weighs_compute_nic_headroom() -> None:
+    # Same storage queues; d0's compute NIC is a tenth as fast, so its send is the slow leg.
+    d0, d1 = decode("d0", cnic_gbps=0.0008), decode("d1", snic=2000)
+    assert pick(DualPathRelay(), [d0, d1], turn_decode=d0) == ("d1", "earliest-finish")
+
+
+def test_turn_decode_and_other_decode() -> None:
+    d0, d1, d2 = decode("d0"), decode("d1", snic=5000), decode("d2", snic=3000)
+    assert pick(TurnDecodeRelay(), [d0, d1, d2], turn_decode=d1) == ("d1", "turn-decode")
+    assert pick(OtherDecodeRelay(), [d0, d1, d2], turn_decode=d0) == ("d2", "other")
+    assert pick(OtherDecodeRelay(), [d0], turn_decode=d0) == ("d0", "only-decode")
+
+
+def test_names() -> None:
+    assert [make_relay_policy(n).name for n in ("turn-decode", "dualpath", "other-decode")] == [
+        "turn-decode",
+        "dualpath",
+        "other-decode",
+    ]
+    with pytest.raises(ValueError, match="choose one of turn-decode, dualpath, other-decode"):
+        make_relay_policy("nearest")
