@@ -172,6 +172,11 @@ class AsyncEngine:
                 continue
             for seq in stepped:
                 self._publish(seq)
+            if not stepped:
+                # Work is waiting on KV still arriving (a layerwise prefill's layer 0): poll
+                # briefly instead of spinning, waking at once for a command.
+                self._wake.wait(timeout=0.002)
+                self._wake.clear()
 
     def _publish(self, seq: Sequence) -> None:
         target = self._subscribers.get(seq.request_id)

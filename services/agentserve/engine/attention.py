@@ -47,6 +47,9 @@ class PrefillMetadata:
     # first row; otherwise it is gathered block by block.
     prefix_slots: torch.Tensor
     prefix_start: int | None
+    # Set per layer by a layerwise prefill whose prefix is not in the pool: that layer's prefix
+    # KV, `[num_cached, heads, d]` each, read instead of the pool (`ModelRunner.prefill_staged`).
+    staged_prefix: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def context_len(self) -> int:
@@ -135,7 +138,8 @@ def paged_attention(
         )
         return out[:, :, 0, :]
     if meta.num_cached:
-        return attend_with_prefix(q, k, v, meta.prefix_kv(k_rows), meta.prefix_kv(v_rows))
+        prefix_k, prefix_v = meta.staged_prefix or (meta.prefix_kv(k_rows), meta.prefix_kv(v_rows))
+        return attend_with_prefix(q, k, v, prefix_k, prefix_v)
     # Nothing cached: the new tokens are the whole context, no need to read them back. CPU SDPA
     # only takes its fused (flash) kernel for 4-D inputs; 3-D falls back to the math path that
     # materialises the whole [T, T] score matrix.

@@ -1,15 +1,26 @@
 """LLMEngine: continuous batching with a hashed prefix cache over a paged KV pool.
 
-One step either admits (prefills) the oldest waiting sequence or decodes every running one, the
-nano-vllm schedule: prefill first keeps time to first token low, and a decode batch of any mix of
-context lengths runs as one forward pass.
+One step either admits (prefills) waiting sequences or decodes every running one, the nano-vllm
+schedule: prefill first keeps time to first token low, and a decode batch of any mix of context
+lengths runs as one forward pass. Which waiting sequences one step prefills is the config's
+`prefill_batching` policy (`engine.prefill_batch`): the oldest alone, or the oldest up to a compute
+quota; a batch stops at the first sequence the pool cannot admit or whose external KV has not
+started to arrive, and its members are admitted (slots taken) before the first forward runs.
+
+Layerwise prefill (`layerwise: true`): a prefill-only sequence (max_tokens 1, a prefill engine's
+request) whose cached prefix comes from outside (`ExternalPrefix`) gives the external blocks no
+pool slots. Each layer's prefix is staged just before the layer runs (`ModelRunner.prefill_staged`),
+so the prefill holds ~1/num_layers of its cached KV, and admission counts it so: ceil(blocks /
+layers) staging slots beside the new blocks. The external blocks are not cached here afterwards.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Iterable
 from collections.abc import Sequence as Seq
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -21,13 +32,30 @@ from agentserve.engine.grammar import GrammarCompiler
 from agentserve.engine.kv_pool import KVPool
 from agentserve.engine.loader import load_model
 from agentserve.engine.model import CausalLM
-from agentserve.engine.runner import ExternalPrefix, ModelRunner
+from agentserve.engine.runner import ExternalPrefix, LayerLoadError, ModelRunner
 from agentserve.engine.sampling import make_generator, sample, suppress, token_logprob
 from agentserve.engine.sequence import Sequence, SequenceStatus
 from agentserve.kv import block_hash
 from agentserve.kv.block_format import deserialize_blocks, serialize_blocks
 from agentserve.kv.block_hash import compute_block_id
 from agentserve.kv.block_manager import BlockManager
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PrefillPlan:
+    """How one admitted sequence is prefilled: its resident hits, the external prefix used (if any)
+    and, for a staged (layerwise) prefill, the slots it holds until the forward ends."""
+
+    hits: int  # leading blocks resident in the pool
+    external: ExternalPrefix | None = None
+    staged: bool = False
+    slots: list[int] = field(default_factory=list)  # staged: resident hits, then the new blocks
+    staging: list[int] = field(default_factory=list)  # staged: slots charged for one layer of the prefix
+
+    def cached_tokens(self, block_size: int) -> int:
+        return (self.external.num_blocks if self.external is not None else self.hits) * block_size
 
 
 class LLMEngine:
@@ -49,6 +77,7 @@ class LLMEngine:
         self.pool = KVPool.for_budget(self.model_config, config.kv_cache_bytes, config.block_size, self.dtype)
         self.blocks = BlockManager(self.pool.num_slots, config.block_size, config.eviction_policy)
         self.runner = ModelRunner(model, self.pool)
+        self.batch_policy = config.prefill_batch_policy()
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._external: dict[str, ExternalPrefix] = {}
@@ -128,24 +157,65 @@ class LLMEngine:
     # ---- scheduling ----------------------------------------------------------------------
 
     def step(self) -> list[Sequence]:
-        """Run one forward pass; returns the sequences that received a token."""
-        if self.waiting and len(self.running) < self.config.max_batch_size:
-            seq = self.waiting[0]
-            hits = self._usable_hits(seq)
-            if self.blocks.can_allocate(len(seq), hits, seq.block_ids):
-                self.waiting.popleft()
-                self._prefill(seq, hits)
-                return [seq]
+        """Run one step (a prefill batch or a decode forward); returns the sequences that received a token."""
+        batch = self._admit_prefills()
+        if batch:
+            return [seq for seq, plan in batch if self._prefill(seq, plan)]
         if not self.running:
             return []
         self._reserve_decode_slots()
         logits = self.runner.decode(self.running)
-        batch = list(self.running)
-        for seq, row in zip(batch, logits):
+        batch_seqs = list(self.running)
+        for seq, row in zip(batch_seqs, logits):
             seq.num_computed = len(seq)
             self._seal_full_blocks(seq)
             self._append_token(seq, row)
+        return batch_seqs
+
+    def _admit_prefills(self) -> list[tuple[Sequence, PrefillPlan]]:
+        """Take waiting sequences in arrival order while the policy, the pool and their KV allow."""
+        batch: list[tuple[Sequence, PrefillPlan]] = []
+        taken_cost = 0.0
+        for seq in list(self.waiting):
+            if len(self.running) + len(batch) >= self.config.max_batch_size:
+                break
+            plan = self._plan(seq)
+            if plan.external is not None and not plan.external.ready():
+                break  # its layer 0 has not arrived: the forward would only wait
+            cached = plan.cached_tokens(self.block_size)
+            cost = self.batch_policy.cost(len(seq) - cached, cached)
+            if not self.batch_policy.fits(len(batch), taken_cost, cost) or not self._admit(seq, plan):
+                break
+            self.waiting.popleft()
+            batch.append((seq, plan))
+            taken_cost += cost
         return batch
+
+    def _plan(self, seq: Sequence) -> PrefillPlan:
+        hits = self._usable_hits(seq)
+        external = self._external.get(seq.request_id)
+        # An external prefix helps only past the resident hits, and only if it starts at or before
+        # them (blocks evicted since it was planned are recomputed instead: output stays exact).
+        if external is None or external.num_blocks <= hits or external.first_block > hits:
+            return PrefillPlan(hits)
+        staged = self.config.layerwise and seq.params.max_tokens == 1
+        return PrefillPlan(hits, external, staged)
+
+    def _admit(self, seq: Sequence, plan: PrefillPlan) -> bool:
+        """Check, then take the plan's slots; False (nothing taken) if the pool lacks room."""
+        if not plan.staged:
+            if not self.blocks.can_allocate(len(seq), plan.hits, seq.block_ids):
+                return False
+            seq.slots = self.blocks.allocate(seq.block_ids, len(seq), plan.hits).slots
+            return True
+        assert plan.external is not None
+        num_new = -(-len(seq) // self.block_size) - plan.external.num_blocks
+        num_staging = -(-plan.external.num_blocks // self.model_config.num_hidden_layers)
+        if num_new + num_staging > self.blocks.available_after(seq.block_ids[: plan.hits]):
+            return False
+        plan.slots = self.blocks.pin(seq.block_ids[: plan.hits]) + self.blocks.reserve(num_new)
+        plan.staging = self.blocks.reserve(num_staging)
+        return True
 
     def _usable_hits(self, seq: Sequence) -> int:
         self._extend_block_ids(seq)
@@ -156,22 +226,48 @@ class LLMEngine:
         # its last block.
         return min(hits, (len(seq) - 1) // self.block_size)
 
-    def _prefill(self, seq: Sequence, hits: int) -> None:
-        alloc = self.blocks.allocate(seq.block_ids, len(seq), hits)
-        seq.slots = alloc.slots
-        seq.num_sealed = hits  # a hit is a sealed block already; only the blocks after it need sealing
-        cached = alloc.num_cached_tokens
-        external = self._external.pop(seq.request_id, None)
-        if external is not None and external.num_blocks > hits:
-            logits = self.runner.prefill(seq, external.num_blocks * self.block_size, external, hits)
-        else:
-            logits = self.runner.prefill(seq, cached)
-        seq.num_cached_tokens = max(cached, external.num_blocks * self.block_size if external else 0)
+    def _prefill(self, seq: Sequence, plan: PrefillPlan) -> bool:
+        """Run an admitted sequence's prefill; False if its external KV failed to arrive (the
+        sequence is back at the head of the queue, to be recomputed without it)."""
+        self._external.pop(seq.request_id, None)
+        external = plan.external
+        try:
+            if plan.staged:
+                assert external is not None
+                resident, new = plan.slots[: plan.hits], plan.slots[plan.hits :]
+                logits = self.runner.prefill_staged(seq, resident, new, external)
+            elif external is not None:
+                logits = self.runner.prefill(seq, external.num_blocks * self.block_size, external, plan.hits)
+            else:
+                logits = self.runner.prefill(seq, plan.hits * self.block_size)
+        except LayerLoadError as exc:
+            log.warning("external KV of %s failed (%s); recomputing it", seq.request_id, exc)
+            self.blocks.free(plan.slots + plan.staging if plan.staged else seq.slots)
+            seq.slots = []
+            self.waiting.appendleft(seq)
+            return False
+        seq.num_cached_tokens = plan.cached_tokens(self.block_size)
         seq.num_computed = len(seq)
         seq.status = SequenceStatus.RUNNING
-        self.running.append(seq)
-        self._seal_full_blocks(seq)
+        if plan.staged:
+            self._release_staged(seq, plan)
+        else:
+            seq.num_sealed = plan.hits  # a hit is a sealed block already; only the blocks after it need sealing
+            self.running.append(seq)
+            self._seal_full_blocks(seq)
         self._append_token(seq, logits)
+        return True
+
+    def _release_staged(self, seq: Sequence, plan: PrefillPlan) -> None:
+        """Seal a staged prefill's computed full blocks and free everything it held: it ends with
+        this step (max_tokens 1), so it never runs with its external blocks missing from the pool."""
+        assert plan.external is not None
+        first_new = plan.external.num_blocks
+        if self.config.prefix_cache:
+            for i in range(first_new, len(seq) // self.block_size):
+                self.blocks.seal(plan.slots[plan.hits + i - first_new], seq.block_ids[i])
+        self.blocks.free(plan.slots + plan.staging)
+        seq.slots = []
 
     def _reserve_decode_slots(self) -> None:
         # Preempt the newest sequences (recompute later) until every survivor has room for its token.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentserve.engine.config import parse_dtype
+from agentserve.engine.prefill_batch import PrefillBatchPolicy, make_prefill_batch_policy
 from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, check_eviction_policy
 
 KV_DTYPES = ("native", "fp8_e4m3")
@@ -19,6 +20,13 @@ class EngineConfig:
     max_batch_size: int = 64
     num_threads: int = 0  # 0 = torch's default
     eviction_policy: str = DEFAULT_EVICTION_POLICY  # which cached KV slots are reused first (`kv.eviction`)
+    # A prefill-only request (max_tokens 1) whose cached prefix arrives from outside the pool runs
+    # layer by layer: its external blocks never take pool slots, only one layer of them is staged
+    # at a time (`LLMEngine` docstring). Off: external blocks are written into the pool first.
+    layerwise: bool = False
+    prefill_batching: str = "fcfs"  # which waiting prefills a step takes (`engine.prefill_batch`)
+    prefill_token_budget: int = 8192  # compute-quota: a batch's cost limit, in new-token equivalents
+    prefill_attention_tokens: int = 0  # compute-quota: cached tokens whose attention costs one new token
 
     def __post_init__(self) -> None:
         if not isinstance(self.block_size, int) or self.block_size <= 0:
@@ -29,5 +37,13 @@ class EngineConfig:
             raise ValueError(f"max_batch_size must be positive, got {self.max_batch_size}")
         if self.num_threads < 0:
             raise ValueError(f"num_threads must be >= 0, got {self.num_threads}")
+        if not isinstance(self.layerwise, bool):
+            raise ValueError(f"layerwise must be true or false, got {self.layerwise!r}")
+        self.prefill_batch_policy()  # ValueError naming the bad field
         parse_dtype(self.dtype)
         check_eviction_policy(self.eviction_policy)
+
+    def prefill_batch_policy(self) -> PrefillBatchPolicy:
+        return make_prefill_batch_policy(
+            self.prefill_batching, self.prefill_token_budget, self.prefill_attention_tokens
+        )

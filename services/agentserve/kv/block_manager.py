@@ -102,6 +102,22 @@ class BlockManager:
         self.miss_blocks += len(block_ids) - num_hit_blocks
         return Allocation(slots=slots, num_cached_tokens=num_hit_blocks * self.block_size)
 
+    def available_after(self, hit_ids: Sequence[bytes]) -> int:
+        """Fresh slots left once the resident `hit_ids` are referenced (`pin`): a cached hit leaves
+        the evictable pool when revived. Changes nothing."""
+        slots = {self._slot_of[b] for b in hit_ids if b in self._slot_of}
+        return self.num_free_slots - sum(1 for slot in slots if self._refs[slot] == 0)
+
+    def reserve(self, num_slots: int) -> list[int]:
+        """Take `num_slots` fresh, unsealed slots (freed with `free`) for KV that is no block of a
+        sequence yet, or never: a layerwise prefill's new blocks, or its one-layer staging.
+        Raises RuntimeError, taking nothing, when fewer are available."""
+        if not isinstance(num_slots, int) or num_slots < 0:
+            raise ValueError(f"num_slots must be an integer >= 0, got {num_slots!r}")
+        if num_slots > self.num_free_slots:
+            raise RuntimeError(f"out of KV slots: need {num_slots} fresh slots, {self.num_free_slots} available")
+        return [self._take_fresh() for _ in range(num_slots)]
+
     def pin(self, block_ids: Sequence[bytes]) -> list[int]:
         """Reference resident blocks so that no allocation can evict them until `free(slots)`.
 

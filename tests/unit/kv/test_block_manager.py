@@ -327,3 +327,19 @@ def test_pinning_a_block_not_resident_pins_nothing():
     with pytest.raises(ValueError, match="not resident"):
         mgr.pin(cached + ids([5, 6]))
     assert snapshot(mgr) == before
+
+
+def test_reserve_takes_fresh_slots_and_available_after_counts_revived_hits():
+    manager = BlockManager(num_slots=4, block_size=2)
+    slots = manager.allocate([b"a"], 2, 0).slots
+    manager.seal(slots[0], b"a")
+    manager.free(slots)  # b"a" cached: evictable, so counted free
+    assert manager.num_free_slots == 4
+    assert manager.available_after([b"a"]) == 3  # referencing the hit revives it
+    assert manager.available_after([b"zz"]) == 4  # not resident: nothing revived
+    taken = manager.reserve(3)
+    assert sorted(taken) == [1, 2, 3] and manager.lookup(b"a") == 0  # the free list first, the hit kept
+    with pytest.raises(RuntimeError, match="out of KV slots: need 2 fresh slots, 1 available"):
+        manager.reserve(2)
+    manager.free(taken)
+    assert manager.stats()["free"] == 3
