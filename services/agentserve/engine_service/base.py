@@ -40,6 +40,10 @@ class EngineService(Service):
                 max_batch_size=config.max_batch_size,
                 num_threads=config.num_threads,
                 eviction_policy=config.eviction_policy,
+                layerwise=config.layerwise,
+                prefill_batching=config.prefill_batching,
+                prefill_token_budget=config.prefill_token_budget,
+                prefill_attention_tokens=config.prefill_attention_tokens,
             ),
         )
         self.engine = AsyncEngine(engine)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentserve.engine.prefill_batch import make_prefill_batch_policy
 from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, check_eviction_policy
 
 
@@ -22,6 +23,11 @@ class EngineServiceConfig:
     max_batch_size: int = 64
     num_threads: int = 0
     eviction_policy: str = DEFAULT_EVICTION_POLICY  # the KV pool's, see `kv.eviction`
+    # Prefill scheduling inside the engine (`engine.engine_config.EngineConfig`, checked there).
+    layerwise: bool = False  # a prefill computes while its cached KV still arrives, one layer staged at a time
+    prefill_batching: str = "fcfs"  # fcfs | compute-quota
+    prefill_token_budget: int = 8192
+    prefill_attention_tokens: int = 0
     scheduler_address: str = "127.0.0.1:50051"
     kvstore_address: str = "127.0.0.1:50052"
     heartbeat_interval_ms: int = 1000
@@ -37,6 +43,7 @@ class EngineServiceConfig:
         if not self.fabric_prefill_tokens_per_s >= 0:
             raise ValueError(f"fabric_prefill_tokens_per_s must be >= 0, got {self.fabric_prefill_tokens_per_s}")
         check_eviction_policy(self.eviction_policy)
+        make_prefill_batch_policy(self.prefill_batching, self.prefill_token_budget, self.prefill_attention_tokens)
         if not 0 <= self.metrics_port < 65536:
             raise ValueError(f"metrics_port must be a port number, got {self.metrics_port}")
         for name in ("scheduler_address", "kvstore_address"):

@@ -13,7 +13,7 @@ heartbeat reports; the receiving end of a handoff paces its own NIC (`incoming_t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -39,13 +39,23 @@ class Moved:
     bytes: int = 0
 
 
-def _export_each(engine: LLMEngine, ids: Sequence[bytes]) -> list[tuple[bytes, bytes]]:
-    """Serialize resident blocks one by one, stopping at the first that is no longer resident."""
+# Serializes a block this engine holds outside its pool (a layerwise prefill's loaded prefix), or None.
+HeldElsewhere = Callable[[bytes], bytes | None]
+
+
+def _export_each(
+    engine: LLMEngine, ids: Sequence[bytes], elsewhere: HeldElsewhere | None = None
+) -> list[tuple[bytes, bytes]]:
+    """Serialize blocks one by one, from the pool or else from `elsewhere`, stopping at the first
+    that is in neither."""
     out = []
     for block_id in ids:
-        if engine.blocks.lookup(block_id) is None:
+        if engine.blocks.lookup(block_id) is not None:
+            out.append((block_id, bytes(engine.export_blocks([block_id]))))
+        elif elsewhere is not None and (data := elsewhere(block_id)) is not None:
+            out.append((block_id, data))
+        else:
             break
-        out.append((block_id, bytes(engine.export_blocks([block_id]))))
     return out
 
 
@@ -131,9 +141,9 @@ class KVMover:
             raise ValueError(f"decode engine at {decode_address} answered {len(reply.held)} of {len(ids)} ids")
         return [block_id for block_id, held in zip(ids, reply.held) if not held]
 
-    async def handoff(self, ids: Sequence[bytes], decode_address: str) -> Moved:
-        """Stream resident blocks to a decode engine's LoadKV; returns what was sent."""
-        blocks = await self.engine.call(lambda e: _export_each(e, ids))
+    async def handoff(self, ids: Sequence[bytes], decode_address: str, elsewhere: HeldElsewhere | None = None) -> Moved:
+        """Stream blocks (resident, or held `elsewhere`) to a decode engine's LoadKV; returns what was sent."""
+        blocks = await self.engine.call(lambda e: _export_each(e, ids, elsewhere))
         if not blocks:
             return Moved()
         with kv_transfer("handoff", "cnic", self.engine_id, decode_address, self.num_layers, self.cnic.gbps) as record:

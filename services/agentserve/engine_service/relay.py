@@ -25,10 +25,13 @@ from functools import partial
 
 from agentserve.common.telemetry import kv_transfer
 from agentserve.engine.engine import LLMEngine
+from agentserve.engine.layer_stream import LayerStream
 from agentserve.engine_service.kv_moves import KVMover
-from agentserve.fabric.chunks import DEFAULT_CHUNK_BYTES, split_run
+from agentserve.engine_service.layer_loads import RunLayers
+from agentserve.fabric.chunks import DEFAULT_CHUNK_BYTES, RunAssembler, split_run
+from agentserve.fabric.nic import Transfer
 from agentserve.fabric.stream import PacedReceiver, receiver_latency_ms
-from agentserve.kv.block_header import read_header
+from agentserve.kv.block_header import CorruptBlockError, read_header
 from agentserve.v1 import decode_pb2, decode_pb2_grpc, fabric_pb2
 
 log = logging.getLogger(__name__)
@@ -159,14 +162,8 @@ async def relay_load(mover: KVMover, ids: Sequence[bytes], relay_address: str) -
         try:
             async with AsyncExitStack() as stack:
                 async for chunk in call:
-                    if receiver is None:  # the header declares the size: from here it counts in our queue depth
-                        if not chunk.HasField("transfer"):
-                            raise ValueError("relay stream did not start with a transfer header")
-                        transfer = await stack.enter_async_context(
-                            mover.cnic.transfer(
-                                chunk.transfer.total_bytes, latency_ms=receiver_latency_ms(mover.cnic, chunk.transfer)
-                            )
-                        )
+                    if receiver is None:
+                        transfer = await _receiving(stack, mover, chunk)
                         receiver = PacedReceiver(transfer, lambda _run, buffer: whole.append(buffer))
                     await receiver.add(chunk.run, chunk.run_header, chunk.offset, chunk.data)
                     if whole:
@@ -175,6 +172,49 @@ async def relay_load(mover: KVMover, ids: Sequence[bytes], relay_address: str) -
         finally:
             call.cancel()  # no-op once the stream ended; frees the relay when we stop early
     return blocks
+
+
+async def relay_by_layer(
+    mover: KVMover, ids: Sequence[bytes], relay_address: str, stream: LayerStream, first: int
+) -> int:
+    """`relay_load` for a layerwise prefill: each run's layers go into `stream` (blocks `ids` at
+    index `first` on) as they complete, nothing into the engine; returns the blocks delivered whole."""
+    if not ids:
+        return 0
+    async with mover.peers.calling(relay_address) as channel:
+        call = decode_pb2_grpc.DecodeStub(channel).RelayKV(
+            decode_pb2.RelayRequest(block_ids=list(ids), dst=mover.engine_id), timeout=RELAY_TIMEOUT_S
+        )
+        blocks = 0
+        transfer: Transfer | None = None
+        run: tuple[RunAssembler, RunLayers] | None = None
+        try:
+            async with AsyncExitStack() as stack:
+                async for chunk in call:
+                    if transfer is None:
+                        transfer = await _receiving(stack, mover, chunk)
+                    await transfer.pace(len(chunk.run_header) + len(chunk.data))
+                    if chunk.run_header:
+                        run = (RunAssembler(chunk.run_header), RunLayers(stream, first + blocks, ids[blocks:]))
+                        run[1].check(run[0].header)
+                    if run is None:
+                        raise CorruptBlockError(f"chunk of run {chunk.run} arrived before the run's header")
+                    assembler, layers = run
+                    layers.deliver(assembler.header, assembler.buffer, assembler.add(chunk.offset, chunk.data))
+                    if assembler.complete:
+                        blocks += assembler.header.num_blocks
+                        run = None
+        finally:
+            call.cancel()
+    return blocks
+
+
+async def _receiving(stack: AsyncExitStack, mover: KVMover, chunk: fabric_pb2.FabricChunk) -> Transfer:
+    """The receiving transfer a relay's first chunk declares: from here it counts in our queue depth."""
+    if not chunk.HasField("transfer"):
+        raise ValueError("relay stream did not start with a transfer header")
+    latency_ms = receiver_latency_ms(mover.cnic, chunk.transfer)
+    return await stack.enter_async_context(mover.cnic.transfer(chunk.transfer.total_bytes, latency_ms=latency_ms))
 
 
 def _import_runs(engine: LLMEngine, runs: list[bytearray]) -> int:

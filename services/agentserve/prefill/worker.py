@@ -1,11 +1,18 @@
 """PrefillWorker: one turn's prefill — load store hits (path A, B or both), compute the rest,
-persist, hand off what the decode engine lacks."""
+persist, hand off what the decode engine lacks.
+
+With the engine's `layerwise` on, the loads stream into a `LayerStream` while the prefill already
+runs (the engine starts once layer 0 of every block is in hand and waits per layer); the loaded
+blocks never enter the pool, so the handoff sends the ones the decode engine lacks from the stream.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import grpc
 
@@ -13,8 +20,11 @@ from agentserve.common.telemetry import tracer
 from agentserve.contracts import KVPath, LoadPlan, PrefillRequest, PrefillResult
 from agentserve.engine.async_engine import AsyncEngine
 from agentserve.engine.engine import LLMEngine
-from agentserve.engine_service.kv_moves import KVMover, Moved
-from agentserve.engine_service.relay import relay_load
+from agentserve.engine.layer_stream import LayerStream
+from agentserve.engine.runner import LayerLoadError
+from agentserve.engine_service.kv_moves import HeldElsewhere, KVMover, Moved
+from agentserve.engine_service.layer_loads import store_by_layer
+from agentserve.engine_service.relay import relay_by_layer, relay_load
 
 log = logging.getLogger(__name__)
 
@@ -37,18 +47,29 @@ class PrefillWorker:
             ids, resident = await self.engine.call(prepare)
             if store_hit_blocks > len(ids):
                 raise ValueError(f"store_hit_blocks {store_hit_blocks} exceeds the prompt's {len(ids)} full blocks")
-            path, loaded, relayed = await self._load(ids[resident:store_hit_blocks], request.plan)
             first = dataclasses.replace(sampling, max_tokens=1, min_tokens=min(sampling.min_tokens, 1))
-            events = [event async for event in self.engine.generate(token_ids, first, tenant)]
+            to_load = ids[resident:store_hit_blocks]
+            stream, elsewhere = None, None
+            if self.engine.engine.config.layerwise and to_load:
+                stream = self._stream(len(to_load))
+                elsewhere = _from_stream(stream, to_load, self.engine.engine.fingerprint)
+                async with asyncio.TaskGroup() as both:  # the prefill runs while its KV arrives
+                    loading = both.create_task(self._load_into(stream, to_load, request.plan))
+                    external = stream.external(store_hit_blocks)
+                    events = [event async for event in self.engine.generate(token_ids, first, tenant, external)]
+                path, loaded, relayed = loading.result()
+            else:
+                path, loaded, relayed = await self._load(to_load, request.plan)
+                events = [event async for event in self.engine.generate(token_ids, first, tenant)]
             seq, first_logprob = events[-1].seq, events[-1].logprob
             # The prompt's blocks are pinned from the end of the prefill until its persist and handoff
             # have exported them: the engine steps other sequences meanwhile, and an evicted block would
             # be neither persisted nor handed off. Not before: a turn waiting for slots while holding
             # pins could wait on another doing the same, for ever; an evicted hit is only recomputed.
             with self.engine.pinning() as pinned:
-                await self.engine.call(lambda e: pinned.extend(e.blocks.pin(ids[: e.blocks.cached_prefix(ids)])))
+                await self.engine.call(lambda e: pinned.extend(_pin_resident(e, ids, store_hit_blocks)))
                 persisted = await self.mover.persist(ids[store_hit_blocks:])
-                held, handed = await self._handoff(ids, decode_address) if decode_address else (0, Moved())
+                held, handed = await self._handoff(ids, decode_address, elsewhere) if decode_address else (0, Moved())
             handoff_failed, handed = handed is None, handed or Moved()
             reason = seq.finish_reason or "length"
             finished = sampling.max_tokens == 1 or reason == "stop"
@@ -78,47 +99,108 @@ class PrefillWorker:
                 first_logprob=first_logprob,
             )
 
-    async def _load(self, ids: list[bytes], plan: LoadPlan) -> tuple[KVPath, int, int]:
-        """Load `ids` by the plan's path; returns (path taken, blocks loaded, of which by path B)."""
+    def _stream(self, num_blocks: int) -> LayerStream:
+        config = self.engine.engine.model_config
+        block_shape = (self.engine.engine.block_size, config.num_key_value_heads, config.head_dim)
+        return LayerStream(config.num_hidden_layers, num_blocks, block_shape, self.engine.engine.dtype)
+
+    async def _load_into(self, stream: LayerStream, ids: list[bytes], plan: LoadPlan) -> tuple[KVPath, int, int]:
+        """`_load` into `stream`; a failure or a short load fails the stream (the engine then
+        recomputes) instead of the turn."""
+        mover = self.mover
+
+        async def by_a(part: list[bytes], at: int) -> int:
+            return await store_by_layer(mover, part, stream, at)
+
+        async def by_b(part: list[bytes], at: int, relay_address: str) -> int:
+            return await relay_by_layer(mover, part, relay_address, stream, at)
+
+        try:
+            result = await self._load(ids, plan, by_a, by_b)
+        except Exception as exc:  # noqa: BLE001 - the prefill goes on without the store's KV
+            log.warning("layerwise load of %d blocks failed (%r); the prefill recomputes them", len(ids), exc)
+            stream.fail(exc)
+            return KVPath.A, 0, 0
+        if not stream.complete:
+            stream.fail(LayerLoadError(f"{result[1]} of {len(ids)} blocks arrived"))
+        return result
+
+    async def _load(
+        self, ids: list[bytes], plan: LoadPlan, by_a: LoadLeg | None = None, by_b: RelayLeg | None = None
+    ) -> tuple[KVPath, int, int]:
+        """Load `ids` by the plan's path; returns (path taken, blocks loaded, of which by path B).
+
+        `by_a(part, at)` / `by_b(part, at, relay_address)` move the blocks `part`, which start at
+        index `at` of `ids`; by default into the engine's pool (`load_from_store`, `relay_load`)."""
+        mover = self.mover
+        load_a = by_a or (lambda part, at: mover.load_from_store(part))
+        load_b = by_b or (lambda part, at, relay_address: relay_load(mover, part, relay_address))
         if not ids:
             return plan.path, 0, 0  # nothing to load: the plan stands, trivially
-        by_b = {KVPath.A: 0, KVPath.B: len(ids), KVPath.SPLIT: min(plan.relay_blocks, len(ids))}[plan.path]
-        if not by_b:
-            return KVPath.A, await self.mover.load_from_store(ids), 0
-        by_a = len(ids) - by_b
+        by_relay = {KVPath.A: 0, KVPath.B: len(ids), KVPath.SPLIT: min(plan.relay_blocks, len(ids))}[plan.path]
+        if not by_relay:
+            return KVPath.A, await load_a(ids, 0), 0
+        by_store = len(ids) - by_relay
         async with asyncio.TaskGroup() as both:  # a failure of one leg cancels the other
-            leg_a = both.create_task(self.mover.load_from_store(ids[:by_a]))
-            leg_b = both.create_task(self._relay(ids[by_a:], plan.relay_address))
+            leg_a = both.create_task(load_a(ids[:by_store], 0))
+            leg_b = both.create_task(self._relay(load_b(ids[by_store:], by_store, plan.relay_address), plan))
         loaded_a, relayed = leg_a.result(), leg_b.result()
         if relayed is None:  # the relay failed: its blocks come by path A after all
-            return KVPath.A, loaded_a + await self.mover.load_from_store(ids[by_a:]), 0
-        if relayed < by_b:  # the relay stopped short: the rest of its part still comes by path A
+            return KVPath.A, loaded_a + await load_a(ids[by_store:], by_store), 0
+        if relayed < by_relay:  # the relay stopped short: the rest of its part still comes by path A
             log.warning(
                 "path-B relay via %s stopped short: %d of %d blocks; the rest by path A",
                 plan.relay_address,
                 relayed,
-                by_b,
+                by_relay,
             )
-            loaded_a += await self.mover.load_from_store(ids[by_a + relayed :])
+            loaded_a += await load_a(ids[by_store + relayed :], by_store + relayed)
         return plan.path, loaded_a + relayed, relayed
 
-    async def _relay(self, ids: list[bytes], relay_address: str) -> int | None:
+    async def _relay(self, relaying: Awaitable[int], plan: LoadPlan) -> int | None:
+        relay_address = plan.relay_address
         try:
-            return await relay_load(self.mover, ids, relay_address)
+            return await relaying
         except (grpc.aio.AioRpcError, ValueError) as exc:
             detail = exc.code().name if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
             log.warning("path-B relay via %s failed (%s); loading by path A", relay_address, detail)
             return None
 
-    async def _handoff(self, ids: list[bytes], decode_address: str) -> tuple[int, Moved | None]:
+    async def _handoff(
+        self, ids: list[bytes], decode_address: str, elsewhere: HeldElsewhere | None = None
+    ) -> tuple[int, Moved | None]:
         """Suffix-only handoff: send the full blocks the decode engine lacks (it keeps the previous
         turn's and what it relayed); returns (blocks it held, what was sent), None sent if it failed."""
         # A failed handoff is not a failed prefill: the decode engine (or a replacement the
         # scheduler picks) recomputes or loads what it lacks, and output stays identical.
         try:
             lacking = await self.mover.lacking(decode_address, ids)
-            return len(ids) - len(lacking), await self.mover.handoff(lacking, decode_address)
+            return len(ids) - len(lacking), await self.mover.handoff(lacking, decode_address, elsewhere)
         except (grpc.aio.AioRpcError, ValueError) as exc:
             detail = exc.code().name if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
             log.warning("KV handoff to %s failed (%s); decode will recompute", decode_address, detail)
             return 0, None
+
+
+LoadLeg = Callable[[list[bytes], int], Coroutine[Any, Any, int]]
+RelayLeg = Callable[[list[bytes], int, str], Coroutine[Any, Any, int]]
+
+
+def _pin_resident(engine: LLMEngine, ids: list[bytes], store_hit_blocks: int) -> list[int]:
+    """Pin the prompt's resident blocks: its leading run and, after a layerwise prefill (whose loaded
+    blocks never entered the pool), the run it computed from `store_hit_blocks` on."""
+    leading = engine.blocks.cached_prefix(ids)
+    computed = ids[store_hit_blocks:] if leading < store_hit_blocks else []
+    return engine.blocks.pin(ids[:leading] + computed[: engine.blocks.cached_prefix(computed)])
+
+
+def _from_stream(stream: LayerStream, ids: list[bytes], fingerprint: str) -> HeldElsewhere:
+    index = {block_id: i for i, block_id in enumerate(ids)}
+
+    def serialize(block_id: bytes) -> bytes | None:
+        i = index.get(block_id)
+        if i is None or not stream.complete:
+            return None
+        return bytes(stream.serialize_block(i, block_id, fingerprint))
+
+    return serialize

@@ -1,5 +1,6 @@
-"""Real engine processes shared by this package's tests: a kvstore, one prefill engine and two
-decode engines (the second one cold for path-B relays), no scheduler."""
+"""Real engine processes shared by this package's tests: a kvstore, two prefill engines (the second
+with layerwise prefill and compute-quota batching) and two decode engines (the second one cold for
+path-B relays), no scheduler."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from tests.support.processes import free_port, start_service, wait_serving
 
 @pytest.fixture(scope="package")
 def cluster(tmp_path_factory):
-    kv_port, prefill_port, decode_port, decode2_port, scheduler_port = (free_port() for _ in range(5))
+    kv_port, prefill_port, layerwise_port, decode_port, decode2_port, scheduler_port = (free_port() for _ in range(6))
     data_dir = tmp_path_factory.mktemp("kv")
     kv = start_service(
         "kvstore", "agentserve.kvstore", ["--grpc-port", str(kv_port), "--data-dir", str(data_dir)], kv_port
@@ -26,12 +27,15 @@ def cluster(tmp_path_factory):
     ]
     procs = [kv]
     try:
-        for name, module, port in (
-            ("prefill", "agentserve.prefill", prefill_port),
-            ("decode", "agentserve.decode", decode_port),
-            ("decode2", "agentserve.decode", decode2_port),
+        layerwise = ["--layerwise", "true", "--prefill-batching", "compute-quota", "--prefill-token-budget", "4096"]
+        for name, module, port, extra in (
+            ("prefill", "agentserve.prefill", prefill_port, []),
+            ("prefill-layerwise", "agentserve.prefill", layerwise_port, layerwise),
+            ("decode", "agentserve.decode", decode_port, []),
+            ("decode2", "agentserve.decode", decode2_port, []),
         ):
-            procs.append(start_service(name, module, ["--grpc-port", str(port), *common], port, wait=False))
+            args = ["--grpc-port", str(port), *common, *extra]
+            procs.append(start_service(name, module, args, port, wait=False))
         for proc in procs[1:]:
             wait_serving(proc.address, 180, proc.proc, proc.log)
         yield {proc.name: proc for proc in procs}

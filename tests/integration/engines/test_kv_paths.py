@@ -73,10 +73,12 @@ async def _held(decode: str, ids: list[bytes]) -> list[bool]:
     return list(reply.held)
 
 
-def _conversation(cluster, reference, tenant: str, kv_path: int, relay: str = "", relay_blocks: int = 0):
+def _conversation(
+    cluster, reference, tenant: str, kv_path: int, relay: str = "", relay_blocks: int = 0, prefill_name="prefill"
+):
     """Turn 1 by path A onto `decode`, turn 2 by `kv_path` onto the cold `decode2` (relayed by
     `relay`: the scheduler relays through the turn's decode engine). Both turns match recompute."""
-    prefill, decode, decode2 = (cluster[n].address for n in ("prefill", "decode", "decode2"))
+    prefill, decode, decode2 = (cluster[n].address for n in (prefill_name, "decode", "decode2"))
     _, out1 = asyncio.run(_turn(prefill, decode, TURN1, tenant))
     turn2 = TURN1 + out1 + EXTRA
     ids = block_ids_for(turn2, BLOCK, reference.fingerprint, tenant)
@@ -133,3 +135,47 @@ def test_second_turn_on_the_same_decode_hands_off_only_the_new_blocks(cluster, r
     pre, out2 = asyncio.run(_turn(prefill, decode, turn2, "sticky", STORED))
     assert out2 == reference.generate(turn2, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)).output_token_ids
     assert (pre.handoff_held_blocks, pre.handoff_blocks) == (STORED, len(ids) - STORED)
+
+
+def test_layerwise_prefill_gives_identical_tokens_on_every_path(cluster, reference):
+    # The layerwise engine streams turn 2's loaded blocks into per-layer buffers and stages them a
+    # layer at a time beside its own resident blocks; the decode engine gets the loaded blocks it
+    # lacks from those buffers (path A) or already holds them (it relayed them, path B).
+    decode2 = cluster["decode2"].address
+    loaded = STORED - PREFILL_HELD
+    cases = [
+        ("lw-a", prefill_pb2.KV_PATH_A, "", 0, (prefill_pb2.KV_PATH_A, loaded, 0)),
+        ("lw-b", prefill_pb2.KV_PATH_B, decode2, 0, (prefill_pb2.KV_PATH_B, loaded, loaded)),
+        ("lw-split", prefill_pb2.KV_PATH_SPLIT, decode2, 1, (prefill_pb2.KV_PATH_SPLIT, loaded, 1)),
+    ]
+    for tenant, kv_path, relay, relay_blocks, expected in cases:
+        pre, _, ids = _conversation(cluster, reference, tenant, kv_path, relay, relay_blocks, "prefill-layerwise")
+        assert (pre.kv_path, pre.loaded_blocks, pre.relayed_blocks) == expected, tenant
+        assert pre.cached_tokens == STORED * BLOCK
+        assert pre.handoff_held_blocks + pre.handoff_blocks == len(ids)
+        assert all(asyncio.run(_held(decode2, ids))), tenant
+
+
+def test_layerwise_concurrent_turns_batched_by_quota_match_recompute(cluster, reference):
+    prefill, decode = cluster["prefill-layerwise"].address, cluster["decode"].address
+    tenants = [f"quota-{i}" for i in range(4)]
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+
+    async def both_turns(tenant: str, first: list[int]):
+        _, out1 = await _turn(prefill, decode, first, tenant)
+        turn2 = first + out1 + EXTRA
+        async with KVStoreClient(cluster["kvstore"].address) as client:
+            hits = await client.lookup(block_ids_for(turn2, BLOCK, reference.fingerprint, tenant))
+        assert hits == (len(first) + MAX_TOKENS) // BLOCK
+        pre, out2 = await _turn(prefill, decode, turn2, tenant, hits)
+        return out1, turn2, pre, out2
+
+    async def all_at_once():
+        firsts = [TURN1[: 80 + 5 * i] for i in range(len(tenants))]
+        return firsts, await asyncio.gather(*(both_turns(t, f) for t, f in zip(tenants, firsts)))
+
+    firsts, results = asyncio.run(all_at_once())
+    for first, (out1, turn2, pre, out2) in zip(firsts, results):
+        assert out1 == reference.generate(first, params).output_token_ids
+        assert out2 == reference.generate(turn2, params).output_token_ids
+        assert pre.cached_tokens == (len(first) + MAX_TOKENS) // BLOCK * BLOCK

@@ -34,7 +34,7 @@ def prefill_with_a_sweep_before_the_handoff(tiny_model_dir) -> tuple[int, int, i
                 await engine.call(evict_everything_evictable)
                 return list(ids)
 
-            async def handoff(ids, decode_address):
+            async def handoff(ids, decode_address, elsewhere=None):
                 seen["resident"] = await engine.call(lambda e: e.blocks.cached_prefix(ids))
                 return Moved(len(ids), 0)
 
