@@ -197,14 +197,25 @@ def workload_generate(args: argparse.Namespace) -> dict:
 
 
 def up_local(args: argparse.Namespace) -> int:
-    from agentserve.cli.up import FabricSettings, LocalCluster, ready_line
+    from agentserve.cli.up import ComputeSettings, FabricSettings, LocalCluster, ready_line
 
+    compute = ComputeSettings(
+        args.compute, args.target_model, args.target_gpu, args.time_dilation, args.kv_materialise_bytes
+    )
     cluster = LocalCluster(
-        prefill=args.prefill, decoders=args.decoders, fabric=FabricSettings(args.profile, args.kv_path_policy)
+        prefill=args.prefill,
+        decoders=args.decoders,
+        fabric=FabricSettings(args.profile, args.kv_path_policy),
+        compute=compute,
+    )
+    emulated = (
+        f"; emulated {compute.target_model} on {compute.target_gpu}, time dilation {compute.time_dilation:g}"
+        if compute.mode == "emulated"
+        else ""
     )
     print(
         f"agentserve: starting kvstore, scheduler, {args.prefill} prefill, "
-        f"{args.decoders} decode, toolproxy; fabric {args.profile}, kv paths {args.kv_path_policy} "
+        f"{args.decoders} decode, toolproxy; fabric {args.profile}, kv paths {args.kv_path_policy}{emulated} "
         f"(logs in {cluster.log_dir})",
         file=sys.stderr,
     )

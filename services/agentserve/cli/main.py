@@ -10,6 +10,7 @@ from pathlib import Path
 from agentserve.bench.replay import cli_args as replay_args
 from agentserve.bench.workloads import cli_args as workload_args
 from agentserve.cli import commands
+from agentserve.engine.emulation_config import DEFAULT_KV_MATERIALISE_BYTES, DEFAULT_TIME_DILATION
 from agentserve.training.trainer import TrainConfig
 
 
@@ -76,6 +77,23 @@ def build_parser() -> argparse.ArgumentParser:
         default="dualpath",
         choices=["dualpath", "always-a", "always-b"],
         help="how store hits reach the prefill engine (DualPath: the shorter storage-NIC queue)",
+    )
+    up.add_argument(
+        "--compute",
+        default="real",
+        choices=["real", "emulated"],
+        help="emulated: engines load no weights and take the target model's time on the target GPU",
+    )
+    up.add_argument("--target-model", default="deepseek-v3.2", help="emulated compute: agentserve.costmodel model")
+    up.add_argument("--target-gpu", default="h800", help="emulated compute: h800, h100 or h200")
+    up.add_argument(
+        "--time-dilation", type=float, default=DEFAULT_TIME_DILATION, help="emulated: local seconds per target second"
+    )
+    up.add_argument(
+        "--kv-materialise-bytes",
+        type=int,
+        default=DEFAULT_KV_MATERIALISE_BYTES,
+        help="emulated: KV payload bytes materialised per block (0 = the target's); NICs charge the target's",
     )
     up.set_defaults(func=commands.up_local)
 

@@ -4,7 +4,9 @@ Starts them in dependency order (kvstore, scheduler, engines, toolproxy), waits 
 SERVING over gRPC health and for the scheduler's HTTP `/health` to say a prefill and a decode
 engine have registered, then supervises: if one exits, or on Ctrl-C / SIGTERM, all are stopped.
 With several prefill engines (`--prefill N`) they are named prefill-0 .. prefill-N-1; the first
-listens on the prefill port, the others on free ports.
+listens on the prefill port, the others on free ports. With `--compute emulated` the engines run
+no model: each takes the target model's time on the target GPU from the cost model (a dozen fit on
+two cores; `ComputeSettings`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentserve.common.netutil import free_port
 from agentserve.engine.default_model import ensure_default_model
+from agentserve.engine.emulation_config import DEFAULT_KV_MATERIALISE_BYTES, DEFAULT_TIME_DILATION, EmulationConfig
+from agentserve.engine.engine_config import COMPUTE_MODES
 from agentserve.model_files.tokenizer_files import models_home
 
 
@@ -148,6 +152,47 @@ class FabricSettings:
     prefill_tokens_per_s: float = 0.0  # what the profile is scaled against; 0 = each engine measures
 
 
+@dataclass(frozen=True)
+class ComputeSettings:
+    """Whether engines run the model (`real`) or emulate the target model on the target GPU
+    (`emulated`: no weights loaded; see agentserve.engine.emulation_config for each setting)."""
+
+    mode: str = "real"
+    target_model: str = "deepseek-v3.2"
+    target_gpu: str = "h800"
+    time_dilation: float = DEFAULT_TIME_DILATION
+    kv_materialise_bytes: int = DEFAULT_KV_MATERIALISE_BYTES
+
+    def __post_init__(self) -> None:
+        if self.mode not in COMPUTE_MODES:
+            raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.mode!r}")
+        if self.mode == "emulated":
+            EmulationConfig(
+                self.target_model,
+                self.target_gpu,
+                time_dilation=self.time_dilation,
+                kv_materialise_bytes=self.kv_materialise_bytes,
+            )
+
+    def engine_args(self) -> list[str]:
+        if self.mode == "real":
+            return []
+        return [
+            "--compute",
+            "emulated",
+            "--target-model",
+            self.target_model,
+            "--target-gpu",
+            self.target_gpu,
+            "--time-dilation",
+            repr(self.time_dilation),
+            "--kv-materialise-bytes",
+            str(self.kv_materialise_bytes),
+            "--num-threads",
+            "1",  # an emulated engine's torch work is a few tiny tensors a step: one thread, no pool
+        ]
+
+
 def service_commands(
     ports: LocalPorts,
     model_dir: Path,
@@ -155,6 +200,7 @@ def service_commands(
     decoders: int,
     fabric: FabricSettings = FabricSettings(),
     prefill: int = 1,
+    compute: ComputeSettings = ComputeSettings(),
 ) -> list[tuple[str, int, list[str]]]:
     py = [sys.executable, "-m"]
     engine_common = [
@@ -170,6 +216,7 @@ def service_commands(
         fabric.profile,
         "--fabric-prefill-tokens-per-s",
         repr(fabric.prefill_tokens_per_s),
+        *compute.engine_args(),
     ]
     cmds = [
         (
@@ -235,6 +282,7 @@ class LocalCluster:
         model_dir: Path | None = None,
         env: dict[str, str] | None = None,
         fabric: FabricSettings = FabricSettings(),
+        compute: ComputeSettings = ComputeSettings(),
     ):
         if decoders < 1:
             raise ValueError(f"at least one decode engine is required, got decoders={decoders}")
@@ -249,6 +297,7 @@ class LocalCluster:
         self.prefill = prefill
         self.decoders = decoders
         self.fabric = fabric
+        self.compute = compute
         home = models_home().parent
         self.data_dir = data_dir or home / "kvstore-local"
         self.log_dir = log_dir or home / "logs"
@@ -268,7 +317,13 @@ class LocalCluster:
         started = {p.name for p in self.procs}
         try:
             commands = service_commands(
-                self.ports, model_dir, self.data_dir, self.decoders, self.fabric, prefill=self.prefill
+                self.ports,
+                model_dir,
+                self.data_dir,
+                self.decoders,
+                self.fabric,
+                prefill=self.prefill,
+                compute=self.compute,
             )
             for name, port, cmd in commands:
                 if before is not None and (name == before or name.startswith(f"{before}-")):

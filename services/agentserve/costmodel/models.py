@@ -8,6 +8,12 @@ A turn's prefill computes its new tokens; each new token costs
 
 where a dense model attends to every earlier token and DSA to at most `attended_keys_cap`. Norms,
 softmax, routing and the LM head are left out: each is under 1% of these terms at long context.
+
+A decode step of one sequence whose context (itself included) is c tokens reads
+
+    layers * (attention KV bytes per token * min(c, attended_keys_cap) + indexer KV bytes per token * c)
+
+of KV from HBM, besides the weights (`weight_bytes`; see agentserve.costmodel.timing).
 """
 
 from __future__ import annotations
@@ -25,6 +31,11 @@ class TargetModel:
     attention_flops_per_key: int  # per new token, per attended key, per layer
     attended_keys_cap: int | None = None  # sparse attention's top-k; None = every earlier token
     indexer_flops_per_key: int = 0  # per new token, per context key, per layer
+    total_params: float = 0.0  # every weight stored (MoE: all experts); 0 = active_params (dense)
+    weight_bytes_per_param: float = 2.0  # BF16; FP8 checkpoints 1
+    indexer_kv_bytes_per_token_per_layer: int = 0  # the part of the KV every decode step reads in full
+    weight_shards: int = 1  # GPUs one replica's weights are spread over in the reference deployment
+    max_context: int = 131_072  # tokens
 
     def __post_init__(self) -> None:
         if self.layers <= 0 or self.kv_bytes_per_token_per_layer <= 0:
@@ -35,10 +46,29 @@ class TargetModel:
             raise ValueError(f"model {self.key}: attended_keys_cap must be positive (or None for dense)")
         if self.indexer_flops_per_key < 0:
             raise ValueError(f"model {self.key}: indexer_flops_per_key must be >= 0")
+        if self.total_params < 0 or self.weight_bytes_per_param <= 0:
+            raise ValueError(f"model {self.key}: total_params must be >= 0 and weight_bytes_per_param positive")
+        if not 0 <= self.indexer_kv_bytes_per_token_per_layer <= self.kv_bytes_per_token_per_layer:
+            raise ValueError(f"model {self.key}: indexer_kv_bytes_per_token_per_layer must be in [0, kv bytes]")
+        if self.weight_shards <= 0 or self.max_context <= 0:
+            raise ValueError(f"model {self.key}: weight_shards and max_context must be positive")
 
     @property
     def kv_bytes_per_token(self) -> int:
         return self.layers * self.kv_bytes_per_token_per_layer
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of every stored weight of one replica."""
+        return (self.total_params or self.active_params) * self.weight_bytes_per_param
+
+    def decode_kv_bytes(self, context_tokens: int) -> float:
+        """KV bytes one decode step of a sequence with `context_tokens` (itself included) reads."""
+        if context_tokens < 0:
+            raise ValueError(f"context_tokens must be >= 0, got {context_tokens}")
+        indexer = self.indexer_kv_bytes_per_token_per_layer
+        attended = context_tokens if self.attended_keys_cap is None else min(context_tokens, self.attended_keys_cap)
+        return self.layers * ((self.kv_bytes_per_token_per_layer - indexer) * attended + indexer * context_tokens)
 
     def prefill_flops(self, cached_tokens: int, new_tokens: int) -> float:
         """FLOPs to compute `new_tokens` after `cached_tokens` whose KV is loaded, causally."""
@@ -75,6 +105,8 @@ def _gqa_kv_bytes(kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
 # qk_rope_head_dim 64, DSA index_n_heads 64, index_head_dim 128, index_topk 2048; 671B total, 37B
 # activated per token. KV as FlashMLA's FP8 cache stores it: 512 FP8 latent + 4 FP32 scales + 64
 # BF16 rope = 656 bytes, plus the indexer's key, 128 FP8 + one FP32 scale = 132 bytes.
+# Weights: 671B parameters stored FP8 (1 byte); one replica is spread over 32 GPUs, DeepSeek-V3's
+# prefill deployment (EP32 over 4 nodes, DeepSeek inference system overview); 160K context.
 # Attention in MLA's absorbed form (how a short append over a long cache runs): per head and key,
 # QK^T over the 576-wide latent+rope and PV over the 512-wide latent.
 DEEPSEEK_V32 = TargetModel(
@@ -86,6 +118,11 @@ DEEPSEEK_V32 = TargetModel(
     attention_flops_per_key=128 * (2 * 576 + 2 * 512),
     attended_keys_cap=2048,
     indexer_flops_per_key=64 * 2 * 128,
+    total_params=671e9,
+    weight_bytes_per_param=1.0,
+    indexer_kv_bytes_per_token_per_layer=132,
+    weight_shards=32,
+    max_context=163_840,
 )
 
 # A 27B dense-class model shaped like Gemma 3 27B (62 layers, 32 query heads, 16 KV heads, head
@@ -98,10 +135,12 @@ DENSE_27B = TargetModel(
     kv_bytes_per_token_per_layer=_gqa_kv_bytes(kv_heads=16, head_dim=128, dtype_bytes=2),
     active_params=27e9,
     attention_flops_per_key=_gqa_attention_flops(q_heads=32, head_dim=128),
+    max_context=131_072,
 )
 
 # Qwen/Qwen2.5-32B config.json: 64 layers, 40 query heads, 8 KV heads, head dim 128 (5120 / 40),
-# BF16 KV; 31.0B non-embedding parameters (the model card), the ones a token's matmuls use.
+# BF16 KV; 31.0B non-embedding parameters (the model card), the ones a token's matmuls use, of
+# 32.5B stored; served TP2 (65 GB of BF16 weights leave an 80 GB GPU little room for KV).
 QWEN25_32B = TargetModel(
     key="qwen2.5-32b",
     description="Qwen2.5-32B (dense, GQA 40q/8kv heads x 128, 64 layers, BF16 KV)",
@@ -109,6 +148,9 @@ QWEN25_32B = TargetModel(
     kv_bytes_per_token_per_layer=_gqa_kv_bytes(kv_heads=8, head_dim=128, dtype_bytes=2),
     active_params=31.0e9,
     attention_flops_per_key=_gqa_attention_flops(q_heads=40, head_dim=128),
+    total_params=32.5e9,
+    weight_shards=2,
+    max_context=131_072,
 )
 
 TARGET_MODELS: dict[str, TargetModel] = {m.key: m for m in (DEEPSEEK_V32, DENSE_27B, QWEN25_32B)}

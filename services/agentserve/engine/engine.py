@@ -27,6 +27,9 @@ import torch
 
 from agentserve.contracts import SamplingParams
 from agentserve.engine.config import ModelConfig, parse_dtype
+from agentserve.engine.emulated_model import EmulatedModel
+from agentserve.engine.emulated_pool import EmulatedKVPool
+from agentserve.engine.emulated_runner import EmulatedRunner
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.grammar import GrammarCompiler
 from agentserve.engine.kv_pool import KVPool
@@ -61,22 +64,30 @@ class PrefillPlan:
 class LLMEngine:
     def __init__(
         self,
-        model: CausalLM,
+        model: CausalLM | EmulatedModel,
         fingerprint: str,
         config: EngineConfig = EngineConfig(),
         grammars: GrammarCompiler | None = None,
     ):
         """`grammars` compiles structured-output grammars with the model's tokenizer; without it
-        (an engine built from weights alone) requests with structured output are refused."""
+        (an engine built from weights alone) requests with structured output are refused. An
+        `EmulatedModel` (see `emulated`) gets the emulated pool and runner; the rest is shared."""
         self.model = model
         self.model_config: ModelConfig = model.config
         self.fingerprint = fingerprint
         self.config = config
         self.block_size = config.block_size
-        self.dtype = parse_dtype(config.dtype)
-        self.pool = KVPool.for_budget(self.model_config, config.kv_cache_bytes, config.block_size, self.dtype)
+        self.pool: KVPool | EmulatedKVPool
+        self.runner: ModelRunner | EmulatedRunner
+        if isinstance(model, EmulatedModel):
+            self.dtype = model.dtype
+            self.pool = model.pool()
+            self.runner = EmulatedRunner(model, self.pool)
+        else:
+            self.dtype = parse_dtype(config.dtype)
+            self.pool = KVPool.for_budget(self.model_config, config.kv_cache_bytes, config.block_size, self.dtype)
+            self.runner = ModelRunner(model, self.pool)
         self.blocks = BlockManager(self.pool.num_slots, config.block_size, config.eviction_policy)
-        self.runner = ModelRunner(model, self.pool)
         self.batch_policy = config.prefill_batch_policy()
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -94,6 +105,19 @@ class LLMEngine:
         if tokenizer_file.is_file():
             grammars = GrammarCompiler(tokenizer_file, model.config.vocab_size, model.config.eos_token_id)
         return cls(model, fingerprint, config, grammars)
+
+    @classmethod
+    def emulated(cls, vocabulary_dir: str | Path, config: EngineConfig) -> LLMEngine:
+        """An emulated-compute engine (`config.emulation`); `vocabulary_dir` is the model folder
+        whose config.json gives the token ids (its weights are not read)."""
+        vocabulary = ModelConfig.from_file(Path(vocabulary_dir) / "config.json")
+        model = EmulatedModel.build(config.emulation, vocabulary, config.block_size)
+        return cls(model, model.fingerprint, config)
+
+    @classmethod
+    def for_config(cls, model_dir: str | Path, config: EngineConfig) -> LLMEngine:
+        """The engine `config.compute` asks for: the model in `model_dir`, or its emulation."""
+        return cls.emulated(model_dir, config) if config.compute == "emulated" else cls.from_dir(model_dir, config)
 
     # ---- requests -------------------------------------------------------------------------
 

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agentserve.engine.config import parse_dtype
+from agentserve.engine.emulation_config import EmulationConfig
 from agentserve.engine.prefill_batch import PrefillBatchPolicy, make_prefill_batch_policy
 from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, check_eviction_policy
 
 KV_DTYPES = ("native", "fp8_e4m3")
+# real: the model's forward runs (token-exact); emulated: forwards take the target's time from a
+# cost model and KV is a stand-in of the target's size (agentserve.engine.emulation_config).
+COMPUTE_MODES = ("real", "emulated")
 
 
 @dataclass(frozen=True)
 class EngineConfig:
     block_size: int = 16
-    kv_cache_bytes: int = 256 << 20
+    kv_cache_bytes: int = 256 << 20  # real compute only: emulated pools are sized from the target GPU
     dtype: str = "fp32"
     prefix_cache: bool = True
     max_batch_size: int = 64
@@ -27,6 +31,8 @@ class EngineConfig:
     prefill_batching: str = "fcfs"  # which waiting prefills a step takes (`engine.prefill_batch`)
     prefill_token_budget: int = 8192  # compute-quota: a batch's cost limit, in new-token equivalents
     prefill_attention_tokens: int = 0  # compute-quota: cached tokens whose attention costs one new token
+    compute: str = "real"
+    emulation: EmulationConfig = field(default_factory=EmulationConfig)  # read when compute is emulated
 
     def __post_init__(self) -> None:
         if not isinstance(self.block_size, int) or self.block_size <= 0:
@@ -40,6 +46,8 @@ class EngineConfig:
         if not isinstance(self.layerwise, bool):
             raise ValueError(f"layerwise must be true or false, got {self.layerwise!r}")
         self.prefill_batch_policy()  # ValueError naming the bad field
+        if self.compute not in COMPUTE_MODES:
+            raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")
         parse_dtype(self.dtype)
         check_eviction_policy(self.eviction_policy)
 

@@ -12,10 +12,12 @@ from agentserve.common.server import Service
 from agentserve.contracts import EngineStatus, Role, SamplingParams
 from agentserve.engine.async_engine import AsyncEngine
 from agentserve.engine.default_model import ensure_default_model
+from agentserve.engine.emulated_model import EmulatedModel
+from agentserve.engine.emulation_config import EmulationConfig
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine_service.config import EngineServiceConfig
-from agentserve.engine_service.kv_moves import KVMover
+from agentserve.engine_service.kv_moves import KVMover, charged_per_wire_byte
 from agentserve.engine_service.registration import Registrar
 from agentserve.fabric.calibrate import measure_local_compute
 from agentserve.fabric.metrics import nic_status, register_nic_metrics
@@ -31,7 +33,7 @@ class EngineService(Service):
     def __init__(self, config: EngineServiceConfig):
         self.config = config
         model_dir = config.model_dir or str(ensure_default_model())
-        engine = LLMEngine.from_dir(
+        engine = LLMEngine.for_config(  # emulated: no weights loaded, model_dir gives the token ids
             model_dir,
             EngineConfig(
                 block_size=config.block_size,
@@ -44,6 +46,8 @@ class EngineService(Service):
                 prefill_batching=config.prefill_batching,
                 prefill_token_budget=config.prefill_token_budget,
                 prefill_attention_tokens=config.prefill_attention_tokens,
+                compute=config.compute,
+                emulation=config.emulation() if config.compute == "emulated" else EmulationConfig(),
             ),
         )
         self.engine = AsyncEngine(engine)
@@ -53,7 +57,7 @@ class EngineService(Service):
         # by consistent hashing of their id, so every engine finds a block on the same instance.
         self.kvstore = ShardedKVStoreClient(config.kvstore_address)
         self.fabric = self._scaled_profile(engine, model_dir)
-        self.nics = self.fabric.nics(self.role.value)
+        self.nics = self.fabric.nics(self.role.value, byte_weight=charged_per_wire_byte(engine))
         register_nic_metrics(self.nics.values())
         self.mover = KVMover(self.engine, self.engine_id, self.kvstore, config.kvstore_address, self.nics)
         self.registrar: Registrar | None = None
@@ -62,6 +66,8 @@ class EngineService(Service):
     def _scaled_profile(self, engine: LLMEngine, model_dir: str) -> ScaledProfile:
         """The hardware profile scaled to this machine's compute: it gives this engine's snic and cnic."""
         profile = load_profile(self.config.fabric_profile)  # ValueError names the profiles on offer
+        if isinstance(engine.model, EmulatedModel):
+            return profile.dilated(engine.model.emulation.time_dilation)
         model = engine.model_config
         kv_bytes = 2 * model.num_hidden_layers * model.num_key_value_heads * model.head_dim * engine.dtype.itemsize
         tokens_per_s = self.config.fabric_prefill_tokens_per_s
@@ -86,7 +92,7 @@ class EngineService(Service):
             vocab_size=engine.model_config.vocab_size,
             max_context=engine.model_config.max_position_embeddings,
             nics=nic_status(self.nics.values()),
-            kv_block_bytes=self.mover.block_bytes,
+            kv_block_bytes=self.mover.snic.charged(self.mover.block_bytes),
         )
 
     async def start(self) -> None:
@@ -95,6 +101,17 @@ class EngineService(Service):
         log.info(
             "%s %s serving %s (fingerprint %s)", self.role.value, self.engine_id, self.model_dir, engine.fingerprint
         )
+        if isinstance(engine.model, EmulatedModel):
+            emulated = engine.model
+            log.info(
+                "emulated compute: %s on %s, %d KV blocks of %d target bytes (%d materialised), time dilation %.3g",
+                emulated.cost.model.key,
+                emulated.cost.gpu.key,
+                emulated.num_blocks,
+                emulated.geometry.declared_block_bytes,
+                self.mover.block_bytes,
+                emulated.emulation.time_dilation,
+            )
         nics = self.fabric.engines[self.role.value]
         log.info(
             "fabric profile %s (time dilation %.3g): snic %.4g Gbps %.3g ms, cnic %.4g Gbps %.3g ms",

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentserve.costmodel.kv_capacity import DEFAULT_ACTIVATION_RESERVE
+from agentserve.costmodel.timing import DEFAULT_DECODE_BANDWIDTH_EFFICIENCY, DEFAULT_PREFILL_MFU
+from agentserve.engine.emulation_config import DEFAULT_KV_MATERIALISE_BYTES, DEFAULT_TIME_DILATION, EmulationConfig
+from agentserve.engine.engine_config import COMPUTE_MODES
 from agentserve.engine.prefill_batch import make_prefill_batch_policy
 from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, check_eviction_policy
 
@@ -33,6 +37,18 @@ class EngineServiceConfig:
     heartbeat_interval_ms: int = 1000
     fabric_profile: str = "local-unshaped"  # profiles/<name>.yaml (or a .yaml path): this engine's snic and cnic
     fabric_prefill_tokens_per_s: float = 0.0  # local compute speed the profile is scaled by; 0 = measure
+    # real: run the model; emulated: forwards take the target model's time on the target GPU, the
+    # KV pool is the target's size, the fabric is dilated by time_dilation (agentserve.engine.emulation_config).
+    compute: str = "real"
+    target_model: str = "deepseek-v3.2"  # emulated only, like every setting below
+    target_gpu: str = "h800"
+    prefill_mfu: float = DEFAULT_PREFILL_MFU
+    decode_bandwidth_efficiency: float = DEFAULT_DECODE_BANDWIDTH_EFFICIENCY
+    weight_shards: int = 0  # 0 = the target model's reference deployment
+    activation_reserve: float = DEFAULT_ACTIVATION_RESERVE
+    time_dilation: float = DEFAULT_TIME_DILATION  # local seconds per target second
+    kv_materialise_bytes: int = DEFAULT_KV_MATERIALISE_BYTES  # payload per block; 0 = the target's bytes
+    max_context: int = 0  # 0 = the target model's
 
     def __post_init__(self) -> None:
         for name in ("grpc_port", "kv_cache_mb", "block_size", "max_batch_size", "heartbeat_interval_ms"):
@@ -44,12 +60,29 @@ class EngineServiceConfig:
             raise ValueError(f"fabric_prefill_tokens_per_s must be >= 0, got {self.fabric_prefill_tokens_per_s}")
         check_eviction_policy(self.eviction_policy)
         make_prefill_batch_policy(self.prefill_batching, self.prefill_token_budget, self.prefill_attention_tokens)
+        if self.compute not in COMPUTE_MODES:
+            raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")
+        if self.compute == "emulated":
+            self.emulation()  # ValueErrors name the setting
         if not 0 <= self.metrics_port < 65536:
             raise ValueError(f"metrics_port must be a port number, got {self.metrics_port}")
         for name in ("scheduler_address", "kvstore_address"):
             value = getattr(self, name)
             if value and ":" not in value:
                 raise ValueError(f"{name} must be host:port, got {value!r}")
+
+    def emulation(self) -> EmulationConfig:
+        return EmulationConfig(
+            target_model=self.target_model,
+            target_gpu=self.target_gpu,
+            prefill_mfu=self.prefill_mfu,
+            decode_bandwidth_efficiency=self.decode_bandwidth_efficiency,
+            weight_shards=self.weight_shards,
+            activation_reserve=self.activation_reserve,
+            time_dilation=self.time_dilation,
+            kv_materialise_bytes=self.kv_materialise_bytes,
+            max_context=self.max_context,
+        )
 
 
 @dataclass(frozen=True)

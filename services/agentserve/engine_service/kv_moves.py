@@ -8,7 +8,9 @@ Path B (a decode engine relaying store reads to a prefill engine) lives in `rela
 
 Blocks travel one per message in the block wire format; the engine thread does every pool access.
 Every byte is paced by this engine's emulated NIC (agentserve.fabric), whose queue depth the
-heartbeat reports; the receiving end of a handoff paces its own NIC (`incoming_transfer`).
+heartbeat reports; the receiving end of a handoff paces its own NIC (`incoming_transfer`). Spans
+and `Moved` count the bytes the NIC charged: an emulated-compute engine's blocks are charged the
+target's bytes (`charged_per_wire_byte`), a real engine's their own.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 from agentserve.common.channels import ChannelCache
 from agentserve.common.telemetry import kv_transfer
 from agentserve.engine.async_engine import AsyncEngine
+from agentserve.engine.emulated_model import EmulatedModel
 from agentserve.engine.engine import LLMEngine
 from agentserve.fabric.nic import EmulatedNIC
 from agentserve.fabric.stream import paced, transfer_metadata
@@ -71,6 +74,14 @@ def block_wire_bytes(engine: LLMEngine) -> int:
     return len(serialize_blocks(zeros, zeros, block_ids=[bytes(16)], fingerprint=engine.fingerprint))
 
 
+def charged_per_wire_byte(engine: LLMEngine) -> float:
+    """What the NICs charge per wire byte of this engine's blocks: the target's block bytes over the
+    block's wire bytes when compute is emulated, else 1."""
+    if not isinstance(engine.model, EmulatedModel):
+        return 1.0
+    return engine.model.geometry.declared_block_bytes / block_wire_bytes(engine)
+
+
 def unshaped_nics() -> dict[str, EmulatedNIC]:
     return {"snic": EmulatedNIC("snic", 0), "cnic": EmulatedNIC("cnic", 0)}
 
@@ -107,7 +118,7 @@ class KVMover:
                 async for _, data in self.kvstore.get(self.fingerprint, list(ids)):
                     await transfer.pace(len(data))
                     datas.append(data)
-                    record.add(len(data))
+                    record.add(self.snic.charged(len(data)))
             record.queue_wait_s = transfer.queue_wait_s
             await self.engine.call(lambda e: _import_each(e, datas))
         return len(datas)
@@ -122,9 +133,9 @@ class KVMover:
         with kv_transfer(
             "persist", "snic", self.engine_id, self.kvstore_address, self.num_layers, self.snic.gbps
         ) as record:
-            for _, data in blocks:
-                record.add(len(data))
-            async with self.snic.send(record.bytes) as transfer:  # one Put message: paced as a whole
+            wire = sum(len(data) for _, data in blocks)
+            record.add(self.snic.charged(wire), blocks=len(blocks))
+            async with self.snic.send(wire) as transfer:  # one Put message: paced as a whole
                 await self.kvstore.put(self.fingerprint, blocks)
             record.queue_wait_s = transfer.queue_wait_s
         return len(blocks)
@@ -147,9 +158,9 @@ class KVMover:
         if not blocks:
             return Moved()
         with kv_transfer("handoff", "cnic", self.engine_id, decode_address, self.num_layers, self.cnic.gbps) as record:
-            for _, data in blocks:
-                record.add(len(data))
-            async with self.peers.calling(decode_address) as channel, self.cnic.transfer(record.bytes) as transfer:
+            wire = sum(len(data) for _, data in blocks)
+            record.add(self.cnic.charged(wire), blocks=len(blocks))
+            async with self.peers.calling(decode_address) as channel, self.cnic.transfer(wire) as transfer:
                 messages = (common_pb2.KVBlock(block_id=i, data=d) for i, d in blocks)
                 await decode_pb2_grpc.DecodeStub(channel).LoadKV(
                     paced(messages, transfer, lambda m: len(m.data)),

@@ -95,7 +95,7 @@ class RelaySender:
                                 break
                             for chunk in split_run(run, self.max_chunk_bytes):
                                 await transfer.pace(chunk.nbytes)
-                                record.add(chunk.nbytes, blocks=0)
+                                record.add(mover.cnic.charged(chunk.nbytes), blocks=0)
                                 yield fabric_pb2.FabricChunk(
                                     transfer=first,
                                     run=run_index,
@@ -124,7 +124,7 @@ class RelaySender:
                 async with mover.snic.transfer(len(ids) * mover.block_bytes) as transfer:
                     async for block_id, data in mover.kvstore.get(mover.fingerprint, ids):
                         await transfer.pace(len(data))
-                        record.add(len(data))
+                        record.add(mover.snic.charged(len(data)))
                         pending.append((block_id, data))
                         if len(pending) == RELAY_RUN_BLOCKS:
                             await self._import(pending, ready, pinned)

@@ -16,6 +16,10 @@ computing them takes D * (target compute time): the ratio of the two equals the 
 seconds are D target seconds, so other target durations (tool waits, SLOs) scale by D too. A
 profile without `target` is used literally (D = s = 1).
 
+An emulated-compute engine (agentserve.engine.emulation_config) takes the target's compute time
+times a chosen D and its NICs charge the target's KV bytes (`EmulatedNIC.byte_weight`), so
+`dilated(D)` gives s = 1 / D for any profile: target gbps / D and target latency * D.
+
 A profile either lists each role's NICs (`engines`, `decode_per_prefill`) or describes a `node`
 (agentserve.fabric.topology: GPUs, the storage NICs they share, a compute NIC each, P:D), from
 which both are derived. `target.kv_bytes_per_token` may be left out when `target.model` names one
@@ -97,6 +101,19 @@ class HardwareProfile:
         }
         return ScaledProfile(self, time_dilation=dilation, bandwidth_scale=scale, engines=engines)
 
+    def dilated(self, time_dilation: float) -> ScaledProfile:
+        """Bandwidths and latencies for emulated compute at `time_dilation`, bytes charged as the target's."""
+        if not time_dilation > 0:
+            raise ValueError(f"time_dilation must be positive, got {time_dilation}")
+        scale = 1 / time_dilation
+        engines = {
+            role: RoleNICs(
+                *(NICSpec(spec.gbps * scale, spec.latency_ms * time_dilation) for spec in (nics.snic, nics.cnic))
+            )
+            for role, nics in self.engines.items()
+        }
+        return ScaledProfile(self, time_dilation=time_dilation, bandwidth_scale=scale, engines=engines)
+
 
 @dataclass(frozen=True)
 class ScaledProfile:
@@ -105,13 +122,22 @@ class ScaledProfile:
     bandwidth_scale: float  # local gbps per target gbps
     engines: dict[str, RoleNICs]
 
-    def nics(self, role: str, **clock) -> dict[str, EmulatedNIC]:
-        """Fresh `snic` and `cnic` for one engine of `role` (`clock`/`sleep` pass through)."""
+    def nics(self, role: str, byte_weight: float = 1.0, **clock) -> dict[str, EmulatedNIC]:
+        """Fresh `snic` and `cnic` for one engine of `role` (`clock`/`sleep` pass through;
+        `byte_weight`: see `EmulatedNIC`)."""
         if role not in self.engines:
             raise ValueError(f"unknown engine role {role!r}; choose one of {', '.join(ROLES)}")
         specs = self.engines[role]
         return {
-            name: EmulatedNIC(name, spec.gbps, spec.latency_ms, self.profile.burst_ms, self.profile.catchup_ms, **clock)
+            name: EmulatedNIC(
+                name,
+                spec.gbps,
+                spec.latency_ms,
+                self.profile.burst_ms,
+                self.profile.catchup_ms,
+                byte_weight=byte_weight,
+                **clock,
+            )
             for name, spec in (("snic", specs.snic), ("cnic", specs.cnic))
         }
 

@@ -1,0 +1,103 @@
+"""EmulatedRunner: ModelRunner's interface, with each forward pass taking the target's time.
+
+A prefill sleeps `ComputeCost.prefill_s(cached, new) * time_dilation`, a decode step
+`decode_step_s(contexts) * time_dilation` (agentserve.costmodel.timing). A prefill with an
+external prefix runs layer by layer as the real one does: `load_layer(l)` is called before layer
+l's share of the time, and layer l's compute starts when both the previous layer is done and its
+KV is in hand, so a streaming loader overlaps with compute exactly as far as it keeps ahead.
+
+Sampled tokens are a fixed function of the position they take (never an EOS id): logits are 0 at
+that token and -inf elsewhere, so greedy and seeded sampling alike pick it, and a request ends by
+max_tokens or its stop ids.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from agentserve.engine.emulated_model import EmulatedModel
+from agentserve.engine.emulated_pool import EmulatedKVPool
+from agentserve.engine.runner import ExternalPrefix
+from agentserve.engine.sequence import Sequence
+
+_MIX = 2654435761  # Knuth's multiplicative hash: neighbouring positions get unrelated tokens
+
+
+class EmulatedRunner:
+    def __init__(
+        self,
+        model: EmulatedModel,
+        pool: EmulatedKVPool,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.model = model
+        self.pool = pool
+        self.cost = model.cost
+        self.dilation = model.emulation.time_dilation
+        self.layers = model.config.num_hidden_layers
+        self.vocab = model.config.vocab_size
+        self._avoid = set(model.config.eos_token_id)
+        if len(self._avoid) >= self.vocab:
+            raise ValueError("every token id is an EOS id: the emulated runner has nothing to emit")
+        self.sleep = sleep
+        self.clock = clock
+        self.busy_s = 0.0  # local seconds of emulated compute so far
+
+    def prefill(
+        self, seq: Sequence, num_cached: int, external: ExternalPrefix | None = None, external_start: int = 0
+    ) -> torch.Tensor:
+        """Last position's logits `[vocab]` after the target's prefill time for seq.token_ids[num_cached:]."""
+        total = len(seq.token_ids)
+        duration = self.cost.prefill_s(num_cached, total - num_cached) * self.dilation
+        if external is not None and external.num_blocks > external_start:
+            self._layer_by_layer(duration / self.layers, external.load_layer)
+        else:
+            self._compute(duration)
+        return self._logits([total])[0]
+
+    def prefill_staged(
+        self, seq: Sequence, resident_slots: list[int], new_slots: list[int], external: ExternalPrefix
+    ) -> torch.Tensor:
+        """`ModelRunner.prefill_staged`'s timing: layer by layer over a prefix of `external.num_blocks`."""
+        num_cached = external.num_blocks * self.pool.block_size
+        total = len(seq.token_ids)
+        self._layer_by_layer(
+            self.cost.prefill_s(num_cached, total - num_cached) * self.dilation / self.layers, external.load_layer
+        )
+        return self._logits([total])[0]
+
+    def decode(self, seqs: list[Sequence]) -> torch.Tensor:
+        """Logits `[B, vocab]` after the target's decode step for the batch."""
+        lengths = [len(s.token_ids) for s in seqs]
+        self._compute(self.cost.decode_step_s(lengths) * self.dilation)
+        return self._logits(lengths)
+
+    def token_at(self, position: int) -> int:
+        """The token an emulated model emits at `position` (0-based index it will take)."""
+        token = (((position * _MIX) & 0xFFFFFFFF) >> 7) % self.vocab
+        while token in self._avoid:
+            token = (token + 1) % self.vocab
+        return token
+
+    def _compute(self, duration: float) -> None:
+        self.busy_s += duration
+        self.sleep(duration)
+
+    def _layer_by_layer(self, per_layer: float, load_layer: Callable[[int], object]) -> None:
+        done = self.clock()  # when the previous layer's compute ends
+        for layer in range(self.layers):
+            load_layer(layer)  # blocks until the layer's KV is in hand (LayerLoadError if it never comes)
+            done = max(done, self.clock()) + per_layer
+            self.busy_s += per_layer
+            wait = done - self.clock()
+            if wait > 0:
+                self.sleep(wait)
+
+    def _logits(self, positions: list[int]) -> torch.Tensor:
+        logits = torch.full((len(positions), self.vocab), float("-inf"))
+        logits[range(len(positions)), [self.token_at(p) for p in positions]] = 0.0
+        return logits

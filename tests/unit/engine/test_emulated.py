@@ -1,0 +1,167 @@
+"""Emulated compute: forwards take the cost model's time (checked on a fake clock), tokens are a fixed
+function of position and never EOS, the pool is the target GPU's size, and blocks are real
+block-format buffers of the stand-in geometry that another emulated engine imports."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentserve.contracts import SamplingParams
+from agentserve.costmodel.kv_capacity import kv_capacity_blocks
+from agentserve.costmodel.models import DEEPSEEK_V32
+from agentserve.engine.emulated_model import EmulatedModel
+from agentserve.engine.emulated_pool import StandinGeometry
+from agentserve.engine.emulated_runner import EmulatedRunner
+from agentserve.engine.emulation_config import EmulationConfig
+from agentserve.engine.engine import LLMEngine
+from agentserve.engine.engine_config import EngineConfig
+from agentserve.engine.runner import ExternalPrefix
+from agentserve.engine.sequence import Sequence
+from agentserve.engine_service.config import PrefillConfig
+from agentserve.engine_service.kv_moves import block_wire_bytes, charged_per_wire_byte
+from agentserve.kv.block_format import deserialize_blocks
+from agentserve.kv.block_header import FingerprintMismatchError
+
+pytestmark = pytest.mark.unit
+
+D = 4.0
+EMULATION = EmulationConfig(time_dilation=D)
+CONFIG = EngineConfig(compute="emulated", emulation=EMULATION)
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def engine(tiny_model_dir) -> LLMEngine:
+    return LLMEngine.emulated(tiny_model_dir, CONFIG)
+
+
+def fake_runner(engine: LLMEngine) -> tuple[EmulatedRunner, FakeTime]:
+    assert isinstance(engine.model, EmulatedModel)
+    fake = FakeTime()
+    runner = EmulatedRunner(engine.model, engine.model.pool(), sleep=fake.sleep, clock=fake.clock)
+    return runner, fake
+
+
+def test_the_engine_is_the_targets_shape_without_weights(engine, tiny_model_dir):
+    model = engine.model
+    assert isinstance(model, EmulatedModel)  # no CausalLM: no weights were read
+    cost = EMULATION.cost()
+    assert engine.pool.num_slots == kv_capacity_blocks(cost, 16) == 73_256
+    assert (engine.model_config.num_hidden_layers, engine.model_config.max_position_embeddings) == (61, 163_840)
+    assert (engine.model_config.vocab_size, engine.model_config.eos_token_id) == (8192, (1, 4))  # the tokenizer's
+
+    # The fingerprint names what a block means (target, geometry, token ids), not how fast it is made.
+    def fingerprint(**emulation) -> str:
+        return LLMEngine.emulated(
+            tiny_model_dir, EngineConfig(compute="emulated", emulation=EmulationConfig(**emulation))
+        ).fingerprint
+
+    assert engine.fingerprint.startswith("emu-")
+    assert engine.fingerprint == fingerprint(time_dilation=1.0, prefill_mfu=0.2)
+    assert len({engine.fingerprint, fingerprint(target_model="qwen2.5-32b"), fingerprint(kv_materialise_bytes=0)}) == 3
+
+
+def test_prefill_and_decode_sleep_the_cost_models_time_dilated(engine):
+    runner, fake = fake_runner(engine)
+    seq = Sequence(list(range(5, 5 + 1000)), 1000, SamplingParams())
+    runner.prefill(seq, num_cached=640)
+    cost = EMULATION.cost()
+    assert fake.sleeps == [cost.prefill_s(640, 360) * D]
+    seqs = [Sequence(list(range(5, 5 + n)), n, SamplingParams()) for n in (100, 5000)]
+    runner.decode(seqs)
+    assert fake.sleeps[1] == cost.decode_step_s([100, 5000]) * D
+    assert runner.busy_s == sum(fake.sleeps)
+
+
+def test_layerwise_prefill_loads_each_layer_before_its_share_and_waits_only_for_late_layers(engine):
+    runner, fake = fake_runner(engine)
+    per_layer = EMULATION.cost().prefill_s(32 * 16, 100) * D / 61
+    calls: list[tuple[int, float]] = []
+
+    def load_layer(layer: int):
+        calls.append((layer, fake.now))
+        if layer == 30:
+            fake.now += 10 * per_layer  # layer 30's KV arrives late: compute stalls for it
+        return None
+
+    seq = Sequence(list(range(5, 5 + 32 * 16 + 100)), 32 * 16 + 100, SamplingParams())
+    runner.prefill(seq, 32 * 16, ExternalPrefix(32, load_layer), external_start=0)
+    assert [layer for layer, _ in calls] == list(range(61))
+    assert [at for _, at in calls][:31] == pytest.approx([i * per_layer for i in range(31)])
+    assert fake.now == pytest.approx(71 * per_layer)  # 61 layers of compute + the 10-layer stall
+    assert runner.busy_s == pytest.approx(61 * per_layer)
+
+
+def test_tokens_are_a_function_of_position_and_never_eos(engine):
+    seqs = engine.generate_many([[5, 6, 7], [9] * 40], SamplingParams(max_tokens=50))
+    runner = engine.runner
+    assert isinstance(runner, EmulatedRunner)
+    for seq in seqs:
+        assert seq.finish_reason == "length"
+        assert seq.output_token_ids == [runner.token_at(p) for p in range(seq.num_prompt_tokens, len(seq))]
+    assert not {runner.token_at(p) for p in range(20_000)} & {1, 4}
+    seeded = engine.generate([5, 6, 7], SamplingParams(max_tokens=50, temperature=1.0, seed=3))
+    assert seeded.output_token_ids == seqs[0].output_token_ids
+
+
+def test_blocks_travel_between_emulated_engines_in_the_block_format(engine, tiny_model_dir):
+    prompt = list(range(5, 5 + 100))
+    seq = engine.generate(prompt, SamplingParams(max_tokens=1))
+    ids = seq.block_ids[:6]
+    data = engine.export_blocks(ids)
+    blocks = deserialize_blocks(data)
+    assert (blocks.header.num_layers, blocks.header.num_blocks, blocks.header.head_dim) == (61, 6, 2)
+    assert len(engine.export_blocks(ids[:1])) == block_wire_bytes(engine) == 11_008
+    other = LLMEngine.emulated(tiny_model_dir, CONFIG)
+    assert other.import_blocks(data) == 6
+    again = other.generate(prompt, SamplingParams(max_tokens=1))
+    assert again.num_cached_tokens == 96
+    real = LLMEngine.from_dir(tiny_model_dir)
+    with pytest.raises(FingerprintMismatchError):
+        real.import_blocks(data)
+    # The NICs charge a block the target's 61 * 788 * 16 bytes, whatever its wire size.
+    assert charged_per_wire_byte(engine) * block_wire_bytes(engine) == pytest.approx(769_088)
+
+
+def test_full_materialisation_gives_the_targets_bytes(tiny_model_dir):
+    full = StandinGeometry.for_target(DEEPSEEK_V32, 16, materialise_bytes=0)
+    assert (full.head_dim, full.declared_block_bytes) == (197, 769_088)  # 788 B = K+V of 197 fp16
+    capped = StandinGeometry.for_target(DEEPSEEK_V32, 16, materialise_bytes=64 << 10)
+    assert capped.head_dim == (64 << 10) // (61 * 16 * 4) == 16
+    engine = LLMEngine.emulated(
+        tiny_model_dir, EngineConfig(compute="emulated", emulation=EmulationConfig(kv_materialise_bytes=0))
+    )
+    wire = block_wire_bytes(engine)
+    assert 769_088 < wire < 769_088 * 1.01  # header and 64-byte alignment: under 1%
+    assert charged_per_wire_byte(engine) == 769_088 / wire
+
+
+def test_bad_emulation_settings_name_the_setting():
+    with pytest.raises(ValueError, match="compute must be one of real, emulated, got 'fake'"):
+        EngineConfig(compute="fake")
+    with pytest.raises(ValueError, match="compute must be one of real, emulated, got 'fake'"):
+        PrefillConfig(compute="fake")
+    with pytest.raises(ValueError, match="unknown target model 'gpt'; choose one of deepseek-v3.2"):
+        PrefillConfig(compute="emulated", target_model="gpt")
+    with pytest.raises(ValueError, match="unknown target GPU 'tpu'"):
+        PrefillConfig(compute="emulated", target_gpu="tpu")
+    with pytest.raises(ValueError, match="time_dilation must be positive"):
+        PrefillConfig(compute="emulated", time_dilation=0)
+    with pytest.raises(ValueError, match="kv_materialise_bytes must be >= 0"):
+        PrefillConfig(compute="emulated", kv_materialise_bytes=-1)
+    with pytest.raises(ValueError, match="prefill_mfu must be in"):
+        PrefillConfig(compute="emulated", prefill_mfu=2)
+    PrefillConfig(time_dilation=0)  # real compute reads none of them
+    assert PrefillConfig(compute="emulated", time_dilation=20).emulation().time_dilation == 20
