@@ -165,3 +165,12 @@ def test_bad_emulation_settings_name_the_setting():
         PrefillConfig(compute="emulated", prefill_mfu=2)
     PrefillConfig(time_dilation=0)  # real compute reads none of them
     assert PrefillConfig(compute="emulated", time_dilation=20).emulation().time_dilation == 20
+
+
+def test_staged_prefill_takes_the_same_time_layer_by_layer(engine):
+    runner, fake = fake_runner(engine)
+    seq = Sequence(list(range(5, 5 + 40 * 16 + 7)), 40 * 16 + 7, SamplingParams(max_tokens=1))
+    loaded: list[int] = []
+    runner.prefill_staged(seq, [], [0], ExternalPrefix(40, lambda layer: loaded.append(layer)))
+    assert loaded == list(range(61))
+    assert fake.now == pytest.approx(EMULATION.cost().prefill_s(40 * 16, 7) * D)
