@@ -17,7 +17,7 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
         # Paced on this engine's cnic as well: the slower (or busier) end sets the rate.
         async with incoming_transfer(self.worker.mover.cnic, context) as transfer:
             async for block in request_iterator:
-                await transfer.pace(len(block.data))
+                await transfer.pace(self.worker.mover.charge.blocks(len(block.data)))
                 blocks.append(block.data)
         imported, present = await self.worker.load_kv(blocks)
         return decode_pb2.LoadKVResponse(imported=imported, already_present=present)

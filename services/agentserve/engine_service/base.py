@@ -17,7 +17,7 @@ from agentserve.engine.emulation_config import EmulationConfig
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine_service.config import EngineServiceConfig
-from agentserve.engine_service.kv_moves import KVMover, charged_per_wire_byte
+from agentserve.engine_service.kv_moves import KVMover
 from agentserve.engine_service.registration import Registrar
 from agentserve.fabric.calibrate import measure_local_compute
 from agentserve.fabric.metrics import nic_status, register_nic_metrics
@@ -57,7 +57,7 @@ class EngineService(Service):
         # by consistent hashing of their id, so every engine finds a block on the same instance.
         self.kvstore = ShardedKVStoreClient(config.kvstore_address)
         self.fabric = self._scaled_profile(engine, model_dir)
-        self.nics = self.fabric.nics(self.role.value, byte_weight=charged_per_wire_byte(engine))
+        self.nics = self.fabric.nics(self.role.value)
         register_nic_metrics(self.nics.values())
         self.mover = KVMover(self.engine, self.engine_id, self.kvstore, config.kvstore_address, self.nics)
         self.registrar: Registrar | None = None
@@ -92,7 +92,7 @@ class EngineService(Service):
             vocab_size=engine.model_config.vocab_size,
             max_context=engine.model_config.max_position_embeddings,
             nics=nic_status(self.nics.values()),
-            kv_block_bytes=self.mover.snic.charged(self.mover.block_bytes),
+            kv_block_bytes=self.mover.charge.per_block,
         )
 
     async def start(self) -> None:

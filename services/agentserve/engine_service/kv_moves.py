@@ -8,9 +8,9 @@ Path B (a decode engine relaying store reads to a prefill engine) lives in `rela
 
 Blocks travel one per message in the block wire format; the engine thread does every pool access.
 Every byte is paced by this engine's emulated NIC (agentserve.fabric), whose queue depth the
-heartbeat reports; the receiving end of a handoff paces its own NIC (`incoming_transfer`). Spans
-and `Moved` count the bytes the NIC charged: an emulated-compute engine's blocks are charged the
-target's bytes (`charged_per_wire_byte`), a real engine's their own.
+heartbeat reports; the receiving end of a handoff paces its own NIC (`incoming_transfer`). NICs,
+spans and `Moved` count the bytes `KVCharge` charges: a real engine's bytes on the wire, an
+emulated-compute engine's the target's bytes for the KV carried.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import torch
 from agentserve.common.channels import ChannelCache
 from agentserve.common.telemetry import kv_transfer
 from agentserve.engine.async_engine import AsyncEngine
-from agentserve.engine.emulated_model import EmulatedModel
 from agentserve.engine.engine import LLMEngine
+from agentserve.engine_service.kv_charge import KVCharge
 from agentserve.fabric.nic import EmulatedNIC
 from agentserve.fabric.stream import paced, transfer_metadata
 from agentserve.kv.block_format import serialize_blocks
@@ -74,14 +74,6 @@ def block_wire_bytes(engine: LLMEngine) -> int:
     return len(serialize_blocks(zeros, zeros, block_ids=[bytes(16)], fingerprint=engine.fingerprint))
 
 
-def charged_per_wire_byte(engine: LLMEngine) -> float:
-    """What the NICs charge per wire byte of this engine's blocks: the target's block bytes over the
-    block's wire bytes when compute is emulated, else 1."""
-    if not isinstance(engine.model, EmulatedModel):
-        return 1.0
-    return engine.model.geometry.declared_block_bytes / block_wire_bytes(engine)
-
-
 def unshaped_nics() -> dict[str, EmulatedNIC]:
     return {"snic": EmulatedNIC("snic", 0), "cnic": EmulatedNIC("cnic", 0)}
 
@@ -103,6 +95,7 @@ class KVMover:
         self.fingerprint = engine.engine.fingerprint
         # declares a load's size before its bytes arrive (NIC queue depth)
         self.block_bytes = block_wire_bytes(engine.engine)
+        self.charge = KVCharge.for_engine(engine.engine, self.block_bytes)  # what the NICs count
         nics = dict(nics or unshaped_nics())
         self.snic, self.cnic = nics["snic"], nics["cnic"]
         # Peer engines (handoff, relay); one found UNAVAILABLE is forgotten, so a restart gets a fresh channel.
@@ -114,11 +107,12 @@ class KVMover:
             return 0
         with kv_transfer("A", "snic", self.kvstore_address, self.engine_id, self.num_layers, self.snic.gbps) as record:
             datas = []
-            async with self.snic.transfer(len(ids) * self.block_bytes) as transfer:
+            async with self.snic.transfer(len(ids) * self.charge.per_block) as transfer:
                 async for _, data in self.kvstore.get(self.fingerprint, list(ids)):
-                    await transfer.pace(len(data))
+                    charged = self.charge.blocks(len(data))
+                    await transfer.pace(charged)
                     datas.append(data)
-                    record.add(self.snic.charged(len(data)))
+                    record.add(charged)
             record.queue_wait_s = transfer.queue_wait_s
             await self.engine.call(lambda e: _import_each(e, datas))
         return len(datas)
@@ -133,9 +127,9 @@ class KVMover:
         with kv_transfer(
             "persist", "snic", self.engine_id, self.kvstore_address, self.num_layers, self.snic.gbps
         ) as record:
-            wire = sum(len(data) for _, data in blocks)
-            record.add(self.snic.charged(wire), blocks=len(blocks))
-            async with self.snic.send(wire) as transfer:  # one Put message: paced as a whole
+            charged = self.charge.blocks(sum(len(data) for _, data in blocks), len(blocks))
+            record.add(charged, blocks=len(blocks))
+            async with self.snic.send(charged) as transfer:  # one Put message: paced as a whole
                 await self.kvstore.put(self.fingerprint, blocks)
             record.queue_wait_s = transfer.queue_wait_s
         return len(blocks)
@@ -158,12 +152,12 @@ class KVMover:
         if not blocks:
             return Moved()
         with kv_transfer("handoff", "cnic", self.engine_id, decode_address, self.num_layers, self.cnic.gbps) as record:
-            wire = sum(len(data) for _, data in blocks)
-            record.add(self.cnic.charged(wire), blocks=len(blocks))
-            async with self.peers.calling(decode_address) as channel, self.cnic.transfer(wire) as transfer:
+            charged = self.charge.blocks(sum(len(data) for _, data in blocks), len(blocks))
+            record.add(charged, blocks=len(blocks))
+            async with self.peers.calling(decode_address) as channel, self.cnic.transfer(charged) as transfer:
                 messages = (common_pb2.KVBlock(block_id=i, data=d) for i, d in blocks)
                 await decode_pb2_grpc.DecodeStub(channel).LoadKV(
-                    paced(messages, transfer, lambda m: len(m.data)),
+                    paced(messages, transfer, lambda m: self.charge.blocks(len(m.data))),
                     metadata=transfer_metadata(transfer),
                     timeout=HANDOFF_TIMEOUT_S,
                 )

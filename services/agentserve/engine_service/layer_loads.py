@@ -28,12 +28,13 @@ async def store_by_layer(mover: KVMover, ids: Sequence[bytes], stream: LayerStre
     if not count:
         return 0
     with kv_transfer("A", "snic", mover.kvstore_address, mover.engine_id, mover.num_layers, mover.snic.gbps) as record:
-        async with mover.snic.transfer(count * mover.block_bytes) as transfer:
+        async with mover.snic.transfer(count * mover.charge.per_block) as transfer:
             for layer in range(mover.num_layers):
                 got = 0
                 async for read in mover.kvstore.read(mover.fingerprint, list(ids[:count]), range(layer, layer + 1)):
-                    await transfer.pace(len(read.data))
-                    record.add(len(read.data), blocks=0)
+                    charged = mover.charge.blocks(len(read.data), layers=len(read.layers))
+                    await transfer.pace(charged)
+                    record.add(charged, blocks=0)
                     view = memoryview(read.data)
                     kv = decode_layers(
                         read_header(view), view[read.header_size :], read.layers, stream.dtype, mover.fingerprint

@@ -82,10 +82,11 @@ class RelaySender:
                         path="relay",
                         src=mover.engine_id,
                         dst_nic="cnic",
-                        total_bytes=len(ids) * mover.block_bytes,
+                        total_bytes=len(ids) * mover.charge.per_block,
                         sender_latency_ms=mover.cnic.latency_ms,
                     )
                     async with mover.cnic.transfer(header.total_bytes) as transfer:
+                        pacer = mover.charge.run_pacer()
                         run_index = 0
                         first: fabric_pb2.TransferHeader | None = header
                         while (group := await ready.get()) is not None:
@@ -94,8 +95,9 @@ class RelaySender:
                                 log.warning("relay to %s stopped short: a pinned block left the pool", dst)
                                 break
                             for chunk in split_run(run, self.max_chunk_bytes):
-                                await transfer.pace(chunk.nbytes)
-                                record.add(mover.cnic.charged(chunk.nbytes), blocks=0)
+                                charged = pacer(chunk.header, len(chunk.data))
+                                await transfer.pace(charged)
+                                record.add(charged, blocks=0)
                                 yield fabric_pb2.FabricChunk(
                                     transfer=first,
                                     run=run_index,
@@ -121,10 +123,11 @@ class RelaySender:
                 "B", "snic", mover.kvstore_address, mover.engine_id, mover.num_layers, mover.snic.gbps
             ) as record:
                 pending: list[tuple[bytes, bytes]] = []
-                async with mover.snic.transfer(len(ids) * mover.block_bytes) as transfer:
+                async with mover.snic.transfer(len(ids) * mover.charge.per_block) as transfer:
                     async for block_id, data in mover.kvstore.get(mover.fingerprint, ids):
-                        await transfer.pace(len(data))
-                        record.add(mover.snic.charged(len(data)))
+                        charged = mover.charge.blocks(len(data))
+                        await transfer.pace(charged)
+                        record.add(charged)
                         pending.append((block_id, data))
                         if len(pending) == RELAY_RUN_BLOCKS:
                             await self._import(pending, ready, pinned)
@@ -164,7 +167,9 @@ async def relay_load(mover: KVMover, ids: Sequence[bytes], relay_address: str) -
                 async for chunk in call:
                     if receiver is None:
                         transfer = await _receiving(stack, mover, chunk)
-                        receiver = PacedReceiver(transfer, lambda _run, buffer: whole.append(buffer))
+                        receiver = PacedReceiver(
+                            transfer, lambda _run, buffer: whole.append(buffer), charge=mover.charge.run_pacer()
+                        )
                     await receiver.add(chunk.run, chunk.run_header, chunk.offset, chunk.data)
                     if whole:
                         runs, whole[:] = list(whole), []
@@ -190,10 +195,11 @@ async def relay_by_layer(
         run: tuple[RunAssembler, RunLayers] | None = None
         try:
             async with AsyncExitStack() as stack:
+                pacer = mover.charge.run_pacer()
                 async for chunk in call:
                     if transfer is None:
                         transfer = await _receiving(stack, mover, chunk)
-                    await transfer.pace(len(chunk.run_header) + len(chunk.data))
+                    await transfer.pace(pacer(chunk.run_header, len(chunk.data)))
                     if chunk.run_header:
                         run = (RunAssembler(chunk.run_header), RunLayers(stream, first + blocks, ids[blocks:]))
                         run[1].check(run[0].header)

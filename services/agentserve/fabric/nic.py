@@ -18,11 +18,6 @@ the sender's latency (see `stream.py`).
 Queue depth (`NICStats.queue_bytes`) is the bytes of open transfers not yet let through: declared
 up front with `expected_bytes`, so the DualPath scheduler sees a whole queued load, not only the
 chunk at the head. `gbps=0` means unshaped: nothing waits, bytes are still counted.
-
-`byte_weight` is what a NIC charges per byte it is handed: 1 for real KV; an emulated-compute
-engine's blocks are materialised smaller than the target's, so its NICs charge each byte
-(target block bytes / wire block bytes) and every figure (queue depth, token bucket, counters)
-is in target bytes. The `Transfer` API takes wire bytes (what the caller sends) throughout.
 """
 
 from __future__ import annotations
@@ -75,7 +70,6 @@ class EmulatedNIC:
         catchup_ms: float = DEFAULT_CATCHUP_MS,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
-        byte_weight: float = 1.0,
     ) -> None:
         if not gbps >= 0:
             raise ValueError(f"NIC {name}: gbps must be >= 0 (0 = unshaped), got {gbps!r}")
@@ -85,9 +79,6 @@ class EmulatedNIC:
             raise ValueError(f"NIC {name}: burst_ms must be positive, got {burst_ms!r}")
         if not catchup_ms >= burst_ms:
             raise ValueError(f"NIC {name}: catchup_ms must be >= burst_ms, got {catchup_ms!r}")
-        if not byte_weight > 0:
-            raise ValueError(f"NIC {name}: byte_weight must be positive, got {byte_weight!r}")
-        self.byte_weight = float(byte_weight)
         self.name = name
         self.gbps = float(gbps)
         self.latency_ms = float(latency_ms)
@@ -102,10 +93,6 @@ class EmulatedNIC:
         self._bytes = 0
         self._transfers = 0
         self._wait_s = 0.0
-
-    def charged(self, wire_bytes: int) -> int:
-        """The bytes this NIC counts for `wire_bytes` handed to it."""
-        return wire_bytes if self.byte_weight == 1.0 else round(wire_bytes * self.byte_weight)
 
     @property
     def bytes_per_s(self) -> float:
@@ -158,10 +145,6 @@ class Link:
     def __init__(self, src: EmulatedNIC, dst: EmulatedNIC) -> None:
         if src is dst:
             raise ValueError(f"a link needs two different NICs, got {src.name} twice")
-        if src.byte_weight != dst.byte_weight:
-            raise ValueError(
-                f"a link's NICs must charge alike, got byte_weight {src.byte_weight} and {dst.byte_weight}"
-            )
         self.src = src
         self.dst = dst
 
@@ -183,11 +166,10 @@ class Transfer:
         if expected_bytes < 0:
             raise ValueError(f"expected_bytes must be >= 0, got {expected_bytes}")
         self.nics = tuple(nics)
-        self.expected_bytes = expected_bytes  # wire bytes, as the caller declared them
-        self._charge = self.nics[0].charged  # a Link's NICs charge alike
+        self.expected_bytes = expected_bytes
         self.latency_s = latency_ms / 1000
         self.state = TransferState.PENDING
-        self.bytes = 0  # charged bytes let through (wire bytes times the NICs' byte_weight)
+        self.bytes = 0
         self.chunks = 0
         self.queue_wait_s = 0.0
         self.started_at = self.first_byte_at = self.ended_at = 0.0
@@ -198,7 +180,7 @@ class Transfer:
 
     async def __aenter__(self) -> Transfer:
         self.started_at = self._clock()
-        self._hold(self._charge(self.expected_bytes))
+        self._hold(self.expected_bytes)
         for nic in self.nics:
             nic._active += 1
         return self
@@ -213,11 +195,10 @@ class Transfer:
             if self._sending:
                 nic._streaming(-1)
 
-    async def pace(self, wire_bytes: int) -> float:
-        """Wait until `wire_bytes` may go (latency first, once); returns the seconds waited for tokens."""
+    async def pace(self, nbytes: int) -> float:
+        """Wait until `nbytes` may go (latency first, once); returns the seconds waited for tokens."""
         if self.state is not TransferState.PENDING and self.state is not TransferState.TRANSFERRING:
             raise RuntimeError(f"pace() on a {self.state.value} transfer")
-        nbytes = self._charge(wire_bytes)
         self._hold(max(0, nbytes - self._unpaced))  # bytes beyond the declared total queue too
         try:
             if not self._sending:

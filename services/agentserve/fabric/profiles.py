@@ -17,7 +17,7 @@ seconds are D target seconds, so other target durations (tool waits, SLOs) scale
 profile without `target` is used literally (D = s = 1).
 
 An emulated-compute engine (agentserve.engine.emulation_config) takes the target's compute time
-times a chosen D and its NICs charge the target's KV bytes (`EmulatedNIC.byte_weight`), so
+times a chosen D and its NICs are charged the target's KV bytes (engine_service.kv_charge), so
 `dilated(D)` gives s = 1 / D for any profile: target gbps / D and target latency * D.
 
 A profile either lists each role's NICs (`engines`, `decode_per_prefill`) or describes a `node`
@@ -122,22 +122,13 @@ class ScaledProfile:
     bandwidth_scale: float  # local gbps per target gbps
     engines: dict[str, RoleNICs]
 
-    def nics(self, role: str, byte_weight: float = 1.0, **clock) -> dict[str, EmulatedNIC]:
-        """Fresh `snic` and `cnic` for one engine of `role` (`clock`/`sleep` pass through;
-        `byte_weight`: see `EmulatedNIC`)."""
+    def nics(self, role: str, **clock) -> dict[str, EmulatedNIC]:
+        """Fresh `snic` and `cnic` for one engine of `role` (`clock`/`sleep` pass through)."""
         if role not in self.engines:
             raise ValueError(f"unknown engine role {role!r}; choose one of {', '.join(ROLES)}")
         specs = self.engines[role]
         return {
-            name: EmulatedNIC(
-                name,
-                spec.gbps,
-                spec.latency_ms,
-                self.profile.burst_ms,
-                self.profile.catchup_ms,
-                byte_weight=byte_weight,
-                **clock,
-            )
+            name: EmulatedNIC(name, spec.gbps, spec.latency_ms, self.profile.burst_ms, self.profile.catchup_ms, **clock)
             for name, spec in (("snic", specs.snic), ("cnic", specs.cnic))
         }
 

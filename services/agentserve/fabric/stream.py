@@ -91,14 +91,22 @@ def receiver_latency_ms(nic: EmulatedNIC, header: fabric_pb2.TransferHeader) -> 
 class PacedReceiver:
     """The receiving end of one transfer: paces chunks through `transfer`, optionally reassembles runs."""
 
-    def __init__(self, transfer: Transfer, on_run: Callable[[int, bytearray], None] | None = None) -> None:
+    def __init__(
+        self,
+        transfer: Transfer,
+        on_run: Callable[[int, bytearray], None] | None = None,
+        charge: Callable[[bytes | memoryview, int], int] | None = None,
+    ) -> None:
         self.transfer = transfer
         self.on_run = on_run  # given: runs are reassembled, verified and handed over as they complete
+        # (run header or b"", payload bytes) -> bytes the NIC counts; default: header + payload
+        self.charge = charge
         self.runs = 0
         self._assembler: RunAssembler | None = None
 
     async def add(self, run: int, run_header: bytes | memoryview, offset: int, data: bytes | memoryview) -> None:
-        await self.transfer.pace(len(run_header) + len(data))
+        charge = self.charge
+        await self.transfer.pace(charge(run_header, len(data)) if charge else len(run_header) + len(data))
         if run_header:
             self.runs += 1
             if self.on_run is not None:

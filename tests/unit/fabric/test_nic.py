@@ -208,32 +208,3 @@ def test_link_needs_two_nics():
     a = EmulatedNIC("snic", 1)
     with pytest.raises(ValueError, match="two different NICs"):
         Link(a, a)
-
-
-def test_byte_weight_charges_every_figure_in_target_bytes():
-    # Emulated compute: 10 kB handed to the NIC stand for 100 kB of the target's KV.
-    clock = VirtualClock()
-    a = EmulatedNIC("snic", 0.08, burst_ms=1, clock=clock, sleep=clock.sleep, byte_weight=10.0)  # 10 MB/s
-    seen = []
-
-    async def load():
-        async with a.transfer(MB // 10) as t:
-            seen.append(a.stats().queue_bytes)  # the declared 100 kB wire = 1 MB charged
-            for _ in range(10):
-                await t.pace(10_000)
-        return t
-
-    (t,) = run(clock, load())
-    stats = a.stats()
-    assert seen == [MB]
-    assert (t.bytes, t.expected_bytes, stats.bytes_total, stats.queue_bytes) == (MB, MB // 10, MB, 0)
-    assert clock.now == pytest.approx((MB - 10_000) / (10 * MB))  # as if 1 MB had gone at 10 MB/s
-    assert a.charged(12_345) == 123_450
-
-
-def test_a_link_needs_nics_that_charge_alike():
-    clock = VirtualClock()
-    with pytest.raises(ValueError, match="must charge alike"):
-        Link(nic(clock, "snic", 1), EmulatedNIC("cnic", 1, byte_weight=2.0))
-    with pytest.raises(ValueError, match="byte_weight must be positive"):
-        EmulatedNIC("cnic", 1, byte_weight=0)
