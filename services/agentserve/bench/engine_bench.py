@@ -12,8 +12,10 @@ from pathlib import Path
 
 import torch
 
-from agentserve.bench.prefill_flops import prefill_flops
+from agentserve.bench.prefill_flops import attention_flops, linear_flops_per_row, prefill_flops
+from agentserve.bench.prefill_kernels import PrefillKernels
 from agentserve.contracts import SamplingParams
+from agentserve.engine.config import ModelConfig
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.sequence import Sequence
@@ -57,15 +59,19 @@ def decode_step_ms(engine: LLMEngine, rng: random.Random, batches, prompt_len: i
 
 def cached_prefill_speedup(
     model_dir_engine: LLMEngine, rng: random.Random, reps: int, total: int = 1000, cached: int = 960
-) -> dict[str, float]:
-    """Prefill of `total` tokens from scratch ÷ with the first `cached` tokens already in cache."""
+) -> dict:
+    """Prefill of `total` tokens from scratch ÷ with the first `cached` tokens already in cache, and
+    the same two prefills' kernels alone (`PrefillKernels`), all four interleaved."""
     vocab = model_dir_engine.model_config.vocab_size
     model, fingerprint, dtype = model_dir_engine.model, model_dir_engine.fingerprint, model_dir_engine.config.dtype
     cold_engine = LLMEngine(model, fingerprint, EngineConfig(prefix_cache=False, dtype=dtype))
     warm_engine = LLMEngine(model, fingerprint, EngineConfig(dtype=dtype))
+    cold_kernels, warm_kernels = PrefillKernels(model, total, 0), PrefillKernels(model, total - cached, cached)
     prefix = _tokens(rng, cached, vocab)
     warm_engine.generate(prefix + _tokens(rng, total - cached, vocab), ONE_TOKEN)
-    cold, warm = [], []
+    cold_kernels.run()
+    warm_kernels.run()
+    cold, warm, cold_k, warm_k = [], [], [], []
     for _ in range(reps):
         cold.append(_timed(lambda: cold_engine.generate(_tokens(rng, total, vocab), ONE_TOKEN)))
         seq_box: list[Sequence] = []
@@ -78,7 +84,10 @@ def cached_prefill_speedup(
         )
         if seq_box[0].num_cached_tokens != cached:
             raise RuntimeError(f"expected {cached} cached tokens, got {seq_box[0].num_cached_tokens}")
+        cold_k.append(cold_kernels.run())
+        warm_k.append(warm_kernels.run())
     cold_s, warm_s = statistics.median(cold), statistics.median(warm)
+    cold_k_s, warm_k_s = (statistics.median(sum(run.values()) for run in runs) for runs in (cold_k, warm_k))
     cfg = model_dir_engine.model_config
     cold_flops, warm_flops = prefill_flops(cfg, total), prefill_flops(cfg, total - cached, cached)
     return {
@@ -90,7 +99,26 @@ def cached_prefill_speedup(
         "flop_ratio": round(cold_flops / warm_flops, 2),
         "scratch_gflops": round(cold_flops / cold_s / 1e9, 1),
         "cached_gflops": round(warm_flops / warm_s / 1e9, 1),
+        "scratch_kernels_ms": round(cold_k_s * 1000, 2),
+        "cached_kernels_ms": round(warm_k_s * 1000, 2),
+        # What the speedup would be if neither side did anything but its kernels, and the most the
+        # cached side could reach against the scratch prefill as it runs (its overhead cut to zero).
+        "kernels_speedup": round(cold_k_s / warm_k_s, 2),
+        "speedup_bound": round(cold_s / warm_k_s, 2),
+        # Each kernel class's rate inside those runs, at each side's row count (40 vs 1000).
+        "kernel_gflops": {
+            kind: {
+                str(total - cached): _kernel_gflops(cfg, kind, total - cached, cached, warm_k),
+                str(total): _kernel_gflops(cfg, kind, total, 0, cold_k),
+            }
+            for kind in ("linear", "attention")
+        },
     }
+
+
+def _kernel_gflops(cfg: ModelConfig, kind: str, new: int, cached: int, runs: list[dict[str, float]]) -> float:
+    flops = new * linear_flops_per_row(cfg) if kind == "linear" else attention_flops(cfg, new, cached)
+    return round(flops / statistics.median(run[kind] for run in runs) / 1e9, 1)
 
 
 def linear_gflops(engine: LLMEngine, rows: tuple[int, ...], reps: int = 20) -> dict[str, float]:
@@ -130,4 +158,14 @@ def run(model_dir: Path, dtype: str = "fp32", quick: bool = False) -> dict:
             "cached_960_of_1000": speed["cached_gflops"],
         },
         "linear_gflops_by_rows": linear_gflops(engine, (40, 1000)),
+        # The same two prefills' matmul and attention kernels alone (`PrefillKernels`), and the
+        # speedup they allow: `cached_prefill_speedup_bound` is the most the cached prefill could
+        # reach with every non-kernel cost (norms, rotary, KV writes, Python) cut to zero.
+        "cached_prefill_kernels_ms": {
+            "scratch_1000": speed["scratch_kernels_ms"],
+            "cached_960_of_1000": speed["cached_kernels_ms"],
+        },
+        "cached_prefill_kernels_speedup": speed["kernels_speedup"],
+        "cached_prefill_kernel_gflops_by_rows": speed["kernel_gflops"],
+        "cached_prefill_speedup_bound": speed["speedup_bound"],
     }
