@@ -18,6 +18,7 @@ from agentserve.contracts import SamplingParams
 from agentserve.engine.config import ModelConfig
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
+from agentserve.engine.model import CausalLM
 from agentserve.engine.sequence import Sequence
 
 ONE_TOKEN = SamplingParams(max_tokens=1, ignore_eos=True)
@@ -64,6 +65,8 @@ def cached_prefill_speedup(
     the same two prefills' kernels alone (`PrefillKernels`), all four interleaved."""
     vocab = model_dir_engine.model_config.vocab_size
     model, fingerprint, dtype = model_dir_engine.model, model_dir_engine.fingerprint, model_dir_engine.config.dtype
+    if not isinstance(model, CausalLM):
+        raise TypeError("the cached-prefill speedup needs an engine that computes (not an emulated one)")
     cold_engine = LLMEngine(model, fingerprint, EngineConfig(prefix_cache=False, dtype=dtype))
     warm_engine = LLMEngine(model, fingerprint, EngineConfig(dtype=dtype))
     cold_kernels, warm_kernels = PrefillKernels(model, total, 0), PrefillKernels(model, total - cached, cached)
