@@ -7,6 +7,7 @@ Servicers stay thin: they raise the plain Python errors the logic raises and the
 from __future__ import annotations
 
 import logging
+import math
 
 import grpc
 
@@ -24,13 +25,41 @@ class NotFoundError(ValueError):
         self.code = code
 
 
+class PayloadTooLarge(ValueError):
+    """The request is over a size limit (bytes or tokens): HTTP 413, gRPC INVALID_ARGUMENT."""
+
+
 class RetryableError(RuntimeError):
     """The request could not be served now (engine died, none available); retrying may work."""
 
 
+class Unauthenticated(Exception):
+    """No API key, or one no tenant holds: HTTP 401, gRPC UNAUTHENTICATED."""
+
+
+class Overloaded(RetryableError):
+    """A load bound (in-flight turns, rate, open sessions) refused the request: HTTP 429 with
+    `Retry-After`, gRPC RESOURCE_EXHAUSTED with `retry-after` trailing metadata (whole seconds)."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    @property
+    def retry_after(self) -> str:
+        """The `Retry-After` value: whole seconds, at least 1 (HTTP's header has no fractions)."""
+        return str(max(1, math.ceil(self.retry_after_s)))
+
+
 def status_for(exc: BaseException) -> grpc.StatusCode:
+    if isinstance(exc, NotFoundError):
+        return grpc.StatusCode.NOT_FOUND
     if isinstance(exc, ValueError):
         return grpc.StatusCode.INVALID_ARGUMENT
+    if isinstance(exc, Unauthenticated):
+        return grpc.StatusCode.UNAUTHENTICATED
+    if isinstance(exc, Overloaded):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
     if isinstance(exc, (RetryableError, ConnectionError, grpc.aio.AioRpcError)):
         return grpc.StatusCode.UNAVAILABLE
     return grpc.StatusCode.INTERNAL
@@ -42,4 +71,6 @@ async def abort(context: grpc.aio.ServicerContext, exc: BaseException, method: s
     if code is grpc.StatusCode.INTERNAL:
         log.error("%s failed", method, exc_info=exc)
     message = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+    if isinstance(exc, Overloaded):
+        context.set_trailing_metadata((("retry-after", exc.retry_after),))
     await context.abort(code, message or type(exc).__name__)

@@ -1,8 +1,10 @@
 """What every HTTP front (the scheduler's OpenAI gateway, the tool proxy) does around its handlers:
 make the caller's W3C trace context current, and answer exceptions as OpenAI-shaped JSON errors.
 
-The split is gRPC's (`errors.status_for`): a ValueError is the client's fault (400, or 404 for a
-named thing that does not exist), a RetryableError or ConnectionError means try again (503), and
+The split is gRPC's (`errors.status_for`): a ValueError is the client's fault (400, 404 for a
+named thing that does not exist, 413 for a request over a size limit), a missing or unknown API key
+is 401, a load bound's refusal is 429 with `Retry-After`, a RetryableError or ConnectionError
+means try again (503), and
 anything else is our bug (500, logged with its traceback, its text kept out of the reply). The
 fronts' bodies differ in a few ways their clients already see; `ErrorStyle` names them.
 """
@@ -17,7 +19,7 @@ from aiohttp import web
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
 
-from agentserve.common.errors import NotFoundError, RetryableError
+from agentserve.common.errors import NotFoundError, Overloaded, PayloadTooLarge, RetryableError, Unauthenticated
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +49,32 @@ class ErrorStyle:
         message = str(exc) or type(exc).__name__
         if isinstance(exc, NotFoundError):
             return 404, self.body(message, self.not_found_type, exc.code or self.not_found_code)
+        if isinstance(exc, PayloadTooLarge):
+            return 413, self.body(message, "invalid_request_error", "request_too_large")
         if isinstance(exc, ValueError):
             return 400, self.body(message, "invalid_request_error")
+        if isinstance(exc, Unauthenticated):
+            return 401, self.body(message, "invalid_request_error", "invalid_api_key")
+        if isinstance(exc, Overloaded):
+            return 429, self.body(message, "rate_limit_error", "rate_limit_exceeded")
         if self.retryable_is_503 and isinstance(exc, (RetryableError, ConnectionError)):
             return 503, self.body(message, "service_unavailable_error")
         return 500, self.body(f"internal error; see the {self.service} log", "server_error")
 
 
-def middlewares(style: ErrorStyle) -> list[Handler]:
-    """An app's middlewares, outermost first: the trace context covers the error answer too."""
-    return [trace_context, json_errors(style)]
+def error_headers(exc: BaseException) -> dict[str, str]:
+    """The headers an error answer carries besides its body: when to retry, how to authenticate."""
+    if isinstance(exc, Overloaded):
+        return {"Retry-After": exc.retry_after}
+    if isinstance(exc, Unauthenticated):
+        return {"WWW-Authenticate": "Bearer"}
+    return {}
+
+
+def middlewares(style: ErrorStyle, *inner: Handler) -> list[Handler]:
+    """An app's middlewares, outermost first: the trace context covers the error answer too, and
+    the `inner` ones (authentication) raise into the error mapping."""
+    return [trace_context, json_errors(style), *inner]
 
 
 @web.middleware
@@ -87,6 +105,6 @@ def json_errors(style: ErrorStyle) -> Handler:
             status, body = style.response(exc)
             if status >= 500 and status != 503:
                 log.exception("%s %s failed", request.method, request.path)
-            return web.json_response(body, status=status)
+            return web.json_response(body, status=status, headers=error_headers(exc))
 
     return errors_as_json

@@ -7,7 +7,9 @@ Server side (`server_interceptors`, installed by `server.serve`), outermost firs
   and a SERVER span wraps the call, so the spans a servicer opens join the caller's trace;
 - errors: whatever a servicer raises becomes a status (`errors.status_for`), so servicers raise
   plain Python errors and a bad request never takes the service down. Inside the span, which
-  records the status.
+  records the status. A request message that does not parse (garbage bytes, invalid UTF-8 in a
+  string field) reaches the servicer as `Malformed` and fails INVALID_ARGUMENT, not grpc's
+  INTERNAL "Exception deserializing request!".
 
 Client side (`client_interceptors`, on every channel from `channels.open_channel`): a CLIENT span
 per call whose context travels in the metadata. A caller holding a span it cannot make current
@@ -80,14 +82,86 @@ class StreamsInTheirTask(grpc.aio.ServerInterceptor):
 
 
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
-    """Every method handler, whatever its streaming kind, with exceptions turned into statuses."""
+    """Every method handler, whatever its streaming kind, with exceptions turned into statuses and
+    requests that do not parse turned into INVALID_ARGUMENT."""
 
     async def intercept_service(self, continuation, handler_call_details: grpc.HandlerCallDetails):
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
         kind = _kind(handler)
-        return handler._replace(**{kind: mapped(getattr(handler, kind), handler_call_details.method)})
+        method = handler_call_details.method
+        behavior = mapped(_parsed(getattr(handler, kind), handler.request_streaming, method), method)
+        replaced: dict[str, Any] = {kind: behavior}
+        if handler.request_deserializer is not None:
+            replaced["request_deserializer"] = _tolerant(handler.request_deserializer)
+        return handler._replace(**replaced)
+
+
+class Malformed:
+    """A request message that failed to parse, standing in for it until the servicer would get it."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _tolerant(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def deserialize(raw: bytes) -> Any:
+        try:
+            return deserializer(raw)
+        except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and kin: reported as INVALID_ARGUMENT
+            return Malformed(exc)
+
+    return deserialize
+
+
+def _malformed(method: str, message: Malformed) -> ValueError:
+    return ValueError(f"malformed {method.rsplit('/', 1)[-1]} request: {message.error or 'cannot parse'}")
+
+
+def _parsed(behavior: Behavior, request_streaming: bool, method: str) -> Behavior:
+    """`behavior` raising ValueError for a `Malformed` request (or streamed request message)."""
+    if request_streaming:
+
+        async def checked(messages):
+            async for message in messages:
+                if isinstance(message, Malformed):
+                    raise _malformed(method, message)
+                yield message
+
+        if inspect.isasyncgenfunction(behavior):
+
+            @functools.wraps(behavior)
+            async def stream_in_stream_out(request_iterator, context):
+                async for item in behavior(checked(request_iterator), context):
+                    yield item
+
+            return stream_in_stream_out
+
+        @functools.wraps(behavior)
+        async def stream_in(request_iterator, context):
+            return await behavior(checked(request_iterator), context)
+
+        return stream_in
+
+    if inspect.isasyncgenfunction(behavior):
+
+        @functools.wraps(behavior)
+        async def unary_in_stream_out(request, context):
+            if isinstance(request, Malformed):
+                raise _malformed(method, request)
+            async for item in behavior(request, context):
+                yield item
+
+        return unary_in_stream_out
+
+    @functools.wraps(behavior)
+    async def unary_in(request, context):
+        if isinstance(request, Malformed):
+            raise _malformed(method, request)
+        return await behavior(request, context)
+
+    return unary_in
 
 
 def _kind(handler: grpc.RpcMethodHandler) -> str:

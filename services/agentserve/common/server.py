@@ -74,6 +74,11 @@ class Service:
         """Register servicers; return their full service names (for health and reflection)."""
         raise NotImplementedError
 
+    def interceptors(self) -> list[grpc.aio.ServerInterceptor]:
+        """The service's own interceptors (API keys), inside the shared ones: what they raise is
+        mapped to a status like a servicer's error."""
+        return []
+
     async def start(self) -> None:
         """Start background work (registration, heartbeats, HTTP listeners)."""
 
@@ -87,7 +92,7 @@ class Service:
 async def serve(service: Service, settings: ServerSettings, ready: asyncio.Event | None = None) -> None:
     """Run `service` until SIGTERM/SIGINT (or cancellation), then stop gracefully."""
     setup_tracing(settings.name)
-    server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=server_interceptors())
+    server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[*server_interceptors(), *service.interceptors()])
     names = service.add_to_server(server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -21,6 +21,8 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer as BackendTokenizer
 
+# Texts longer than this are tokenized with the GIL released (see `encode`).
+GIL_FREE_CHARS = 16 << 10
 # Special-token variables HF exposes to chat templates (Llama 3 templates use bos_token, for instance).
 TEMPLATE_TOKEN_NAMES = ("bos_token", "eos_token", "pad_token", "unk_token")
 
@@ -108,7 +110,13 @@ class Tokenizer:
         No post-processor runs: BOS is added only on request, and only if the model has one
         (Qwen2 has none), so a chat template that already emits BOS is not doubled.
         """
-        ids = self._backend.encode(text, add_special_tokens=False).ids
+        if len(text) > GIL_FREE_CHARS:
+            # The same ids; `encode` holds the GIL for the whole text (a megabyte: about a second
+            # in which no other thread runs), `encode_batch` releases it, so callers that tokenize
+            # on a worker thread leave the event loop free meanwhile.
+            ids = self._backend.encode_batch([text], add_special_tokens=False)[0].ids
+        else:
+            ids = self._backend.encode(text, add_special_tokens=False).ids
         if add_bos and self._bos_id is not None:
             ids.insert(0, self._bos_id)
         return ids

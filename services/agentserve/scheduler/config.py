@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+
+from agentserve.common.api_keys import ApiKeys
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,21 @@ class SchedulerConfig:
     prefill_alpha_ms: float = 100.0  # dualpath: a storage read queue draining within this is short
     prefill_beta: float = 1.5  # dualpath: overloaded above beta x the mean unfinished prefill tokens
     relay_policy: str = "turn-decode"  # which decode engine relays path B: turn-decode, dualpath, other-decode
+    # API keys (common/api_keys.py): TENANT:KEY entries; empty (and no file) = no authentication.
+    api_keys: str = field(default="", repr=False)
+    api_keys_file: str = ""
+    # Sessions (scheduler/sessions.py): caps, and how long an idle one is kept.
+    max_sessions: int = 100_000
+    max_sessions_per_tenant: int = 10_000
+    session_ttl_s: float = 3600.0
+    # Load bounds (scheduler/admission.py): turns in flight, and each tenant's rate of new turns.
+    max_inflight_turns: int = 256  # all tenants; 0 = unbounded
+    max_inflight_per_tenant: int = 128  # 0 = unbounded
+    tenant_turns_per_s: float = 0.0  # token-bucket rate per tenant; 0 = no rate limit
+    tenant_burst: int = 32  # turns a tenant may start at once above its rate
+    # Request size: the HTTP body, and one message's text (its tokens: max_message_tokens).
+    max_body_bytes: int = 4 << 20
+    max_message_bytes: int = 1 << 20
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -67,3 +85,17 @@ class SchedulerConfig:
             raise ValueError(f"prefill_beta must be a finite number >= 1, got {self.prefill_beta}")
         if not 0 <= self.turn_retries <= 10:
             raise ValueError(f"turn_retries must be in [0, 10], got {self.turn_retries}")
+        self.keys()  # malformed keys, an unreadable keys file: fail at start-up
+        for name in ("max_sessions", "max_sessions_per_tenant", "tenant_burst", "max_body_bytes", "max_message_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("max_inflight_turns", "max_inflight_per_tenant"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0 = unbounded), got {getattr(self, name)}")
+        if not (self.session_ttl_s > 0 and math.isfinite(self.session_ttl_s)):
+            raise ValueError(f"session_ttl_s must be a positive number of seconds, got {self.session_ttl_s}")
+        if not (self.tenant_turns_per_s >= 0 and math.isfinite(self.tenant_turns_per_s)):
+            raise ValueError(f"tenant_turns_per_s must be >= 0 (0 = no limit), got {self.tenant_turns_per_s}")
+
+    def keys(self) -> ApiKeys:
+        return ApiKeys.load(self.api_keys, self.api_keys_file)

@@ -14,9 +14,12 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
+from agentserve.common.errors import Overloaded
 from agentserve.contracts import Role, SamplingParams, ToolCall, TurnEvent
 from agentserve.model_files.tokenizer import Tokenizer
 from agentserve.model_files.tokenizer_files import ensure_default_tokenizer
+from agentserve.scheduler import metrics
+from agentserve.scheduler.admission import Admission, AdmissionLimits
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.engine_clients import EngineClients
 from agentserve.scheduler.paths import PathPolicy, make_path_policy
@@ -25,7 +28,7 @@ from agentserve.scheduler.prompts import PromptBuilder
 from agentserve.scheduler.registry import EngineRegistry, EngineStatus
 from agentserve.scheduler.relay_policy import make_relay_policy
 from agentserve.scheduler.router import LeastLoadedRouter, Router
-from agentserve.scheduler.sessions import Session, SessionStore
+from agentserve.scheduler.sessions import Session, SessionLimits, SessionStore
 from agentserve.scheduler.tool_waits import ToolWaitState
 from agentserve.scheduler.turns import EngineCalls, StoreLookup, TurnRunner
 
@@ -48,11 +51,21 @@ class SchedulerCore:
         self.config = config
         self.tokenizer = tokenizer
         self.registry = registry or EngineRegistry(config.engine_timeout_ms / 1000)
-        self.sessions = SessionStore()
+        self.sessions = SessionStore(
+            SessionLimits(config.max_sessions, config.max_sessions_per_tenant, config.session_ttl_s)
+        )
+        self.admission = Admission(
+            AdmissionLimits(
+                config.max_inflight_turns,
+                config.max_inflight_per_tenant,
+                config.tenant_turns_per_s,
+                config.tenant_burst,
+            )
+        )
         self.engines = engines if engines is not None else EngineClients()
         self.store = store
         self.turns = TurnRunner(
-            PromptBuilder(tokenizer, config.max_message_tokens),
+            PromptBuilder(tokenizer, config.max_message_tokens, config.max_message_bytes),
             self.registry,
             router or LeastLoadedRouter(),
             self.engines,
@@ -93,15 +106,19 @@ class SchedulerCore:
         system_prompt: str = "",
         session_id: str | None = None,
         tools: Sequence[dict[str, Any]] = (),
+        owner: str = "",
     ) -> str:
-        """A new session's id. With `session_id` (an HTTP session header) this is get-or-create:
-        an existing session of the same tenant is reused as it is (other arguments ignored).
-        `tools` (OpenAI function tools) are rendered with the first turn, as the system prompt is."""
-        if session_id is not None and session_id in self.sessions:
-            if self.sessions.get(session_id).tenant != tenant:
+        """A new session's id, owned by `owner` (the API key's tenant; "" without keys): only
+        calls with the same owner see it, a fork's parent included. With `session_id` (an HTTP
+        session header) this is get-or-create: the owner's existing session of the same tenant is
+        reused as it is (other arguments ignored). `tools` (OpenAI function tools) are rendered
+        with the first turn, as the system prompt is."""
+        if session_id is not None and self.sessions.exists(session_id, owner):
+            if self.sessions.get(session_id, owner).tenant != tenant:
                 raise ValueError(f"session {session_id!r} belongs to another tenant")
             return session_id
-        return self.sessions.create(tenant, agent, parent_session_id, system_prompt, session_id, tools).session_id
+        created = self.sessions.create(tenant, agent, parent_session_id, system_prompt, session_id, tools, owner)
+        return created.session_id
 
     def turn(
         self,
@@ -111,31 +128,57 @@ class SchedulerCore:
         token_ids: Sequence[int] | None = None,
         role: str = "user",
         sampling: SamplingParams,
+        owner: str = "",
     ) -> AsyncGenerator[TurnEvent, None]:
         """Run a turn: append `message` (chat-rendered text, role "user", "tool" or "system") or raw
-        `token_ids` to the session and stream the reply. Unknown sessions and malformed messages
-        raise here, at the call; limits that depend on the history (context length) and "no engine"
-        raise at the first iteration. Turns of one session run one after another. A caller that
-        stops reading early should close the generator (`contextlib.aclosing`): that cancels the
-        engine call and releases the session at once."""
-        session = self.sessions.get(session_id)
+        `token_ids` to the owner's session and stream the reply. Unknown sessions and malformed
+        messages raise here, at the call; the load bounds (Overloaded) and limits that depend on the
+        history (context length) and "no engine" raise at the first iteration. Turns of one session
+        run one after another. A caller that stops reading early should close the generator
+        (`contextlib.aclosing`): that cancels the engine call and releases the session at once."""
+        session = self.sessions.get(session_id, owner)
         self.turns.check(message, token_ids, role)
-        return self.turns.run(session, sampling=sampling, message=message, token_ids=token_ids, role=role)
+        return self._admitted(
+            session.tenant,
+            self.turns.run(session, sampling=sampling, message=message, token_ids=token_ids, role=role),
+        )
 
-    async def complete(
+    def complete(
         self, prompt_token_ids: Sequence[int], sampling: SamplingParams, tenant: str = ""
     ) -> AsyncGenerator[TurnEvent, None]:
         """A stateless completion of `prompt_token_ids` (HTTP without a session): a one-turn
         session that is never stored."""
         session = Session(uuid.uuid4().hex, tenant=tenant)
-        async with aclosing(self.turns.run(session, sampling=sampling, token_ids=prompt_token_ids)) as events:
-            async for event in events:
-                yield event
+        return self._admitted(tenant, self.turns.run(session, sampling=sampling, token_ids=prompt_token_ids))
 
-    async def close_session(self, session_id: str) -> tuple[int, int]:
-        """Forget a session; returns its (turns, history tokens)."""
-        session = self.sessions.close(session_id)
+    async def _admitted(self, tenant: str, events: AsyncGenerator[TurnEvent, None]) -> AsyncGenerator[TurnEvent, None]:
+        """`events` once the load bounds admit a turn of `tenant`, holding its place until it ends.
+        Admitted at the first iteration: a generator never iterated holds nothing."""
+        async with aclosing(events):
+            try:
+                ticket = self.admission.admit(tenant)
+            except Overloaded:
+                metrics.REFUSED.labels("admission").inc()
+                raise
+            metrics.IN_FLIGHT.inc()
+            try:
+                async for event in events:
+                    yield event
+            finally:
+                ticket.release()
+                metrics.IN_FLIGHT.dec()
+
+    async def close_session(self, session_id: str, owner: str = "") -> tuple[int, int]:
+        """Forget the owner's session; returns its (turns, history tokens)."""
+        session = self.sessions.close(session_id, owner)
         return session.turns, len(session.history)
+
+    def expire_sessions(self) -> int:
+        """Close sessions idle past their TTL; how many."""
+        expired = self.sessions.expire()
+        if expired:
+            log.info("closed %d sessions idle for over %.0f s", len(expired), self.config.session_ttl_s)
+        return len(expired)
 
     def register(self, status: EngineStatus) -> int:
         """Add an engine; returns the heartbeat interval (ms) it should use."""
@@ -161,7 +204,7 @@ class SchedulerCore:
     def _tool_waits(self, event: ToolCall) -> ToolWaitState:
         if not event.session_id:
             raise ValueError("tool call event needs a session_id")
-        return self.sessions.get(event.session_id).tools
+        return self.sessions.find(event.session_id).tools
 
     async def aclose(self) -> None:
         for client in (self.engines, self.store):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from agentserve.common.errors import RetryableError
 
@@ -63,3 +63,7 @@ def outcome_of(exc: BaseException | None) -> str:
     if isinstance(exc, (GeneratorExit, asyncio.CancelledError)):
         return "cancelled"  # the client went away
     return "error"
+
+
+REFUSED = Counter("agentserve_scheduler_refused_total", "Turns a load bound refused (HTTP 429)", ["bound"])
+IN_FLIGHT = Gauge("agentserve_scheduler_turns_in_flight", "Turns admitted and not finished")

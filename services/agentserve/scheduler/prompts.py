@@ -10,15 +10,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agentserve.common.errors import PayloadTooLarge
 from agentserve.model_files.tokenizer import Tokenizer
 from agentserve.scheduler.chat import ROLES, ChatRenderer
 from agentserve.scheduler.sessions import Session
 
+# Messages longer than this are tokenized on a worker thread, not on the event loop: a megabyte of
+# text takes the tokenizer long enough to delay every other request and the engines' heartbeats.
+OFFLOAD_BYTES = 16 << 10
+
 
 class PromptBuilder:
-    def __init__(self, tokenizer: Tokenizer, max_message_tokens: int) -> None:
+    def __init__(self, tokenizer: Tokenizer, max_message_tokens: int, max_message_bytes: int = 1 << 20) -> None:
         self.tokenizer = tokenizer
         self.max_message_tokens = max_message_tokens
+        self.max_message_bytes = max_message_bytes
         try:
             self.renderer: ChatRenderer | None = ChatRenderer(tokenizer)
         except ValueError:  # no (usable) chat template: such a model takes token_ids only
@@ -36,10 +42,16 @@ class PromptBuilder:
             if bad is not None:
                 raise ValueError(f"token id {bad!r} is outside the vocabulary [0, {vocab_size})")
         else:
+            check_text_size(message or "", self.max_message_bytes)
             if role not in ROLES:
                 raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
             if self.renderer is None:
                 raise ValueError("this model has no chat template: send token_ids instead of text")
+
+    @staticmethod
+    def offloaded(message: str | None) -> bool:
+        """Whether `new_tokens` for this message should run off the event loop."""
+        return message is not None and len(message) > OFFLOAD_BYTES // 4
 
     def new_tokens(
         self, session: Session, message: str | None, token_ids: Sequence[int] | None, role: str
@@ -72,6 +84,16 @@ class PromptBuilder:
     def _check_size(self, n: int) -> None:
         if n > self.max_message_tokens:
             raise ValueError(f"message is {n} tokens, over the limit of {self.max_message_tokens}")
+
+
+def check_text_size(text: str, max_bytes: int, what: str = "message") -> None:
+    """PayloadTooLarge past `max_bytes` of UTF-8, counted without encoding when it is clear."""
+    # A character is 1-4 bytes: most texts are decided without building their encoding.
+    if len(text) <= max_bytes // 4:
+        return
+    size = len(text) if len(text) > max_bytes else len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise PayloadTooLarge(f"{what} is over the limit of {max_bytes} bytes")
 
 
 def check_fits(prompt_tokens: int, max_tokens: int, max_context: int) -> None:

@@ -10,17 +10,20 @@ from typing import Any
 
 import grpc
 
+from agentserve.common.grpc_auth import ApiKeyInterceptor
 from agentserve.common.server import Service
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.core import SchedulerCore
-from agentserve.scheduler.servicer import SchedulerServicer
-from agentserve.v1 import scheduler_pb2, scheduler_pb2_grpc
+from agentserve.scheduler.servicer import CLIENT_METHODS, SERVICE, SchedulerServicer
+from agentserve.v1 import scheduler_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-# The OpenAI-compatible gateway lives in its own package; it provides
-# `async def start_http(core: SchedulerCore, host: str, port: int) -> aiohttp.web.AppRunner`.
+# The OpenAI-compatible gateway lives in its own package; it provides `async def start_http(core:
+# SchedulerCore, host: str, port: int, keys: ApiKeys, max_body_bytes: int) -> aiohttp.web.AppRunner`.
 HTTP_GATEWAY_MODULE = "agentserve.scheduler.http.app"
+# Sessions idle past their TTL are closed by a sweep this often (a lookup also closes an expired one).
+SESSION_SWEEP_S = 10.0
 
 
 class SchedulerService(Service):
@@ -28,12 +31,16 @@ class SchedulerService(Service):
         self.config = config
         # Loaded before the port is bound: a broken tokenizer or chat template fails the start.
         self.core = core or SchedulerCore.create(config)
+        self.keys = config.keys()
         self._sweeper: asyncio.Task | None = None
         self._http: Any = None
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
-        scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerServicer(self.core), server)
-        return [scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name]
+        scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerServicer(self.core, self.keys), server)
+        return [SERVICE]
+
+    def interceptors(self) -> list[grpc.aio.ServerInterceptor]:
+        return [ApiKeyInterceptor(self.keys, CLIENT_METHODS)]
 
     async def start(self) -> None:
         self._sweeper = asyncio.create_task(self._sweep(), name="engine-sweeper")
@@ -42,7 +49,13 @@ class SchedulerService(Service):
             if start_http is None:
                 log.warning("no HTTP gateway (%s) installed; serving gRPC only", HTTP_GATEWAY_MODULE)
             else:
-                self._http = await start_http(self.core, self.config.host, self.config.http_port)
+                self._http = await start_http(
+                    self.core, self.config.host, self.config.http_port, self.keys, self.config.max_body_bytes
+                )
+        if self.keys.enabled:
+            log.info("API keys on: %d tenants", len(self.keys.tenants))
+        else:
+            log.warning("no API keys configured: clients are not authenticated (set AGENTSERVE_API_KEYS)")
 
     async def stop(self) -> None:
         if self._sweeper is not None:
@@ -57,9 +70,14 @@ class SchedulerService(Service):
 
     async def _sweep(self) -> None:
         interval_s = self.config.heartbeat_interval_ms / 1000
+        sessions_every = max(1, round(SESSION_SWEEP_S / interval_s))
+        ticks = 0
         while True:
             await asyncio.sleep(interval_s)
             self.core.expire_engines()
+            ticks += 1
+            if ticks % sessions_every == 0:
+                self.core.expire_sessions()
 
 
 def _http_gateway():

@@ -1,23 +1,35 @@
-"""SchedulerServicer: protobuf in, `SchedulerCore` does the work, protobuf out."""
+"""SchedulerServicer: protobuf in, `SchedulerCore` does the work, protobuf out.
+
+With API keys, the client methods (`CLIENT_METHODS`) run with the key's tenant current
+(`grpc_auth.ApiKeyInterceptor`): it owns the sessions they open and is the only one to see them.
+"""
 
 from __future__ import annotations
 
 from contextlib import aclosing
 
+from agentserve.common.api_keys import ApiKeys, resolve_tenant
+from agentserve.common.grpc_auth import authenticated_tenant
 from agentserve.convert import engine_status_from_proto, sampling_from_proto, tool_call_from_proto, turn_chunk_to_proto
 from agentserve.scheduler.core import SchedulerCore
 from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
+SERVICE = scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name
+# What clients call (API keys needed); the rest is the internal plane (engines, the tool proxy).
+CLIENT_METHODS = frozenset(f"/{SERVICE}/{name}" for name in ("OpenSession", "Turn", "CloseSession", "ListModels"))
+
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
-    def __init__(self, core: SchedulerCore) -> None:
+    def __init__(self, core: SchedulerCore, keys: ApiKeys = ApiKeys()) -> None:
         self.core = core
+        self.keys = keys
 
     async def OpenSession(
         self, request: scheduler_pb2.OpenSessionRequest, context
     ) -> scheduler_pb2.OpenSessionResponse:
+        tenant = resolve_tenant(self.keys, authenticated_tenant(), request.tenant, "OpenSessionRequest.tenant")
         session_id = await self.core.open_session(
-            request.tenant, request.agent, request.parent_session_id, request.system_prompt
+            tenant, request.agent, request.parent_session_id, request.system_prompt, owner=_owner()
         )
         return scheduler_pb2.OpenSessionResponse(session_id=session_id)
 
@@ -28,6 +40,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             token_ids=list(request.token_ids) or None,
             role=request.role or "user",
             sampling=sampling_from_proto(request.sampling),
+            owner=_owner(),
         )
         async with aclosing(events):  # a cancelled call releases the session and engines at once
             async for event in events:
@@ -36,7 +49,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     async def CloseSession(
         self, request: scheduler_pb2.CloseSessionRequest, context
     ) -> scheduler_pb2.CloseSessionResponse:
-        turns, tokens = await self.core.close_session(request.session_id)
+        turns, tokens = await self.core.close_session(request.session_id, owner=_owner())
         return scheduler_pb2.CloseSessionResponse(turns=turns, tokens=tokens)
 
     async def ListModels(self, request: scheduler_pb2.ListModelsRequest, context) -> scheduler_pb2.ListModelsResponse:
@@ -57,3 +70,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     async def ToolCallFinished(self, request: scheduler_pb2.ToolCallEvent, context) -> scheduler_pb2.ToolCallAck:
         self.core.tool_call_finished(tool_call_from_proto(request))
         return scheduler_pb2.ToolCallAck()
+
+
+def _owner() -> str:
+    """Whose sessions this call sees: the API key's tenant, or "" without keys."""
+    return authenticated_tenant() or ""

@@ -3,6 +3,10 @@
 Clients send only each turn's new message; the scheduler keeps the history so the next prompt
 extends the previous one token for token and every earlier block stays a cache hit. A session's
 lock serialises its turns: turn N+1 is built on turn N's committed history.
+
+Sessions belong to the tenant that opened them (`SessionStore`): no other tenant can continue,
+fork or close one, nor learn that it exists. Their number is capped, in all and per tenant, and an
+idle one is closed after a TTL (`SessionLimits`).
 """
 
 from __future__ import annotations
@@ -10,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentserve.common.errors import NotFoundError
+from agentserve.common.errors import NotFoundError, Overloaded
 from agentserve.scheduler.tool_waits import ToolWaitState
 
 MAX_SESSION_ID_LENGTH = 128
@@ -23,7 +28,7 @@ MAX_SESSION_ID_LENGTH = 128
 @dataclass
 class Session:
     session_id: str
-    tenant: str = ""
+    tenant: str = ""  # whose cache blocks the session may share (salts its block hashes)
     agent: str = ""
     parent_id: str = ""
     # Rendered together with the first text turn (templates treat a leading system message specially).
@@ -36,8 +41,9 @@ class Session:
     # there if it is alive, and the prefill hands it only the blocks it lacks.
     kv_holder: str = ""
     closed: bool = False
+    owner: str = ""  # the tenant of the API key that opened it ("" without keys): who may use it
     created_at: float = field(default_factory=time.time)
-    last_used: float = field(default_factory=time.time)
+    last_used: float = field(default_factory=time.monotonic)
     tools: ToolWaitState = field(default_factory=ToolWaitState)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
@@ -53,18 +59,45 @@ class Session:
         self.turns += 1
         self.pending_system = ""
         self.pending_tools = ()
-        self.last_used = time.time()
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """How many sessions may be open, and for how long an idle one is kept."""
+
+    max_sessions: int = 100_000  # all tenants together
+    max_per_tenant: int = 10_000
+    idle_ttl_s: float = 3600.0  # a session unused this long is closed
+
+    def __post_init__(self) -> None:
+        for name in ("max_sessions", "max_per_tenant"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not self.idle_ttl_s > 0:
+            raise ValueError(f"idle_ttl_s must be positive, got {self.idle_ttl_s}")
 
 
 class SessionStore:
-    def __init__(self) -> None:
-        self._sessions: dict[str, Session] = {}
+    """Open sessions, each filed under its owner: the tenant of the API key that opened it, or ""
+    when keys are off. An id is looked up under the caller's owner only, so another tenant's id
+    is exactly as unknown as one never opened (no existence oracle), and two tenants may pick the
+    same HTTP session id without meeting."""
+
+    def __init__(self, limits: SessionLimits = SessionLimits(), clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits = limits
+        self._clock = clock
+        self._sessions: dict[str, dict[str, Session]] = {}  # session id -> owner -> session
+        self._per_tenant: Counter[str] = Counter()
+        self._count = 0
 
     def __len__(self) -> int:
-        return len(self._sessions)
+        return self._count
 
     def __contains__(self, session_id: str) -> bool:
         return session_id in self._sessions
+
+    def exists(self, session_id: str, owner: str = "") -> bool:
+        return owner in self._sessions.get(session_id, {})
 
     def create(
         self,
@@ -74,29 +107,32 @@ class SessionStore:
         system_prompt: str = "",
         session_id: str | None = None,
         tools: Sequence[dict[str, Any]] = (),
+        owner: str = "",
     ) -> Session:
-        """A new session. With `parent_id` it starts from the parent's committed history (a
-        sub-agent fork) in the parent's tenant. `session_id` picks the id (HTTP session header);
-        ValueError if it is malformed or taken."""
+        """A new session of `owner`. With `parent_id` (one of the owner's sessions) it starts from
+        the parent's committed history (a sub-agent fork) in the parent's tenant. `session_id` picks
+        the id (HTTP session header); ValueError if it is malformed or the owner already has it.
+        Overloaded past the session caps (idle sessions past their TTL are closed first)."""
         if session_id is None:
             session_id = uuid.uuid4().hex
         else:
             check_session_id(session_id)
-            if session_id in self._sessions:
+            if self.exists(session_id, owner):
                 raise ValueError(f"session {session_id} already exists")
+        parent = self.get(parent_id, owner) if parent_id else None
+        if parent is not None and tenant and tenant != parent.tenant:
+            raise ValueError("a forked session must stay in its parent's tenant")
         session = Session(
             session_id,
-            tenant=tenant,
+            tenant=parent.tenant if parent is not None else tenant,
             agent=agent,
             parent_id=parent_id,
             pending_system=system_prompt,
             pending_tools=tuple(tools),
+            owner=owner,
+            last_used=self._clock(),
         )
-        if parent_id:
-            parent = self.get(parent_id)
-            if tenant and tenant != parent.tenant:
-                raise ValueError("a forked session must stay in its parent's tenant")
-            session.tenant = parent.tenant
+        if parent is not None:
             session.history = list(parent.history)
             session.kv_holder = parent.kv_holder  # the shared prefix's KV is there
             # A system prompt the parent never used carries over; the child's own one, if any, is
@@ -106,22 +142,82 @@ class SessionStore:
             if session.pending_tools and session.history:
                 # Templates list tools at the start of a conversation, which a fork is past.
                 raise ValueError("tools need a session that starts a conversation, not a fork of one with history")
-        self._sessions[session_id] = session
+        self._make_room(session.tenant)
+        self._sessions.setdefault(session_id, {})[owner] = session
+        self._per_tenant[session.tenant] += 1
+        self._count += 1
         return session
 
-    def get(self, session_id: str) -> Session:
-        session = self._sessions.get(session_id)
-        if session is None:
+    def get(self, session_id: str, owner: str = "") -> Session:
+        """The owner's session of that id; NotFoundError if it has none (or it expired)."""
+        session = self._sessions.get(session_id, {}).get(owner)
+        if session is None or self._expire_if_idle(session):
             raise NotFoundError(f"unknown session {session_id!r}")
+        session.last_used = self._clock()
         return session
 
-    def close(self, session_id: str) -> Session:
+    def find(self, session_id: str) -> Session:
+        """The session of that id whoever owns it, for internal-plane events (the tool proxy's
+        call reports) that name a session without a tenant; NotFoundError unless exactly one has it."""
+        owners = self._sessions.get(session_id, {})
+        if len(owners) != 1:
+            raise NotFoundError(f"unknown session {session_id!r}")
+        return next(iter(owners.values()))
+
+    def close(self, session_id: str, owner: str = "") -> Session:
         """Forget a session. A turn still running on it finishes, but commits to nothing reachable."""
-        session = self._sessions.pop(session_id, None)
+        session = self._sessions.get(session_id, {}).get(owner)
         if session is None:
             raise NotFoundError(f"unknown session {session_id!r}")
-        session.closed = True
+        self._remove(session)
         return session
+
+    def expire(self) -> list[Session]:
+        """Close every session idle past the TTL (none with a turn running); returns them."""
+        expired = [s for owners in self._sessions.values() for s in owners.values() if self._is_idle(s)]
+        for session in expired:
+            self._remove(session)
+        return expired
+
+    def _is_idle(self, session: Session) -> bool:
+        return not session.lock.locked() and self._clock() - session.last_used > self.limits.idle_ttl_s
+
+    def _expire_if_idle(self, session: Session) -> bool:
+        if not self._is_idle(session):
+            return False
+        self._remove(session)
+        return True
+
+    def _remove(self, session: Session) -> None:
+        owners = self._sessions.get(session.session_id, {})
+        if owners.get(session.owner) is not session:
+            return
+        del owners[session.owner]
+        if not owners:
+            del self._sessions[session.session_id]
+        self._per_tenant[session.tenant] -= 1
+        if not self._per_tenant[session.tenant]:
+            del self._per_tenant[session.tenant]
+        self._count -= 1
+        session.closed = True
+
+    def _make_room(self, tenant: str) -> None:
+        if self._count < self.limits.max_sessions and self._per_tenant[tenant] < self.limits.max_per_tenant:
+            return
+        self.expire()
+        ttl = self.limits.idle_ttl_s
+        if self._count >= self.limits.max_sessions:
+            raise Overloaded(
+                f"the scheduler holds {self._count} open sessions, its limit; close sessions "
+                f"(idle ones close after {ttl:.0f} s)",
+                retry_after_s=min(ttl, 60.0),
+            )
+        if self._per_tenant[tenant] >= self.limits.max_per_tenant:
+            raise Overloaded(
+                f"tenant {tenant!r} has {self._per_tenant[tenant]} open sessions, its limit; close "
+                f"sessions (idle ones close after {ttl:.0f} s)",
+                retry_after_s=min(ttl, 60.0),
+            )
 
 
 def check_session_id(session_id: str) -> None:

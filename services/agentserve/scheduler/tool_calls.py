@@ -56,7 +56,7 @@ def parse_call(body: str) -> ToolCall | None:
     """The call a block's body holds, or None if it is not `{"name": str, "arguments": object}`."""
     try:
         value = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # a model can nest brackets past the parser's stack
         return None
     if not isinstance(value, dict) or not isinstance(value.get("name"), str) or not value["name"]:
         return None

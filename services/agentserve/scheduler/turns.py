@@ -19,6 +19,7 @@ RetryableError instead: the client has text no other engine would continue ident
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -137,7 +138,7 @@ class TurnRunner:
             self.check(message, token_ids, role)
             await session.lock.acquire()
             try:
-                turn = self._start(session, sampling, message, token_ids, role)
+                turn = await self._start(session, sampling, message, token_ids, role)
                 async with aclosing(self._traced(turn)) as events:
                     async for event in events:
                         if event.metadata is not None:
@@ -160,7 +161,7 @@ class TurnRunner:
             done = turn is not None and turn.committed
             metrics.TURNS.labels("ok" if done else metrics.outcome_of(failure)).inc()
 
-    def _start(
+    async def _start(
         self,
         session: Session,
         sampling: SamplingParams,
@@ -171,7 +172,11 @@ class TurnRunner:
         """The turn's prompt, checked against the engines' context, and its span. Under the lock."""
         if session.closed:
             raise NotFoundError(f"session {session.session_id!r} was closed")
-        prompt = session.history + self.prompts.new_tokens(session, message, token_ids, role)
+        if self.prompts.offloaded(message):
+            new = await asyncio.to_thread(self.prompts.new_tokens, session, message, token_ids, role)
+        else:
+            new = self.prompts.new_tokens(session, message, token_ids, role)
+        prompt = session.history + new
         limits = self.registry.limits()
         if limits is None:
             raise RetryableError("no engine is registered with the scheduler")

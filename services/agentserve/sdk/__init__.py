@@ -3,6 +3,7 @@
 from agentserve.sdk.aio import AsyncClient, AsyncSession, AsyncTurn
 from agentserve.sdk.errors import (
     AgentServeError,
+    AuthenticationError,
     InvalidRequestError,
     RetryableError,
     SessionNotFound,
@@ -16,6 +17,7 @@ __all__ = [
     "AsyncClient",
     "AsyncSession",
     "AsyncTurn",
+    "AuthenticationError",
     "Client",
     "InvalidRequestError",
     "RetryableError",

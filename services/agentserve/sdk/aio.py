@@ -8,11 +8,13 @@
             weather = await session.call_tool("search", {"q": "Lisbon weather"})
 
 A session's history lives in the scheduler: each turn sends only its new message. Every gRPC
-failure surfaces as an `agentserve.sdk.errors` exception.
+failure surfaces as an `agentserve.sdk.errors` exception. A server with API keys needs one:
+`api_key=`, else `$AGENTSERVE_API_KEY`; it travels as `authorization: Bearer <key>` on every call.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from typing import Any
 
@@ -25,6 +27,8 @@ from agentserve.sdk.types import SessionClosed, TurnAccumulator, TurnChunk, Turn
 from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 DEFAULT_MAX_TOKENS = 256
+API_KEY_ENV = "AGENTSERVE_API_KEY"
+Metadata = tuple[tuple[str, str], ...]
 TURN_ROLES = ("user", "tool")
 
 
@@ -67,8 +71,10 @@ class AsyncTurn:
         stub: scheduler_pb2_grpc.SchedulerStub,
         request: scheduler_pb2.TurnRequest,
         on_metadata: Callable[[TurnMetadata], None] | None = None,
+        metadata: Metadata = (),
     ) -> None:
         self._stub = stub
+        self._metadata = metadata
         self._request = request
         self._on_metadata = on_metadata
         self._call: grpc.aio.UnaryStreamCall | None = None
@@ -89,7 +95,7 @@ class AsyncTurn:
         if self._done:
             return None
         if self._call is None:
-            self._call = self._stub.Turn(self._request)
+            self._call = self._stub.Turn(self._request, metadata=self._metadata)
         try:
             message = await self._call.read()
         except grpc.aio.AioRpcError as exc:
@@ -145,7 +151,7 @@ class AsyncSession:
     ) -> AsyncTurn:
         """Append `message` (text, or raw `token_ids`) as `role` and stream the reply (greedy by default)."""
         request = turn_request(self.id, message, token_ids, role, max_tokens, temperature, top_p, seed, ignore_eos)
-        return AsyncTurn(self._client._stub, request, self._turn_started)
+        return AsyncTurn(self._client._stub, request, self._turn_started, self._client._metadata)
 
     def _turn_started(self, metadata: TurnMetadata) -> None:
         self.last_turn = metadata
@@ -203,11 +209,15 @@ class AsyncClient:
         *,
         timeout_s: float | None = 30.0,
         tool_timeout_s: float | None = None,
+        api_key: str | None = None,
     ) -> None:
-        """`timeout_s` bounds each non-streaming call; tool calls have no bound unless `tool_timeout_s`."""
+        """`timeout_s` bounds each non-streaming call; tool calls have no bound unless `tool_timeout_s`.
+        `api_key` (default `$AGENTSERVE_API_KEY`) authenticates to a server with API keys."""
+        key = api_key if api_key is not None else os.environ.get(API_KEY_ENV, "")
+        self._metadata: Metadata = (("authorization", f"Bearer {key}"),) if key else ()
         self._channel = open_channel(address)
         self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
-        self._tools = ToolClient(toolproxy_url, tool_timeout_s)
+        self._tools = ToolClient(toolproxy_url, tool_timeout_s, api_key=key)
         self._timeout_s = timeout_s
 
     def open_session(
@@ -241,6 +251,6 @@ class AsyncClient:
 
     async def _unary(self, method, request):
         try:
-            return await method(request, timeout=self._timeout_s)
+            return await method(request, timeout=self._timeout_s, metadata=self._metadata)
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None

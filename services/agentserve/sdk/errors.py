@@ -30,8 +30,17 @@ class SessionNotFound(InvalidRequestError):
     """The session does not exist (never opened, closed, or forgotten by a restarted scheduler)."""
 
 
+class AuthenticationError(AgentServeError):
+    """The server has API keys and the client sent none, or one it does not know (`api_key=`)."""
+
+
 class RetryableError(AgentServeError):
-    """The request could not be served now (no healthy engine, an engine died, overload)."""
+    """The request could not be served now (no healthy engine, an engine died, overload).
+    `retry_after_s` is when the server said to retry (overload), else None."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.retry_after_s = retry_after_s
 
 
 class ToolCallError(AgentServeError):
@@ -73,9 +82,22 @@ def error_from_rpc(exc: grpc.RpcError) -> AgentServeError:
         return SessionNotFound(details, code=code)
     if code in INVALID_CODES:
         return InvalidRequestError(details, code=code)
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return AuthenticationError(details, code=code)
     if code in RETRYABLE_CODES:
-        return RetryableError(details, code=code)
+        return RetryableError(details, code=code, retry_after_s=_retry_after(exc))
     return AgentServeError(details, code=code)
+
+
+def _retry_after(exc: grpc.RpcError) -> float | None:
+    trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == "retry-after":
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    return None
 
 
 def error_from_http(status: int, body: Any) -> AgentServeError:

@@ -127,12 +127,21 @@ class Client:
         *,
         timeout_s: float | None = 30.0,
         tool_timeout_s: float | None = None,
+        api_key: str | None = None,
     ) -> None:
+        """See `AsyncClient`: `api_key` defaults to `$AGENTSERVE_API_KEY`."""
         self._loop = _LoopThread()
         try:
             # grpc.aio channels belong to the loop they are made in: make the client on ours.
             self._async = self._loop.run(
-                _call(AsyncClient, address, toolproxy_url, timeout_s=timeout_s, tool_timeout_s=tool_timeout_s)
+                _call(
+                    AsyncClient,
+                    address,
+                    toolproxy_url,
+                    timeout_s=timeout_s,
+                    tool_timeout_s=tool_timeout_s,
+                    api_key=api_key,
+                )
             )
         except BaseException:
             self._loop.stop()

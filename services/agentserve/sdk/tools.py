@@ -20,12 +20,13 @@ from agentserve.sdk.errors import RetryableError, error_from_http
 class ToolClient:
     """One aiohttp session per client, opened on first use inside the caller's event loop."""
 
-    def __init__(self, toolproxy_url: str, timeout_s: float | None = None) -> None:
+    def __init__(self, toolproxy_url: str, timeout_s: float | None = None, api_key: str = "") -> None:
         if not toolproxy_url.startswith(("http://", "https://")):
             raise ValueError(f"toolproxy_url must be an http(s) URL, got {toolproxy_url!r}")
         self._base = toolproxy_url.rstrip("/")
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._http: aiohttp.ClientSession | None = None
+        self._auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
     async def call(
         self, name: str, args: Mapping[str, Any] | None, session_id: str, traceparent: str = ""
@@ -35,7 +36,7 @@ class ToolClient:
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=self._timeout)
         url = f"{self._base}/tools/{quote(name, safe='')}"
-        headers = {"X-Session-Id": session_id}
+        headers = {"X-Session-Id": session_id, **self._auth}
         if traceparent:
             headers["traceparent"] = traceparent
         try:

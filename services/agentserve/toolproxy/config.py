@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
+
+from agentserve.common.api_keys import ApiKeys
 
 BUILTIN_TOOLS = ("sleep", "echo")
 TOOL_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
@@ -61,6 +63,9 @@ class ToolProxyConfig:
     upstream_timeout_s: float = 600.0
     report_timeout_s: float = 2.0
     default_prediction_s: float = 1.0  # predicted wait of a tool never seen before
+    # The scheduler's API keys (common/api_keys.py): with keys, tool calls need one too.
+    api_keys: str = field(default="", repr=False)
+    api_keys_file: str = ""
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -81,6 +86,10 @@ class ToolProxyConfig:
             if not math.isfinite(value) or value < 0 or (value == 0 and name != "default_prediction_s"):
                 raise ValueError(f"{name} must be a positive number of seconds, got {value}")
         parse_upstreams(self.upstreams)
+        self.keys()
+
+    def keys(self) -> ApiKeys:
+        return ApiKeys.load(self.api_keys, self.api_keys_file)
 
     @property
     def upstream_urls(self) -> dict[str, str]:

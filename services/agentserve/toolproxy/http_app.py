@@ -5,6 +5,7 @@ made up). The response is the tool's own status and body, plus `X-Call-Id` and
 `X-Tool-Duration-S`. Proxy errors are JSON `{"error": {"message", "type"}}`: 404 for an unknown
 tool, 400 for a body that is not a JSON object or arguments the tool rejects.
 `GET /tools` lists the tools with their predicted durations; `GET /health` is a liveness probe.
+With API keys configured, every route but `/health` needs `Authorization: Bearer <key>` (else 401).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import re
 
 from aiohttp import web
 
+from agentserve.common.api_keys import ApiKeys
+from agentserve.common.http_auth import api_key_auth
 from agentserve.common.http_errors import ErrorStyle, middlewares
 from agentserve.common.json_body import parse_json_object
 from agentserve.toolproxy.proxy import ToolProxy
@@ -26,8 +29,8 @@ PROXY_ERRORS = ErrorStyle(
 )
 
 
-def build_app(proxy: ToolProxy, max_body_bytes: int = MAX_BODY_BYTES) -> web.Application:
-    app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares(PROXY_ERRORS))
+def build_app(proxy: ToolProxy, keys: ApiKeys = ApiKeys(), max_body_bytes: int = MAX_BODY_BYTES) -> web.Application:
+    app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares(PROXY_ERRORS, api_key_auth(keys)))
     app[PROXY] = proxy
     app.router.add_post("/tools/{name}", call_tool)
     app.router.add_get("/tools", list_tools)

@@ -36,7 +36,7 @@ class ToolProxyService(Service):
     async def start(self) -> None:
         await self._upstream.start()
         await self.reporter.start()
-        self._runner = web.AppRunner(build_app(self.proxy), access_log=None)
+        self._runner = web.AppRunner(build_app(self.proxy, self.config.keys()), access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, self.config.host, self.config.http_port).start()
         log.info(

@@ -27,7 +27,7 @@ StatusCode = grpc.StatusCode
 
 EXPECTED = {
     "value": (StatusCode.INVALID_ARGUMENT, "max_tokens must be positive"),
-    "not_found": (StatusCode.INVALID_ARGUMENT, "unknown session s-9"),
+    "not_found": (StatusCode.NOT_FOUND, "unknown session s-9"),
     "retryable": (StatusCode.UNAVAILABLE, "no healthy decode engine"),
     "connection": (StatusCode.UNAVAILABLE, "engine went away"),
     "bug": (StatusCode.INTERNAL, "engine thread died"),

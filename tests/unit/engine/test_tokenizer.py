@@ -223,3 +223,12 @@ def test_missing_or_broken_files_are_rejected(tiny_model_dir, tmp_path):
     (folder / "tokenizer.json").unlink()
     with pytest.raises(ValueError, match="no tokenizer.json in"):
         Tokenizer.from_dir(folder)
+
+
+def test_long_texts_tokenize_to_the_same_ids_with_the_gil_released(tok):
+    from agentserve.model_files.tokenizer import GIL_FREE_CHARS
+
+    text = "".join(TEXTS) * (GIL_FREE_CHARS // len("".join(TEXTS)) + 2)
+    assert len(text) > GIL_FREE_CHARS
+    assert tok.encode(text) == tok._backend.encode(text, add_special_tokens=False).ids
+    assert tok.encode(text, add_bos=True)[1:] == tok.encode(text)

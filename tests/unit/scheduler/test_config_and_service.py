@@ -87,8 +87,8 @@ def test_service_starts_http_gateway_and_sweeps_engines(make_core, monkeypatch) 
     core = make_core(heartbeat_interval_ms=10, engine_timeout_ms=20)
     runner, calls = FakeRunner(), []
 
-    async def start_http(core_arg, host, port):
-        calls.append((core_arg, host, port))
+    async def start_http(core_arg, host, port, keys, max_body_bytes):
+        calls.append((core_arg, host, port, keys.enabled, max_body_bytes))
         return runner
 
     monkeypatch.setattr(service_module, "_http_gateway", lambda: start_http)
@@ -103,7 +103,7 @@ def test_service_starts_http_gateway_and_sweeps_engines(make_core, monkeypatch) 
         return alive
 
     assert run(go()) is None
-    assert calls == [(core, "0.0.0.0", 8123)] and runner.cleaned
+    assert calls == [(core, "0.0.0.0", 8123, False, 4 << 20)] and runner.cleaned
     assert ServerSettings.of("scheduler", service.config).grpc_port == 50051
 
 

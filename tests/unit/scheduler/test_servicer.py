@@ -58,7 +58,7 @@ def test_session_and_turn_round_trip(make_core, tokenizer) -> None:
         (dict(session_id="nope", message="hi", sampling=common_pb2.SamplingParams(max_tokens=4)), "unknown session"),
     ],
 )
-def test_turn_errors_are_invalid_argument(make_core, request_fields, message) -> None:
+def test_turn_errors_are_invalid_argument_or_not_found(make_core, request_fields, message) -> None:
     core = make_core()
     servicer = served(core)
     context = FakeContext()
@@ -70,7 +70,8 @@ def test_turn_errors_are_invalid_argument(make_core, request_fields, message) ->
             await stream(servicer.Turn, scheduler_pb2.TurnRequest(**fields), context)
 
     run(go())
-    assert context.code is grpc.StatusCode.INVALID_ARGUMENT and message in context.details
+    expected = grpc.StatusCode.NOT_FOUND if message == "unknown session" else grpc.StatusCode.INVALID_ARGUMENT
+    assert context.code is expected and message in context.details
 
 
 def test_no_engine_is_unavailable(make_core) -> None:
@@ -130,4 +131,4 @@ def test_tool_call_events_update_the_session(make_core) -> None:
     session, waiting, context = run(go())
     assert waiting is True and session.waiting_tool is False
     assert session.tools.total_wait_s == 1.5 and [c.tool for c in session.tools.finished] == ["search"]
-    assert context.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert context.code is grpc.StatusCode.NOT_FOUND

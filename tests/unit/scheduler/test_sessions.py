@@ -1,11 +1,13 @@
-"""SessionStore: ids, forks, unknown and closed sessions."""
+"""SessionStore: ids, forks, unknown and closed sessions, owners, the TTL and the caps."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from agentserve.common.errors import NotFoundError
-from agentserve.scheduler.sessions import SessionStore
+from agentserve.common.errors import NotFoundError, Overloaded
+from agentserve.scheduler.sessions import SessionLimits, SessionStore
 
 pytestmark = pytest.mark.unit
 
@@ -79,3 +81,67 @@ def test_commit_counts_turns_and_consumes_the_system_prompt() -> None:
     session.commit([1, 2])
     session.commit([1, 2, 3, 4])
     assert (session.turns, session.history, session.pending_system) == (2, [1, 2, 3, 4], "")
+
+
+def test_another_owners_session_is_exactly_as_unknown_as_none() -> None:
+    store = SessionStore()
+    mine = store.create(tenant="a", owner="a")
+    mine.commit([1, 2, 3])
+    errors = []
+    for session_id in (mine.session_id, "never-opened"):
+        for attempt in (
+            lambda sid=session_id: store.get(sid, owner="b"),
+            lambda sid=session_id: store.create(tenant="b", parent_id=sid, owner="b"),
+            lambda sid=session_id: store.close(sid, owner="b"),
+        ):
+            with pytest.raises(NotFoundError) as err:
+                attempt()
+            errors.append(str(err.value).replace(session_id, "<id>"))
+    assert set(errors) == {"unknown session '<id>'"} and len(errors) == 6
+    assert store.get(mine.session_id, owner="a") is mine and not mine.closed and len(store) == 1
+
+
+def test_two_owners_may_pick_the_same_id_and_never_meet() -> None:
+    store = SessionStore()
+    a = store.create(tenant="a", session_id="chat-1", owner="a")
+    b = store.create(tenant="b", session_id="chat-1", owner="b")
+    a.commit([7, 7, 7])
+    assert store.get("chat-1", owner="b") is b and b.history == []
+    assert store.close("chat-1", owner="a") is a and store.get("chat-1", owner="b") is b
+    # The tool proxy's events name a session without its owner: found only when the id is unambiguous.
+    assert store.find("chat-1") is b
+
+
+def test_idle_sessions_expire_after_the_ttl_but_not_while_a_turn_runs() -> None:
+    now = [0.0]
+    store = SessionStore(SessionLimits(idle_ttl_s=10.0), clock=lambda: now[0])
+    idle, busy, used = store.create(), store.create(), store.create()
+    now[0] = 8.0
+    store.get(used.session_id)  # a lookup is a use
+    now[0] = 15.0
+    assert asyncio.run(_expire_holding(store, busy)) == [idle]
+    assert idle.closed and not busy.closed and len(store) == 2
+    now[0] = 30.0
+    with pytest.raises(NotFoundError):
+        store.get(used.session_id)  # found expired at lookup
+    assert used.closed and len(store) == 1
+
+
+async def _expire_holding(store: SessionStore, session) -> list:
+    async with session.lock:
+        return store.expire()
+
+
+def test_session_caps_per_tenant_and_in_all() -> None:
+    now = [0.0]
+    store = SessionStore(SessionLimits(max_sessions=3, max_per_tenant=2, idle_ttl_s=100.0), clock=lambda: now[0])
+    store.create(tenant="a")
+    store.create(tenant="a")
+    with pytest.raises(Overloaded, match="tenant 'a' has 2 open sessions, its limit") as err:
+        store.create(tenant="a")
+    assert err.value.retry_after_s == 60.0
+    store.create(tenant="b")
+    with pytest.raises(Overloaded, match="holds 3 open sessions, its limit"):
+        store.create(tenant="c")
+    now[0] = 101.0  # all idle past the TTL: room is made by expiring them
+    assert store.create(tenant="a").tenant == "a" and len(store) == 1

@@ -83,14 +83,14 @@ class FakeCore:
         return list(self.missing)
 
     async def open_session(
-        self, tenant="", agent="", parent_session_id="", system_prompt="", session_id=None, tools=()
+        self, tenant="", agent="", parent_session_id="", system_prompt="", session_id=None, tools=(), owner=""
     ):
         if session_id in self.sessions:
             raise ValueError(f"session {session_id} already exists")
         self.sessions[session_id] = FakeSession(system_prompt, tenant, tools=list(tools))
         return session_id
 
-    async def turn(self, session_id, *, message=None, token_ids=None, role="user", sampling):
+    async def turn(self, session_id, *, message=None, token_ids=None, role="user", sampling, owner=""):
         session = self.sessions.get(session_id)
         if session is None:
             raise NotFoundError(f"unknown session {session_id}")
@@ -107,7 +107,7 @@ class FakeCore:
         async for event in self._generate(len(prompt_token_ids), 0, sampling, 0):
             yield event
 
-    async def close_session(self, session_id):
+    async def close_session(self, session_id, owner=""):
         session = self.sessions.pop(session_id, None)
         if session is None:
             raise NotFoundError(f"unknown session {session_id}")

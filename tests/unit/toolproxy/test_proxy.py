@@ -212,3 +212,36 @@ def test_cancelled_call_still_reports_finished():
 
     sink = asyncio.run(main())
     assert [(k, r.ok) for k, r in sink.events] == [("started", False), ("finished", False)]
+
+
+def test_with_api_keys_tool_calls_need_one_and_health_does_not():
+    from agentserve.common.api_keys import ApiKeys
+
+    key = "as-toolproxy-test-key-012345"
+
+    async def main():
+        proxy, sink, client = _proxy()
+        await client.start()
+        try:
+            app = build_app(proxy, ApiKeys.parse([f"acme:{key}"]))
+            async with TestClient(TestServer(app)) as http:
+                refused = await http.post("/tools/echo", json={"a": 1}, headers={"X-Session-Id": "s1"})
+                listed = await http.get("/tools")
+                allowed = await http.post(
+                    "/tools/echo", json={"a": 1}, headers={"X-Session-Id": "s1", "Authorization": f"Bearer {key}"}
+                )
+                health = await http.get("/health")
+                return (
+                    (refused.status, refused.headers.get("WWW-Authenticate"), await refused.json()),
+                    listed.status,
+                    allowed.status,
+                    health.status,
+                    len(sink.events),
+                )
+        finally:
+            await client.close()
+
+    refused, listed, allowed, health, events = asyncio.run(main())
+    missing = "missing API key: send 'Authorization: Bearer <key>'"
+    assert refused == (401, "Bearer", {"error": {"message": missing, "type": "invalid_request_error"}})
+    assert (listed, allowed, health, events) == (401, 200, 200, 2)

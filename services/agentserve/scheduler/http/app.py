@@ -11,7 +11,11 @@ Routes:
                                   (engines register after their warm-up generation), else 503
                                   with what is missing
 
-`X-Tenant` (optional) names the tenant whose cache the request may share. Responses carry
+With API keys configured (`AGENTSERVE_API_KEYS`), every route but `/health` needs
+`Authorization: Bearer <key>` (else 401) and the tenant is the key's; a session id then names one
+of that tenant's sessions only. Without keys, `X-Tenant` (optional) names the tenant whose cache
+the request may share. Bodies over `max_body_bytes` are 413, deeper than 64 levels or with a lone
+surrogate 400; overload is 429 with `Retry-After`. Responses carry
 `X-Trace-Id` (the turn's OpenTelemetry trace: the caller's, if the request carries a W3C
 `traceparent`) and, in session mode, `X-Session-Id`. Every error is an OpenAI-style
 `{"error": {...}}` body; a bad request never takes the server down.
@@ -19,6 +23,7 @@ Routes:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
@@ -26,8 +31,11 @@ from typing import Any
 
 from aiohttp import web
 
+from agentserve.common.api_keys import ApiKeys
 from agentserve.common.errors import NotFoundError
+from agentserve.common.http_auth import KEYS, api_key_auth, caller
 from agentserve.common.http_errors import middlewares
+from agentserve.common.json_body import parse_json_object_async
 from agentserve.scheduler.http.choices import Tagged, choice_sampling, merged
 from agentserve.scheduler.http.core_api import CoreAPI
 from agentserve.scheduler.http.errors import GATEWAY_ERRORS
@@ -36,7 +44,6 @@ from agentserve.scheduler.http.schemas import (
     Message,
     parse_chat_request,
     parse_completion_request,
-    parse_json_object,
     parse_session_id,
 )
 from agentserve.scheduler.http.sessions import ChatSessions
@@ -45,14 +52,17 @@ from agentserve.scheduler.http.tools import ToolSettings
 
 log = logging.getLogger(__name__)
 
-# Agent conversations resent in full reach megabytes (~4 bytes per token of a 100K+ context).
-MAX_BODY_BYTES = 16 << 20
+# An agent conversation resent in full is ~4 bytes per token: 4 MB holds a 1M-token context.
+MAX_BODY_BYTES = 4 << 20
+# Prompts rendered from more text than this are tokenized on a worker thread, off the event loop.
+OFFLOAD_CHARS = 16 << 10
 CORE = web.AppKey("core", CoreAPI)
 SESSIONS = web.AppKey("sessions", ChatSessions)
 
 
-def build_app(core: CoreAPI, max_body_bytes: int = MAX_BODY_BYTES) -> web.Application:
-    app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares(GATEWAY_ERRORS))
+def build_app(core: CoreAPI, keys: ApiKeys = ApiKeys(), max_body_bytes: int = MAX_BODY_BYTES) -> web.Application:
+    app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares(GATEWAY_ERRORS, api_key_auth(keys)))
+    app[KEYS] = keys
     app[CORE] = core
     app[SESSIONS] = ChatSessions(core)
     app.router.add_get("/v1/models", list_models)
@@ -63,12 +73,14 @@ def build_app(core: CoreAPI, max_body_bytes: int = MAX_BODY_BYTES) -> web.Applic
     return app
 
 
-async def start_http(core: CoreAPI, host: str, port: int) -> web.AppRunner:
+async def start_http(
+    core: CoreAPI, host: str, port: int, keys: ApiKeys = ApiKeys(), max_body_bytes: int = MAX_BODY_BYTES
+) -> web.AppRunner:
     """Serve the gateway on host:port (port 0 picks a free one; see `runner.addresses`).
 
     The caller owns the runner and stops it with `await runner.cleanup()`.
     """
-    runner = web.AppRunner(build_app(core), access_log=None)
+    runner = web.AppRunner(build_app(core, keys, max_body_bytes), access_log=None)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
@@ -92,17 +104,22 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     core = request.app[CORE]
     model = served_model(core, chat.model)
     session_id = parse_session_id(request.headers.get("X-Session-Id"))
-    tenant = request.headers.get("X-Tenant", "")
+    who = caller(request)
     headers = {}
     if session_id is not None:
         if chat.n != 1:
             raise ValueError("'n' must be 1 with X-Session-Id: a session continues one history")
         sessions = request.app[SESSIONS]
-        events = merged(1, lambda _: sessions.turn(session_id, chat.messages, chat.sampling, tenant, chat.tools.tools))
+        events = merged(
+            1,
+            lambda _: sessions.turn(session_id, chat.messages, chat.sampling, who.tenant, chat.tools.tools, who.owner),
+        )
         headers["X-Session-Id"] = session_id
     else:
-        prompt = render_chat(core, chat.messages, chat.tools)
-        events = merged(chat.n, lambda i: core.complete(prompt, choice_sampling(chat.sampling, i), tenant=tenant))
+        prompt = await _off_loop_if_large(
+            sum(len(m.content) for m in chat.messages), render_chat, core, chat.messages, chat.tools
+        )
+        events = merged(chat.n, lambda i: core.complete(prompt, choice_sampling(chat.sampling, i), tenant=who.tenant))
     fmt = ReplyFormat.new(
         "chat",
         model,
@@ -117,8 +134,11 @@ async def completions(request: web.Request) -> web.StreamResponse:
     core = request.app[CORE]
     req = parse_completion_request(await _json_body(request), core.tokenizer.vocab_size)
     model = served_model(core, req.model)
-    prompt_ids = list(req.prompt) if isinstance(req.prompt, tuple) else core.tokenizer.encode(req.prompt, add_bos=True)
-    tenant = request.headers.get("X-Tenant", "")
+    if isinstance(req.prompt, tuple):
+        prompt_ids = list(req.prompt)
+    else:
+        prompt_ids = await _off_loop_if_large(len(req.prompt), core.tokenizer.encode, req.prompt, add_bos=True)
+    tenant = caller(request).tenant
     events = merged(req.n, lambda i: core.complete(prompt_ids, choice_sampling(req.sampling, i), tenant=tenant))
     token_text = _token_text(core) if req.sampling.logprobs is not None else None
     fmt = ReplyFormat.new("text", model, req.include_usage, token_text=token_text)
@@ -129,7 +149,7 @@ async def close_session(request: web.Request) -> web.Response:
     session_id = parse_session_id(request.match_info["session_id"])
     if session_id is None:
         raise ValueError("session id is empty")
-    turns, tokens = await request.app[SESSIONS].close(session_id)
+    turns, tokens = await request.app[SESSIONS].close(session_id, caller(request).owner)
     return web.json_response({"id": session_id, "object": "session.deleted", "turns": turns, "tokens": tokens})
 
 
@@ -182,8 +202,16 @@ async def _respond(
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
-    # read() raises HTTPRequestEntityTooLarge past client_max_size; the middleware answers it.
-    return parse_json_object(await request.read())
+    # read() raises HTTPRequestEntityTooLarge past client_max_size (413, answered by the middleware)
+    # as soon as that many bytes arrived, or at once when Content-Length says so.
+    return await parse_json_object_async(await request.read())
+
+
+async def _off_loop_if_large(chars: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)`, on a worker thread when it works on more than OFFLOAD_CHARS of text."""
+    if chars <= OFFLOAD_CHARS:
+        return fn(*args, **kwargs)
+    return await asyncio.to_thread(fn, *args, **kwargs)
 
 
 def _token_text(core: CoreAPI) -> Callable[[int], str]:

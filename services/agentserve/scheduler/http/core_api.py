@@ -1,7 +1,8 @@
 """What the HTTP gateway needs from the scheduler core, written as a Protocol.
 
 The gateway is a translator: it never reaches past these members, so tests drive it with a fake
-core and the real `SchedulerCore` satisfies it structurally.
+core and the real `SchedulerCore` satisfies it structurally. `owner` is the API key's tenant ("" without
+keys): a session is found only under the owner that opened it.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class CoreAPI(Protocol):
         system_prompt: str = "",
         session_id: str | None = None,
         tools: Sequence[dict[str, Any]] = (),
+        owner: str = "",
     ) -> str: ...
 
     def turn(
@@ -66,10 +68,11 @@ class CoreAPI(Protocol):
         token_ids: list[int] | None = None,
         role: str = "user",
         sampling: SamplingParams,
+        owner: str = "",
     ) -> AsyncGenerator[TurnEventAPI, None]: ...
 
     def complete(
         self, prompt_token_ids: list[int], sampling: SamplingParams, tenant: str = ""
     ) -> AsyncGenerator[TurnEventAPI, None]: ...
 
-    async def close_session(self, session_id: str) -> tuple[int, int]: ...
+    async def close_session(self, session_id: str, owner: str = "") -> tuple[int, int]: ...

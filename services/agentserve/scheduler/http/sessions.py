@@ -20,7 +20,8 @@ the messages the session has not seen. Its rule, per session id:
   matching the core's guarantee that a failed turn leaves the session history unchanged.
 
 Requests for one session run one at a time (a per-session lock), because each turn's prefix is
-the previous turn's output.
+the previous turn's output. With API keys a session id is the caller's tenant's own: two tenants
+sending the same id hold two sessions that never meet.
 """
 
 from __future__ import annotations
@@ -104,13 +105,13 @@ class ChatSessions:
             raise ValueError(f"max_sessions must be positive, got {max_sessions}")
         self._core = core
         self._max_sessions = max_sessions
-        self._progress: OrderedDict[str, SessionProgress] = OrderedDict()
+        self._progress: OrderedDict[tuple[str, str], SessionProgress] = OrderedDict()  # by (owner, id)
 
     def __len__(self) -> int:
         return len(self._progress)
 
-    def progress(self, session_id: str) -> SessionProgress | None:
-        return self._progress.get(session_id)
+    def progress(self, session_id: str, owner: str = "") -> SessionProgress | None:
+        return self._progress.get((owner, session_id))
 
     async def turn(
         self,
@@ -119,20 +120,22 @@ class ChatSessions:
         sampling: SamplingParams,
         tenant: str = "",
         tools: Sequence[dict[str, Any]] = (),
+        owner: str = "",
     ) -> AsyncGenerator[TurnEventAPI, None]:
         """Open the session if this gateway has not, then stream one turn of the new messages.
 
         Callers must close the iterator (e.g. `contextlib.aclosing`) so the session lock is
         released when a client goes away mid-stream.
         """
-        progress = self._touch(session_id)
+        key = (owner, session_id)
+        progress = self._touch(key)
         tools_key = json.dumps(list(tools), sort_keys=True)
         async with progress.lock:
             consumed = progress.consumed
             if not progress.opened:
                 system = system_prompt_of(messages)
                 await self._core.open_session(
-                    tenant=tenant, system_prompt=system or "", session_id=session_id, tools=tools
+                    tenant=tenant, system_prompt=system or "", session_id=session_id, tools=tools, owner=owner
                 )
                 progress.opened, progress.tools = True, tools_key
                 consumed = int(system is not None)
@@ -145,36 +148,37 @@ class ChatSessions:
             plan = plan_turn(session_id, messages, consumed, progress.replies)
             finished = False
             try:
-                async for event in self._core.turn(session_id, message=plan.message, role=plan.role, sampling=sampling):
+                turn = self._core.turn(session_id, message=plan.message, role=plan.role, sampling=sampling, owner=owner)
+                async for event in turn:
                     finished = finished or event.finished
                     yield event
             except NotFoundError:
-                self._progress.pop(session_id, None)  # closed behind our back: reopen next time
+                self._progress.pop(key, None)  # closed (or expired) behind our back: reopen next time
                 raise
             if finished:
                 progress.consumed = plan.consumed_after
                 progress.replies += 1
 
-    async def close(self, session_id: str) -> tuple[int, int]:
-        """Close the core session and forget its progress; NotFoundError if the core has no such session."""
-        self._progress.pop(session_id, None)
-        return await self._core.close_session(session_id)
+    async def close(self, session_id: str, owner: str = "") -> tuple[int, int]:
+        """Close the owner's core session and forget its progress; NotFoundError if the core has no such session."""
+        self._progress.pop((owner, session_id), None)
+        return await self._core.close_session(session_id, owner=owner)
 
-    def _touch(self, session_id: str) -> SessionProgress:
-        progress = self._progress.get(session_id)
+    def _touch(self, key: tuple[str, str]) -> SessionProgress:
+        progress = self._progress.get(key)
         if progress is None:
-            self._evict(keep=session_id)
-            progress = self._progress[session_id] = SessionProgress()
-        self._progress.move_to_end(session_id)
+            self._evict(keep=key)
+            progress = self._progress[key] = SessionProgress()
+        self._progress.move_to_end(key)
         return progress
 
-    def _evict(self, keep: str) -> None:
+    def _evict(self, keep: tuple[str, str]) -> None:
         excess = len(self._progress) + 1 - self._max_sessions
         if excess <= 0:
             return
         idle = [sid for sid, p in self._progress.items() if sid != keep and not p.lock.locked()]
         for session_id in idle[:excess]:
             log.warning(
-                "forgetting gateway progress of idle session %s (over %d sessions)", session_id, self._max_sessions
+                "forgetting gateway progress of idle session %s (over %d sessions)", session_id[1], self._max_sessions
             )
             del self._progress[session_id]

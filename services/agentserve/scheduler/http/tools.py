@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from agentserve.common.json_body import check_json_value
 from agentserve.contracts.structured import TOOL_NAME_PATTERN
 
 FUNCTION_FIELDS = frozenset({"name", "description", "parameters", "strict"})
@@ -81,8 +82,9 @@ def parse_assistant_tool_calls(index: int, raw: Any) -> list[dict[str, Any]]:
             raise ValueError(f"{where}[{i}].function.name must be a non-empty string")
         try:
             decoded = json.loads(arguments) if isinstance(arguments, str) else None
-        except ValueError:
+        except (ValueError, RecursionError):
             decoded = None
+        check_json_value(decoded, f"{where}[{i}].function.arguments")
         if not isinstance(decoded, dict):
             raise ValueError(f"{where}[{i}].function.arguments must be a JSON object encoded as a string")
         calls.append({"id": call.get("id", ""), "type": "function", "function": {"name": name, "arguments": decoded}})
