@@ -106,6 +106,14 @@ def bench_handoff(args: argparse.Namespace) -> dict:
     return handoff_bench.run(args.address, turns=args.turns, profile=args.profile, kv_path_policy=args.kv_path_policy)
 
 
+def bench_overload(args: argparse.Namespace) -> dict:
+    from agentserve.bench import overload
+
+    if args.concurrency < 1 or args.multiple <= 0 or args.window_s <= 0:
+        raise ValueError("--concurrency must be at least 1, --multiple and --window-s positive")
+    return overload.run(args.concurrency, args.multiple, args.window_s)
+
+
 def profile_show(args: argparse.Namespace) -> dict:
     from agentserve.costmodel.models import TARGET_MODELS, target_model
     from agentserve.costmodel.ratio import TurnShape
@@ -197,16 +205,28 @@ def workload_generate(args: argparse.Namespace) -> dict:
 
 
 def up_local(args: argparse.Namespace) -> int:
-    from agentserve.cli.up import ComputeSettings, FabricSettings, LocalCluster, ready_line
+    from agentserve.cli.up import (
+        ComputeSettings,
+        FabricSettings,
+        LocalCluster,
+        LocalPorts,
+        Stopped,
+        catch_stop_signals,
+        ready_line,
+    )
 
     compute = ComputeSettings(
         args.compute, args.target_model, args.target_gpu, args.time_dilation, args.kv_materialise_bytes
     )
     cluster = LocalCluster(
+        LocalPorts.free(args.decoders, args.prefill) if args.free_ports else LocalPorts(),
         prefill=args.prefill,
         decoders=args.decoders,
         fabric=FabricSettings(args.profile, args.kv_path_policy),
         compute=compute,
+        listen_host=args.host,
+        data_dir=args.data_dir,
+        log_dir=args.log_dir,
     )
     emulated = (
         f"; emulated {compute.target_model} on {compute.target_gpu}, time dilation {compute.time_dilation:g}"
@@ -219,9 +239,14 @@ def up_local(args: argparse.Namespace) -> int:
         f"(logs in {cluster.log_dir})",
         file=sys.stderr,
     )
-    cluster.start()
+    catch_stop_signals()  # from here on, a signal stops every child started so far, warm-up included
+    try:
+        cluster.start()
+    except Stopped as stopped:
+        print(f"agentserve: {stopped} while starting; every service stopped", file=sys.stderr)
+        return 128 + stopped.signum
     ports = cluster.ports
-    print(ready_line(ports, os.environ) + ". Ctrl-C stops everything.", file=sys.stderr)
+    print(ready_line(ports, os.environ, args.host) + ". Ctrl-C stops everything.", file=sys.stderr)
     if args.demo:
         from agentserve.cli.demo import run_demo
 

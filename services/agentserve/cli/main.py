@@ -68,6 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--decoders", type=int, default=2)
     up.add_argument("--demo", action="store_true", help="run a demo agent session once everything is up")
     up.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="where the clients' endpoints (scheduler gRPC and HTTP, tool proxy HTTP) listen; anything but "
+        "loopback needs API keys (AGENTSERVE_API_KEYS); internal services always listen on loopback",
+    )
+    up.add_argument("--free-ports", action="store_true", help="free ports instead of the defaults (50051, 8000...)")
+    up.add_argument("--data-dir", type=Path, help="the kvstore's data (default ~/.cache/agentserve/kvstore-local)")
+    up.add_argument("--log-dir", type=Path, help="each service's log (default ~/.cache/agentserve/logs)")
+    up.add_argument(
         "--profile",
         default="local-unshaped",
         help="hardware profile of the emulated fabric (profiles/<name>.yaml, e.g. h800-node)",
@@ -146,6 +155,16 @@ def build_parser() -> argparse.ArgumentParser:
     hand.add_argument("--kv-path-policy", default="dualpath", choices=["dualpath", "always-a", "always-b"])
     hand.add_argument("--json", action="store_true")
     hand.set_defaults(func=commands.bench_handoff)
+    ovl = bench.add_parser(
+        "overload",
+        help="a local cluster at several times its sustainable rate: 429s with Retry-After, admitted "
+        "p99 vs unloaded, scheduler and store memory",
+    )
+    ovl.add_argument("--concurrency", type=int, default=4, help="the scheduler's in-flight bound (and closed loop)")
+    ovl.add_argument("--multiple", type=float, default=3.0, help="offered rate as a multiple of the sustainable one")
+    ovl.add_argument("--window-s", type=float, default=15.0, help="seconds of the closed and the open loop")
+    ovl.add_argument("--json", action="store_true")
+    ovl.set_defaults(func=commands.bench_overload)
     kvb = bench.add_parser("kvstore", help="kvstore read/write MB/s and latency per block size vs the raw disk")
     kvb.add_argument("--data-dir", type=Path, help="where to put the bench files (default: system temp)")
     kvb.add_argument("--mb-per-size", type=int, default=256, help="MB of blocks per block size")

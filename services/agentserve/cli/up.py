@@ -2,11 +2,16 @@
 
 Starts them in dependency order (kvstore, scheduler, engines, toolproxy), waits for each to report
 SERVING over gRPC health and for the scheduler's HTTP `/health` to say a prefill and a decode
-engine have registered, then supervises: if one exits, or on Ctrl-C / SIGTERM, all are stopped.
-With several prefill engines (`--prefill N`) they are named prefill-0 .. prefill-N-1; the first
-listens on the prefill port, the others on free ports. With `--compute emulated` the engines run
-no model: each takes the target model's time on the target GPU from the cost model (a dozen fit on
-two cores; `ComputeSettings`).
+engine have registered, then supervises: a service that exits is restarted with backoff
+(`restarts.RestartPolicy`); on Ctrl-C / SIGTERM / SIGHUP, at any phase, all are stopped. Children
+run in their own process group and die with this process even when it is SIGKILLed
+(`children.spawn`). With several prefill engines (`--prefill N`) they are named prefill-0 ..
+prefill-N-1; the first listens on the prefill port, the others on free ports. With `--compute
+emulated` the engines run no model: each takes the target model's time on the target GPU from the
+cost model (a dozen fit on two cores; `ComputeSettings`).
+
+Every service listens on loopback. Only the clients' endpoints (the scheduler's gRPC and HTTP, the
+tool proxy's HTTP) may listen elsewhere (`listen_host`), and only with API keys configured.
 """
 
 from __future__ import annotations
@@ -20,17 +25,23 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from agentserve.cli.children import spawn
+from agentserve.cli.restarts import RestartPolicy, RestartState
+from agentserve.common.api_keys import ApiKeys
 from agentserve.common.netutil import free_port
 from agentserve.engine.default_model import ensure_default_model
 from agentserve.engine.emulation_config import DEFAULT_KV_MATERIALISE_BYTES, DEFAULT_TIME_DILATION, EmulationConfig
 from agentserve.engine.engine_config import COMPUTE_MODES
 from agentserve.model_files.tokenizer_files import models_home
+
+LOOPBACK = "127.0.0.1"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass(frozen=True)
@@ -84,6 +95,22 @@ class Proc:
     name: str
     grpc_port: int
     popen: subprocess.Popen
+    cmd: list[str] = field(default_factory=list)
+    restarts: RestartState = field(default_factory=RestartState)
+    restart_at: float | None = None  # when a dead one is due to start again
+
+
+class Stopped(Exception):
+    """A stop signal arrived while `up --local` was starting or supervising its services."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def keys_of(env: Mapping[str, str]) -> ApiKeys:
+    """The API keys the services will load from this environment (ValueError if malformed)."""
+    return ApiKeys.load(env.get("AGENTSERVE_API_KEYS", ""), env.get("AGENTSERVE_API_KEYS_FILE", ""))
 
 
 def wait_serving(proc: Proc, timeout_s: float) -> None:
@@ -128,18 +155,26 @@ def wait_ready(proc: Proc, http_port: int, timeout_s: float) -> None:
     raise TimeoutError(f"the scheduler was not ready within {timeout_s:.0f}s: {body.get('message', 'no answer')}")
 
 
-def ready_line(ports: LocalPorts, env: Mapping[str, str]) -> str:
-    """The one line `up --local` prints once everything serves: where each endpoint is."""
+def ready_line(ports: LocalPorts, env: Mapping[str, str], listen_host: str = LOOPBACK) -> str:
+    """The one line `up --local` prints once everything serves: where each endpoint is, and who
+    can reach it."""
     otlp = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     tracing = (
         f"traces to {otlp} (UI {env.get('AGENTSERVE_TRACING_UI', 'http://127.0.0.1:6006')})"
         if otlp
         else "tracing off (set OTEL_EXPORTER_OTLP_ENDPOINT)"
     )
+    keys = keys_of(env)
+    access = (
+        f"API keys: {len(keys.tenants)} tenants"
+        if keys.enabled
+        else "loopback only, no API keys (set AGENTSERVE_API_KEYS to authenticate clients)"
+    )
+    host = LOOPBACK if listen_host in ("0.0.0.0", "::") else listen_host
     return (
-        f"agentserve: ready. OpenAI http://127.0.0.1:{ports.http}/v1 | gRPC 127.0.0.1:{ports.scheduler} | "
-        f"tools http://127.0.0.1:{ports.toolproxy_http}/tools/<name> | "
-        f"metrics http://127.0.0.1:{ports.metrics}/metrics | {tracing}"
+        f"agentserve: ready. OpenAI http://{host}:{ports.http}/v1 | gRPC {host}:{ports.scheduler} | "
+        f"tools http://{host}:{ports.toolproxy_http}/tools/<name> | "
+        f"metrics http://127.0.0.1:{ports.metrics}/metrics | {access} | {tracing}"
     )
 
 
@@ -201,9 +236,14 @@ def service_commands(
     fabric: FabricSettings = FabricSettings(),
     prefill: int = 1,
     compute: ComputeSettings = ComputeSettings(),
+    listen_host: str = LOOPBACK,
 ) -> list[tuple[str, int, list[str]]]:
+    """(name, gRPC port, command) of every service, in start order. Internal services listen on
+    loopback; the scheduler and the tool proxy on `listen_host`."""
     py = [sys.executable, "-m"]
     engine_common = [
+        "--host",
+        LOOPBACK,
         "--model-dir",
         str(model_dir),
         "--advertise-host",
@@ -222,7 +262,16 @@ def service_commands(
         (
             "kvstore",
             ports.kvstore,
-            py + ["agentserve.kvstore", "--grpc-port", str(ports.kvstore), "--data-dir", str(data_dir)],
+            py
+            + [
+                "agentserve.kvstore",
+                "--host",
+                LOOPBACK,
+                "--grpc-port",
+                str(ports.kvstore),
+                "--data-dir",
+                str(data_dir),
+            ],
         ),
         (
             "scheduler",
@@ -230,6 +279,8 @@ def service_commands(
             py
             + [
                 "agentserve.scheduler",
+                "--host",
+                listen_host,
                 "--grpc-port",
                 str(ports.scheduler),
                 "--http-port",
@@ -259,6 +310,8 @@ def service_commands(
             py
             + [
                 "agentserve.toolproxy",
+                "--host",
+                listen_host,
                 "--grpc-port",
                 str(ports.toolproxy_grpc),
                 "--http-port",
@@ -283,6 +336,8 @@ class LocalCluster:
         env: dict[str, str] | None = None,
         fabric: FabricSettings = FabricSettings(),
         compute: ComputeSettings = ComputeSettings(),
+        listen_host: str = LOOPBACK,
+        restart_policy: RestartPolicy = RestartPolicy(),
     ):
         if decoders < 1:
             raise ValueError(f"at least one decode engine is required, got decoders={decoders}")
@@ -303,6 +358,14 @@ class LocalCluster:
         self.log_dir = log_dir or home / "logs"
         self.model_dir = model_dir
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        keys = keys_of(self.env)  # malformed keys fail here, before anything starts
+        if listen_host not in (LOOPBACK, "localhost", "::1") and not keys.enabled:
+            raise ValueError(
+                f"listening on {listen_host} needs API keys (AGENTSERVE_API_KEYS or AGENTSERVE_API_KEYS_FILE); "
+                "without them the services listen on loopback only"
+            )
+        self.listen_host = listen_host
+        self.restart_policy = restart_policy
         self.procs: list[Proc] = []
 
     def start(self, timeout_s: float = 180.0, before: str | None = None) -> None:
@@ -324,15 +387,16 @@ class LocalCluster:
                 self.fabric,
                 prefill=self.prefill,
                 compute=self.compute,
+                listen_host=self.listen_host,
             )
             for name, port, cmd in commands:
                 if before is not None and (name == before or name.startswith(f"{before}-")):
                     break
                 if name in started:
                     continue
-                log = (self.log_dir / f"{name}.log").open("w")
                 cmd = [*cmd, *self.extra_args(name)]
-                proc = Proc(name, port, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env))
+                proc = Proc(name, port, self._spawn(name, cmd, "w"), cmd, RestartState(self.restart_policy))
+                proc.restarts.started(time.monotonic())
                 self.procs.append(proc)
                 # Engines warm up in parallel; the rest must be up before their dependants start.
                 if not name.startswith(("prefill", "decode")):
@@ -345,6 +409,10 @@ class LocalCluster:
         except BaseException:
             self.stop()
             raise
+
+    def _spawn(self, name: str, cmd: list[str], mode: str) -> subprocess.Popen:
+        with (self.log_dir / f"{name}.log").open(mode) as log:  # the child holds its own descriptor
+            return spawn(cmd, log, self.env)
 
     def extra_args(self, name: str) -> list[str]:
         """More flags for service `name` (a hook for subclasses, e.g. a metrics port each)."""
@@ -363,26 +431,48 @@ class LocalCluster:
                 proc.popen.wait()
         self.procs.clear()
 
-    def supervise(self) -> int:
-        """Block until a service dies or we are signalled; then stop everything."""
-        stop = {"sig": None}
-
-        def handler(signum, _frame):
-            stop["sig"] = signum
-
-        signal.signal(signal.SIGINT, handler)
-        signal.signal(signal.SIGTERM, handler)
+    def supervise(self, poll_s: float = 0.5) -> int:
+        """Restart services that die (with backoff) until we are signalled (0) or one keeps dying
+        (1); then stop everything. Call `catch_stop_signals` first: a signal raises `Stopped`."""
         try:
-            while stop["sig"] is None:
-                dead = [p for p in self.procs if p.popen.poll() is not None]
-                if dead:
-                    print(
-                        f"agentserve: {dead[0].name} exited ({dead[0].popen.returncode}); stopping all "
-                        f"(logs in {self.log_dir})",
-                        file=sys.stderr,
-                    )
-                    return 1
-                time.sleep(0.5)
+            while True:
+                now = time.monotonic()
+                for proc in self.procs:
+                    if proc.restart_at is None and proc.popen.poll() is not None:
+                        proc.restart_at = proc.restarts.died(now)
+                        if proc.restart_at is None:
+                            print(
+                                f"agentserve: {proc.name} exited ({proc.popen.returncode}) after "
+                                f"{proc.restarts.restarts} restarts; stopping all (logs in {self.log_dir})",
+                                file=sys.stderr,
+                            )
+                            return 1
+                        print(
+                            f"agentserve: {proc.name} exited ({proc.popen.returncode}); restarting it in "
+                            f"{proc.restart_at - now:.0f} s (logs in {self.log_dir})",
+                            file=sys.stderr,
+                        )
+                    elif proc.restart_at is not None and now >= proc.restart_at:
+                        proc.popen = self._spawn(proc.name, proc.cmd, "a")
+                        proc.restarts.started(now)
+                        proc.restart_at = None
+                        print(f"agentserve: {proc.name} restarted (pid {proc.popen.pid})", file=sys.stderr)
+                time.sleep(poll_s)
+        except Stopped:
             return 0
         finally:
             self.stop()
+
+
+def catch_stop_signals() -> None:
+    """SIGINT, SIGTERM and SIGHUP raise `Stopped` in the main thread, at any phase: the start
+    (warm-up included) and the supervision both stop every child before returning. A second
+    signal during that stop is ignored, so the stop completes."""
+
+    def handler(signum: int, _frame) -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, handler)

@@ -40,6 +40,7 @@ def test_ready_line_lists_every_endpoint() -> None:
     assert ready_line(ports, {}) == (
         "agentserve: ready. OpenAI http://127.0.0.1:8000/v1 | gRPC 127.0.0.1:50051 | "
         "tools http://127.0.0.1:8080/tools/<name> | metrics http://127.0.0.1:9100/metrics | "
+        "loopback only, no API keys (set AGENTSERVE_API_KEYS to authenticate clients) | "
         "tracing off (set OTEL_EXPORTER_OTLP_ENDPOINT)"
     )
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "AGENTSERVE_TRACING_UI": "http://h:6006"}
@@ -68,3 +69,23 @@ def test_prefill_count_is_validated() -> None:
     with pytest.raises(ValueError, match="at least one prefill engine is required, got prefill=0"):
         LocalCluster(prefill=0)
     assert main(["up", "--local", "--prefill", "0"]) == 2
+
+
+def test_every_service_listens_on_loopback_unless_keys_open_the_client_endpoints() -> None:
+    commands = {name: cmd for name, _, cmd in service_commands(LocalPorts(), Path("/m"), Path("/d"), 1)}
+    assert {name: flag(cmd, "--host") for name, cmd in commands.items()} == dict.fromkeys(commands, "127.0.0.1")
+    opened = {
+        name: flag(cmd, "--host")
+        for name, _, cmd in service_commands(LocalPorts(), Path("/m"), Path("/d"), 1, listen_host="0.0.0.0")
+    }
+    assert opened == {**dict.fromkeys(commands, "127.0.0.1"), "scheduler": "0.0.0.0", "toolproxy": "0.0.0.0"}
+    with pytest.raises(ValueError, match="listening on 0.0.0.0 needs API keys"):
+        LocalCluster(listen_host="0.0.0.0", env={"AGENTSERVE_API_KEYS": ""})
+    keys = {"AGENTSERVE_API_KEYS": "acme:as-local-test-key-0123456789"}
+    LocalCluster(listen_host="0.0.0.0", env=keys)
+    assert ready_line(LocalPorts(), keys, "0.0.0.0").startswith(
+        "agentserve: ready. OpenAI http://127.0.0.1:8000/v1 | gRPC 127.0.0.1:50051 | "
+    )
+    assert "| API keys: 1 tenants |" in ready_line(LocalPorts(), keys, "0.0.0.0")
+    with pytest.raises(ValueError, match="AGENTSERVE_API_KEYS, entry 1"):
+        LocalCluster(env={"AGENTSERVE_API_KEYS": "acme:short"})
