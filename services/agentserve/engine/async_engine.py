@@ -3,6 +3,12 @@
 The engine is CPU-bound and not thread-safe, so exactly one thread touches it: the loop below runs
 queued commands (imports, exports, new requests) between forward steps and publishes sampled
 tokens to per-request asyncio queues. gRPC handlers never block the event loop on the model.
+
+An emulated-compute engine's forward is a sleep (agentserve.engine.emulated_runner), during which
+the thread also runs `call`/`post` commands, as a GPU's copy engines move KV while its kernels
+run: a KV import, export or pin waits for the engine thread, not for the step to end. Those
+commands touch only blocks no running step holds (a step's slots are taken before its forward and
+held through it); adding and aborting requests, which change what a step holds, stay between steps.
 """
 
 from __future__ import annotations
@@ -12,11 +18,13 @@ import contextlib
 import logging
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agentserve.contracts import SamplingParams, TokenLogprob
+from agentserve.engine.emulated_runner import EmulatedRunner
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.runner import ExternalPrefix
 from agentserve.engine.sequence import Sequence
@@ -38,10 +46,13 @@ class AsyncEngine:
     def __init__(self, engine: LLMEngine):
         self.engine = engine
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._between_steps: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()  # add, abort
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._subscribers: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
+        if isinstance(engine.runner, EmulatedRunner):
+            engine.runner.sleep = self._sleep_serving_commands
 
     def start(self) -> None:
         self._thread.start()
@@ -54,7 +65,11 @@ class AsyncEngine:
     # ---- asyncio side ---------------------------------------------------------------------
 
     async def call(self, fn: Callable[[LLMEngine], T]) -> T:
-        """Run `fn(engine)` on the engine thread between steps; exceptions propagate to the caller."""
+        """Run `fn(engine)` on the engine thread between steps (or during an emulated forward: see
+        the module docstring); exceptions propagate to the caller."""
+        return await self._call(fn, self._commands)
+
+    async def _call(self, fn: Callable[[LLMEngine], T], lane: queue.SimpleQueue[Callable[[], None]]) -> T:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
 
@@ -66,7 +81,7 @@ class AsyncEngine:
             else:
                 loop.call_soon_threadsafe(_set_result, future, result)
 
-        self._submit(command)
+        self._submit(command, lane)
         return await future
 
     def post(self, fn: Callable[[LLMEngine], Any]) -> None:
@@ -115,7 +130,7 @@ class AsyncEngine:
             self._subscribers[seq.request_id] = (loop, events)
             return seq
 
-        seq = await self.call(add)
+        seq = await self._call(add, self._between_steps)
         finished = False
         try:
             while not finished:
@@ -126,7 +141,7 @@ class AsyncEngine:
                 yield event
         finally:
             if not finished:
-                await self.call(lambda engine: self._abort(engine, seq))
+                await self._call(lambda engine: self._abort(engine, seq), self._between_steps)
 
     def load(self) -> dict[str, int]:
         """Approximate load for heartbeats (read without the engine thread; values are ints)."""
@@ -140,11 +155,21 @@ class AsyncEngine:
 
     # ---- engine thread --------------------------------------------------------------------
 
-    def _submit(self, command: Callable[[], None]) -> None:
+    def _submit(self, command: Callable[[], None], lane: queue.SimpleQueue | None = None) -> None:
         if self._stopped.is_set():
             raise RuntimeError("engine is stopped")
-        self._commands.put(command)
+        (self._commands if lane is None else lane).put(command)
         self._wake.set()
+
+    def _sleep_serving_commands(self, seconds: float) -> None:
+        """An emulated forward's sleep that runs `call`/`post` commands as they come."""
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                command = self._commands.get(timeout=remaining)
+            except queue.Empty:
+                return
+            command()
 
     def _abort(self, engine: LLMEngine, seq: Sequence) -> None:
         self._subscribers.pop(seq.request_id, None)
@@ -154,12 +179,13 @@ class AsyncEngine:
     def _loop(self) -> None:
         engine = self.engine
         while not self._stopped.is_set():
-            while True:
-                try:
-                    command = self._commands.get_nowait()
-                except queue.Empty:
-                    break
-                command()
+            for lane in (self._commands, self._between_steps):
+                while True:
+                    try:
+                        command = lane.get_nowait()
+                    except queue.Empty:
+                        break
+                    command()
             if not engine.has_unfinished():
                 self._wake.wait(timeout=0.5)
                 self._wake.clear()

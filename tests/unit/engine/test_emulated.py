@@ -174,3 +174,41 @@ def test_staged_prefill_takes_the_same_time_layer_by_layer(engine):
     runner.prefill_staged(seq, [], [0], ExternalPrefix(40, lambda layer: loaded.append(layer)))
     assert loaded == list(range(61))
     assert fake.now == pytest.approx(EMULATION.cost().prefill_s(40 * 16, 7) * D)
+
+
+def test_kv_commands_run_during_an_emulated_forward_not_after_it(tiny_model_dir):
+    import asyncio
+    import time
+
+    from agentserve.engine.async_engine import AsyncEngine
+
+    slow = EngineConfig(compute="emulated", emulation=EmulationConfig(time_dilation=100.0))
+    engine = AsyncEngine(LLMEngine.emulated(tiny_model_dir, slow))
+    step_s = EMULATION.cost().decode_step_s([10]) * 100  # ~0.9 s a decode step
+
+    async def scenario() -> tuple[float, list[int]]:
+        tokens: list[int] = []
+
+        async def generate() -> None:
+            async for event in engine.generate([5, 6, 7, 8, 9, 10, 11, 12, 13], SamplingParams(max_tokens=3)):
+                tokens.append(event.token_id)
+
+        task = asyncio.create_task(generate())
+        while not tokens:  # the prefill is done: decode steps follow
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        start = time.monotonic()
+        assert await engine.call(lambda e: e.blocks.num_free_slots) > 0
+        waited = time.monotonic() - start
+        await task
+        return waited, tokens
+
+    engine.start()
+    try:
+        waited, tokens = asyncio.run(scenario())
+    finally:
+        engine.stop()
+    assert step_s > 0.8 and waited < 0.2  # served mid-step, not at its end
+    runner = engine.engine.runner
+    assert isinstance(runner, EmulatedRunner)
+    assert tokens == [runner.token_at(p) for p in range(9, 12)]
