@@ -89,3 +89,37 @@ def test_every_service_listens_on_loopback_unless_keys_open_the_client_endpoints
     assert "| API keys: 1 tenants |" in ready_line(LocalPorts(), keys, "0.0.0.0")
     with pytest.raises(ValueError, match="AGENTSERVE_API_KEYS, entry 1"):
         LocalCluster(env={"AGENTSERVE_API_KEYS": "acme:short"})
+
+
+def test_emulated_compute_reaches_every_engine_and_nothing_else() -> None:
+    from agentserve.cli.up import ComputeSettings
+
+    compute = ComputeSettings("emulated", "qwen2.5-32b", "h200", time_dilation=20.0, kv_materialise_bytes=0)
+    commands = {
+        name: cmd
+        for name, _, cmd in service_commands(
+            LocalPorts().with_prefill(2), Path("/m"), Path("/d"), 2, prefill=2, compute=compute
+        )
+    }
+    for engine in ("prefill-0", "prefill-1", "decode-0", "decode-1"):
+        cmd = commands[engine]
+        assert (flag(cmd, "--compute"), flag(cmd, "--target-model"), flag(cmd, "--target-gpu")) == (
+            "emulated",
+            "qwen2.5-32b",
+            "h200",
+        )
+        assert (float(flag(cmd, "--time-dilation")), flag(cmd, "--kv-materialise-bytes")) == (20.0, "0")
+    assert all("--compute" not in commands[name] for name in ("kvstore", "scheduler", "toolproxy"))
+    real = {name: cmd for name, _, cmd in service_commands(LocalPorts(), Path("/m"), Path("/d"), 1)}
+    assert "--compute" not in real["prefill"]  # real compute: the engines' own default
+
+
+def test_bad_emulated_compute_fails_before_anything_starts(capsys) -> None:
+    from agentserve.cli.up import ComputeSettings
+
+    with pytest.raises(ValueError, match="unknown target model 'gpt-9'"):
+        ComputeSettings("emulated", "gpt-9")
+    with pytest.raises(ValueError, match="compute must be one of real, emulated"):
+        ComputeSettings("simulated")
+    assert main(["up", "--local", "--compute", "emulated", "--time-dilation", "0"]) == 2
+    assert "time_dilation must be positive" in capsys.readouterr().err
