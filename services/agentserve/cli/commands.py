@@ -89,6 +89,12 @@ def bench_perplexity(args: argparse.Namespace) -> dict:
     return perplexity.run(seq_len=args.seq_len, max_tokens=args.max_tokens, random_seed=args.random_seed)
 
 
+def bench_layerwise(args: argparse.Namespace) -> dict:
+    from agentserve.bench import layerwise_bench
+
+    return layerwise_bench.run(args.cached_tokens, args.new_tokens, args.snic_gbps, args.repeats, args.min_read_kb)
+
+
 def bench_fabric(args: argparse.Namespace) -> dict:
     from agentserve.bench import fabric_bench
 

@@ -4,8 +4,8 @@ One step either admits (prefills) waiting sequences or decodes every running one
 schedule: prefill first keeps time to first token low, and a decode batch of any mix of context
 lengths runs as one forward pass. Which waiting sequences one step prefills is the config's
 `prefill_batching` policy (`engine.prefill_batch`): the oldest alone, or the oldest up to a compute
-quota; a batch stops at the first sequence the pool cannot admit or whose external KV has not
-started to arrive, and its members are admitted (slots taken) before the first forward runs.
+quota; a batch stops at the first sequence the pool cannot admit and passes over one whose external
+KV has not delivered layer 0 yet; its members are admitted (slots taken) before the first forward.
 
 Layerwise prefill (`layerwise: true`): a prefill-only sequence (max_tokens 1, a prefill engine's
 request) whose cached prefix comes from outside (`ExternalPrefix`) gives the external blocks no
@@ -205,12 +205,14 @@ class LLMEngine:
                 break
             plan = self._plan(seq)
             if plan.external is not None and not plan.external.ready():
-                break  # its layer 0 has not arrived: the forward would only wait
+                # Its layer 0 has not arrived: the forward would only wait. Those behind it go
+                # first, as they would if it were still loading outside the engine; it keeps its place.
+                continue
             cached = plan.cached_tokens(self.block_size)
             cost = self.batch_policy.cost(len(seq) - cached, cached)
             if not self.batch_policy.fits(len(batch), taken_cost, cost) or not self._admit(seq, plan):
                 break
-            self.waiting.popleft()
+            self.waiting.remove(seq)
             batch.append((seq, plan))
             taken_cost += cost
         return batch

@@ -9,7 +9,8 @@ the emulated engines (it sits above the runner).
   prefill is always taken, however costly, so no request waits for ever.
 
 The policy never skips a prefill to take a later one (arrival order is kept); the engine stops a
-batch at the first prefill the pool cannot admit or whose KV has not started to arrive.
+batch at the first prefill the pool cannot admit, and passes over one whose external KV has not
+delivered layer 0 yet (as if it were still loading outside the engine).
 """
 
 from __future__ import annotations

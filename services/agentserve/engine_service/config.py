@@ -32,6 +32,7 @@ class EngineServiceConfig:
     prefill_batching: str = "fcfs"  # fcfs | compute-quota
     prefill_token_budget: int = 8192
     prefill_attention_tokens: int = 0
+    layerwise_min_read_kb: int = 64  # a layerwise path-A read of a block carries whole layers >= this (`layer_loads`)
     scheduler_address: str = "127.0.0.1:50051"
     kvstore_address: str = "127.0.0.1:50052"
     heartbeat_interval_ms: int = 1000
@@ -60,6 +61,8 @@ class EngineServiceConfig:
             raise ValueError(f"fabric_prefill_tokens_per_s must be >= 0, got {self.fabric_prefill_tokens_per_s}")
         check_eviction_policy(self.eviction_policy)
         make_prefill_batch_policy(self.prefill_batching, self.prefill_token_budget, self.prefill_attention_tokens)
+        if self.layerwise_min_read_kb < 0:
+            raise ValueError(f"layerwise_min_read_kb must be >= 0, got {self.layerwise_min_read_kb}")
         if self.compute not in COMPUTE_MODES:
             raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")
         if self.compute == "emulated":

@@ -20,7 +20,8 @@ class PrefillService(EngineService):
 
     def __init__(self, config: EngineServiceConfig):
         super().__init__(config)
-        self.backlog = PrefillBacklog(PrefillWorker(self.engine, self.mover), self.engine.engine.block_size)
+        worker = PrefillWorker(self.engine, self.mover, config.layerwise_min_read_kb << 10)
+        self.backlog = PrefillBacklog(worker, self.engine.engine.block_size)
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         prefill_pb2_grpc.add_PrefillServicer_to_server(PrefillServicer(self.backlog), server)

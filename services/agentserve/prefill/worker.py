@@ -23,16 +23,19 @@ from agentserve.engine.engine import LLMEngine
 from agentserve.engine.layer_stream import LayerStream
 from agentserve.engine.runner import LayerLoadError
 from agentserve.engine_service.kv_moves import HeldElsewhere, KVMover, Moved
-from agentserve.engine_service.layer_loads import store_by_layer
+from agentserve.engine_service.layer_loads import MIN_READ_BYTES, layers_per_read, store_by_layer
 from agentserve.engine_service.relay import relay_by_layer, relay_load
 
 log = logging.getLogger(__name__)
 
 
 class PrefillWorker:
-    def __init__(self, engine: AsyncEngine, mover: KVMover):
+    def __init__(self, engine: AsyncEngine, mover: KVMover, min_layer_read_bytes: int = MIN_READ_BYTES):
+        """`min_layer_read_bytes`: a layerwise path-A read of a block carries at least this much
+        (whole layers), see `layer_loads.MIN_READ_BYTES`."""
         self.engine = engine
         self.mover = mover
+        self.layers_per_read = layers_per_read(mover, min_layer_read_bytes)
 
     async def prefill(self, request: PrefillRequest) -> PrefillResult:
         token_ids, sampling, tenant = request.token_ids, request.sampling, request.tenant
@@ -110,7 +113,7 @@ class PrefillWorker:
         mover = self.mover
 
         async def by_a(part: list[bytes], at: int) -> int:
-            return await store_by_layer(mover, part, stream, at)
+            return await store_by_layer(mover, part, stream, at, self.layers_per_read)
 
         async def by_b(part: list[bytes], at: int, relay_address: str) -> int:
             return await relay_by_layer(mover, part, relay_address, stream, at)

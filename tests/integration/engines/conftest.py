@@ -27,7 +27,9 @@ def cluster(tmp_path_factory):
     ]
     procs = [kv]
     try:
-        layerwise = ["--layerwise", "true", "--prefill-batching", "compute-quota", "--prefill-token-budget", "4096"]
+        # Layer by layer from the store, though the tiny model's layers are below the default read size.
+        layerwise = ["--layerwise", "true", "--layerwise-min-read-kb", "0"]
+        layerwise += ["--prefill-batching", "compute-quota", "--prefill-token-budget", "4096"]
         for name, module, port, extra in (
             ("prefill", "agentserve.prefill", prefill_port, []),
             ("prefill-layerwise", "agentserve.prefill", layerwise_port, layerwise),

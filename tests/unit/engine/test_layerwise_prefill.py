@@ -120,3 +120,16 @@ def test_a_token_budget_bounds_the_batch(tiny_model_dir, source, prompts):
     seqs = [engine.add_request(p[:900], FIRST) for p in prompts]  # 900 new tokens each: two fit in 2000
     assert engine.step() == seqs[:2]
     assert engine.step() == seqs[2:]
+
+
+def test_a_prefill_whose_layer_0_has_not_arrived_is_passed_over(tiny_model_dir, source, prompts):
+    engine = _engine(tiny_model_dir, layerwise=True)
+    full = _stream(source, prompts[0])
+    arriving = LayerStream(4, CACHED_BLOCKS, (BS, 2, 64), torch.float32)
+    waiting = engine.add_request(prompts[0], FIRST, external_prefix=arriving.external(CACHED_BLOCKS))
+    other = engine.add_request(prompts[1][:100], FIRST)
+    assert engine.step() == [other]  # its KV is still loading: the next one goes first
+    assert engine.step() == [] and list(engine.waiting) == [waiting]
+    arriving.put(0, range(4), full.k, full.v)
+    assert engine.step() == [waiting]
+    assert waiting.output_token_ids == source.firsts[0] and waiting.num_cached_tokens == CACHED_BLOCKS * BS
