@@ -228,6 +228,12 @@ class ComputeSettings:
         ]
 
 
+def session_db(data_dir: Path) -> Path:
+    """Where the scheduler writes its sessions (durable: a restarted scheduler resumes them): beside
+    the kvstore's data, not in it."""
+    return data_dir.with_name(f"{data_dir.name}-sessions") / "sessions.sqlite3"
+
+
 def service_commands(
     ports: LocalPorts,
     model_dir: Path,
@@ -293,6 +299,8 @@ def service_commands(
                 f"127.0.0.1:{ports.kvstore}",
                 "--kv-path-policy",
                 fabric.kv_path_policy,
+                "--session-db",
+                str(session_db(data_dir)),
             ],
         ),
     ]
@@ -409,6 +417,18 @@ class LocalCluster:
         except BaseException:
             self.stop()
             raise
+
+    def respawn(self, name: str, timeout_s: float = 180.0) -> Proc:
+        """Start service `name` again (after it died) and wait until it serves (tests kill one)."""
+        proc = next(p for p in self.procs if p.name == name)
+        if proc.popen.poll() is None:
+            raise ValueError(f"{name} is still running (pid {proc.popen.pid})")
+        proc.popen = self._spawn(name, proc.cmd, "a")
+        proc.restarts.started(time.monotonic())
+        wait_serving(proc, timeout_s)
+        if name == "scheduler":
+            wait_ready(proc, self.ports.http, timeout_s)
+        return proc
 
     def _spawn(self, name: str, cmd: list[str], mode: str) -> subprocess.Popen:
         with (self.log_dir / f"{name}.log").open(mode) as log:  # the child holds its own descriptor

@@ -35,6 +35,7 @@ class SchedulerConfig:
     max_sessions: int = 100_000
     max_sessions_per_tenant: int = 10_000
     session_ttl_s: float = 3600.0
+    session_db: str = ""  # SQLite file sessions are written through to (session_journal.py); "" = memory only
     # Load bounds (scheduler/admission.py): turns in flight, and each tenant's rate of new turns.
     max_inflight_turns: int = 256  # all tenants; 0 = unbounded
     max_inflight_per_tenant: int = 128  # 0 = unbounded

@@ -28,6 +28,7 @@ from agentserve.scheduler.prompts import PromptBuilder
 from agentserve.scheduler.registry import EngineRegistry, EngineStatus
 from agentserve.scheduler.relay_policy import make_relay_policy
 from agentserve.scheduler.router import LeastLoadedRouter, Router
+from agentserve.scheduler.session_journal import SessionJournal
 from agentserve.scheduler.sessions import Session, SessionLimits, SessionStore
 from agentserve.scheduler.tool_waits import ToolWaitState
 from agentserve.scheduler.turns import EngineCalls, StoreLookup, TurnRunner
@@ -51,9 +52,13 @@ class SchedulerCore:
         self.config = config
         self.tokenizer = tokenizer
         self.registry = registry or EngineRegistry(config.engine_timeout_ms / 1000)
+        self.journal = SessionJournal(config.session_db) if config.session_db else None
         self.sessions = SessionStore(
-            SessionLimits(config.max_sessions, config.max_sessions_per_tenant, config.session_ttl_s)
+            SessionLimits(config.max_sessions, config.max_sessions_per_tenant, config.session_ttl_s),
+            journal=self.journal,
         )
+        if self.journal is not None:
+            log.info("%d sessions resumed from %s", len(self.sessions), self.journal.path)
         self.admission = Admission(
             AdmissionLimits(
                 config.max_inflight_turns,
@@ -173,6 +178,18 @@ class SchedulerCore:
         session = self.sessions.close(session_id, owner)
         return session.turns, len(session.history)
 
+    def session_state(self, session_id: str, owner: str = "") -> dict[str, Any] | None:
+        """What a front saved on the owner's session (`set_session_state`); None if it has no such session."""
+        if not self.sessions.exists(session_id, owner):
+            return None
+        return dict(self.sessions.get(session_id, owner).client_state)
+
+    def set_session_state(self, session_id: str, owner: str, state: dict[str, Any]) -> None:
+        """Keep a front's own record of the session with it (durable when sessions are)."""
+        session = self.sessions.get(session_id, owner)
+        session.client_state = dict(state)
+        self.sessions.save(session)
+
     def expire_sessions(self) -> int:
         """Close sessions idle past their TTL; how many."""
         expired = self.sessions.expire()
@@ -207,6 +224,8 @@ class SchedulerCore:
         return self.sessions.find(event.session_id).tools
 
     async def aclose(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
         for client in (self.engines, self.store):
             close = getattr(client, "close", None)  # fakes in tests have nothing to close
             if close is not None:

@@ -6,7 +6,8 @@ lock serialises its turns: turn N+1 is built on turn N's committed history.
 
 Sessions belong to the tenant that opened them (`SessionStore`): no other tenant can continue,
 fork or close one, nor learn that it exists. Their number is capped, in all and per tenant, and an
-idle one is closed after a TTL (`SessionLimits`).
+idle one is closed after a TTL (`SessionLimits`). With a journal (`session_journal.py`) they
+survive a scheduler restart.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from agentserve.common.errors import NotFoundError, Overloaded
 from agentserve.scheduler.tool_waits import ToolWaitState
@@ -42,10 +43,13 @@ class Session:
     kv_holder: str = ""
     closed: bool = False
     owner: str = ""  # the tenant of the API key that opened it ("" without keys): who may use it
+    client_state: dict[str, Any] = field(default_factory=dict)  # the HTTP gateway's progress (JSON)
     created_at: float = field(default_factory=time.time)
     last_used: float = field(default_factory=time.monotonic)
     tools: ToolWaitState = field(default_factory=ToolWaitState)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    # Called after each commit (the store's journal, when sessions are durable).
+    on_commit: Callable[[Session], None] | None = field(default=None, repr=False, compare=False)
 
     @property
     def waiting_tool(self) -> bool:
@@ -59,6 +63,18 @@ class Session:
         self.turns += 1
         self.pending_system = ""
         self.pending_tools = ()
+        if self.on_commit is not None and not self.closed:
+            self.on_commit(self)
+
+
+class Journal(Protocol):
+    """Where durable sessions are written (`session_journal.SessionJournal`)."""
+
+    def save(self, session: Session) -> None: ...
+
+    def delete(self, session: Session) -> None: ...
+
+    def load(self) -> list[Session]: ...
 
 
 @dataclass(frozen=True)
@@ -83,12 +99,27 @@ class SessionStore:
     is exactly as unknown as one never opened (no existence oracle), and two tenants may pick the
     same HTTP session id without meeting."""
 
-    def __init__(self, limits: SessionLimits = SessionLimits(), clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        limits: SessionLimits = SessionLimits(),
+        clock: Callable[[], float] = time.monotonic,
+        journal: Journal | None = None,
+    ) -> None:
+        """With a `journal`, the sessions it holds are open again and every change is written to it."""
         self.limits = limits
         self._clock = clock
+        self._journal = journal
         self._sessions: dict[str, dict[str, Session]] = {}  # session id -> owner -> session
         self._per_tenant: Counter[str] = Counter()
         self._count = 0
+        for session in journal.load() if journal is not None else ():
+            session.last_used = clock()
+            self._add(session)
+
+    def save(self, session: Session) -> None:
+        """Write a changed session (its `client_state`) to the journal, if sessions are durable."""
+        if self._journal is not None and not session.closed:
+            self._journal.save(session)
 
     def __len__(self) -> int:
         return self._count
@@ -143,10 +174,16 @@ class SessionStore:
                 # Templates list tools at the start of a conversation, which a fork is past.
                 raise ValueError("tools need a session that starts a conversation, not a fork of one with history")
         self._make_room(session.tenant)
-        self._sessions.setdefault(session_id, {})[owner] = session
+        self._add(session)
+        self.save(session)
+        return session
+
+    def _add(self, session: Session) -> None:
+        self._sessions.setdefault(session.session_id, {})[session.owner] = session
         self._per_tenant[session.tenant] += 1
         self._count += 1
-        return session
+        if self._journal is not None:
+            session.on_commit = self._journal.save
 
     def get(self, session_id: str, owner: str = "") -> Session:
         """The owner's session of that id; NotFoundError if it has none (or it expired)."""
@@ -200,6 +237,8 @@ class SessionStore:
             del self._per_tenant[session.tenant]
         self._count -= 1
         session.closed = True
+        if self._journal is not None:
+            self._journal.delete(session)
 
     def _make_room(self, tenant: str) -> None:
         if self._count < self.limits.max_sessions and self._per_tenant[tenant] < self.limits.max_per_tenant:

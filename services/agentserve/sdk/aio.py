@@ -236,6 +236,10 @@ class AsyncClient:
         response = await self._unary(self._stub.OpenSession, request)
         return AsyncSession(self, response.session_id)
 
+    def session(self, session_id: str) -> AsyncSession:
+        """An existing session by its id (opened earlier, by this client or another process)."""
+        return AsyncSession(self, session_id)
+
     async def list_models(self) -> list[str]:
         return list((await self._unary(self._stub.ListModels, scheduler_pb2.ListModelsRequest())).models)
 

@@ -154,6 +154,10 @@ class Client:
         opening = self._async.open_session(tenant=tenant, agent=agent, parent=parent_id, system_prompt=system_prompt)
         return Session(self._loop, self._loop.run(_await(opening)))
 
+    def session(self, session_id: str) -> Session:
+        """An existing session by its id (opened earlier, by this client or another process)."""
+        return Session(self._loop, self._async.session(session_id))
+
     def list_models(self) -> list[str]:
         return self._loop.run(self._async.list_models())
 

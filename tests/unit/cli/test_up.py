@@ -47,6 +47,7 @@ def test_ready_line_lists_every_endpoint() -> None:
     assert ready_line(ports, env).endswith("| traces to http://127.0.0.1:4317 (UI http://h:6006)")
     commands = {name: cmd for name, _, cmd in service_commands(ports, Path("/m"), Path("/d"), 1)}
     assert flag(commands["scheduler"], "--metrics-port") == "9100"
+    assert flag(commands["scheduler"], "--session-db") == "/d-sessions/sessions.sqlite3"  # beside the kvstore's
 
 
 def test_several_prefill_engines_get_distinct_ports_and_names() -> None:

@@ -66,6 +66,7 @@ class FakeSession:
     tokens: int = 0
     turns: list[tuple[str, str]] = field(default_factory=list)  # (role, message)
     tools: list = field(default_factory=list)
+    state: dict = field(default_factory=dict)  # what the gateway saved (set_session_state)
 
 
 class FakeCore:
@@ -106,6 +107,13 @@ class FakeCore:
         self.completed.append((list(prompt_token_ids), sampling, tenant))
         async for event in self._generate(len(prompt_token_ids), 0, sampling, 0):
             yield event
+
+    def session_state(self, session_id, owner=""):
+        session = self.sessions.get(session_id)
+        return None if session is None else dict(session.state)
+
+    def set_session_state(self, session_id, owner, state):
+        self.sessions[session_id].state = dict(state)
 
     async def close_session(self, session_id, owner=""):
         session = self.sessions.pop(session_id, None)

@@ -133,3 +133,21 @@ def test_progress_is_bounded_lru():
 
     sessions = asyncio.run(main())
     assert len(sessions) == 2 and sessions.progress("a") is None and sessions.progress("c") is not None
+
+
+def test_forgotten_progress_is_picked_up_from_the_core_session():
+    """A gateway that lost its progress (LRU, or a restarted scheduler whose sessions are durable)
+    continues from what it saved on the core session: only the new message is sent."""
+    core = FakeCore()
+
+    async def main():
+        first = ChatSessions(core)
+        await _drain(first.turn("c1", [SYS, U1], GREEDY))
+        fresh = ChatSessions(core)  # nothing in memory
+        await _drain(fresh.turn("c1", [SYS, U1, A1, U2], GREEDY))
+        return fresh.progress("c1")
+
+    progress = asyncio.run(main())
+    assert core.sessions["c1"].turns == [("user", "u1"), ("user", "u2")]
+    assert (progress.consumed, progress.replies) == (3, 2)
+    assert core.sessions["c1"].state == {"consumed": 3, "replies": 2, "tools": "[]"}

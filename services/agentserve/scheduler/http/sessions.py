@@ -62,6 +62,16 @@ class SessionProgress:
     tools: str = ""  # the tools the session was opened with, as canonical JSON
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
+    def state(self) -> dict[str, Any]:
+        return {"consumed": self.consumed, "replies": self.replies, "tools": self.tools}
+
+    @classmethod
+    def of(cls, state: dict[str, Any] | None) -> SessionProgress:
+        """Progress saved on a core session (`state`), or a fresh one for a session not opened yet."""
+        if not state:
+            return cls()
+        return cls(consumed=state["consumed"], replies=state["replies"], opened=True, tools=state["tools"])
+
 
 def system_prompt_of(messages: Sequence[Message]) -> str | None:
     first = messages[0]
@@ -97,7 +107,8 @@ class ChatSessions:
     """Maps X-Session-Id to core sessions and remembers how much of each conversation they hold.
 
     Progress is bounded LRU: past `max_sessions`, the idle session used longest ago is forgotten
-    (its core session stays open; a later request under that id fails to reopen it).
+    here; it is also saved on the core session after every turn, so a later request (or a
+    restarted scheduler with durable sessions) picks it up from there.
     """
 
     def __init__(self, core: CoreAPI, max_sessions: int = DEFAULT_MAX_SESSIONS) -> None:
@@ -158,6 +169,9 @@ class ChatSessions:
             if finished:
                 progress.consumed = plan.consumed_after
                 progress.replies += 1
+                # Kept with the core session too: a restarted scheduler (durable sessions) or a
+                # gateway that forgot this progress picks the conversation up where it was.
+                self._core.set_session_state(session_id, owner, progress.state())
 
     async def close(self, session_id: str, owner: str = "") -> tuple[int, int]:
         """Close the owner's core session and forget its progress; NotFoundError if the core has no such session."""
@@ -168,7 +182,8 @@ class ChatSessions:
         progress = self._progress.get(key)
         if progress is None:
             self._evict(keep=key)
-            progress = self._progress[key] = SessionProgress()
+            owner, session_id = key
+            progress = self._progress[key] = SessionProgress.of(self._core.session_state(session_id, owner))
         self._progress.move_to_end(key)
         return progress
 

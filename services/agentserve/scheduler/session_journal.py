@@ -1,0 +1,116 @@
+"""SessionJournal: every open session written through to an embedded SQLite database, so a
+restarted scheduler resumes each one with its exact token history.
+
+What a session needs to continue is saved: owner, tenant, agent, parent, the system prompt and
+tools not yet rendered, the committed history (token ids as little-endian uint32), the turn count
+and the HTTP gateway's progress (`client_state`). What is only a routing hint is not: the KV
+holder (a restarted scheduler knows no engine yet; the next turn's prefix comes from the store or
+is recomputed, the same tokens either way), tool waits, idle time (the TTL counts from the restart).
+
+A row is written when a session opens, after each committed turn and when the gateway's progress
+moves; it is deleted when the session closes or expires. The database runs in WAL mode with
+`synchronous=NORMAL`: a write survives the scheduler being killed at any point (not a power cut
+in the instant after it).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from array import array
+from pathlib import Path
+
+from agentserve.scheduler.sessions import Session
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    owner TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    parent_id TEXT NOT NULL,
+    pending_system TEXT NOT NULL,
+    pending_tools TEXT NOT NULL,
+    history BLOB NOT NULL,
+    turns INTEGER NOT NULL,
+    client_state TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (owner, session_id)
+)
+"""
+
+
+def _pack(tokens: list[int]) -> bytes:
+    packed = array("I", tokens)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _unpack(blob: bytes) -> list[int]:
+    packed = array("I")
+    packed.frombytes(blob)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tolist()
+
+
+class SessionJournal:
+    def __init__(self, path: str | Path) -> None:
+        path = Path(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path, isolation_level=None)  # autocommit: one statement, one transaction
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute(SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise ValueError(f"session_db {str(path)!r}: {exc}") from None
+        self.path = path
+
+    def save(self, session: Session) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                session.owner,
+                session.session_id,
+                session.tenant,
+                session.agent,
+                session.parent_id,
+                session.pending_system,
+                json.dumps(list(session.pending_tools)),
+                _pack(session.history),
+                session.turns,
+                json.dumps(session.client_state),
+                session.created_at,
+            ),
+        )
+
+    def delete(self, session: Session) -> None:
+        self._db.execute("DELETE FROM sessions WHERE owner = ? AND session_id = ?", (session.owner, session.session_id))
+
+    def load(self) -> list[Session]:
+        rows = self._db.execute(
+            "SELECT owner, session_id, tenant, agent, parent_id, pending_system, pending_tools, history, turns, "
+            "client_state, created_at FROM sessions"
+        )
+        return [
+            Session(
+                session_id,
+                tenant=tenant,
+                agent=agent,
+                parent_id=parent_id,
+                pending_system=pending_system,
+                pending_tools=tuple(json.loads(pending_tools)),
+                history=_unpack(history),
+                turns=turns,
+                owner=owner,
+                client_state=json.loads(client_state),
+                created_at=created_at,
+            )
+            for owner, session_id, tenant, agent, parent_id, pending_system, pending_tools, history, turns, client_state, created_at in rows  # noqa: E501
+        ]
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,65 @@
+"""SessionJournal: a store reopened on the same database has the same sessions, token for token."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentserve.common.errors import NotFoundError
+from agentserve.scheduler.session_journal import SessionJournal
+from agentserve.scheduler.sessions import SessionLimits, SessionStore
+
+pytestmark = pytest.mark.unit
+
+TOOLS = ({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},)
+
+
+def test_a_reopened_store_resumes_every_open_session_exactly(tmp_path) -> None:
+    db = tmp_path / "state" / "sessions.sqlite3"
+    store = SessionStore(journal=SessionJournal(db))
+    chat = store.create(tenant="acme", agent="coder", system_prompt="be terse", owner="acme", session_id="chat-1")
+    chat.commit([1, 2, 70_000, 4_000_000_000], kv_holder="d0")
+    chat.client_state = {"consumed": 2, "replies": 1, "tools": "[]"}
+    store.save(chat)
+    fork = store.create(parent_id="chat-1", owner="acme", agent="sub")
+    fresh = store.create(tenant="beta", system_prompt="hi", tools=TOOLS, owner="beta")
+    gone = store.create(owner="acme")
+    store.close(gone.session_id, owner="acme")
+
+    reopened = SessionStore(journal=SessionJournal(db))
+    assert len(reopened) == 3
+    again = reopened.get("chat-1", owner="acme")
+    assert (again.history, again.turns, again.tenant, again.agent, again.pending_system) == (
+        [1, 2, 70_000, 4_000_000_000],
+        1,
+        "acme",
+        "coder",
+        "",
+    )
+    assert again.client_state == {"consumed": 2, "replies": 1, "tools": "[]"}
+    assert again.kv_holder == ""  # a routing hint: no engine is known after a restart
+    child = reopened.get(fork.session_id, owner="acme")
+    assert (child.history, child.parent_id, child.tenant) == ([1, 2, 70_000, 4_000_000_000], "chat-1", "acme")
+    opened = reopened.get(fresh.session_id, owner="beta")
+    assert (opened.pending_system, opened.pending_tools, opened.history) == ("hi", TOOLS, [])
+    with pytest.raises(NotFoundError):
+        reopened.get(gone.session_id, owner="acme")
+    # Commits after the restart are written through too.
+    again.commit([1, 2, 70_000, 4_000_000_000, 9])
+    assert SessionStore(journal=SessionJournal(db)).get("chat-1", owner="acme").history[-1] == 9
+
+
+def test_expired_sessions_leave_the_journal(tmp_path) -> None:
+    now = [0.0]
+    db = tmp_path / "sessions.sqlite3"
+    store = SessionStore(SessionLimits(idle_ttl_s=10.0), clock=lambda: now[0], journal=SessionJournal(db))
+    store.create(session_id="idle")
+    now[0] = 11.0
+    assert [s.session_id for s in store.expire()] == ["idle"]
+    assert len(SessionStore(journal=SessionJournal(db))) == 0
+
+
+def test_an_unusable_path_is_a_clear_error(tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ValueError, match="session_db"):
+        SessionJournal(blocker / "sessions.sqlite3")
