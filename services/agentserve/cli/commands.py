@@ -228,7 +228,7 @@ def up_local(args: argparse.Namespace) -> int:
         LocalPorts.free(args.decoders, args.prefill) if args.free_ports else LocalPorts(),
         prefill=args.prefill,
         decoders=args.decoders,
-        fabric=FabricSettings(args.profile, args.kv_path_policy),
+        fabric=FabricSettings(args.profile, args.kv_path_policy, shared_snic=args.shared_snic),
         compute=compute,
         listen_host=args.host,
         data_dir=args.data_dir,

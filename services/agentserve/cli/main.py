@@ -88,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="how store hits reach the prefill engine (DualPath: the shorter storage-NIC queue)",
     )
     up.add_argument(
+        "--shared-snic",
+        action="store_true",
+        help="a node's engines draw from one storage-NIC bucket (the profile's node), not a static share each",
+    )
+    up.add_argument(
         "--compute",
         default="real",
         choices=["real", "emulated"],

@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -185,6 +186,31 @@ class FabricSettings:
     profile: str = "local-unshaped"  # profiles/<name>.yaml, or a path to one
     kv_path_policy: str = "dualpath"  # dualpath, always-a, always-b
     prefill_tokens_per_s: float = 0.0  # what the profile is scaled against; 0 = each engine measures
+    # One storage-NIC bucket per node shared by its engines (the profile's node: `gpus` engines of a
+    # role each), worth their static shares together; off: each engine its static share alone.
+    shared_snic: bool = False
+
+    def snic_groups(self, role: str, count: int, cluster_key: int) -> list[list[str]]:
+        """Per engine of `role` (of `count`), the flags naming its node's shared SNIC bucket."""
+        if not self.shared_snic:
+            return [[] for _ in range(count)]
+        from agentserve.fabric.profiles import load_profile
+
+        node = load_profile(self.profile).node
+        if node is None:
+            raise ValueError(f"shared_snic needs a profile with a node topology; {self.profile} has none")
+        flags = []
+        for i in range(count):
+            first = i // node.gpus * node.gpus
+            engines = min(node.gpus, count - first)
+            path = snic_bucket_dir() / f"agentserve-snic-{cluster_key}-{role}-node{i // node.gpus}"
+            flags.append(["--snic-group", str(path), "--snic-group-engines", str(engines)])
+        return flags
+
+
+def snic_bucket_dir() -> Path:
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() else Path(tempfile.gettempdir())
 
 
 @dataclass(frozen=True)
@@ -304,13 +330,23 @@ def service_commands(
             ],
         ),
     ]
+    prefill_snics = fabric.snic_groups("prefill", prefill, ports.scheduler)
     for i in range(prefill):
         name = "prefill" if prefill == 1 else f"prefill-{i}"
         port = ports.prefill_port(i)
-        cmds.append((name, port, py + ["agentserve.prefill", "--grpc-port", str(port)] + engine_common))
+        cmds.append(
+            (name, port, py + ["agentserve.prefill", "--grpc-port", str(port)] + engine_common + prefill_snics[i])
+        )
+    decode_snics = fabric.snic_groups("decode", decoders, ports.scheduler)
     for i in range(decoders):
         port = ports.decode_ports[i] if ports.decode_ports else ports.decode_base + i
-        cmds.append((f"decode-{i}", port, py + ["agentserve.decode", "--grpc-port", str(port)] + engine_common))
+        cmds.append(
+            (
+                f"decode-{i}",
+                port,
+                py + ["agentserve.decode", "--grpc-port", str(port)] + engine_common + decode_snics[i],
+            )
+        )
     cmds.append(
         (
             "toolproxy",
@@ -386,6 +422,8 @@ class LocalCluster:
         model_dir = self.model_dir or ensure_default_model()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         started = {p.name for p in self.procs}
+        if not started:
+            self._remove_snic_buckets()  # a bucket left by an earlier cluster on these ports is stale
         try:
             commands = service_commands(
                 self.ports,
@@ -450,6 +488,11 @@ class LocalCluster:
                 proc.popen.kill()
                 proc.popen.wait()
         self.procs.clear()
+        self._remove_snic_buckets()
+
+    def _remove_snic_buckets(self) -> None:
+        for path in snic_bucket_dir().glob(f"agentserve-snic-{self.ports.scheduler}-*"):
+            path.unlink(missing_ok=True)
 
     def supervise(self, poll_s: float = 0.5) -> int:
         """Restart services that die (with backoff) until we are signalled (0) or one keeps dying

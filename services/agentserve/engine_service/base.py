@@ -21,7 +21,7 @@ from agentserve.engine_service.kv_moves import KVMover
 from agentserve.engine_service.registration import Registrar
 from agentserve.fabric.calibrate import measure_local_compute
 from agentserve.fabric.metrics import nic_status, register_nic_metrics
-from agentserve.fabric.profiles import ScaledProfile, load_profile
+from agentserve.fabric.profiles import ScaledProfile, SnicGroup, load_profile
 from agentserve.kvstore.sharded import ShardedKVStoreClient
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,8 @@ class EngineService(Service):
         # by consistent hashing of their id, so every engine finds a block on the same instance.
         self.kvstore = ShardedKVStoreClient(config.kvstore_address)
         self.fabric = self._scaled_profile(engine, model_dir)
-        self.nics = self.fabric.nics(self.role.value)
+        group = SnicGroup(config.snic_group, config.snic_group_engines) if config.snic_group else None
+        self.nics = self.fabric.nics(self.role.value, group)
         register_nic_metrics(self.nics.values())
         self.mover = KVMover(self.engine, self.engine_id, self.kvstore, config.kvstore_address, self.nics)
         self.registrar: Registrar | None = None

@@ -38,6 +38,10 @@ class EngineServiceConfig:
     heartbeat_interval_ms: int = 1000
     fabric_profile: str = "local-unshaped"  # profiles/<name>.yaml (or a .yaml path): this engine's snic and cnic
     fabric_prefill_tokens_per_s: float = 0.0  # local compute speed the profile is scaled by; 0 = measure
+    # The node's storage NIC shared with the other engines naming the same bucket file, worth
+    # snic_group_engines per-engine shares (agentserve.fabric.shared_bucket); empty = a static share.
+    snic_group: str = ""
+    snic_group_engines: int = 0
     # real: run the model; emulated: forwards take the target model's time on the target GPU, the
     # KV pool is the target's size, the fabric is dilated by time_dilation (agentserve.engine.emulation_config).
     compute: str = "real"
@@ -63,6 +67,8 @@ class EngineServiceConfig:
         make_prefill_batch_policy(self.prefill_batching, self.prefill_token_budget, self.prefill_attention_tokens)
         if self.layerwise_min_read_kb < 0:
             raise ValueError(f"layerwise_min_read_kb must be >= 0, got {self.layerwise_min_read_kb}")
+        if bool(self.snic_group) != (self.snic_group_engines > 0):
+            raise ValueError("snic_group and a positive snic_group_engines go together (or neither)")
         if self.compute not in COMPUTE_MODES:
             raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")
         if self.compute == "emulated":

@@ -18,6 +18,10 @@ the sender's latency (see `stream.py`).
 Queue depth (`NICStats.queue_bytes`) is the bytes of open transfers not yet let through: declared
 up front with `expected_bytes`, so the DualPath scheduler sees a whole queued load, not only the
 chunk at the head. `gbps=0` means unshaped: nothing waits, bytes are still counted.
+
+`shared_bucket` names a file through which NICs of several processes draw from one bucket
+(`shared_bucket.SharedTokenBucket`): a node's storage NIC shared by its engines, `gbps` being the
+whole node's. Queue depth and counters stay per process: each engine's own.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from agentserve.fabric.shared_bucket import SharedTokenBucket
 from agentserve.fabric.token_bucket import Clock, Sleep, TokenBucket
 
 # An idle NIC holds at most DEFAULT_BURST_MS of tokens, so a new transfer starts almost as on a
@@ -70,6 +75,7 @@ class EmulatedNIC:
         catchup_ms: float = DEFAULT_CATCHUP_MS,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        shared_bucket: str | None = None,
     ) -> None:
         if not gbps >= 0:
             raise ValueError(f"NIC {name}: gbps must be >= 0 (0 = unshaped), got {gbps!r}")
@@ -86,7 +92,14 @@ class EmulatedNIC:
         self.sleep = sleep
         self._idle_burst = self.bytes_per_s * burst_ms / 1000
         self._busy_burst = self.bytes_per_s * catchup_ms / 1000
-        self.bucket = TokenBucket(self.bytes_per_s, self._idle_burst, clock, sleep) if gbps > 0 else None
+        self.bucket: TokenBucket | None = None
+        if gbps > 0 and shared_bucket:
+            self.bucket = SharedTokenBucket(
+                shared_bucket, self.bytes_per_s, self._idle_burst, self._busy_burst, clock, sleep
+            )
+        elif gbps > 0:
+            self.bucket = TokenBucket(self.bytes_per_s, self._idle_burst, clock, sleep)
+        self.shared = bool(shared_bucket)
         self._queued = 0
         self._active = 0
         self._senders = 0  # open transfers that have sent a chunk

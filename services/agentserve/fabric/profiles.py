@@ -116,20 +116,41 @@ class HardwareProfile:
 
 
 @dataclass(frozen=True)
+class SnicGroup:
+    """Engines of one node drawing from one storage NIC: `path` names its shared bucket
+    (`fabric.shared_bucket`), `engines` how many per-engine shares it is worth."""
+
+    path: str
+    engines: int
+
+    def __post_init__(self) -> None:
+        if not self.path or self.engines <= 0:
+            raise ValueError(f"an SNIC group needs a bucket path and a positive engine count, got {self!r}")
+
+
+@dataclass(frozen=True)
 class ScaledProfile:
     profile: HardwareProfile
     time_dilation: float  # local seconds per target second
     bandwidth_scale: float  # local gbps per target gbps
     engines: dict[str, RoleNICs]
 
-    def nics(self, role: str, **clock) -> dict[str, EmulatedNIC]:
-        """Fresh `snic` and `cnic` for one engine of `role` (`clock`/`sleep` pass through)."""
+    def nics(self, role: str, snic_group: SnicGroup | None = None, **clock) -> dict[str, EmulatedNIC]:
+        """Fresh `snic` and `cnic` for one engine of `role` (`clock`/`sleep` pass through). With
+        `snic_group` the snic is one bucket shared with the group's other engines, at their shares' sum."""
         if role not in self.engines:
             raise ValueError(f"unknown engine role {role!r}; choose one of {', '.join(ROLES)}")
         specs = self.engines[role]
+        burst, catchup = self.profile.burst_ms, self.profile.catchup_ms
+        snic = EmulatedNIC("snic", specs.snic.gbps, specs.snic.latency_ms, burst, catchup, **clock)
+        if snic_group is not None:
+            gbps = specs.snic.gbps * snic_group.engines
+            snic = EmulatedNIC(
+                "snic", gbps, specs.snic.latency_ms, burst, catchup, **clock, shared_bucket=snic_group.path
+            )
         return {
-            name: EmulatedNIC(name, spec.gbps, spec.latency_ms, self.profile.burst_ms, self.profile.catchup_ms, **clock)
-            for name, spec in (("snic", specs.snic), ("cnic", specs.cnic))
+            "snic": snic,
+            "cnic": EmulatedNIC("cnic", specs.cnic.gbps, specs.cnic.latency_ms, burst, catchup, **clock),
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -6,8 +6,11 @@ DualPath node is 8 GPUs, 8 x 400 Gbps CNICs and one 400 Gbps SNIC, so a prefill 
 reads get an eighth of the SNIC when its node is busy. Nodes serve one role; P:D is the ratio of
 prefill nodes to decode nodes (1:2 in the paper's main setup).
 
-Engines run as separate processes with a token bucket each, so a node's SNIC is split statically:
-every engine gets gbps * storage_nics / gpus, the share it has when all of its node's engines read.
+Engines run as separate processes with a token bucket each, so by default a node's SNIC is split
+statically: every engine gets gbps * storage_nics / gpus, the share it has when all of its node's
+engines read. With a shared SNIC (`up --local --shared-snic`, engine config `snic_group`) the
+engines of a node draw from one bucket (agentserve.fabric.shared_bucket) worth their shares
+together, so an engine whose neighbours are idle reads at the whole node's rate.
 """
 
 from __future__ import annotations
