@@ -198,6 +198,12 @@ def bench_capacity(args: argparse.Namespace) -> dict | None:
     return capacity(args)
 
 
+def bench_dualpath(args: argparse.Namespace) -> dict | None:
+    from agentserve.bench.dualpath.cli import dualpath
+
+    return dualpath(args)
+
+
 def workload_convert(args: argparse.Namespace) -> dict:
     from agentserve.bench.workloads.cli import convert
 

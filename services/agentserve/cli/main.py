@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from agentserve.bench.dualpath import cli_args as dualpath_args
 from agentserve.bench.replay import cli_args as replay_args
 from agentserve.bench.workloads import cli_args as workload_args
 from agentserve.cli import commands
@@ -230,6 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
     capa = bench.add_parser("capacity", help="highest load (rate, concurrency or speedup) that meets an SLO")
     replay_args.add_capacity_arguments(capa)
     capa.set_defaults(func=commands.bench_capacity)
+    dual = bench.add_parser(
+        "dualpath",
+        help="DualPath's figures: every policy (baseline, layerwise, dualpath, split reads) on one agent workload, "
+        "offline JCT, online capacity, storage-NIC balance",
+    )
+    dualpath_args.add_arguments(dual)
+    dual.set_defaults(func=commands.bench_dualpath)
 
     workload = sub.add_parser("workload", help="agent workloads for bench replay").add_subparsers(
         dest="workload_command", required=True

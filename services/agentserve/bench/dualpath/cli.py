@@ -1,0 +1,128 @@
+"""`agentserve bench dualpath`: argparse namespace -> bench (or sweep) -> report files and output."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agentserve.bench.dualpath.bench import BenchSpec, run_bench
+from agentserve.bench.dualpath.cluster import ClusterSpec
+from agentserve.bench.dualpath.report import write_report
+from agentserve.bench.dualpath.runs import OnlineSpec
+from agentserve.bench.dualpath.workload import AgentWorkloadSpec
+from agentserve.bench.replay.slo import SLO
+
+# Emulated engines at this dilation spend ~nothing in the cost model: the run's time is what the
+# processes themselves take (and the NICs, dilated by it too, are effectively unshaped).
+FLOOR_TIME_DILATION = 1e-4
+
+
+def _engine_settings(args: argparse.Namespace) -> dict[str, Any]:
+    if args.compute == "real":
+        return {}
+    settings = {"compute": "emulated", "target_model": args.target_model, "time_dilation": args.time_dilation}
+    from agentserve.engine_service.config import PrefillConfig
+
+    fields = {f.name for f in dataclasses.fields(PrefillConfig)}
+    if "compute" not in fields:
+        raise ValueError("this build's engines have no emulated compute (engine setting compute); pass --compute real")
+    PrefillConfig(**settings)  # a bad target model or dilation fails here, naming the setting
+    return settings
+
+
+def time_dilation(args: argparse.Namespace) -> float | None:
+    """Local seconds per target second, or None when each engine measures its own."""
+    if args.compute == "emulated":
+        return args.time_dilation
+    if not args.local_prefill_tokens_per_s:
+        return None
+    from agentserve.fabric.profiles import load_profile
+
+    target = load_profile(args.profile).target
+    return target.prefill_tokens_per_s / args.local_prefill_tokens_per_s if target else 1.0
+
+
+def local_slo(target_slo: SLO, dilation: float | None) -> SLO:
+    scale = dilation or 1.0
+    return SLO(tuple((m, b * scale) for m, b in target_slo.bounds_s), target_slo.attainment)
+
+
+def bench_spec(args: argparse.Namespace) -> BenchSpec:
+    dilation = time_dilation(args)
+    target_slo = SLO.parse(args.slo)
+    online = (
+        OnlineSpec(
+            local_slo(target_slo, dilation),
+            duration_s=args.online_duration,
+            start_rate=args.online_start,
+            max_rate=args.online_max,
+            max_probes=args.online_probes,
+        )
+        if args.online
+        else None
+    )
+    engine_settings = _engine_settings(args)
+    floor = {"time_dilation": FLOOR_TIME_DILATION} if args.floor and args.compute == "emulated" else None
+    from agentserve.fabric.profiles import load_profile
+
+    profile = load_profile(args.profile)
+    return BenchSpec(
+        workload=AgentWorkloadSpec(
+            agents=args.agents,
+            turns=args.turns,
+            first_context=args.first_context,
+            final_context=args.final_context,
+            output_tokens=args.output_tokens,
+            seed=args.seed,
+        ),
+        cluster=ClusterSpec(
+            prefill=args.prefill,
+            decoders=args.decoders,
+            profile=args.profile,
+            block_size=args.block_size,
+            local_prefill_tokens_per_s=args.local_prefill_tokens_per_s,
+            engine_settings=engine_settings,
+        ),
+        online=online,
+        policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),
+        floor_settings=floor,
+        regime={
+            "compute": args.compute,
+            "target_model": args.target_model if args.compute == "emulated" else None,
+            "profile": profile.name,
+            "profile_description": profile.description,
+            "node": profile.node.to_dict() if profile.node else None,
+            "time_dilation": dilation,
+            "time_dilation_note": "local seconds per target second; bandwidths are divided by it and SLO bounds "
+            "multiplied"
+            if dilation
+            else "each engine measured its own compute speed (pass --local-prefill-tokens-per-s to fix it)",
+            "slo_target": str(target_slo),
+            "cpu_floor": f"dualpath offline with time_dilation {FLOOR_TIME_DILATION:g}" if floor else None,
+        },
+    )
+
+
+def _out_dir(args: argparse.Namespace, kind: str) -> Path:
+    return args.out or Path("artifacts") / "bench" / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def dualpath(args: argparse.Namespace) -> dict | None:
+    if args.sweep:
+        from agentserve.bench.dualpath.sweep import run_sweep
+
+        return run_sweep(args, _out_dir(args, "dualpath-sweep"))
+    spec = bench_spec(args)
+    out_dir = _out_dir(args, "dualpath")
+    result = asyncio.run(run_bench(spec, progress=args.progress))
+    write_report(result, out_dir)
+    print(f"agentserve bench dualpath: results in {out_dir}/ (dualpath.md, dualpath.json, plots)", file=sys.stderr)
+    if args.json:
+        return result
+    print((out_dir / "dualpath.md").read_text())
+    return None

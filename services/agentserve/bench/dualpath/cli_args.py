@@ -1,0 +1,66 @@
+"""Arguments of `agentserve bench dualpath` (no heavy imports: the CLI parser builds these for
+every command). Defaults are the scale the default invocation runs at on a 2-core machine."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from agentserve.bench.dualpath.policies import POLICY_NAMES
+
+# The paper's online SLO, in target seconds (local bounds are these times the time dilation).
+DEFAULT_TARGET_SLO = "ttft_p90=4000ms,tpot_p90=50ms"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    w = p.add_argument_group("workload (target tokens)")
+    w.add_argument("--agents", type=int, default=32, help="agents submitted at once offline (default 32)")
+    w.add_argument("--turns", type=int, default=30, help="turns per agent (default 30)")
+    w.add_argument("--first-context", type=int, default=16384, help="first turn's prompt, all new (default 16384)")
+    w.add_argument("--final-context", type=int, default=32768, help="last turn's prompt (default 32768)")
+    w.add_argument("--output-tokens", type=int, default=16, help="output tokens per turn (default 16)")
+    w.add_argument("--seed", type=int, default=0)
+    c = p.add_argument_group("cluster")
+    c.add_argument("--prefill", type=int, default=2, help="prefill engines (default 2)")
+    c.add_argument("--decoders", type=int, default=4, help="decode engines (default 4)")
+    c.add_argument("--profile", default="dualpath-h800", help="hardware profile (default dualpath-h800)")
+    c.add_argument("--block-size", type=int, default=64, help="tokens per KV block (default 64)")
+    c.add_argument(
+        "--compute",
+        default="emulated",
+        choices=["emulated", "real"],
+        help="emulated: engines take the target model's time from the cost model (default); real: run the "
+        "tiny model (contexts must fit it)",
+    )
+    c.add_argument("--target-model", default="deepseek-v3.2", help="emulated compute's target model")
+    c.add_argument(
+        "--time-dilation",
+        type=float,
+        default=2.0,
+        help="emulated: local seconds per target second (default 2); bandwidths are divided by it",
+    )
+    c.add_argument(
+        "--local-prefill-tokens-per-s",
+        type=float,
+        default=0.0,
+        help="real compute: the local prefill speed the profile is scaled by (0: each engine measures)",
+    )
+    r = p.add_argument_group("runs")
+    r.add_argument(
+        "--policies",
+        default=",".join(POLICY_NAMES),
+        help=f"comma-separated subset of {', '.join(POLICY_NAMES)} (default all)",
+    )
+    r.add_argument(
+        "--slo", default=DEFAULT_TARGET_SLO, help=f"online SLO in target time (default {DEFAULT_TARGET_SLO})"
+    )
+    r.add_argument("--no-online", dest="online", action="store_false", help="skip the capacity search")
+    r.add_argument("--online-duration", type=float, default=30.0, help="local seconds of arrivals per probe")
+    r.add_argument("--online-start", type=float, default=0.5, help="first probe, agents/s local (default 0.5)")
+    r.add_argument("--online-max", type=float, default=4.0, help="highest probe, agents/s local (default 4)")
+    r.add_argument("--online-probes", type=int, default=5, help="probes per policy (default 5)")
+    r.add_argument("--no-floor", dest="floor", action="store_false", help="skip the CPU-floor run")
+    r.add_argument("--sweep", action="store_true", help="offline sweep: agents 64/256/1024, contexts 32K/64K/128K")
+    r.add_argument("--out", type=Path, help="results directory (default artifacts/bench/dualpath-<time>)")
+    r.add_argument("--progress", action="store_true", help="progress bars on stderr")
+    r.add_argument("--json", action="store_true", help="print the result as JSON")

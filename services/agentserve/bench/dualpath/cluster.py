@@ -1,0 +1,94 @@
+"""One local cluster per policy: `agentserve up --local`'s processes (kvstore, scheduler, N prefill
+and M decode engines, tool proxy) on free ports, each service with the policy's settings as flags
+and its own Prometheus `/metrics` (the bench reads NIC utilisation from them)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentserve.bench.dualpath.policies import Policy, effective, flags
+from agentserve.bench.replay.target import MeteredCluster, Target
+from agentserve.cli.up import FabricSettings
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What every policy's cluster shares: engines, profile, KV block size, compute."""
+
+    prefill: int = 2
+    decoders: int = 4
+    profile: str = "dualpath-h800"
+    block_size: int = 64  # tokens per KV block: fewer, larger blocks keep Python's per-block work small
+    local_prefill_tokens_per_s: float = 0.0  # what the profile scales against; 0 = each engine measures
+    engine_settings: Mapping[str, Any] = field(default_factory=dict)  # every engine (e.g. compute mode)
+
+    def __post_init__(self) -> None:
+        if self.prefill < 1 or self.decoders < 1:
+            raise ValueError(f"need >= 1 prefill and decode engine, got {self.prefill} and {self.decoders}")
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        if self.local_prefill_tokens_per_s < 0:
+            raise ValueError(f"local_prefill_tokens_per_s must be >= 0, got {self.local_prefill_tokens_per_s}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prefill_engines": self.prefill,
+            "decode_engines": self.decoders,
+            "profile": self.profile,
+            "kv_block_tokens": self.block_size,
+            "local_prefill_tokens_per_s": self.local_prefill_tokens_per_s,
+            "engine_settings": dict(self.engine_settings),
+        }
+
+
+class PolicyCluster(MeteredCluster):
+    """A `MeteredCluster` whose scheduler and engines also get `policy`'s settings."""
+
+    def __init__(self, spec: ClusterSpec, policy: Policy, root: Path | None = None) -> None:
+        fabric = FabricSettings(
+            spec.profile,
+            str(policy.scheduler.get("kv_path_policy", FabricSettings.kv_path_policy)),
+            spec.local_prefill_tokens_per_s,
+        )
+        super().__init__(decoders=spec.decoders, prefill=spec.prefill, fabric=fabric, root=root)
+        engines = {"block_size": spec.block_size, **spec.engine_settings}
+        # kv_path_policy already reaches the scheduler through `fabric`.
+        self.service_settings = {
+            "scheduler": {k: v for k, v in effective(policy, "scheduler").items() if k != "kv_path_policy"},
+            "prefill": {**engines, **effective(policy, "prefill")},
+            "decode": {**engines, **effective(policy, "decode")},
+        }
+
+    def extra_args(self, name: str) -> list[str]:
+        role = name.split("-")[0]
+        return super().extra_args(name) + flags(self.service_settings.get(role, {}))
+
+
+async def start(spec: ClusterSpec, policy: Policy, timeout_s: float = 300.0) -> Target:
+    """Start `policy`'s cluster and return it as a replay target (no span collection: tracing off
+    keeps every service's CPU for serving; NIC and path bytes come from /metrics)."""
+    cluster = PolicyCluster(spec, policy)
+    print(
+        f"agentserve bench dualpath: starting {policy.name} ({spec.prefill} prefill, {spec.decoders} decode)...",
+        file=sys.stderr,
+    )
+    try:
+        await asyncio.to_thread(cluster.start, timeout_s)
+    except BaseException:
+        cluster.remove()
+        raise
+    p = cluster.ports
+    return Target(
+        f"127.0.0.1:{p.scheduler}",
+        f"http://127.0.0.1:{p.toolproxy_http}",
+        dict(cluster.metrics),
+        None,
+        f"local cluster, policy {policy.name} ({spec.prefill} prefill, {spec.decoders} decode, "
+        f"profile {spec.profile}; logs {cluster.log_dir})",
+        cluster,
+    )

@@ -1,0 +1,110 @@
+"""What limits a must-show figure that misses its target, measured in the same run: the storage
+NICs of each side (busy share, Gbps moved, the Gbps their shaping allowed while busy), the CPU
+floor against the runs' JCT, and any policy this build cannot run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# A side whose storage NICs were busy less than this share of the run was not what bound it.
+SATURATED = 0.8
+
+
+def _side(run: dict | None, role: str) -> dict[str, Any] | None:
+    if not run:
+        return None
+    snic = run["snic"]
+    engines = {e: u for e, u in snic["utilization"].items() if e.split("-")[0] == role}
+    totals = snic["bytes_by_role"].get(role, {})
+    shares = [u for u in engines.values() if u is not None]
+    return {
+        "engines": len(engines),
+        "busy_share_max": max(shares) if shares else None,
+        "busy_share_avg": sum(shares) / len(shares) if shares else None,
+        "gbps_moved": totals.get("gbps"),
+        "gbps_ceiling_measured": totals.get("gbps_when_busy"),
+    }
+
+
+def storage_sides(results: dict) -> dict[str, dict[str, Any]]:
+    """Per policy, both sides' storage NICs: what a second path could add is the decode side's
+    ceiling over the prefill side's."""
+    out = {}
+    for name, r in results.items():
+        if r.offline:
+            out[name] = {role: _side(r.offline, role) for role in ("prefill", "decode")}
+    return out
+
+
+def _fmt(x: float | None, digits: int = 2) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def _unavailable(results: dict, names: tuple[str, ...]) -> list[str]:
+    return [f"{n}: {'; '.join(results[n].unavailable)}" for n in names if n in results and results[n].unavailable]
+
+
+NEEDS = {
+    "offline_throughput_ratio": ("baseline", "dualpath"),
+    "split_throughput_ratio": ("baseline", "dualpath-split"),
+    "layerwise_jct_reduction": ("baseline", "layerwise"),
+    "dualpath_jct_reduction_over_layerwise": ("layerwise", "dualpath"),
+    "online_capacity_ratio": ("baseline", "dualpath"),
+    "snic_max_over_avg": ("dualpath",),
+    "tpot_p90_ratio": ("baseline", "dualpath"),
+}
+
+
+PATH_GAINS = ("offline_throughput_ratio", "split_throughput_ratio", "online_capacity_ratio")
+OFFLINE_GAINS = (*PATH_GAINS, "layerwise_jct_reduction", "dualpath_jct_reduction_over_layerwise")
+
+
+def explain(verdicts: dict, results: dict, floor: dict | None, spec) -> list[dict[str, Any]]:
+    sides = storage_sides(results)
+    base_prefill = (sides.get("baseline") or {}).get("prefill") or {}
+    out = []
+    for key, v in verdicts.items():
+        if v["met"]:
+            continue
+        reasons = _unavailable(results, NEEDS[key])
+        for name in NEEDS[key]:
+            r = results.get(name)
+            if r is not None and r.offline and r.offline["turns_failed"]:
+                reasons.append(f"{name} lost {r.offline['turns_failed']} turns ({r.offline['failures']})")
+        if key == "online_capacity_ratio" and spec.online is None:
+            reasons.append("no online capacity search in this invocation")
+        if v["value"] is not None:
+            busy = base_prefill.get("busy_share_max")
+            if key in OFFLINE_GAINS and busy is not None and busy < SATURATED:
+                reasons.append(
+                    f"the baseline's prefill storage NICs were busy at most {_fmt(busy)} of its run: it is "
+                    f"not storage-bound, so overlapping or adding reads has little to gain"
+                )
+            if key in PATH_GAINS:
+                dp = sides.get("dualpath") or {}
+                pre, dec = dp.get("prefill") or {}, dp.get("decode") or {}
+                reasons.append(
+                    "storage read ceilings measured (Gbps while busy, summed per side): prefill "
+                    f"{_fmt(pre.get('gbps_ceiling_measured'))}, decode {_fmt(dec.get('gbps_ceiling_measured'))}; "
+                    f"moved under dualpath: prefill {_fmt(pre.get('gbps_moved'))}, decode {_fmt(dec.get('gbps_moved'))}"
+                )
+            if floor and floor.get("jct_s") and (results.get("dualpath") and results["dualpath"].offline):
+                share = floor["jct_s"] / results["dualpath"].offline["jct_s"]
+                if share > 0.5:
+                    reasons.append(
+                        f"the CPU floor (free compute, unshaped fabric) takes {share:.0%} of dualpath's JCT: the "
+                        f"emulation's own processes, not the modelled I/O, bound the run"
+                    )
+            if key == "snic_max_over_avg":
+                util = results["dualpath"].offline["snic"]["utilization"]
+                reasons.append(
+                    "dualpath storage NIC busy shares: " + ", ".join(f"{e} {_fmt(u)}" for e, u in util.items())
+                )
+            if key == "tpot_p90_ratio":
+                reasons.append(
+                    f"TPOT p90 baseline {_fmt(results['baseline'].offline['tpot_p90_ms'], 1)} ms, dualpath "
+                    f"{_fmt(results['dualpath'].offline['tpot_p90_ms'], 1)} ms (relayed reads share the decode "
+                    f"engines' process with their decode steps)"
+                )
+        out.append({"key": key, "value": v["value"], "target": v["target"], "limited_by": reasons})
+    return out

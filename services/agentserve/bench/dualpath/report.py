@@ -1,0 +1,131 @@
+"""`bench dualpath` results on disk: dualpath.json (everything), dualpath.md (the tables a reader
+compares), PNG plots."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _f(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def write_report(result: dict, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        from agentserve.bench.dualpath import plots
+
+        result["files"] = {k: str(v) for k, v in plots.bench_plots(result, out_dir).items()}
+    except ImportError:
+        print("agentserve bench dualpath: matplotlib is not installed; skipping plots", file=sys.stderr)
+        result["files"] = {}
+    (out_dir / "dualpath.json").write_text(json.dumps(result, indent=2))
+    (out_dir / "dualpath.md").write_text(markdown(result))
+
+
+def headline_table(result: dict) -> list[str]:
+    lines = ["| figure | this run | target | paper | met |", "|---|---|---|---|---|"]
+    for key, v in result["targets"].items():
+        lines.append(f"| `{key}` | {_f(v['value'], 3)} | {v['target']} | {v['paper']} | {_f(v['met'])} |")
+    return lines
+
+
+def busiest(util: dict[str, float | None], role: str) -> float | None:
+    """The highest busy share among `role`'s engines."""
+    shares = [u for e, u in util.items() if e.split("-")[0] == role and u is not None]
+    return max(shares) if shares else None
+
+
+def policy_table(result: dict) -> list[str]:
+    lines = [
+        "| policy | JCT s | turns ok | turns/s | TTFT p90 ms | TPOT p90 ms | hit | prefill SNIC busy (max) "
+        "| decode SNIC busy (max) | prefill SNIC Gbps | decode SNIC Gbps |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, p in result["policies"].items():
+        run = p["offline"]
+        if run is None:
+            lines.append(f"| {name} | not run: {'; '.join(p['unavailable'] or ['—'])} |||||||||| ")
+            continue
+        util = run["snic"]["utilization"]
+        by_role = run["snic"]["bytes_by_role"]
+        lines.append(
+            f"| {name} | {_f(run['jct_s'], 1)} | {run['turns_ok']}/{run['turns_total']} | {_f(run['turns_per_s'])} | "
+            f"{_f(run['ttft_p90_ms'], 0)} | {_f(run['tpot_p90_ms'], 1)} | {_f(run['hit_ratio'], 3)} | "
+            f"{_f(busiest(util, 'prefill'))} | {_f(busiest(util, 'decode'))} | "
+            f"{_f(by_role.get('prefill', {}).get('gbps'), 3)} | {_f(by_role.get('decode', {}).get('gbps'), 3)} |"
+        )
+    return lines
+
+
+def capacity_table(result: dict) -> list[str]:
+    lines = [
+        "| policy | agents/s at SLO (local) | lowest failing | probes (agents/s: attainment) |",
+        "|---|---|---|---|",
+    ]
+    for name, p in result["policies"].items():
+        c = p.get("capacity")
+        if not c:
+            continue
+        probes = ", ".join(
+            f"{q['load']:.3g}: {q['attainment']:.0%}" for q in sorted(c["probes"], key=lambda q: q["load"])
+        )
+        lines.append(
+            f"| {name} | {_f(c['capacity_agents_per_s'], 3)} | {_f(c['lowest_failing_agents_per_s'], 3)} | {probes} |"
+        )
+    return lines
+
+
+def markdown(result: dict) -> str:
+    regime = result["regime"]
+    w, shape, cl = regime["workload"], regime["workload_shape"], regime["cluster"]
+    online = regime.get("online")
+    floor = result.get("cpu_floor")
+    lines = [
+        "# agentserve bench dualpath",
+        "",
+        f"- profile: `{regime['profile']}` ({regime['profile_description']}); compute {regime['compute']}"
+        + (f", target model {regime['target_model']}" if regime.get("target_model") else ""),
+        f"- time dilation: {_f(regime['time_dilation'], 3)} ({regime['time_dilation_note']})",
+        f"- engines: {cl['prefill_engines']} prefill, {cl['decode_engines']} decode; KV blocks of "
+        f"{cl['kv_block_tokens']} tokens",
+        f"- workload: {w['agents']} agents x {w['turns_per_agent']} turns, context {w['first_context_tokens']:,} -> "
+        f"{w['final_context_tokens']:,} tokens, ~{w['mean_append_tokens']:.0f} new + {w['output_tokens_per_turn']} "
+        f"output tokens a turn; hit ratio the workload allows {shape['hit_ratio']:.3f}",
+        f"- online: SLO {regime['slo_target']} in target time = `{online['slo_local']}` local; "
+        f"{online['duration_s']:g} s of Poisson agent arrivals per probe, up to {online['max_probes']} probes"
+        if online
+        else "- online: not run",
+        f"- CPU floor: {regime['cpu_floor']}: JCT {_f(floor.get('jct_s'), 1)} s" if floor else "- CPU floor: not run",
+        f"- wall time: {result['wall_s']:.0f} s",
+        "",
+        "## Must show",
+        "",
+        *headline_table(result),
+        "",
+        "## Offline (every agent at once)",
+        "",
+        *policy_table(result),
+        "",
+    ]
+    if any(p.get("capacity") for p in result["policies"].values()):
+        lines += ["## Online capacity", "", *capacity_table(result), ""]
+    if result["limits"]:
+        lines += ["## What limits the figures that miss", ""]
+        for item in result["limits"]:
+            lines.append(f"- `{item['key']}` = {_f(item['value'], 3)} (target {item['target']}):")
+            lines += [f"  - {reason}" for reason in item["limited_by"] or ["not measured"]]
+        lines.append("")
+    files = result.get("files") or {}
+    if files:
+        lines += ["## Plots", ""] + [f"![{k}]({Path(v).name})" for k, v in files.items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,126 @@
+"""Runs of `bench dualpath`: for each policy, one cluster, the offline run (every agent at once)
+and, for the policies compared online, a capacity search (agents/s at the SLO) on the same
+cluster. Every probe and run is a tenant of its own, so no run hits another's cache."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from agentserve.bench.dualpath import cluster
+from agentserve.bench.dualpath.metrics import run_figures
+from agentserve.bench.dualpath.policies import Policy
+from agentserve.bench.dualpath.workload import AgentWorkloadSpec, generate
+from agentserve.bench.replay import capacity as cap
+from agentserve.bench.replay.replayer import ReplayOptions
+from agentserve.bench.replay.run import replay_once
+from agentserve.bench.replay.slo import SLO
+
+
+@dataclass(frozen=True)
+class OnlineSpec:
+    """The capacity search: Poisson agent arrivals for `duration_s` (local seconds), then every
+    started agent runs to its end; a probe passes when its turns meet `slo` (local bounds)."""
+
+    slo: SLO
+    duration_s: float = 30.0
+    start_rate: float = 0.5  # agents/s, local
+    max_rate: float = 8.0
+    max_probes: int = 5
+    tolerance: float = 0.25
+
+    def __post_init__(self) -> None:
+        if self.duration_s <= 0 or self.start_rate <= 0 or self.max_rate < self.start_rate:
+            raise ValueError("online search needs duration > 0 and 0 < start_rate <= max_rate")
+
+    @property
+    def agents_needed(self) -> int:
+        """Agents the fastest probe may start (Poisson arrivals overshoot their mean; 1.5x covers it)."""
+        return math.ceil(self.max_rate * self.duration_s * 1.5) + 1
+
+    def search_spec(self) -> cap.SearchSpec:
+        return cap.SearchSpec(
+            start=self.start_rate,
+            max_load=self.max_rate,
+            rel_tolerance=self.tolerance,
+            max_probes=self.max_probes,
+        )
+
+
+@dataclass
+class PolicyResult:
+    policy: Policy
+    offline: dict[str, Any] | None = None
+    offline_summary: dict[str, Any] | None = None
+    capacity: dict[str, Any] | None = None
+    turn_records: list = field(default_factory=list)
+    unavailable: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def _log(text: str) -> None:
+    print(f"agentserve bench dualpath: {text}", file=sys.stderr, flush=True)
+
+
+async def run_policy(
+    policy: Policy,
+    spec: cluster.ClusterSpec,
+    workload: AgentWorkloadSpec,
+    online: OnlineSpec | None,
+    progress: bool = False,
+) -> PolicyResult:
+    """Start `policy`'s cluster, run offline (and the capacity search when `online`), stop it."""
+    started = time.monotonic()
+    result = PolicyResult(policy)
+    target = await cluster.start(spec, policy)
+    options = ReplayOptions(kv_block_tokens=spec.block_size)
+    try:
+        summary, replay = await replay_once(generate(workload), target, options, None, progress=progress)
+        result.offline_summary = summary
+        result.offline = run_figures(summary)
+        result.turn_records = replay.turns
+        _log(
+            f"{policy.name} offline: JCT {summary['duration_s']:.1f} s, {summary['turns_ok']}/"
+            f"{summary['turns_total']} turns, TPOT p90 {summary['tpot_p90_ms'] or 0:.1f} ms"
+        )
+        if online is not None:
+            result.capacity = await _capacity(policy, target, workload, online, spec, progress)
+    finally:
+        await target.close()
+    result.wall_s = time.monotonic() - started
+    return result
+
+
+async def _capacity(
+    policy: Policy,
+    target,
+    workload: AgentWorkloadSpec,
+    online: OnlineSpec,
+    spec: cluster.ClusterSpec,
+    progress: bool,
+) -> dict[str, Any]:
+    agents = generate(replace(workload, agents=online.agents_needed, seed=workload.seed + 1))
+    probes: list[dict] = []
+
+    async def probe(rate: float) -> bool:
+        options = ReplayOptions(rate=rate, duration_s=online.duration_s, kv_block_tokens=spec.block_size)
+        summary, _ = await replay_once(agents, target, options, online.slo, progress=progress)
+        entry = cap.probe_entry(rate, summary)
+        entry["agents_started"] = summary["run"]["jobs_started"]
+        probes.append(entry)
+        _log(
+            f"{policy.name} online {rate:.3g} agents/s: {entry['attainment']:.1%} of {entry['turns_total']} turns "
+            f"meet the SLO -> {'pass' if entry['meets_slo'] else 'fail'}"
+        )
+        return bool(entry["meets_slo"])
+
+    found = await cap.search(probe, online.search_spec())
+    return {
+        "capacity_agents_per_s": found.capacity,
+        "lowest_failing_agents_per_s": found.lowest_failing,
+        "converged": found.converged,
+        "probes": probes,
+    }

@@ -1,0 +1,191 @@
+"""bench dualpath's figures: per-run metrics from a replay summary, the must-show ratios and their
+verdicts, what limits a missed target, policy settings as flags, and the Markdown report."""
+
+import pytest
+
+from agentserve.bench.dualpath import limits, ratios
+from agentserve.bench.dualpath.bench import BenchSpec
+from agentserve.bench.dualpath.metrics import nic_figures, run_figures
+from agentserve.bench.dualpath.policies import IMPLICIT, flags, policies, unsupported
+from agentserve.bench.dualpath.report import markdown
+from agentserve.bench.dualpath.runs import PolicyResult
+
+pytestmark = pytest.mark.unit
+
+
+def summary(duration_s: float, tpot_ms: float, snic: dict[str, tuple[float, int]], failed: int = 0) -> dict:
+    """A replay summary with what run_figures reads; `snic`: engine -> (busy share, bytes)."""
+    return {
+        "duration_s": duration_s,
+        "turns_total": 60,
+        "turns_ok": 60 - failed,
+        "turns_failed": failed,
+        "failures": {},
+        "throughput": {
+            "turns_per_s": (60 - failed) / duration_s,
+            "prompt_tokens_per_s": 1.0,
+            "computed_prompt_tokens_per_s": 1.0,
+            "output_tokens_per_s": 1.0,
+        },
+        "hit_ratio": 0.95,
+        "ttft_p50_ms": 100.0,
+        "ttft_p90_ms": 200.0,
+        "tpot_p50_ms": tpot_ms,
+        "tpot_p90_ms": tpot_ms,
+        "session_completion_s": {},
+        "engines": {},
+        "nic_utilization": {
+            "per_nic": {f"{e}/snic": u for e, (u, _) in snic.items()} | {f"{e}/cnic": 0.1 for e in snic},
+            "bytes_per_nic": {f"{e}/snic": b for e, (_, b) in snic.items()} | {f"{e}/cnic": 7 for e in snic},
+        },
+    }
+
+
+BALANCED = {"prefill-0": (0.5, 10**9), "prefill-1": (0.5, 10**9), "decode-0": (0.5, 10**9), "decode-1": (0.6, 10**9)}
+PREFILL_BOUND = {
+    "prefill-0": (0.95, 2 * 10**9),
+    "prefill-1": (0.9, 2 * 10**9),
+    "decode-0": (0.0, 0),
+    "decode-1": (0.0, 0),
+}
+
+
+def test_nic_figures_are_snic_only_and_per_role():
+    f = nic_figures(summary(10.0, 50.0, BALANCED)["nic_utilization"], "snic", 10.0)
+    assert f["utilization"] == {"prefill-0": 0.5, "prefill-1": 0.5, "decode-0": 0.5, "decode-1": 0.6}
+    assert f["max_over_avg"] == pytest.approx(0.6 / 0.525)
+    prefill = f["bytes_by_role"]["prefill"]
+    assert prefill["engines"] == 2 and prefill["bytes"] == 2 * 10**9
+    assert prefill["gbps"] == pytest.approx(1.6)  # 2 GB in 10 s
+    assert prefill["gbps_when_busy"] == pytest.approx(3.2)  # each moved 0.8 Gbps over half the run
+
+
+def offline_figures() -> dict:
+    return {
+        "baseline": run_figures(summary(100.0, 50.0, PREFILL_BOUND)),
+        "layerwise": run_figures(summary(80.0, 50.0, PREFILL_BOUND)),
+        "dualpath": run_figures(summary(50.0, 51.0, BALANCED)),
+        "dualpath-split": run_figures(summary(40.0, 51.0, BALANCED)),
+    }
+
+
+def test_must_show_ratios_from_jct_capacity_snic_and_tpot():
+    figures = ratios.must_show(offline_figures(), {"baseline": 1.0, "dualpath": 2.0})
+    assert figures == {
+        "offline_throughput_ratio": 2.0,
+        "split_throughput_ratio": 2.5,
+        "layerwise_jct_reduction": pytest.approx(0.2),
+        "dualpath_jct_reduction_over_layerwise": pytest.approx(0.375),
+        "online_capacity_ratio": 2.0,
+        "snic_max_over_avg": pytest.approx(0.6 / 0.525),
+        "tpot_p90_ratio": pytest.approx(1.02),
+    }
+    v = ratios.verdicts(figures)
+    assert {k: x["met"] for k, x in v.items()} == {
+        "offline_throughput_ratio": True,
+        "split_throughput_ratio": True,
+        "layerwise_jct_reduction": True,
+        "dualpath_jct_reduction_over_layerwise": True,
+        "online_capacity_ratio": True,
+        "snic_max_over_avg": False,  # 1.143 > 1.1
+        "tpot_p90_ratio": True,
+    }
+    assert v["split_throughput_ratio"]["target_value"] == 2.0  # bound by the offline ratio itself
+
+
+def test_a_run_that_lost_turns_gives_no_ratio():
+    offline = offline_figures()
+    offline["dualpath"] = run_figures(summary(50.0, 51.0, BALANCED, failed=3))
+    figures = ratios.must_show(offline, {})
+    assert figures["offline_throughput_ratio"] is None
+    assert figures["dualpath_jct_reduction_over_layerwise"] is None
+    assert figures["online_capacity_ratio"] is None
+    assert ratios.verdicts(figures)["offline_throughput_ratio"]["met"] is None
+
+
+def results(offline: dict) -> dict:
+    catalogue = policies()
+    return {n: PolicyResult(catalogue[n], offline=f) for n, f in offline.items()}
+
+
+def test_limits_name_the_unsaturated_side_and_the_measured_ceilings():
+    offline = offline_figures()
+    offline["baseline"] = run_figures(summary(60.0, 50.0, BALANCED))  # not storage-bound
+    figures = ratios.must_show(offline, {})
+    out = limits.explain(ratios.verdicts(figures), results(offline), None, BenchSpec())
+    by_key = {x["key"]: x for x in out}
+    # 60 s baseline, 80 s layerwise: layerwise misses too.
+    assert set(by_key) == {
+        "offline_throughput_ratio",
+        "layerwise_jct_reduction",
+        "online_capacity_ratio",
+        "snic_max_over_avg",
+    }
+    reasons = by_key["offline_throughput_ratio"]["limited_by"]
+    assert reasons[0].startswith("the baseline's prefill storage NICs were busy at most 0.50")
+    # dualpath: 1 GB an engine in 50 s = 0.16 Gbps, busy 0.5 (0.6 for decode-1) of the run.
+    assert "prefill 0.64, decode 0.59; moved under dualpath: prefill 0.32, decode 0.32" in reasons[1]
+    assert by_key["online_capacity_ratio"]["limited_by"] == ["no online capacity search in this invocation"]
+    assert "decode-1 0.60" in by_key["snic_max_over_avg"]["limited_by"][0]
+
+
+def test_limits_name_a_policy_this_build_cannot_run():
+    r = results(offline_figures())
+    r["layerwise"] = PolicyResult(policies()["layerwise"], unavailable=["prefill has no setting layerwise=True"])
+    offline = {n: x.offline for n, x in r.items()}
+    figures = ratios.must_show(offline, {"baseline": 1.0, "dualpath": 2.0})
+    out = {x["key"]: x for x in limits.explain(ratios.verdicts(figures), r, None, BenchSpec())}
+    assert out["layerwise_jct_reduction"]["limited_by"] == ["layerwise: prefill has no setting layerwise=True"]
+
+
+def test_policy_settings_become_service_flags():
+    assert flags({"kv_path_policy": "split", "layerwise": True, "prefill_token_budget": 8192}) == [
+        "--kv-path-policy",
+        "split",
+        "--layerwise",
+        "true",
+        "--prefill-token-budget",
+        "8192",
+    ]
+    base = policies()["baseline"]
+    assert base.scheduler["kv_path_policy"] == "always-a"
+    # The baseline runs on any build: its settings are the services' behaviour without them.
+    assert unsupported(base) == []
+    assert {(k, v) for k, v in base.prefill.items()} <= IMPLICIT
+
+
+def test_markdown_states_regime_targets_and_policies():
+    offline = offline_figures()
+    figures = ratios.must_show(offline, {"baseline": 1.0, "dualpath": 2.0})
+    verdicts = ratios.verdicts(figures)
+    spec = BenchSpec()
+    result = {
+        **figures,
+        "targets": verdicts,
+        "limits": limits.explain(verdicts, results(offline), None, spec),
+        "regime": {
+            "profile": "dualpath-h800",
+            "profile_description": "8x H800",
+            "compute": "emulated",
+            "target_model": "deepseek-v3.2",
+            "time_dilation": 2.0,
+            "time_dilation_note": "local seconds per target second",
+            "slo_target": "ttft_p90=4000ms",
+            "cpu_floor": None,
+            "cluster": spec.cluster.to_dict(),
+            "workload": spec.workload.to_dict(),
+            "workload_shape": {"hit_ratio": 0.958},
+            "online": None,
+        },
+        "policies": {
+            n: {"offline": f, "capacity": None, "unavailable": None, "settings": {}} for n, f in offline.items()
+        },
+        "cpu_floor": None,
+        "wall_s": 12.0,
+    }
+    text = markdown(result)
+    assert "| `offline_throughput_ratio` | 2.000 | >= 1.87 | up to 1.87x | yes |" in text
+    assert "| `snic_max_over_avg` | 1.143 | <= 1.1 | 1.06 | no |" in text
+    assert "| dualpath | 50.0 | 60/60 | 1.20 | 200 | 51.0 | 0.950 | 0.50 | 0.60 | 0.320 | 0.320 |" in text
+    assert "32 agents x 30 turns, context 16,384 -> 32,768 tokens" in text
+    assert "time dilation: 2.000" in text
