@@ -25,7 +25,14 @@ FLOOR_TIME_DILATION = 1e-4
 def _engine_settings(args: argparse.Namespace) -> dict[str, Any]:
     if args.compute == "real":
         return {}
-    settings = {"compute": "emulated", "target_model": args.target_model, "time_dilation": args.time_dilation}
+    # One torch thread: an emulated engine's tensors are tiny, and a pool per engine would fight
+    # a dozen processes for two cores.
+    settings = {
+        "compute": "emulated",
+        "target_model": args.target_model,
+        "time_dilation": args.time_dilation,
+        "num_threads": 1,
+    }
     from agentserve.engine_service.config import PrefillConfig
 
     fields = {f.name for f in dataclasses.fields(PrefillConfig)}
