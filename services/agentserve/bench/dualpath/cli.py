@@ -20,9 +20,18 @@ from agentserve.bench.replay.slo import SLO
 # Emulated engines at this dilation spend ~nothing in the cost model: the run's time is what the
 # processes themselves take (and the NICs, dilated by it too, are effectively unshaped).
 FLOOR_TIME_DILATION = 1e-4
+TARGET_GPU = "h800"  # the dualpath-h800 profile's GPU
 
 
-def _engine_settings(args: argparse.Namespace) -> dict[str, Any]:
+def _pool(args: argparse.Namespace):
+    from agentserve.bench.dualpath.kv_pool import plan
+
+    if args.compute == "real" or args.kv_pool_tokens == 0:
+        return None
+    return plan(args.target_model, TARGET_GPU, args.agents, args.prefill + args.decoders, args.kv_pool_tokens)
+
+
+def _engine_settings(args: argparse.Namespace, pool) -> dict[str, Any]:
     if args.compute == "real":
         return {}
     # One torch thread: an emulated engine's tensors are tiny, and a pool per engine would fight
@@ -30,9 +39,12 @@ def _engine_settings(args: argparse.Namespace) -> dict[str, Any]:
     settings = {
         "compute": "emulated",
         "target_model": args.target_model,
+        "target_gpu": TARGET_GPU,
         "time_dilation": args.time_dilation,
         "num_threads": 1,
     }
+    if pool is not None:
+        settings["activation_reserve"] = pool.activation_reserve
     from agentserve.engine_service.config import PrefillConfig
 
     fields = {f.name for f in dataclasses.fields(PrefillConfig)}
@@ -73,7 +85,8 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
         if args.online
         else None
     )
-    engine_settings = _engine_settings(args)
+    pool = _pool(args)
+    engine_settings = _engine_settings(args, pool)
     floor = {"time_dilation": FLOOR_TIME_DILATION} if args.floor and args.compute == "emulated" else None
     from agentserve.fabric.profiles import load_profile
 
@@ -85,6 +98,7 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
             first_context=args.first_context,
             final_context=args.final_context,
             output_tokens=args.output_tokens,
+            shared_prefix=args.shared_prefix,
             seed=args.seed,
         ),
         cluster=ClusterSpec(
@@ -105,6 +119,7 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
             "profile_description": profile.description,
             "node": profile.node.to_dict() if profile.node else None,
             "time_dilation": dilation,
+            "kv_pool": pool.to_dict() if pool else "the target GPU's (or the real model's) whole pool",
             "time_dilation_note": "local seconds per target second; bandwidths are divided by it and SLO bounds "
             "multiplied"
             if dilation

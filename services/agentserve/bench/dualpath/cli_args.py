@@ -19,6 +19,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--first-context", type=int, default=16384, help="first turn's prompt, all new (default 16384)")
     w.add_argument("--final-context", type=int, default=32768, help="last turn's prompt (default 32768)")
     w.add_argument("--output-tokens", type=int, default=16, help="output tokens per turn (default 16)")
+    w.add_argument(
+        "--shared-prefix",
+        type=int,
+        default=12288,
+        help="tokens of the first context every agent shares (system prompt, tools), cached before the run",
+    )
     w.add_argument("--seed", type=int, default=0)
     c = p.add_argument_group("cluster")
     c.add_argument("--prefill", type=int, default=2, help="prefill engines (default 2)")
@@ -38,6 +44,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=2.0,
         help="emulated: local seconds per target second (default 2); bandwidths are divided by it",
+    )
+    c.add_argument(
+        "--kv-pool-tokens",
+        type=int,
+        default=None,
+        help="emulated: KV pool tokens per engine (default: the target's HBM per agent at the paper's 1024 agents "
+        "on 24 GPUs, times agents per engine here; 0: the target GPU's whole HBM)",
     )
     c.add_argument(
         "--local-prefill-tokens-per-s",

@@ -1,8 +1,9 @@
 """The agent workload every policy of `bench dualpath` serves: independent agents whose context
 grows turn by turn, as in DualPath's agentic traces (long contexts, short appends, high hit).
 
-An agent's first turn sends `first_context` fresh tokens (its task, files, system prompt: all a
-miss). Every later turn appends the previous turn's output and a short message (a tool result, an
+An agent's first turn sends `first_context` tokens: a system prompt and tool definitions every
+agent shares (`shared_prefix` tokens, cached before the run as a deployment has them) and its own
+task and files (the rest, a miss). Every later turn appends the previous turn's output and a short message (a tool result, an
 observation), so its prompt is the whole context so far plus the message, and everything but the
 message is a cache hit. Appends are drawn uniformly within +-50% of their mean and then rescaled
 so that the last turn's prompt is exactly `final_context`: every agent reaches the stated context.
@@ -18,20 +19,28 @@ from dataclasses import dataclass
 
 from agentserve.bench.workloads.model import Session, Turn, Workload
 
+SHARED_PREFIX = "system"
+
 
 @dataclass(frozen=True)
 class AgentWorkloadSpec:
     agents: int = 32
     turns: int = 30
-    first_context: int = 16384  # the first turn's prompt, all of it new
+    first_context: int = 16384  # the first turn's prompt
     final_context: int = 32768  # the last turn's prompt
-    output_tokens: int = 64  # per turn
+    output_tokens: int = 16  # per turn
+    shared_prefix: int = 12288  # of the first context, shared by every agent and cached before the run
     seed: int = 0
 
     def __post_init__(self) -> None:
         for name in ("agents", "turns", "first_context", "output_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.shared_prefix < self.first_context:
+            raise ValueError(
+                f"shared_prefix must be in [0, first_context) (the first turn adds a task of its own), "
+                f"got {self.shared_prefix} with first_context {self.first_context}"
+            )
         if self.turns < 2:
             raise ValueError(f"turns must be >= 2 (a later turn is where the context is reused), got {self.turns}")
         growth = self.final_context - self.first_context
@@ -55,6 +64,7 @@ class AgentWorkloadSpec:
             "final_context_tokens": self.final_context,
             "mean_append_tokens": round(self.mean_append, 1),
             "output_tokens_per_turn": self.output_tokens,
+            "shared_prefix_tokens": self.shared_prefix,
             "seed": self.seed,
         }
 
@@ -74,12 +84,14 @@ def appends(spec: AgentWorkloadSpec, rng: random.Random) -> list[int]:
 def generate(spec: AgentWorkloadSpec) -> Workload:
     rng = random.Random(spec.seed)
     sessions = []
+    prefix = SHARED_PREFIX if spec.shared_prefix else None
     for a in range(spec.agents):
-        first = Turn(output_tokens=spec.output_tokens, new_tokens=spec.first_context)
+        first = Turn(output_tokens=spec.output_tokens, new_tokens=spec.first_context - spec.shared_prefix)
         later = [Turn(output_tokens=spec.output_tokens, new_tokens=n) for n in appends(spec, rng)]
-        sessions.append(Session(f"agent{a:04d}", (first, *later), agent="agent", tenant="dualpath"))
+        sessions.append(Session(f"agent{a:04d}", (first, *later), agent="agent", tenant="dualpath", prefix=prefix))
     name = f"dualpath-agents-{spec.agents}x{spec.turns}-{spec.first_context}to{spec.final_context}"
-    return Workload(name=name, sessions=tuple(sessions), source="bench dualpath").validate()
+    prefixes = {SHARED_PREFIX: spec.shared_prefix} if spec.shared_prefix else {}
+    return Workload(name=name, sessions=tuple(sessions), source="bench dualpath", prefixes=prefixes).validate()
 
 
 @dataclass(frozen=True)
@@ -113,14 +125,14 @@ class WorkloadShape:
 
 def shape(workload: Workload) -> WorkloadShape:
     """Prompt and reusable tokens of every turn of a context-based workload: a turn's prompt is
-    the context (previous prompt and output) plus its new tokens."""
+    the context (shared prefix, then previous prompt and output) plus its new tokens."""
     prompt = reusable = max_context = 0
     finals = []
     for s in workload.sessions:
-        context = 0
+        context = workload.prefixes[s.prefix] if s.prefix is not None else 0
         for t in s.turns:
-            if t.hash_based or t.reuse_tokens is not None or s.prefix is not None:
-                raise ValueError(f"session {s.id}: shape() counts whole-context turns without a shared prefix only")
+            if t.hash_based or t.reuse_tokens is not None:
+                raise ValueError(f"session {s.id}: shape() counts whole-context turns only")
             length = context + t.new_tokens
             prompt += length
             reusable += context
