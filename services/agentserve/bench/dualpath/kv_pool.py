@@ -9,7 +9,9 @@ is scaled with the agents: the same HBM per agent as at the paper's scale,
 
     pool tokens = target pool tokens * (agents / engines) / (PAPER_AGENTS / PAPER_ENGINES)
 
-and it is set through the engines' activation reserve (the share of HBM kept from the pool).
+but never below `MIN_CONTEXTS` final contexts, so an engine still holds the few sequences a
+step works on (a prefill without layerwise stages its whole prefix; a decode keeps its context).
+It is set through the engines' activation reserve (the share of HBM kept from the pool).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 PAPER_AGENTS = 1024
 PAPER_ENGINES = 24  # one prefill node and two decode nodes of 8 GPUs (P:D 1:2)
+MIN_CONTEXTS = 4
 
 
 @dataclass(frozen=True)
@@ -36,11 +39,19 @@ class PoolPlan:
         }
 
 
-def scaled_pool_tokens(target_pool_tokens: int, agents: int, engines: int) -> int:
-    return round(target_pool_tokens * (agents / engines) / (PAPER_AGENTS / PAPER_ENGINES))
+def scaled_pool_tokens(target_pool_tokens: int, agents: int, engines: int, final_context: int) -> int:
+    scaled = round(target_pool_tokens * (agents / engines) / (PAPER_AGENTS / PAPER_ENGINES))
+    return min(target_pool_tokens, max(scaled, MIN_CONTEXTS * final_context))
 
 
-def plan(target_model: str, target_gpu: str, agents: int, engines: int, pool_tokens: int | None = None) -> PoolPlan:
+def plan(
+    target_model: str,
+    target_gpu: str,
+    agents: int,
+    engines: int,
+    final_context: int,
+    pool_tokens: int | None = None,
+) -> PoolPlan:
     """The activation reserve that leaves each engine `pool_tokens` (None: scaled as above)."""
     from agentserve.costmodel.gpus import target_gpu as gpu_named
     from agentserve.costmodel.kv_capacity import DEFAULT_ACTIVATION_RESERVE, kv_capacity_blocks
@@ -49,10 +60,10 @@ def plan(target_model: str, target_gpu: str, agents: int, engines: int, pool_tok
 
     cost = ComputeCost(model_named(target_model), gpu_named(target_gpu))
     target_tokens = kv_capacity_blocks(cost, 1, DEFAULT_ACTIVATION_RESERVE)
-    tokens = scaled_pool_tokens(target_tokens, agents, engines) if pool_tokens is None else pool_tokens
+    tokens = scaled_pool_tokens(target_tokens, agents, engines, final_context) if pool_tokens is None else pool_tokens
     hbm = cost.gpu.hbm_bytes
     reserve = (hbm - cost.weight_bytes_per_gpu - tokens * cost.model.kv_bytes_per_token) / hbm
-    if not DEFAULT_ACTIVATION_RESERVE <= reserve < 1:
+    if not 0 <= reserve < 1:
         raise ValueError(
             f"a KV pool of {tokens} tokens per engine is outside what {target_gpu} holds for {target_model} "
             f"(at most {target_tokens}); lower --kv-pool-tokens"
