@@ -5,8 +5,9 @@ An agent's first turn sends `first_context` tokens: a system prompt and tool def
 agent shares (`shared_prefix` tokens, cached before the run as a deployment has them) and its own
 task and files (the rest, a miss). Every later turn appends the previous turn's output and a
 short message (a tool result, an observation), so its prompt is the whole context so far plus
-the message, and everything but the message is a cache hit. Appends are drawn uniformly within +-50% of their mean and then rescaled
-so that the last turn's prompt is exactly `final_context`: every agent reaches the stated context.
+the message, and everything but the message is a cache hit. Appends are drawn uniformly within
++-50% of their mean and then rescaled so that the last turn's prompt is exactly `final_context`:
+every agent reaches the stated context.
 
 Lengths are the target model's tokens. Emulated engines take every token id at face value (ids
 are arbitrary ints; no tokenizer), so a 32K-token prompt is 32K ids on the wire.
