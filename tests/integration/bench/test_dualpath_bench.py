@@ -33,6 +33,8 @@ def test_every_policy_serves_every_turn_and_reports_every_key(tmp_path):
             "512",
             "--output-tokens",
             "4",
+            "--shared-prefix",
+            "128",
             "--block-size",
             "16",
             "--online-duration",

@@ -21,7 +21,9 @@ def test_default_workload_is_the_issue_regime():
 
 
 def test_every_agent_grows_turn_by_turn_to_the_final_context():
-    spec = AgentWorkloadSpec(agents=3, turns=31, first_context=16384, final_context=65536, output_tokens=16, seed=7)
+    spec = AgentWorkloadSpec(
+        agents=3, turns=31, first_context=16384, final_context=65536, output_tokens=16, shared_prefix=0, seed=7
+    )
     w = generate(spec)
     for session in w.sessions:
         assert len(session.turns) == 31
@@ -35,7 +37,7 @@ def test_every_agent_grows_turn_by_turn_to_the_final_context():
 
 
 def test_appends_sum_exactly_to_the_growth_and_vary():
-    spec = AgentWorkloadSpec(turns=30, first_context=1000, final_context=20000, output_tokens=10)
+    spec = AgentWorkloadSpec(turns=30, first_context=1000, final_context=20000, output_tokens=10, shared_prefix=0)
     out = appends(spec, random.Random(3))
     assert len(out) == 29
     assert sum(out) == 20000 - 1000 - 29 * 10
@@ -60,9 +62,43 @@ def test_same_seed_same_workload():
     [
         ({"agents": 0}, "agents"),
         ({"turns": 1}, "turns"),
-        ({"first_context": 1000, "final_context": 1100, "turns": 30, "output_tokens": 16}, "final_context"),
+        ({"first_context": 1000, "final_context": 1100, "turns": 30, "shared_prefix": 0}, "final_context"),
+        ({"first_context": 1000, "final_context": 9000, "shared_prefix": 1000}, "shared_prefix"),
     ],
 )
 def test_bad_specs_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         AgentWorkloadSpec(**kwargs)
+
+
+def test_agents_share_a_cached_system_prompt():
+    spec = AgentWorkloadSpec(agents=2, turns=30, first_context=16384, final_context=32768, shared_prefix=12288)
+    w = generate(spec)
+    assert w.prefixes == {"system": 12288}
+    assert all(s.prefix == "system" and s.turns[0].new_tokens == 16384 - 12288 for s in w.sessions)
+    s = shape(w)
+    assert s.max_context == s.min_final_context == 32768  # the prefix counts toward the context
+    # The first turn's 12288 shared tokens are reusable too.
+    no_prefix = shape(generate(AgentWorkloadSpec(agents=2, shared_prefix=0)))
+    assert s.reusable_tokens - no_prefix.reusable_tokens == 2 * 12288
+    assert s.prompt_tokens == no_prefix.prompt_tokens
+
+
+def test_prefill_pool_scales_with_agents_per_engine_with_a_floor():
+    from agentserve.bench.dualpath.kv_pool import PAPER_AGENTS, PAPER_ENGINES, prefill_pool_tokens
+
+    target = 1_200_000
+    # The paper's own density gives the target's pool back.
+    assert prefill_pool_tokens(target, PAPER_AGENTS, PAPER_ENGINES, 32768) == target
+    # 32 agents on 6 engines: 5.33 agents an engine instead of 42.67, an eighth of the pool.
+    assert prefill_pool_tokens(target, 32, 6, 32768) == 150_000
+    # Never below four final contexts, never above the target's pool.
+    assert prefill_pool_tokens(target, 2, 6, 32768) == 4 * 32768
+    assert prefill_pool_tokens(target, 4096, 6, 32768) == target
+
+
+def test_decode_pool_holds_its_share_of_final_contexts():
+    from agentserve.bench.dualpath.kv_pool import decode_pool_tokens
+
+    assert decode_pool_tokens(1_200_000, 32, 4, 32768) == 10 * 32768  # ceil(1.25 * 8) contexts
+    assert decode_pool_tokens(1_200_000, 1024, 4, 32768) == 1_200_000

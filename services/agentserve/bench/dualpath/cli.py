@@ -50,8 +50,6 @@ def _engine_settings(args: argparse.Namespace, pool) -> dict[str, Any]:
         "time_dilation": args.time_dilation,
         "num_threads": 1,
     }
-    if pool is not None:
-        settings["activation_reserve"] = pool.activation_reserve
     from agentserve.engine_service.config import PrefillConfig
 
     fields = {f.name for f in dataclasses.fields(PrefillConfig)}
@@ -115,6 +113,8 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
             block_size=args.block_size,
             local_prefill_tokens_per_s=args.local_prefill_tokens_per_s,
             engine_settings=engine_settings,
+            prefill_settings={"activation_reserve": pool.prefill_reserve} if pool else {},
+            decode_settings={"activation_reserve": pool.decode_reserve} if pool else {},
         ),
         online=online,
         policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),

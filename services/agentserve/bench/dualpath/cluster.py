@@ -26,6 +26,8 @@ class ClusterSpec:
     block_size: int = 64  # tokens per KV block: fewer, larger blocks keep Python's per-block work small
     local_prefill_tokens_per_s: float = 0.0  # what the profile scales against; 0 = each engine measures
     engine_settings: Mapping[str, Any] = field(default_factory=dict)  # every engine (e.g. compute mode)
+    prefill_settings: Mapping[str, Any] = field(default_factory=dict)  # prefill engines only (e.g. pool size)
+    decode_settings: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.prefill < 1 or self.decoders < 1:
@@ -43,6 +45,8 @@ class ClusterSpec:
             "kv_block_tokens": self.block_size,
             "local_prefill_tokens_per_s": self.local_prefill_tokens_per_s,
             "engine_settings": dict(self.engine_settings),
+            "prefill_settings": dict(self.prefill_settings),
+            "decode_settings": dict(self.decode_settings),
         }
 
 
@@ -60,8 +64,8 @@ class PolicyCluster(MeteredCluster):
         # kv_path_policy already reaches the scheduler through `fabric`.
         self.service_settings = {
             "scheduler": {k: v for k, v in effective(policy, "scheduler").items() if k != "kv_path_policy"},
-            "prefill": {**engines, **effective(policy, "prefill")},
-            "decode": {**engines, **effective(policy, "decode")},
+            "prefill": {**engines, **spec.prefill_settings, **effective(policy, "prefill")},
+            "decode": {**engines, **spec.decode_settings, **effective(policy, "decode")},
         }
 
     def extra_args(self, name: str) -> list[str]:
