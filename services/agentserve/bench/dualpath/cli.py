@@ -29,12 +29,7 @@ def _pool(args: argparse.Namespace):
     if args.compute == "real" or args.kv_pool_tokens == 0:
         return None
     return plan(
-        args.target_model,
-        TARGET_GPU,
-        args.agents,
-        args.prefill + args.decoders,
-        args.final_context,
-        args.kv_pool_tokens,
+        args.target_model, TARGET_GPU, args.agents, args.prefill, args.decoders, args.final_context, args.kv_pool_tokens
     )
 
 
