@@ -58,7 +58,7 @@ def test_every_policy_serves_every_turn_and_reports_every_key(tmp_path):
     for name, p in result["policies"].items():
         assert p["unavailable"] is None, name
         run = p["offline"]
-        assert (run["turns_ok"], run["turns_failed"]) == (AGENTS * TURNS, 0), name
+        assert (run["turns_ok"], run["turns_failed"]) == (AGENTS * TURNS, 0), (name, run["failures"])
         assert set(run["snic"]["utilization"]) == {"prefill-0", "prefill-1", *(f"decode-{i}" for i in range(4))}
     for t in TARGETS:
         assert result[t.key] is not None, t.key

@@ -102,3 +102,4 @@ def test_decode_pool_holds_its_share_of_final_contexts():
 
     assert decode_pool_tokens(1_200_000, 32, 4, 32768) == 10 * 32768  # ceil(1.25 * 8) contexts
     assert decode_pool_tokens(1_200_000, 1024, 4, 32768) == 1_200_000
+    assert decode_pool_tokens(1_200_000, 2, 4, 512) == 4 * 512  # a turn's output needs room past its prompt

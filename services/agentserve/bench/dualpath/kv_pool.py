@@ -13,7 +13,7 @@ per agent as at the paper's scale,
 but never below `MIN_CONTEXTS` final contexts (the few sequences a step works on: a prefill
 without layerwise stages its whole prefix). A decode engine keeps the contexts of the sessions it
 decodes (the scheduler keeps a session on its decode engine), so its pool holds its share of the
-agents' final contexts with `DECODE_HEADROOM`, as the target's HBM would at the paper's density;
+agents' final contexts with `DECODE_HEADROOM` (and no fewer than `MIN_CONTEXTS`), as the target's HBM would at the paper's density;
 a smaller one deadlocks admission, a larger one changes nothing. Pools are set through the
 engines' activation reserve (the share of HBM kept from the pool).
 """
@@ -53,7 +53,8 @@ def prefill_pool_tokens(target_pool_tokens: int, agents: int, engines: int, fina
 
 
 def decode_pool_tokens(target_pool_tokens: int, agents: int, decoders: int, final_context: int) -> int:
-    return min(target_pool_tokens, math.ceil(DECODE_HEADROOM * agents / decoders) * final_context)
+    contexts = max(MIN_CONTEXTS, math.ceil(DECODE_HEADROOM * agents / decoders))
+    return min(target_pool_tokens, contexts * final_context)
 
 
 def plan(
