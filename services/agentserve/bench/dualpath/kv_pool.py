@@ -13,9 +13,10 @@ per agent as at the paper's scale,
 but never below `MIN_CONTEXTS` final contexts (the few sequences a step works on: a prefill
 without layerwise stages its whole prefix). A decode engine keeps the contexts of the sessions it
 decodes (the scheduler keeps a session on its decode engine), so its pool holds its share of the
-agents' final contexts with `DECODE_HEADROOM` (and no fewer than `MIN_CONTEXTS`), as the target's HBM would at the paper's density;
-a smaller one deadlocks admission, a larger one changes nothing. Pools are set through the
-engines' activation reserve (the share of HBM kept from the pool).
+agents' final contexts with `DECODE_HEADROOM` (and no fewer than `MIN_CONTEXTS`), as the
+target's HBM would at the paper's density; a smaller one deadlocks admission, a larger one changes
+nothing. Pools are set through the engines' activation reserve (the share of HBM kept from the
+pool).
 """
 
 from __future__ import annotations
