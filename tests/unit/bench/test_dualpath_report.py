@@ -187,5 +187,5 @@ def test_markdown_states_regime_targets_and_policies():
     assert "| `offline_throughput_ratio` | 2.000 | >= 1.87 | up to 1.87x | yes |" in text
     assert "| `snic_max_over_avg` | 1.143 | <= 1.1 | 1.06 | no |" in text
     assert "| dualpath | 50.0 | 60/60 | 1.20 | 200 | 51.0 | 0.950 | 0.50 | 0.60 | 0.320 | 0.320 |" in text
-    assert "32 agents x 30 turns, context 16,384 -> 32,768 tokens" in text
+    assert "16 agents x 30 turns, context 16,384 -> 32,768 tokens" in text
     assert "time dilation: 2.000" in text

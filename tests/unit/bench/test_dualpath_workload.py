@@ -13,9 +13,9 @@ pytestmark = pytest.mark.unit
 def test_default_workload_is_the_issue_regime():
     spec = AgentWorkloadSpec()
     s = shape(generate(spec))
-    assert s.agents == spec.agents == 32
+    assert s.agents == spec.agents == 16
     assert s.min_turns_per_agent == 30
-    assert s.turns == 32 * 30
+    assert s.turns == 16 * 30
     assert s.max_context == s.min_final_context == 32768  # every agent ends exactly at the target
     assert s.hit_ratio >= 0.95
 

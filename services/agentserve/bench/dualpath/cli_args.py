@@ -14,7 +14,7 @@ DEFAULT_TARGET_SLO = "ttft_p90=4000ms,tpot_p90=50ms"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     w = p.add_argument_group("workload (target tokens)")
-    w.add_argument("--agents", type=int, default=32, help="agents submitted at once offline (default 32)")
+    w.add_argument("--agents", type=int, default=16, help="agents submitted at once offline (default 16)")
     w.add_argument("--turns", type=int, default=30, help="turns per agent (default 30)")
     w.add_argument("--first-context", type=int, default=16384, help="first turn's prompt, all new (default 16384)")
     w.add_argument("--final-context", type=int, default=32768, help="last turn's prompt (default 32768)")
@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument(
         "--shared-prefix",
         type=int,
-        default=12288,
+        default=8192,
         help="tokens of the first context every agent shares (system prompt, tools), cached before the run",
     )
     w.add_argument("--seed", type=int, default=0)
@@ -42,8 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument(
         "--time-dilation",
         type=float,
-        default=2.0,
-        help="emulated: local seconds per target second (default 2); bandwidths are divided by it",
+        default=1.0,
+        help="emulated: local seconds per target second (default 1); bandwidths are divided by it",
     )
     c.add_argument(
         "--kv-pool-tokens",
@@ -68,10 +68,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--slo", default=DEFAULT_TARGET_SLO, help=f"online SLO in target time (default {DEFAULT_TARGET_SLO})"
     )
     r.add_argument("--no-online", dest="online", action="store_false", help="skip the capacity search")
-    r.add_argument("--online-duration", type=float, default=30.0, help="local seconds of arrivals per probe")
-    r.add_argument("--online-start", type=float, default=0.5, help="first probe, agents/s local (default 0.5)")
-    r.add_argument("--online-max", type=float, default=4.0, help="highest probe, agents/s local (default 4)")
-    r.add_argument("--online-probes", type=int, default=5, help="probes per policy (default 5)")
+    r.add_argument("--online-duration", type=float, default=40.0, help="local seconds of arrivals per probe")
+    r.add_argument("--online-start", type=float, default=0.1, help="first probe, agents/s local (default 0.1)")
+    r.add_argument("--online-max", type=float, default=0.8, help="highest probe, agents/s local (default 0.8)")
+    r.add_argument("--online-probes", type=int, default=4, help="probes per policy (default 4)")
     r.add_argument("--no-floor", dest="floor", action="store_false", help="skip the CPU-floor run")
     r.add_argument("--sweep", action="store_true", help="offline sweep: agents 64/256/1024, contexts 32K/64K/128K")
     r.add_argument("--out", type=Path, help="results directory (default artifacts/bench/dualpath-<time>)")

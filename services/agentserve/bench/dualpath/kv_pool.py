@@ -3,7 +3,7 @@
 At the paper's scale (1024 agents over 8 prefill and 16 decode GPUs, `PAPER_AGENTS` and
 `PAPER_ENGINES`) an engine's HBM holds about 27K tokens of KV per agent, less than one agent's
 context: an agent's history is gone from a prefill engine's HBM by its next turn, and every hit is
-read from the store (by path A or B). A bench of 32 agents on 6 engines with the target's whole
+read from the store (by path A or B). A bench of 16 agents on 6 engines with the target's whole
 HBM would keep every agent's history in the prefill engines and read almost nothing from the
 store, the opposite regime. So a prefill engine's pool is scaled with the agents, the same HBM
 per agent as at the paper's scale,

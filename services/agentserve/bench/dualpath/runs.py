@@ -26,10 +26,10 @@ class OnlineSpec:
     started agent runs to its end; a probe passes when its turns meet `slo` (local bounds)."""
 
     slo: SLO
-    duration_s: float = 30.0
-    start_rate: float = 0.5  # agents/s, local
-    max_rate: float = 8.0
-    max_probes: int = 5
+    duration_s: float = 40.0
+    start_rate: float = 0.1  # agents/s, local
+    max_rate: float = 0.8
+    max_probes: int = 4
     tolerance: float = 0.25
 
     def __post_init__(self) -> None:

@@ -25,12 +25,12 @@ SHARED_PREFIX = "system"
 
 @dataclass(frozen=True)
 class AgentWorkloadSpec:
-    agents: int = 32
+    agents: int = 16
     turns: int = 30
     first_context: int = 16384  # the first turn's prompt
     final_context: int = 32768  # the last turn's prompt
     output_tokens: int = 16  # per turn
-    shared_prefix: int = 12288  # of the first context, shared by every agent and cached before the run
+    shared_prefix: int = 8192  # of the first context, shared by every agent and cached before the run
     seed: int = 0
 
     def __post_init__(self) -> None:
