@@ -161,6 +161,12 @@ class AsyncEngine:
         (self._commands if lane is None else lane).put(command)
         self._wake.set()
 
+    def serve_commands(self, seconds: float) -> None:
+        """Engine thread only: run `call`/`post` commands for up to `seconds` while a step waits
+        mid-forward (a layerwise prefill waiting for its next layer: `LayerStream.while_waiting`),
+        under the same rule as an emulated forward's sleep (module docstring)."""
+        self._sleep_serving_commands(seconds)
+
     def _sleep_serving_commands(self, seconds: float) -> None:
         """An emulated forward's sleep that runs `call`/`post` commands as they come."""
         deadline = time.monotonic() + seconds

@@ -14,6 +14,8 @@ the engine stages one layer of it at a time, and a handoff re-sends blocks from 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 
 import torch
 
@@ -21,6 +23,7 @@ from agentserve.engine.runner import ExternalPrefix, LayerLoadError
 from agentserve.kv.block_format import serialize_blocks
 
 LAYER_WAIT_TIMEOUT_S = 60.0
+WAIT_SLICE_S = 0.002  # with `while_waiting`, how often the wait looks at the layer again
 
 
 class LayerStream:
@@ -31,8 +34,11 @@ class LayerStream:
         block_shape: tuple[int, int, int],
         dtype: torch.dtype,
         timeout_s: float = LAYER_WAIT_TIMEOUT_S,
+        while_waiting: Callable[[float], None] | None = None,
     ) -> None:
-        """`block_shape`: (block_size, kv_heads, head_dim)."""
+        """`block_shape`: (block_size, kv_heads, head_dim). `while_waiting(seconds)`, if given, is
+        what the engine thread does while a layer it needs has not arrived (instead of blocking):
+        `AsyncEngine.serve_commands`, so other turns' KV imports and exports are not held up."""
         if num_layers <= 0 or num_blocks <= 0:
             raise ValueError(f"a layer stream needs layers and blocks, got {num_layers} and {num_blocks}")
         shape = (num_layers, num_blocks, *block_shape)
@@ -40,6 +46,7 @@ class LayerStream:
         self.v = torch.empty(shape, dtype=dtype)
         self.num_layers, self.num_blocks, self.dtype = num_layers, num_blocks, dtype
         self.timeout_s = timeout_s
+        self.while_waiting = while_waiting
         self._have = torch.zeros((num_layers, num_blocks), dtype=torch.bool)
         self._ready = [False] * num_layers
         self._error: BaseException | None = None
@@ -82,10 +89,22 @@ class LayerStream:
 
     def layer(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer `layer` of every block, `[num_blocks, block_size, heads, d]` each, once it has arrived."""
+        deadline = time.monotonic() + self.timeout_s
         with self._changed:
-            arrived = self._changed.wait_for(lambda: self._ready[layer] or self._error is not None, self.timeout_s)
+            while not self._ready[layer] and self._error is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                if self.while_waiting is None:
+                    self._changed.wait(remaining)
+                    continue
+                self._changed.release()  # loaders must not wait for what the engine thread runs
+                try:
+                    self.while_waiting(min(remaining, WAIT_SLICE_S))
+                finally:
+                    self._changed.acquire()
             if not self._ready[layer]:
-                reason = repr(self._error) if arrived else f"not delivered within {self.timeout_s:g}s"
+                reason = f"not delivered within {self.timeout_s:g}s" if self._error is None else repr(self._error)
                 raise LayerLoadError(f"layer {layer} of the cached prefix: {reason}")
         return self.k[layer], self.v[layer]
 

@@ -105,7 +105,13 @@ class PrefillWorker:
     def _stream(self, num_blocks: int) -> LayerStream:
         config = self.engine.engine.model_config
         block_shape = (self.engine.engine.block_size, config.num_key_value_heads, config.head_dim)
-        return LayerStream(config.num_hidden_layers, num_blocks, block_shape, self.engine.engine.dtype)
+        return LayerStream(
+            config.num_hidden_layers,
+            num_blocks,
+            block_shape,
+            self.engine.engine.dtype,
+            while_waiting=self.engine.serve_commands,
+        )
 
     async def _load_into(self, stream: LayerStream, ids: list[bytes], plan: LoadPlan) -> tuple[KVPath, int, int]:
         """`_load` into `stream`; a failure or a short load fails the stream (the engine then

@@ -80,3 +80,16 @@ def test_external_prefix_and_block_reserialization():
     blocks = deserialize_blocks(stream.serialize_block(2, b"\x01" * 16, "fp"), expected_fingerprint="fp")
     assert torch.equal(blocks.k[:, 0], _kv(LAYERS, BLOCKS, 0)[:, 2])
     assert torch.equal(blocks.v[:, 0], _kv(LAYERS, BLOCKS, 7)[:, 2])
+
+
+def test_the_engine_thread_serves_commands_while_it_waits_for_a_layer():
+    served: list[float] = []
+    stream = LayerStream(
+        LAYERS, BLOCKS, SHAPE, torch.float32, while_waiting=lambda s: (served.append(s), time.sleep(s))
+    )
+    loader = threading.Timer(0.05, lambda: stream.put(0, range(0, 1), _kv(1, BLOCKS, 0), _kv(1, BLOCKS, 0)))
+    loader.start()
+    k, _ = stream.layer(0)
+    loader.join()
+    assert torch.equal(k, _kv(1, BLOCKS, 0)[0])
+    assert len(served) >= 5 and max(served) <= 0.002  # in slices: the layer is looked at every 2 ms
