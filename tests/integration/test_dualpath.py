@@ -4,12 +4,17 @@
   gives tokens identical to each other and to a single-process full recompute, and the B run
   really relayed its store hits through the decode engine;
 - suffix-only handoff: over a 5-turn session the decode engine keeps the session's KV (the
-  scheduler routes the session back to it), so turns 2-5 hand off at most 10% of a full handoff.
+  scheduler routes the session back to it), so turns 2-5 hand off at most 10% of a full handoff;
+- the global scheduler's policies (two prefill engines, two decode engines, concurrent sessions):
+  the baseline (least-loaded, path A), DualPath's (prefill by read queue and unfinished tokens, path
+  by the shorter read queue, relay chosen among decode engines) and split reads relayed by a decode
+  engine other than the turn's all give the full recompute's greedy tokens.
 """
 
 from __future__ import annotations
 
 import random
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -82,3 +87,52 @@ def test_suffix_only_handoff_over_five_turns(path_b_cluster):
         assert r.handoff_bytes <= 0.10 * r.full_handoff_bytes, (
             f"turn {r.turn}: handed off {r.handoff_bytes} bytes, full handoff {r.full_handoff_bytes}"
         )
+
+
+SPLIT_MAX_TOKENS = 40  # 2.5 blocks of output: every later turn loads >= 2 blocks, so a split has both legs
+SCHEDULER_POLICIES = {
+    "baseline": dict(prefill_policy="least-loaded", kv_path_policy="always-a", relay_policy="turn-decode"),
+    "dualpath": dict(prefill_policy="dualpath", kv_path_policy="dualpath", relay_policy="dualpath"),
+    "split-other-relay": dict(prefill_policy="dualpath", kv_path_policy="split", relay_policy="other-decode"),
+}
+
+
+@pytest.mark.parametrize("name", list(SCHEDULER_POLICIES))
+def test_every_scheduler_policy_gives_the_full_recomputes_tokens(tmp_path_factory, reference, name):
+    policies = SCHEDULER_POLICIES[name]
+    # The scheduler reads its config from AGENTSERVE_* like any service; engines ignore these.
+    env = {f"AGENTSERVE_{key.upper()}": value for key, value in policies.items()}
+    with support_cluster(
+        tmp_path_factory,
+        f"sched-{name}",
+        prefill=2,
+        fabric=FabricSettings(kv_path_policy=policies["kv_path_policy"]),
+        env=env,
+    ) as cluster:
+
+        def session(tenant: str) -> list:
+            with _client(cluster) as client, client.open_session(tenant=tenant) as s:
+                return [s.turn(token_ids=t, max_tokens=SPLIT_MAX_TOKENS, ignore_eos=True).result() for t in TURNS]
+
+        with ThreadPoolExecutor(2) as pool:
+            sessions = list(pool.map(session, ["s0", "s1"]))
+
+    params = SamplingParams(max_tokens=SPLIT_MAX_TOKENS, ignore_eos=True)
+    for results in sessions:
+        history: list[int] = []
+        for i, result in enumerate(results):
+            prompt = history + TURNS[i]
+            assert result.token_ids == reference.generate(prompt, params).output_token_ids, f"{name} turn {i + 1}"
+            history = prompt + result.token_ids
+            meta = result.metadata
+            assert meta.prefill_engine.startswith("prefill-") and meta.decode_engine.startswith("decode-")
+            assert bool(meta.relay_engine) == (meta.relayed_blocks > 0), meta
+            if i == 0:
+                continue
+            assert meta.loaded_blocks >= 2  # the previous turn's output blocks, computed by decode only
+            if name == "baseline":
+                assert (meta.kv_path, meta.relayed_blocks) == ("A", 0)
+            if name == "split-other-relay":
+                assert meta.kv_path == "SPLIT"
+                assert 0 < meta.relayed_blocks < meta.loaded_blocks, meta
+                assert meta.relay_engine.startswith("decode-") and meta.relay_engine != meta.decode_engine

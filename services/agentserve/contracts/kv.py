@@ -3,6 +3,7 @@ load plan the scheduler's path policy produces and the prefill engine follows.""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 
@@ -16,7 +17,7 @@ class KVPath(enum.Enum):
 @dataclass(frozen=True)
 class LoadPlan:
     """How to load a turn's store hits. B relays them all through the engine at `relay_address`;
-    SPLIT relays the last `relay_blocks` of them and reads the rest by A."""
+    SPLIT relays `relay_blocks` of them and reads the rest by A (see `blocks_by_b`)."""
 
     path: KVPath = KVPath.A
     relay_address: str = ""
@@ -31,6 +32,25 @@ class LoadPlan:
     @property
     def relayed(self) -> bool:
         return self.path is not KVPath.A
+
+    def blocks_by_b(self, loading: int, hit_blocks: int) -> int:
+        """How many of the `loading` blocks the prefill engine actually loads (the store hits it does
+        not hold, the tail of the `hit_blocks`) go by path B: all on B, none on A, and on SPLIT the
+        plan's share `relay_blocks / hit_blocks` of them, rounded half up. The share, not the count:
+        the scheduler cannot see which hits the prefill engine already holds."""
+        if self.path is KVPath.A or loading <= 0:
+            return 0
+        if self.path is KVPath.B or hit_blocks <= 0:
+            return loading
+        relay_blocks = min(self.relay_blocks, hit_blocks)
+        return (2 * loading * relay_blocks + hit_blocks) // (2 * hit_blocks)
+
+    def scaled_to(self, loading: int, hit_blocks: int) -> LoadPlan:
+        """This plan for the `loading` blocks the prefill engine actually loads: a SPLIT relays
+        `blocks_by_b` of them; A and B stand as they are."""
+        if self.path is not KVPath.SPLIT:
+            return self
+        return dataclasses.replace(self, relay_blocks=self.blocks_by_b(loading, hit_blocks))
 
 
 PATH_A = LoadPlan(KVPath.A)

@@ -52,17 +52,18 @@ class PrefillWorker:
                 raise ValueError(f"store_hit_blocks {store_hit_blocks} exceeds the prompt's {len(ids)} full blocks")
             first = dataclasses.replace(sampling, max_tokens=1, min_tokens=min(sampling.min_tokens, 1))
             to_load = ids[resident:store_hit_blocks]
+            plan = request.plan.scaled_to(len(to_load), store_hit_blocks)  # a split's share of what loads
             stream, elsewhere = None, None
             if self.engine.engine.config.layerwise and to_load:
                 stream = self._stream(len(to_load))
                 elsewhere = _from_stream(stream, to_load, self.engine.engine.fingerprint)
                 async with asyncio.TaskGroup() as both:  # the prefill runs while its KV arrives
-                    loading = both.create_task(self._load_into(stream, to_load, request.plan))
+                    loading = both.create_task(self._load_into(stream, to_load, plan))
                     external = stream.external(store_hit_blocks)
                     events = [event async for event in self.engine.generate(token_ids, first, tenant, external)]
                 path, loaded, relayed = loading.result()
             else:
-                path, loaded, relayed = await self._load(to_load, request.plan)
+                path, loaded, relayed = await self._load(to_load, plan)
                 events = [event async for event in self.engine.generate(token_ids, first, tenant)]
             seq, first_logprob = events[-1].seq, events[-1].logprob
             # The prompt's blocks are pinned from the end of the prefill until its persist and handoff

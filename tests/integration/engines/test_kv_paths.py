@@ -101,13 +101,14 @@ def test_path_a_b_and_split_give_identical_tokens(cluster, reference):
     by_a, tokens_a, _ = _conversation(cluster, reference, "path-a", prefill_pb2.KV_PATH_A)
     by_b, tokens_b, ids_b = _conversation(cluster, reference, "path-b", prefill_pb2.KV_PATH_B, decode2)
     split, tokens_split, _ = _conversation(
-        cluster, reference, "path-split", prefill_pb2.KV_PATH_SPLIT, decode2, relay_blocks=1
+        cluster, reference, "path-split", prefill_pb2.KV_PATH_SPLIT, decode2, relay_blocks=STORED // 2
     )
     assert tokens_a == tokens_b == tokens_split
 
     loaded = STORED - PREFILL_HELD  # turn 1's output blocks: the prefill engine never computed them
     assert (by_a.kv_path, by_a.loaded_blocks, by_a.relayed_blocks) == (prefill_pb2.KV_PATH_A, loaded, 0)
     assert (by_b.kv_path, by_b.loaded_blocks, by_b.relayed_blocks) == (prefill_pb2.KV_PATH_B, loaded, loaded)
+    # Half the hits by B: the prefill applies that share to the 2 blocks it loads.
     assert (split.kv_path, split.loaded_blocks, split.relayed_blocks) == (prefill_pb2.KV_PATH_SPLIT, loaded, 1)
     for pre in (by_a, by_b, split):
         assert pre.cached_tokens == STORED * BLOCK
