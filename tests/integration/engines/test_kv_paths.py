@@ -147,7 +147,7 @@ def test_layerwise_prefill_gives_identical_tokens_on_every_path(cluster, referen
     cases = [
         ("lw-a", prefill_pb2.KV_PATH_A, "", 0, (prefill_pb2.KV_PATH_A, loaded, 0)),
         ("lw-b", prefill_pb2.KV_PATH_B, decode2, 0, (prefill_pb2.KV_PATH_B, loaded, loaded)),
-        ("lw-split", prefill_pb2.KV_PATH_SPLIT, decode2, 1, (prefill_pb2.KV_PATH_SPLIT, loaded, 1)),
+        ("lw-split", prefill_pb2.KV_PATH_SPLIT, decode2, STORED // 2, (prefill_pb2.KV_PATH_SPLIT, loaded, 1)),
     ]
     for tenant, kv_path, relay, relay_blocks, expected in cases:
         pre, _, ids = _conversation(cluster, reference, tenant, kv_path, relay, relay_blocks, "prefill-layerwise")
