@@ -287,10 +287,15 @@ class TurnRunner:
                 decode_address=decode.address,
                 plan=placed.plan,
             )
-            # The turn's work counts against its engines until the prefill returns.
+            # The turn's work counts against its engines until the prefill returns: the decode engine
+            # too, or a burst of new sessions all picks the same idle one (and stays on it, sticky).
             block_bytes = prefill.status.kv_block_bytes or decode.status.kv_block_bytes
             try:
-                with self.registry.track(prefill), placed.reserve(self.registry, block_bytes):
+                with (
+                    self.registry.track(prefill),
+                    self.registry.track(decode),
+                    placed.reserve(self.registry, block_bytes),
+                ):
                     response = await self.engines.prefill(prefill.address, request, self._metadata(turn))
                 if response.handoff_failed and turn.retries_left > 0:
                     # The decode engine could not take the KV: most likely gone (its registration

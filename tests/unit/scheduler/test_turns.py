@@ -502,3 +502,23 @@ def test_a_failed_handoff_moves_the_turn_to_another_decode_before_streaming(make
     assert [r.decode_address for _, r, _ in engines.prefills] == ["127.0.0.1:7000", "127.0.0.1:7001"]
     assert [a for a, _, _ in engines.generates] == ["127.0.0.1:7001"]
     assert core.registry.get("d0") is None and core.registry.get("p0") is not None
+
+
+def test_a_burst_of_new_sessions_spreads_over_decode_engines(make_core, engines) -> None:
+    # Each prefill is still running when the next session's first turn is placed: the decode
+    # engines it named count as busy, so the burst does not all pick the same idle one.
+    core = make_core(decode=2)
+    prefill = engines.prefill
+
+    async def slow_prefill(address, request, metadata):
+        await asyncio.sleep(0.01)
+        return await prefill(address, request, metadata)
+
+    engines.prefill = slow_prefill
+
+    async def go():
+        sids = [await core.open_session() for _ in range(4)]
+        return await asyncio.gather(*(collect(core.turn(s, token_ids=[10, 11], sampling=GREEDY)) for s in sids))
+
+    turns = run(go())
+    assert sorted(t[0].metadata.decode_engine for t in turns) == ["d0", "d0", "d1", "d1"]
