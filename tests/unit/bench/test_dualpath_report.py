@@ -189,3 +189,24 @@ def test_markdown_states_regime_targets_and_policies():
     assert "| dualpath | 50.0 | 60/60 | 1.20 | 200 | 51.0 | 0.950 | 0.50 | 0.60 | 0.320 | 0.320 |" in text
     assert "16 agents x 30 turns, context 16,384 -> 32,768 tokens" in text
     assert "time dilation: 2.000" in text
+
+
+def test_sweep_points_and_table():
+    from agentserve.bench.dualpath.sweep import sweep_markdown, sweep_points
+
+    assert sweep_points(16) == [
+        ("agents", 64, 32768),
+        ("agents", 256, 32768),
+        ("agents", 1024, 32768),
+        ("final_context", 16, 32768),
+        ("final_context", 16, 65536),
+        ("final_context", 16, 131072),
+    ]
+    point = {
+        "agents": 64,
+        "final_context": 32768,
+        "jct_s": {"baseline": 100.0, "layerwise": 80.0, "dualpath": 50.0, "dualpath-split": None},
+        "offline_throughput_ratio": 2.0,
+        "split_throughput_ratio": None,
+    }
+    assert sweep_markdown([point]).splitlines()[-1] == "| 64 | 32,768 | 100.0 | 80.0 | 50.0 | — | 2.00 | — |"

@@ -8,6 +8,7 @@ target, measured in the same run.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -40,6 +41,7 @@ class BenchSpec:
 
 async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
     started = time.monotonic()
+    load_before = os.getloadavg()[0]
     catalogue = policies()
     results: dict[str, PolicyResult] = {}
     for name in spec.policies:
@@ -79,6 +81,8 @@ async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
         "policies": {n: _policy_json(r) for n, r in results.items()},
         "cpu_floor": floor,
         "wall_s": time.monotonic() - started,
+        # The machine may be shared: its 1-minute load before and after says how much.
+        "machine": {"cpus": os.cpu_count(), "load_avg_1m_start": load_before, "load_avg_1m_end": os.getloadavg()[0]},
     }
 
 

@@ -85,6 +85,15 @@ def capacity_table(result: dict) -> list[str]:
     return lines
 
 
+def _machine(m: dict | None) -> str:
+    if not m:
+        return "this machine"
+    return (
+        f"{m['cpus']} CPUs (1-minute load average {m['load_avg_1m_start']:.1f} at the start, "
+        f"{m['load_avg_1m_end']:.1f} at the end)"
+    )
+
+
 def markdown(result: dict) -> str:
     regime = result["regime"]
     w, shape, cl = regime["workload"], regime["workload_shape"], regime["cluster"]
@@ -106,7 +115,7 @@ def markdown(result: dict) -> str:
         if online
         else "- online: not run",
         f"- CPU floor: {regime['cpu_floor']}: JCT {_f(floor.get('jct_s'), 1)} s" if floor else "- CPU floor: not run",
-        f"- wall time: {result['wall_s']:.0f} s",
+        f"- wall time: {result['wall_s']:.0f} s on {_machine(result.get('machine'))}",
         "",
         "## Must show",
         "",
