@@ -21,6 +21,11 @@ class SchedulerConfig:
     kvstore_address: str = "127.0.0.1:50052"
     heartbeat_interval_ms: int = 1000  # told to engines at registration
     engine_timeout_ms: int = 5000  # an engine silent this long is dropped from routing
+    # A decode stream whose engine is dropped (no heartbeat) is cancelled at once; one also silent
+    # this long is cancelled even if the engine still heartbeats. 0 = no such bound (a live engine
+    # may legitimately hold a request back while it waits for KV room).
+    decode_stall_timeout_ms: int = 0
+    prefill_timeout_ms: int = 0  # a prefill call's deadline; 0 = none (long prompts on slow engines)
     max_message_tokens: int = 32768  # per turn's new tokens, after chat rendering
     turn_retries: int = 1  # extra attempts on another engine when one dies before streaming
     kv_path_policy: str = "dualpath"  # how store hits reach prefill: dualpath, always-a, always-b, split (paths.py)
@@ -60,6 +65,10 @@ class SchedulerConfig:
             raise ValueError("model_name must not be empty")
         if ":" not in self.kvstore_address:
             raise ValueError(f"kvstore_address must be host:port, got {self.kvstore_address!r}")
+        if self.prefill_timeout_ms < 0:
+            raise ValueError(f"prefill_timeout_ms must be >= 0 (0 = no deadline), got {self.prefill_timeout_ms}")
+        if self.decode_stall_timeout_ms < 0:
+            raise ValueError(f"decode_stall_timeout_ms must be >= 0 (0 = none), got {self.decode_stall_timeout_ms}")
         for name in ("heartbeat_interval_ms", "engine_timeout_ms", "max_message_tokens"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

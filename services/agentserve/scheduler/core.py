@@ -67,7 +67,16 @@ class SchedulerCore:
                 config.tenant_burst,
             )
         )
-        self.engines = engines if engines is not None else EngineClients()
+        self.engines = (
+            engines
+            if engines is not None
+            else EngineClients(
+                stall_timeout_s=config.decode_stall_timeout_ms / 1000 or None,
+                prefill_timeout_s=config.prefill_timeout_ms / 1000 or None,
+                decode_alive=lambda address: self._alive(Role.DECODE, address),
+                prefill_alive=lambda address: self._alive(Role.PREFILL, address),
+            )
+        )
         self.store = store
         self.turns = TurnRunner(
             PromptBuilder(tokenizer, config.max_message_tokens, config.max_message_bytes),
@@ -81,6 +90,10 @@ class SchedulerCore:
             prefill_policy=make_prefill_policy(config.prefill_policy, config.prefill_alpha_ms, config.prefill_beta),
             relay_policy=make_relay_policy(config.relay_policy),
         )
+
+    def _alive(self, role: Role, address: str) -> bool:
+        """Whether the registry still counts the engine at `address` alive (heartbeats arriving)."""
+        return any(engine.address == address for engine in self.registry.alive(role))
 
     @classmethod
     def create(cls, config: SchedulerConfig) -> SchedulerCore:

@@ -55,6 +55,15 @@ def test_defaults_and_flags_over_env() -> None:
         (dict(prefill_alpha_ms=-1.0), "prefill_alpha_ms must be a finite number >= 0, got -1.0"),
         (dict(prefill_alpha_ms=float("nan")), "prefill_alpha_ms must be a finite number >= 0, got nan"),
         (dict(prefill_beta=0.9), "prefill_beta must be a finite number >= 1, got 0.9"),
+        (dict(api_keys="acme:short"), "AGENTSERVE_API_KEYS, entry 1: the key must be at least 20"),
+        (dict(api_keys_file="/nonexistent/keys"), "api_keys_file '/nonexistent/keys'"),
+        (dict(max_sessions_per_tenant=0), "max_sessions_per_tenant must be positive"),
+        (dict(max_inflight_turns=-1), "max_inflight_turns must be >= 0"),
+        (dict(session_ttl_s=float("inf")), "session_ttl_s must be a positive number"),
+        (dict(tenant_turns_per_s=-1.0), "tenant_turns_per_s must be >= 0"),
+        (dict(max_body_bytes=0), "max_body_bytes must be positive"),
+        (dict(decode_stall_timeout_ms=-1), "decode_stall_timeout_ms must be >= 0"),
+        (dict(prefill_timeout_ms=-5), "prefill_timeout_ms must be >= 0"),
     ],
 )
 def test_bad_config(fields: dict, message: str) -> None:
@@ -73,6 +82,8 @@ def test_engine_errors_become_domain_errors() -> None:
     assert isinstance(bad, ValueError) and str(bad) == "token id 9 out of range"
     assert isinstance(translate(rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED), "h:1"), RetryableError)
     assert type(translate(rpc_error(grpc.StatusCode.INTERNAL), "h:1")) is RuntimeError
+    late = translate(rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline"), "h:1")
+    assert isinstance(late, EngineUnavailable) and late.detail == "DEADLINE_EXCEEDED: deadline"
 
 
 class FakeRunner:
