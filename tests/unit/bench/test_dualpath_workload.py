@@ -92,8 +92,8 @@ def test_prefill_pool_scales_with_agents_per_engine_with_a_floor():
     assert prefill_pool_tokens(target, PAPER_AGENTS, PAPER_ENGINES, 32768) == target
     # 32 agents on 6 engines: 5.33 agents an engine instead of 42.67, an eighth of the pool.
     assert prefill_pool_tokens(target, 32, 6, 32768) == 150_000
-    # Never below 1.25 final contexts, never above the target's pool.
-    assert prefill_pool_tokens(target, 2, 6, 32768) == 40960
+    # Never below four final contexts, never above the target's pool.
+    assert prefill_pool_tokens(target, 2, 6, 32768) == 4 * 32768
     assert prefill_pool_tokens(target, 4096, 6, 32768) == target
 
 

@@ -10,12 +10,13 @@ per agent as at the paper's scale,
 
     prefill pool tokens = target pool tokens * (agents / engines) / (PAPER_AGENTS / PAPER_ENGINES)
 
-but never below `PREFILL_MIN_CONTEXTS` final contexts (a prefill without layerwise stages its whole
-prefix). More would bring the regime back: with 8 agents an engine whose contexts start at 16K, a
-pool of 4 contexts kept most of each agent's history in HBM between its turns (measured: ~1 in 3
-prefills read from the store at all). A decode engine keeps the contexts of the sessions it
-decodes (the scheduler keeps a session on its decode engine), so its pool holds its share of the
-agents' final contexts with `DECODE_HEADROOM` (and no fewer than `MIN_CONTEXTS`), as the
+but never below `MIN_CONTEXTS` final contexts (a prefill without layerwise stages its whole
+prefix, and earlier prefills stay pinned until their handoff). At the default scale this floor
+decides, and it keeps much of each agent's history in HBM between its turns (measured: ~1 in 3
+prefills read the store at all); a pool of 1.25 contexts read more from the store but ran ~3x
+slower per turn (later-turn TTFT 24 s vs 7.6 s; not diagnosed further). A decode engine keeps the
+contexts of the sessions it decodes (the scheduler keeps a session on its decode engine), so its
+pool holds its share of the agents' final contexts with `DECODE_HEADROOM` (and no fewer than `MIN_CONTEXTS`), as the
 target's HBM would at the paper's density; a smaller one deadlocks admission, a larger one changes
 nothing. Pools are set through the engines' activation reserve (the share of HBM kept from the
 pool).
@@ -28,8 +29,7 @@ from dataclasses import dataclass
 
 PAPER_AGENTS = 1024
 PAPER_ENGINES = 24  # one prefill node and two decode nodes of 8 GPUs (P:D 1:2)
-MIN_CONTEXTS = 4  # a decode engine's floor
-PREFILL_MIN_CONTEXTS = 1.25
+MIN_CONTEXTS = 4
 DECODE_HEADROOM = 1.25
 
 
@@ -53,7 +53,7 @@ class PoolPlan:
 
 def prefill_pool_tokens(target_pool_tokens: int, agents: int, engines: int, final_context: int) -> int:
     scaled = round(target_pool_tokens * (agents / engines) / (PAPER_AGENTS / PAPER_ENGINES))
-    return min(target_pool_tokens, max(scaled, round(PREFILL_MIN_CONTEXTS * final_context)))
+    return min(target_pool_tokens, max(scaled, MIN_CONTEXTS * final_context))
 
 
 def decode_pool_tokens(target_pool_tokens: int, agents: int, decoders: int, final_context: int) -> int:
