@@ -95,6 +95,12 @@ def bench_layerwise(args: argparse.Namespace) -> dict:
     return layerwise_bench.run(args.cached_tokens, args.new_tokens, args.snic_gbps, args.repeats, args.min_read_kb)
 
 
+def bench_materialise(args: argparse.Namespace) -> dict:
+    from agentserve.bench import materialise_bench
+
+    return materialise_bench.run(args.blocks, args.time_dilation, args.repeats, args.cap)
+
+
 def bench_fabric(args: argparse.Namespace) -> dict:
     from agentserve.bench import fabric_bench
 

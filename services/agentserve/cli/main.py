@@ -162,6 +162,15 @@ def build_parser() -> argparse.ArgumentParser:
     lw.add_argument("--min-read-kb", type=int, default=64, help="a path-A read of a block carries whole layers >= this")
     lw.add_argument("--json", action="store_true")
     lw.set_defaults(func=commands.bench_layerwise)
+    mat = bench.add_parser(
+        "materialise", help="emulated KV capped at a few KB per block vs materialised in full: load times"
+    )
+    mat.add_argument("--blocks", type=int, default=40)
+    mat.add_argument("--time-dilation", type=float, default=200.0, help="slows the profile's NICs so loads are long")
+    mat.add_argument("--repeats", type=int, default=4)
+    mat.add_argument("--cap", type=int, default=8192, help="bytes materialised per block in the capped case")
+    mat.add_argument("--json", action="store_true")
+    mat.set_defaults(func=commands.bench_materialise)
     hand = bench.add_parser("handoff", help="handoff bytes per turn of a 5-turn session vs a full-prompt handoff")
     hand.add_argument("--address", help="scheduler gRPC address of a running system (default: start a local one)")
     hand.add_argument("--turns", type=int, default=5)
