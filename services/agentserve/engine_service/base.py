@@ -55,7 +55,7 @@ class EngineService(Service):
         self.engine_id = config.engine_id or f"{self.role.value}-{self.address}"
         # One address or several (`kvstore:50052` resolving to every replica): blocks are placed
         # by consistent hashing of their id, so every engine finds a block on the same instance.
-        self.kvstore = ShardedKVStoreClient(config.kvstore_address)
+        self.kvstore = ShardedKVStoreClient(config.kvstore_address, timeout_s=config.kvstore_timeout_ms / 1000 or None)
         self.fabric = self._scaled_profile(engine, model_dir)
         group = SnicGroup(config.snic_group, config.snic_group_engines) if config.snic_group else None
         self.nics = self.fabric.nics(self.role.value, group)

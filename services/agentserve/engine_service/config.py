@@ -35,6 +35,9 @@ class EngineServiceConfig:
     layerwise_min_read_kb: int = 64  # a layerwise path-A read of a block carries whole layers >= this (`layer_loads`)
     scheduler_address: str = "127.0.0.1:50051"
     kvstore_address: str = "127.0.0.1:50052"
+    # Deadline of each store call (a whole load or persist stream): a hung store costs a turn at most
+    # this, then the turn recomputes (a dead one answers at once). 0 = no deadline.
+    kvstore_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 1000
     fabric_profile: str = "local-unshaped"  # profiles/<name>.yaml (or a .yaml path): this engine's snic and cnic
     fabric_prefill_tokens_per_s: float = 0.0  # local compute speed the profile is scaled by; 0 = measure
@@ -65,6 +68,8 @@ class EngineServiceConfig:
             raise ValueError(f"fabric_prefill_tokens_per_s must be >= 0, got {self.fabric_prefill_tokens_per_s}")
         check_eviction_policy(self.eviction_policy)
         make_prefill_batch_policy(self.prefill_batching, self.prefill_token_budget, self.prefill_attention_tokens)
+        if self.kvstore_timeout_ms < 0:
+            raise ValueError(f"kvstore_timeout_ms must be >= 0 (0: no deadline), got {self.kvstore_timeout_ms}")
         if self.layerwise_min_read_kb < 0:
             raise ValueError(f"layerwise_min_read_kb must be >= 0, got {self.layerwise_min_read_kb}")
         if bool(self.snic_group) != (self.snic_group_engines > 0):

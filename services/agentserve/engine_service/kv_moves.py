@@ -6,6 +6,12 @@
 
 Path B (a decode engine relaying store reads to a prefill engine) lives in `relay`.
 
+The store is a cache, never a dependency: a load or persist that finds it down (`store_down`) is
+not an error. A load keeps the leading blocks that arrived (the engine computes the rest: same
+output, more compute); a persist is skipped (the blocks stay only in HBM). Both are counted
+(`STORE_SKIPPED_BLOCKS`) and noted on the current span (`kv.store_skipped.<op>`), so the caller never
+fails a turn, and the scheduler never drops an engine, for a store outage.
+
 Blocks travel one per message in the block wire format; the engine thread does every pool access.
 Every byte is paced by this engine's emulated NIC (agentserve.fabric), whose queue depth the
 heartbeat reports; the receiving end of a handoff paces its own NIC (`incoming_transfer`). NICs,
@@ -15,10 +21,14 @@ emulated-compute engine's the target's bytes for the KV carried.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import grpc
 import torch
+from opentelemetry import trace
+from prometheus_client import Counter
 
 from agentserve.common.channels import ChannelCache
 from agentserve.common.telemetry import kv_transfer
@@ -28,10 +38,19 @@ from agentserve.engine_service.kv_charge import KVCharge
 from agentserve.fabric.nic import EmulatedNIC
 from agentserve.fabric.stream import paced, transfer_metadata
 from agentserve.kv.block_format import serialize_blocks
+from agentserve.kvstore.client import store_down
 from agentserve.kvstore.sharded import ShardedKVStoreClient
 from agentserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc
 
+log = logging.getLogger(__name__)
+
 HANDOFF_TIMEOUT_S = 60.0
+
+STORE_SKIPPED_BLOCKS = Counter(
+    "agentserve_engine_store_skipped_blocks_total",
+    "Blocks an engine did not load (it computed them) or did not persist because the KV store was down",
+    ["op"],
+)
 
 
 @dataclass(frozen=True)
@@ -102,37 +121,61 @@ class KVMover:
         self.peers = ChannelCache()
 
     async def load_from_store(self, ids: Sequence[bytes]) -> int:
-        """Path A: fetch `ids` (a chained run) from the store into this engine; returns blocks loaded."""
+        """Path A: fetch `ids` (a chained run) from the store into this engine; returns blocks loaded.
+        With the store down, what arrived before (a leading run) is kept: the engine computes the rest."""
         if not ids:
             return 0
-        with kv_transfer("A", "snic", self.kvstore_address, self.engine_id, self.num_layers, self.snic.gbps) as record:
-            datas = []
-            async with self.snic.transfer(len(ids) * self.charge.per_block) as transfer:
-                async for _, data in self.kvstore.get(self.fingerprint, list(ids)):
-                    charged = self.charge.blocks(len(data))
-                    await transfer.pace(charged)
-                    datas.append(data)
-                    record.add(charged)
-            record.queue_wait_s = transfer.queue_wait_s
+        datas: list[bytes] = []
+        try:
+            with kv_transfer(
+                "A", "snic", self.kvstore_address, self.engine_id, self.num_layers, self.snic.gbps
+            ) as record:
+                async with self.snic.transfer(len(ids) * self.charge.per_block) as transfer:
+                    async for _, data in self.kvstore.get(self.fingerprint, list(ids)):
+                        charged = self.charge.blocks(len(data))
+                        await transfer.pace(charged)
+                        datas.append(data)
+                        record.add(charged)
+                record.queue_wait_s = transfer.queue_wait_s
+                await self.engine.call(lambda e: _import_each(e, datas))
+            return len(datas)
+        except grpc.aio.AioRpcError as exc:
+            if not store_down(exc):
+                raise
+            self.store_skipped("load", len(ids) - len(datas), exc)
+        if datas:
             await self.engine.call(lambda e: _import_each(e, datas))
         return len(datas)
 
     async def persist(self, ids: Sequence[bytes]) -> int:
-        """Write resident blocks to the store; returns how many were sent."""
+        """Write resident blocks to the store; returns how many were stored (0, skipped, with the store down)."""
         if not ids:
             return 0
         blocks = await self.engine.call(lambda e: _export_each(e, ids))
         if not blocks:
             return 0
-        with kv_transfer(
-            "persist", "snic", self.engine_id, self.kvstore_address, self.num_layers, self.snic.gbps
-        ) as record:
-            charged = self.charge.blocks(sum(len(data) for _, data in blocks), len(blocks))
-            record.add(charged, blocks=len(blocks))
-            async with self.snic.send(charged) as transfer:  # one Put message: paced as a whole
-                await self.kvstore.put(self.fingerprint, blocks)
-            record.queue_wait_s = transfer.queue_wait_s
+        try:
+            with kv_transfer(
+                "persist", "snic", self.engine_id, self.kvstore_address, self.num_layers, self.snic.gbps
+            ) as record:
+                charged = self.charge.blocks(sum(len(data) for _, data in blocks), len(blocks))
+                record.add(charged, blocks=len(blocks))
+                async with self.snic.send(charged) as transfer:  # one Put message: paced as a whole
+                    await self.kvstore.put(self.fingerprint, blocks)
+                record.queue_wait_s = transfer.queue_wait_s
+        except grpc.aio.AioRpcError as exc:
+            if not store_down(exc):
+                raise
+            self.store_skipped("persist", len(blocks), exc)
+            return 0
         return len(blocks)
+
+    def store_skipped(self, op: str, blocks: int, exc: grpc.aio.AioRpcError) -> None:
+        """Count `blocks` not loaded or not persisted (`op`) because the store is down, on the metric
+        and the current span (the prefill's or the decode's)."""
+        log.warning("KV store %s down (%s): %s of %d blocks skipped", self.kvstore_address, exc.code().name, op, blocks)
+        STORE_SKIPPED_BLOCKS.labels(op).inc(blocks)
+        trace.get_current_span().set_attribute(f"kv.store_skipped.{op}", blocks)
 
     async def lacking(self, decode_address: str, ids: Sequence[bytes]) -> list[bytes]:
         """Those of `ids` the decode engine at `decode_address` does not hold, in order."""

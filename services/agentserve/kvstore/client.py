@@ -4,12 +4,19 @@ pins). `sharded.ShardedKVStoreClient` has the same methods over several kvstores
 Every call carries the caller's trace context (the channel's interceptors), so the store's spans
 join the turn's trace. The channel is created on first use, inside the caller's event loop
 (grpc.aio channels are bound to the loop they are created in).
+
+A store that is down (`store_down`: UNAVAILABLE, DEADLINE_EXCEEDED) costs callers only what the
+store's KV would have saved: they go on without it. A call that finds it UNAVAILABLE retires the
+channel, so the first call after a restart dials afresh instead of waiting out the old channel's
+reconnect backoff (which grows to minutes over a long outage).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Sequence
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeGuard, TypeVar
 
 import grpc
 
@@ -18,6 +25,20 @@ from agentserve.fabric.malloc import keep_freed_buffers
 from agentserve.kvstore import wire
 from agentserve.kvstore.types import BlockRead, LookupResult, Tier
 from agentserve.v1 import common_pb2, kvstore_pb2, kvstore_pb2_grpc
+
+T = TypeVar("T")
+
+# What a store that is dead, restarting, unreachable or hung answers; not a bad request.
+STORE_DOWN = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+def store_down(exc: BaseException) -> TypeGuard[grpc.aio.AioRpcError]:
+    """Whether `exc` says the store is down (callers then do without it), not that a call was bad."""
+    return isinstance(exc, grpc.aio.AioRpcError) and exc.code() in STORE_DOWN
+
+
+# How long calls still on a retired channel may run before it is closed under them.
+RETIRE_GRACE_S = 30.0
 
 # `(block_id, data)` pairs, as a list or as an async iterator of blocks as they are made.
 BlockSource = Iterable[tuple[bytes, bytes]] | AsyncIterable[tuple[bytes, bytes]]
@@ -40,6 +61,7 @@ class KVStoreClient:
         self.address = address
         self.timeout_s = timeout_s
         self._stubs: _Stubs | None = None
+        self._retiring: set[asyncio.Future[None]] = set()
         keep_freed_buffers()  # every block received is a fresh block-sized buffer
 
     async def put(self, fingerprint: str, blocks: Sequence[tuple[bytes, bytes]]) -> kvstore_pb2.PutResponse:
@@ -52,15 +74,19 @@ class KVStoreClient:
             model_fingerprint=fingerprint,
             blocks=[common_pb2.KVBlock(block_id=bytes(block_id), data=bytes(data)) for block_id, data in blocks],
         )
-        return await self._kv().Put(request, timeout=self.timeout_s)
+        return await self._unary(lambda kv: kv.Put(request, timeout=self.timeout_s))
 
     async def get(self, fingerprint: str, block_ids: Sequence[bytes]) -> AsyncGenerator[tuple[bytes, bytes], None]:
         """Yield `(block_id, data)` in request order, ending at the first block not stored."""
         request = kvstore_pb2.GetRequest(model_fingerprint=fingerprint, block_ids=[bytes(b) for b in block_ids])
-        call = self._open().get(request, timeout=self.timeout_s)
+        stubs = self._open()
+        call = stubs.get(request, timeout=self.timeout_s)
         try:
             async for block_id, data in call:
                 yield block_id, data
+        except grpc.aio.AioRpcError as exc:
+            self._retire_if_unavailable(stubs, exc)
+            raise
         finally:
             call.cancel()  # no-op when the stream ended; frees the server when the caller stops early
 
@@ -77,7 +103,7 @@ class KVStoreClient:
                 )
                 first = False
 
-        return await self._kv().Write(messages(), timeout=self.timeout_s)
+        return await self._unary(lambda kv: kv.Write(messages(), timeout=self.timeout_s))
 
     async def read(
         self, fingerprint: str, block_ids: Sequence[bytes], layers: range | None = None
@@ -86,10 +112,14 @@ class KVStoreClient:
         request = kvstore_pb2.ReadRequest(model_fingerprint=fingerprint, block_ids=[bytes(b) for b in block_ids])
         if layers is not None:
             request.layer_start, request.layer_stop = layers.start, layers.stop
-        call = self._open().read(request, timeout=self.timeout_s)
+        stubs = self._open()
+        call = stubs.read(request, timeout=self.timeout_s)
         try:
             async for read in call:
                 yield read
+        except grpc.aio.AioRpcError as exc:
+            self._retire_if_unavailable(stubs, exc)
+            raise
         finally:
             call.cancel()
 
@@ -100,7 +130,7 @@ class KVStoreClient:
     async def lookup_tiers(self, block_ids: Sequence[bytes]) -> LookupResult:
         """The stored prefix of `block_ids` and the tier (DRAM, SSD or NONE) of each id."""
         request = kvstore_pb2.LookupRequest(block_ids=[bytes(b) for b in block_ids])
-        response = await self._kv().Lookup(request, timeout=self.timeout_s)
+        response = await self._unary(lambda kv: kv.Lookup(request, timeout=self.timeout_s))
         tiers = tuple(Tier(t) for t in response.tiers)
         if len(tiers) != len(block_ids):  # a store from before tiers: it only knows the prefix
             tiers = (Tier.SSD,) * response.prefix_blocks + (Tier.NONE,) * (len(block_ids) - response.prefix_blocks)
@@ -109,11 +139,11 @@ class KVStoreClient:
     async def pin(self, block_ids: Sequence[bytes], ttl_s: float) -> int:
         """Keep stored blocks from eviction for `ttl_s` seconds; returns how many are stored."""
         request = kvstore_pb2.PinRequest(block_ids=[bytes(b) for b in block_ids], ttl_s=ttl_s)
-        return (await self._kv().Pin(request, timeout=self.timeout_s)).pinned
+        return (await self._unary(lambda kv: kv.Pin(request, timeout=self.timeout_s))).pinned
 
     async def unpin(self, block_ids: Sequence[bytes]) -> int:
         request = kvstore_pb2.UnpinRequest(block_ids=[bytes(b) for b in block_ids])
-        return (await self._kv().Unpin(request, timeout=self.timeout_s)).unpinned
+        return (await self._unary(lambda kv: kv.Unpin(request, timeout=self.timeout_s))).unpinned
 
     async def hint(
         self, block_ids: Sequence[bytes], priority: int | None = None, next_use_in_s: float | None = None
@@ -122,20 +152,22 @@ class KVStoreClient:
         request = kvstore_pb2.HintRequest(
             block_ids=[bytes(b) for b in block_ids], priority=priority, next_use_in_s=next_use_in_s
         )
-        return (await self._kv().Hint(request, timeout=self.timeout_s)).stored
+        return (await self._unary(lambda kv: kv.Hint(request, timeout=self.timeout_s))).stored
 
     async def delete(self, block_ids: Sequence[bytes]) -> int:
         """Remove blocks from every tier; returns how many were stored."""
         request = kvstore_pb2.DeleteRequest(block_ids=[bytes(b) for b in block_ids])
-        return (await self._kv().Delete(request, timeout=self.timeout_s)).deleted
+        return (await self._unary(lambda kv: kv.Delete(request, timeout=self.timeout_s))).deleted
 
     async def stats(self) -> kvstore_pb2.StatsResponse:
-        return await self._kv().Stats(kvstore_pb2.StatsRequest(), timeout=self.timeout_s)
+        return await self._unary(lambda kv: kv.Stats(kvstore_pb2.StatsRequest(), timeout=self.timeout_s))
 
     async def close(self) -> None:
         if self._stubs is not None:
             await self._stubs.channel.close()
             self._stubs = None
+        if self._retiring:
+            await asyncio.gather(*self._retiring)
 
     async def __aenter__(self) -> KVStoreClient:
         return self
@@ -143,8 +175,23 @@ class KVStoreClient:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    def _kv(self) -> kvstore_pb2_grpc.KVStoreStub:
-        return self._open().kv
+    async def _unary(self, call: Callable[[kvstore_pb2_grpc.KVStoreStub], Awaitable[T]]) -> T:
+        stubs = self._open()
+        try:
+            return await call(stubs.kv)
+        except grpc.aio.AioRpcError as exc:
+            self._retire_if_unavailable(stubs, exc)
+            raise
+
+    def _retire_if_unavailable(self, stubs: _Stubs, exc: grpc.aio.AioRpcError) -> None:
+        """Stop using a channel that found the store UNAVAILABLE: the next call opens a fresh one.
+        Calls still on the old one get `RETIRE_GRACE_S` to finish before it is closed (a long outage
+        must not pile up channels, each reconnecting on its own)."""
+        if exc.code() is grpc.StatusCode.UNAVAILABLE and self._stubs is stubs:
+            self._stubs = None
+            closing = asyncio.ensure_future(stubs.channel.close(grace=RETIRE_GRACE_S))
+            self._retiring.add(closing)
+            closing.add_done_callback(self._retiring.discard)
 
     def _open(self) -> _Stubs:
         if self._stubs is None:

@@ -1,6 +1,10 @@
 """PrefillWorker: one turn's prefill — load store hits (path A, B or both), compute the rest,
 persist, hand off what the decode engine lacks.
 
+No step but the compute fails the turn: a load that falls short (the store down, a relay failed)
+leaves its blocks to be computed, a persist the store cannot take is skipped (`KVMover`), a failed
+handoff leaves the decode engine to recompute. Greedy output is the same on every one of them.
+
 With the engine's `layerwise` on, the loads stream into a `LayerStream` while the prefill already
 runs (the engine starts once layer 0 of every block is in hand and waits per layer); the loaded
 blocks never enter the pool, so the handoff sends the ones the decode engine lacks from the stream.
@@ -25,6 +29,7 @@ from agentserve.engine.runner import LayerLoadError
 from agentserve.engine_service.kv_moves import HeldElsewhere, KVMover, Moved
 from agentserve.engine_service.layer_loads import MIN_READ_BYTES, layers_per_read, store_by_layer
 from agentserve.engine_service.relay import relay_by_layer, relay_load
+from agentserve.kvstore.client import store_down
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +133,10 @@ class PrefillWorker:
         try:
             result = await self._load(ids, plan, by_a, by_b)
         except Exception as exc:  # noqa: BLE001 - the prefill goes on without the store's KV
-            log.warning("layerwise load of %d blocks failed (%r); the prefill recomputes them", len(ids), exc)
+            if store_down(exc):
+                mover.store_skipped("load", len(ids), exc)
+            else:
+                log.warning("layerwise load of %d blocks failed (%r); the prefill recomputes them", len(ids), exc)
             stream.fail(exc)
             return KVPath.A, 0, 0
         if not stream.complete:
