@@ -15,10 +15,16 @@ import grpc
 from agentserve.common.interceptors import client_interceptors
 from agentserve.common.server import GRPC_OPTIONS
 
+# Each channel owns its connections: by default channels with the same options share subchannels
+# process-wide, so a fresh channel to a peer that restarted inherits the old one's reconnect backoff
+# (seconds to minutes of "Connection refused" after the peer is back) and forgetting a dead peer's
+# channel (`ChannelCache.forget`, `KVStoreClient`) would not help.
+CHANNEL_OPTIONS = [*GRPC_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
+
 
 def open_channel(address: str) -> grpc.aio.Channel:
     """An insecure channel to host:port `address`, made the project's way."""
-    return grpc.aio.insecure_channel(address, options=GRPC_OPTIONS, interceptors=client_interceptors())
+    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS, interceptors=client_interceptors())
 
 
 class ChannelCache:
