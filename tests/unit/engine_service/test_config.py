@@ -28,3 +28,10 @@ def test_fabric_defaults_and_env() -> None:
 def test_bad_fabric_config(fields: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         PrefillConfig(**fields)
+
+
+def test_store_deadline_is_milliseconds_and_zero_means_none() -> None:
+    assert load_config(PrefillConfig, ["--kvstore-timeout-ms", "2500"]).kvstore_timeout_ms == 2500
+    assert PrefillConfig(kvstore_timeout_ms=0).kvstore_timeout_ms == 0
+    with pytest.raises(ValueError, match=r"kvstore_timeout_ms must be >= 0 \(0: no deadline\), got -1"):
+        PrefillConfig(kvstore_timeout_ms=-1)
