@@ -135,7 +135,10 @@ def _warming_up(up: UpLocal) -> dict[int, list[str]]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_a_signal_during_warm_up_leaves_no_process_and_no_port(up, sig):
     children = _warming_up(up)
-    assert set(map(_service, children.values())) == {
+    # The tool proxy is started right after the engines (they warm up in parallel), so it may or
+    # may not have exec'd yet: every other service has.
+    services = set(map(_service, children.values()))
+    assert services - {"agentserve.toolproxy"} == {
         "agentserve.kvstore",
         "agentserve.scheduler",
         "agentserve.prefill",

@@ -24,6 +24,7 @@ from prometheus_client import start_http_server
 
 from agentserve.common.config import load_config
 from agentserve.common.interceptors import server_interceptors
+from agentserve.common.lifetime import die_with_parent
 from agentserve.common.telemetry import setup_tracing, shutdown_tracing
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,8 @@ async def serve(service: Service, settings: ServerSettings, ready: asyncio.Event
 def main(name: str, config_cls: type[C], build: Callable[[C], Service], argv: Sequence[str] | None = None) -> None:
     """Process entry point: the typed config from flags and env, the service, served until signalled."""
     import uvloop
+
+    die_with_parent()  # first: a child of `up` whose parent is gone must not start at all
 
     try:
         config = load_config(config_cls, sys.argv[1:] if argv is None else argv)
