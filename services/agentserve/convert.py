@@ -8,6 +8,7 @@ value raises ValueError (the servicers' INVALID_ARGUMENT), never reaches the log
 from __future__ import annotations
 
 from agentserve.contracts import (
+    AgentInfo,
     EngineStatus,
     GenerateChunk,
     GenerateRequest,
@@ -316,4 +317,21 @@ def tool_call_from_proto(msg: scheduler_pb2.ToolCallEvent) -> ToolCall:
         predicted_duration_s=msg.predicted_duration_s,
         actual_duration_s=msg.actual_duration_s,
         ok=msg.ok,
+        caller_predicted_s=msg.caller_predicted_s,
     )
+
+
+def agent_info_to_proto(info: AgentInfo, request: scheduler_pb2.OpenSessionRequest) -> None:
+    """Fill the agent-aware fields of an OpenSessionRequest."""
+    request.agent = info.agent
+    request.parents.extend(info.parents)
+    request.critical = info.critical
+    request.priority = info.priority
+
+
+def agent_info_from_proto(msg: scheduler_pb2.OpenSessionRequest) -> AgentInfo:
+    """ValueError naming the field when it is out of range (INVALID_ARGUMENT)."""
+    try:
+        return AgentInfo(msg.agent, tuple(msg.parents), msg.critical, msg.priority)
+    except ValueError as exc:
+        raise ValueError(f"OpenSessionRequest.{exc}") from None

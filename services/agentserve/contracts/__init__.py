@@ -5,6 +5,7 @@ imports torch, policies run in a simulator, and unit-test fakes need neither a n
 `agentserve.convert` is the one module that turns these into protobuf messages and back.
 """
 
+from agentserve.contracts.agents import AgentInfo
 from agentserve.contracts.engines import EngineStatus, NICStatus, Role
 from agentserve.contracts.errors import EngineUnavailable
 from agentserve.contracts.kv import PATH_A, KVPath, LoadPlan
@@ -22,6 +23,7 @@ from agentserve.contracts.turns import (
 )
 
 __all__ = [
+    "AgentInfo",
     "PATH_A",
     "MAX_LOGPROBS",
     "MAX_TOKENS_LIMIT",

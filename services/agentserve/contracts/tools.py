@@ -15,9 +15,12 @@ class ToolCall:
     predicted_duration_s: float = 0.0
     actual_duration_s: float = 0.0  # finished calls only
     ok: bool = True  # finished calls: whether the tool succeeded
+    caller_predicted_s: float = 0.0  # the caller's own estimate of the duration (0 = none given)
 
     def __post_init__(self) -> None:
         if not self.call_id:
             raise ValueError("tool call event needs a call_id")
-        if self.predicted_duration_s < 0 or self.actual_duration_s < 0:
-            raise ValueError("tool call durations must not be negative")
+        for name in ("predicted_duration_s", "actual_duration_s", "caller_predicted_s"):
+            value = getattr(self, name)
+            if not 0 <= value < float("inf"):
+                raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value}")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.common.errors import Overloaded
-from agentserve.contracts import Role, SamplingParams, ToolCall, TurnEvent
+from agentserve.contracts import AgentInfo, Role, SamplingParams, ToolCall, TurnEvent
 from agentserve.model_files.tokenizer import Tokenizer
 from agentserve.model_files.tokenizer_files import ensure_default_tokenizer
 from agentserve.scheduler import metrics
@@ -125,17 +125,21 @@ class SchedulerCore:
         session_id: str | None = None,
         tools: Sequence[dict[str, Any]] = (),
         owner: str = "",
+        info: AgentInfo | None = None,
     ) -> str:
         """A new session's id, owned by `owner` (the API key's tenant; "" without keys): only
         calls with the same owner see it, a fork's parent included. With `session_id` (an HTTP
         session header) this is get-or-create: the owner's existing session of the same tenant is
         reused as it is (other arguments ignored). `tools` (OpenAI function tools) are rendered
-        with the first turn, as the system prompt is."""
+        with the first turn, as the system prompt is. `info` is what the application says of the
+        agent (DAG parents, critical path, priority); its `agent`, if set, must match `agent`'s."""
+        if info is not None and agent and info.agent and info.agent != agent:
+            raise ValueError(f"agent {agent!r} and the agent info's {info.agent!r} differ")
         if session_id is not None and self.sessions.exists(session_id, owner):
             if self.sessions.get(session_id, owner).tenant != tenant:
                 raise ValueError(f"session {session_id!r} belongs to another tenant")
             return session_id
-        created = self.sessions.create(tenant, agent, parent_session_id, system_prompt, session_id, tools, owner)
+        created = self.sessions.create(tenant, agent, parent_session_id, system_prompt, session_id, tools, owner, info)
         return created.session_id
 
     def turn(

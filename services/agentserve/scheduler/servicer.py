@@ -10,7 +10,13 @@ from contextlib import aclosing
 
 from agentserve.common.api_keys import ApiKeys, resolve_tenant
 from agentserve.common.grpc_auth import authenticated_tenant
-from agentserve.convert import engine_status_from_proto, sampling_from_proto, tool_call_from_proto, turn_chunk_to_proto
+from agentserve.convert import (
+    agent_info_from_proto,
+    engine_status_from_proto,
+    sampling_from_proto,
+    tool_call_from_proto,
+    turn_chunk_to_proto,
+)
 from agentserve.scheduler.core import SchedulerCore
 from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
@@ -28,8 +34,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self, request: scheduler_pb2.OpenSessionRequest, context
     ) -> scheduler_pb2.OpenSessionResponse:
         tenant = resolve_tenant(self.keys, authenticated_tenant(), request.tenant, "OpenSessionRequest.tenant")
+        info = agent_info_from_proto(request)
         session_id = await self.core.open_session(
-            tenant, request.agent, request.parent_session_id, request.system_prompt, owner=_owner()
+            tenant, request.agent, request.parent_session_id, request.system_prompt, owner=_owner(), info=info
         )
         return scheduler_pb2.OpenSessionResponse(session_id=session_id)
 

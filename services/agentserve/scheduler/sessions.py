@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentserve.common.errors import NotFoundError, Overloaded
+from agentserve.contracts import AgentInfo
 from agentserve.scheduler.tool_waits import ToolWaitState
 
 MAX_SESSION_ID_LENGTH = 128
@@ -32,6 +33,7 @@ class Session:
     tenant: str = ""  # whose cache blocks the session may share (salts its block hashes)
     agent: str = ""
     parent_id: str = ""
+    info: AgentInfo = field(default_factory=AgentInfo)  # DAG parents, critical path, priority
     # Rendered together with the first text turn (templates treat a leading system message specially).
     pending_system: str = ""
     # Tool definitions (OpenAI function tools) the chat template lists with that first turn.
@@ -139,11 +141,13 @@ class SessionStore:
         session_id: str | None = None,
         tools: Sequence[dict[str, Any]] = (),
         owner: str = "",
+        info: AgentInfo | None = None,
     ) -> Session:
-        """A new session of `owner`. With `parent_id` (one of the owner's sessions) it starts from
-        the parent's committed history (a sub-agent fork) in the parent's tenant. `session_id` picks
-        the id (HTTP session header); ValueError if it is malformed or the owner already has it.
-        Overloaded past the session caps (idle sessions past their TTL are closed first)."""
+        """A new session of `owner`, as agent `info` (its `agent` wins over `agent`) if given.
+        With `parent_id` (one of the owner's sessions) it starts from the parent's committed
+        history (a sub-agent fork) in the parent's tenant. `session_id` picks the id (HTTP session
+        header); ValueError if it is malformed or the owner already has it. Overloaded past the
+        session caps (idle sessions past their TTL are closed first)."""
         if session_id is None:
             session_id = uuid.uuid4().hex
         else:
@@ -156,8 +160,9 @@ class SessionStore:
         session = Session(
             session_id,
             tenant=parent.tenant if parent is not None else tenant,
-            agent=agent,
+            agent=info.agent if info is not None and info.agent else agent,
             parent_id=parent_id,
+            info=info or AgentInfo(agent),
             pending_system=system_prompt,
             pending_tools=tuple(tools),
             owner=owner,

@@ -21,6 +21,8 @@ from typing import Any
 import grpc
 
 from agentserve.common.channels import open_channel
+from agentserve.contracts import AgentInfo
+from agentserve.convert import agent_info_to_proto
 from agentserve.sdk.errors import InvalidRequestError, error_from_rpc
 from agentserve.sdk.tools import ToolClient
 from agentserve.sdk.types import SessionClosed, TurnAccumulator, TurnChunk, TurnMetadata, TurnResult
@@ -156,11 +158,15 @@ class AsyncSession:
     def _turn_started(self, metadata: TurnMetadata) -> None:
         self.last_turn = metadata
 
-    async def call_tool(self, name: str, args: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    async def call_tool(
+        self, name: str, args: Mapping[str, Any] | None = None, *, predicted_s: float | None = None
+    ) -> dict[str, Any]:
         """Call tool `name` through the tool proxy on behalf of this session. The call's span is a
-        child of the session's latest turn: the turn that asked for the tool, in an agent loop."""
+        child of the session's latest turn: the turn that asked for the tool, in an agent loop.
+        `predicted_s`, the caller's estimate of the call's duration, tells the scheduler when the
+        session will need its KV again (it offloads the KV meanwhile and uploads it back in time)."""
         traceparent = self.last_turn.traceparent if self.last_turn else ""
-        return await self._client._tools.call(name, args, self.id, traceparent)
+        return await self._client._tools.call(name, args, self.id, traceparent, predicted_s)
 
     def fork(self, agent: str = "", system_prompt: str = "", tenant: str = "") -> _OpeningSession:
         """A sub-agent session that starts from this session's history."""
@@ -221,18 +227,31 @@ class AsyncClient:
         self._timeout_s = timeout_s
 
     def open_session(
-        self, tenant: str = "", agent: str = "", parent: str | AsyncSession | None = None, system_prompt: str = ""
+        self,
+        tenant: str = "",
+        agent: str = "",
+        parent: str | AsyncSession | None = None,
+        system_prompt: str = "",
+        *,
+        parents: tuple[str, ...] | list[str] = (),
+        critical: bool = False,
+        priority: int = 0,
     ) -> _OpeningSession:
-        """Open a session; `parent` (a session or its id) forks that session's history for a sub-agent."""
-        return _OpeningSession(self._open_session(tenant, agent, parent, system_prompt))
+        """Open a session; `parent` (a session or its id) forks that session's history for a sub-agent.
+        `parents` (agent ids this agent waits for: its job's DAG), `critical` (on the job's critical
+        path) and `priority` (in [-100, 100], higher first) tell the scheduler whose KV to keep.
+        ValueError, before any call, when one is out of range."""
+        info = AgentInfo(agent, tuple(parents), critical, priority)
+        return _OpeningSession(self._open_session(tenant, info, parent, system_prompt))
 
     async def _open_session(
-        self, tenant: str, agent: str, parent: str | AsyncSession | None, system_prompt: str
+        self, tenant: str, info: AgentInfo, parent: str | AsyncSession | None, system_prompt: str
     ) -> AsyncSession:
         parent_id = parent.id if isinstance(parent, AsyncSession) else (parent or "")
         request = scheduler_pb2.OpenSessionRequest(
-            tenant=tenant, agent=agent, parent_session_id=parent_id, system_prompt=system_prompt
+            tenant=tenant, parent_session_id=parent_id, system_prompt=system_prompt
         )
+        agent_info_to_proto(info, request)
         response = await self._unary(self._stub.OpenSession, request)
         return AsyncSession(self, response.session_id)
 

@@ -103,8 +103,10 @@ class Session:
             ),
         )
 
-    def call_tool(self, name: str, args: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        return self._loop.run(self._session.call_tool(name, args))
+    def call_tool(
+        self, name: str, args: Mapping[str, Any] | None = None, *, predicted_s: float | None = None
+    ) -> dict[str, Any]:
+        return self._loop.run(self._session.call_tool(name, args, predicted_s=predicted_s))
 
     def fork(self, agent: str = "", system_prompt: str = "", tenant: str = "") -> Session:
         return Session(self._loop, self._loop.run(_await(self._session.fork(agent, system_prompt, tenant))))
@@ -148,10 +150,27 @@ class Client:
             raise
 
     def open_session(
-        self, tenant: str = "", agent: str = "", parent: str | Session | None = None, system_prompt: str = ""
+        self,
+        tenant: str = "",
+        agent: str = "",
+        parent: str | Session | None = None,
+        system_prompt: str = "",
+        *,
+        parents: tuple[str, ...] | list[str] = (),
+        critical: bool = False,
+        priority: int = 0,
     ) -> Session:
+        """See `AsyncClient.open_session`."""
         parent_id = parent.id if isinstance(parent, Session) else parent
-        opening = self._async.open_session(tenant=tenant, agent=agent, parent=parent_id, system_prompt=system_prompt)
+        opening = self._async.open_session(
+            tenant=tenant,
+            agent=agent,
+            parent=parent_id,
+            system_prompt=system_prompt,
+            parents=parents,
+            critical=critical,
+            priority=priority,
+        )
         return Session(self._loop, self._loop.run(_await(opening)))
 
     def session(self, session_id: str) -> Session:

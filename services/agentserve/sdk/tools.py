@@ -16,6 +16,8 @@ import aiohttp
 
 from agentserve.sdk.errors import RetryableError, error_from_http
 
+PREDICTED_HEADER = "X-Tool-Predicted-S"
+
 
 class ToolClient:
     """One aiohttp session per client, opened on first use inside the caller's event loop."""
@@ -29,16 +31,27 @@ class ToolClient:
         self._auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
     async def call(
-        self, name: str, args: Mapping[str, Any] | None, session_id: str, traceparent: str = ""
+        self,
+        name: str,
+        args: Mapping[str, Any] | None,
+        session_id: str,
+        traceparent: str = "",
+        predicted_s: float | None = None,
     ) -> dict[str, Any]:
         """The tool's JSON answer as a dict (a non-object answer comes back as {"result": value},
-        a non-JSON one as {"text": body}). Raises ToolCallError on a non-2xx answer."""
+        a non-JSON one as {"text": body}). Raises ToolCallError on a non-2xx answer. `predicted_s`
+        (the caller's duration estimate) travels in `X-Tool-Predicted-S`; ValueError unless it is
+        a finite number >= 0."""
+        if predicted_s is not None and not 0 <= predicted_s < float("inf"):
+            raise ValueError(f"predicted_s must be a finite number of seconds >= 0, got {predicted_s}")
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=self._timeout)
         url = f"{self._base}/tools/{quote(name, safe='')}"
         headers = {"X-Session-Id": session_id, **self._auth}
         if traceparent:
             headers["traceparent"] = traceparent
+        if predicted_s is not None:
+            headers[PREDICTED_HEADER] = repr(float(predicted_s))
         try:
             async with self._http.post(url, json=dict(args or {}), headers=headers) as resp:
                 status, raw = resp.status, await resp.read()

@@ -1,7 +1,8 @@
 """The tool proxy's HTTP data path: `POST /tools/{name}` with a JSON object of arguments.
 
 The session comes from `X-Session-Id`; an optional `X-Call-Id` names the call (else one is
-made up). The response is the tool's own status and body, plus `X-Call-Id` and
+made up), an optional `X-Tool-Predicted-S` is the caller's estimate of its duration in seconds
+(reported to the scheduler with the call's events). The response is the tool's own status and body, plus `X-Call-Id` and
 `X-Tool-Duration-S`. Proxy errors are JSON `{"error": {"message", "type"}}`: 404 for an unknown
 tool, 400 for a body that is not a JSON object or arguments the tool rejects.
 `GET /tools` lists the tools with their predicted durations; `GET /health` is a liveness probe.
@@ -42,7 +43,8 @@ async def call_tool(request: web.Request) -> web.Response:
     args = _parse_args(await request.read())
     session_id = _header_id(request, "X-Session-Id")
     call_id = _header_id(request, "X-Call-Id")
-    result, record = await request.app[PROXY].call(request.match_info["name"], args, session_id, call_id)
+    predicted_s = _header_seconds(request, "X-Tool-Predicted-S")
+    result, record = await request.app[PROXY].call(request.match_info["name"], args, session_id, call_id, predicted_s)
     headers = {"X-Call-Id": record.call_id, "X-Tool-Duration-S": f"{record.actual_duration_s:.6f}"}
     return web.Response(status=result.status, body=result.body, content_type=result.content_type, headers=headers)
 
@@ -63,6 +65,20 @@ def _parse_args(raw: bytes) -> dict:
     if not raw.strip():
         return {}  # a tool without arguments may be called with an empty body
     return parse_json_object(raw, what="tool arguments")
+
+
+def _header_seconds(request: web.Request, name: str) -> float:
+    """A duration header: 0 when absent; 400 naming the header unless a finite number >= 0."""
+    value = request.headers.get(name, "").strip()
+    if not value:
+        return 0.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value[:32]!r}")
+    return seconds
 
 
 def _header_id(request: web.Request, name: str) -> str:

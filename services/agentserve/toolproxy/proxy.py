@@ -59,9 +59,15 @@ class ToolProxy:
         ]
 
     async def call(
-        self, name: str, args: Mapping[str, Any], session_id: str = "", call_id: str = ""
+        self,
+        name: str,
+        args: Mapping[str, Any],
+        session_id: str = "",
+        call_id: str = "",
+        caller_predicted_s: float = 0.0,
     ) -> tuple[ToolResult, ToolCall]:
         """Run tool `name`; NotFoundError if there is none. Bad arguments come back as a 400 result.
+        `caller_predicted_s` (the caller's own duration estimate, 0 = none) travels with the events.
 
         Events are reported only for calls tied to a session (the scheduler has nothing to
         offload otherwise). The predictor learns from every call whose tool actually ran.
@@ -71,7 +77,13 @@ class ToolProxy:
             raise NotFoundError(f"unknown tool {name!r}")
         self._calls[name] += 1
         record = ToolCall(
-            session_id, name, call_id or uuid.uuid4().hex, time.time(), self._predictor.predict(name), ok=False
+            session_id,
+            name,
+            call_id or uuid.uuid4().hex,
+            time.time(),
+            self._predictor.predict(name),
+            ok=False,
+            caller_predicted_s=caller_predicted_s,
         )
         if session_id:
             self._events.started(record)

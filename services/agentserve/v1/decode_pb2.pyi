@@ -8,6 +8,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class DropKVResponse(_message.Message):
+    __slots__ = ("dropped",)
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    dropped: int
+    def __init__(self, dropped: _Optional[int] = ...) -> None: ...
+
+class PrefetchKVResponse(_message.Message):
+    __slots__ = ("loaded", "held")
+    LOADED_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    loaded: int
+    held: int
+    def __init__(self, loaded: _Optional[int] = ..., held: _Optional[int] = ...) -> None: ...
+
 class RelayRequest(_message.Message):
     __slots__ = ("block_ids", "dst")
     BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]

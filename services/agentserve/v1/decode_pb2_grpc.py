@@ -57,6 +57,16 @@ class DecodeStub:
                 request_serializer=agentserve_dot_v1_dot_decode__pb2.HeldBlocksRequest.SerializeToString,
                 response_deserializer=agentserve_dot_v1_dot_decode__pb2.HeldBlocksResponse.FromString,
                 _registered_method=True)
+        self.DropKV = channel.unary_unary(
+                '/agentserve.v1.Decode/DropKV',
+                request_serializer=agentserve_dot_v1_dot_decode__pb2.HeldBlocksRequest.SerializeToString,
+                response_deserializer=agentserve_dot_v1_dot_decode__pb2.DropKVResponse.FromString,
+                _registered_method=True)
+        self.PrefetchKV = channel.unary_unary(
+                '/agentserve.v1.Decode/PrefetchKV',
+                request_serializer=agentserve_dot_v1_dot_decode__pb2.HeldBlocksRequest.SerializeToString,
+                response_deserializer=agentserve_dot_v1_dot_decode__pb2.PrefetchKVResponse.FromString,
+                _registered_method=True)
 
 
 class DecodeServicer:
@@ -101,6 +111,24 @@ class DecodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DropKV(self, request, context):
+        """Called by the scheduler when a session parks on a tool (its KV is persisted in the store): drop
+        `block_ids` from the prefix cache to free the pool. Blocks a running sequence uses stay; a
+        later turn that needs the dropped ones loads or recomputes them, so a drop never changes output.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PrefetchKV(self, request, context):
+        """Called by the scheduler before a parked session's predicted return: read the blocks of
+        `block_ids` this engine lacks from the KV store into its prefix cache (stops at the first block
+        the store lacks). A turn arriving first simply loads what it needs itself.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DecodeServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -123,6 +151,16 @@ def add_DecodeServicer_to_server(servicer, server):
                     servicer.Lookup,
                     request_deserializer=agentserve_dot_v1_dot_decode__pb2.HeldBlocksRequest.FromString,
                     response_serializer=agentserve_dot_v1_dot_decode__pb2.HeldBlocksResponse.SerializeToString,
+            ),
+            'DropKV': grpc.unary_unary_rpc_method_handler(
+                    servicer.DropKV,
+                    request_deserializer=agentserve_dot_v1_dot_decode__pb2.HeldBlocksRequest.FromString,
+                    response_serializer=agentserve_dot_v1_dot_decode__pb2.DropKVResponse.SerializeToString,
+            ),
+            'PrefetchKV': grpc.unary_unary_rpc_method_handler(
+                    servicer.PrefetchKV,
+                    request_deserializer=agentserve_dot_v1_dot_decode__pb2.HeldBlocksRequest.FromString,
+                    response_serializer=agentserve_dot_v1_dot_decode__pb2.PrefetchKVResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -234,6 +272,60 @@ class Decode:
             '/agentserve.v1.Decode/Lookup',
             agentserve_dot_v1_dot_decode__pb2.HeldBlocksRequest.SerializeToString,
             agentserve_dot_v1_dot_decode__pb2.HeldBlocksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DropKV(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentserve.v1.Decode/DropKV',
+            agentserve_dot_v1_dot_decode__pb2.HeldBlocksRequest.SerializeToString,
+            agentserve_dot_v1_dot_decode__pb2.DropKVResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PrefetchKV(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentserve.v1.Decode/PrefetchKV',
+            agentserve_dot_v1_dot_decode__pb2.HeldBlocksRequest.SerializeToString,
+            agentserve_dot_v1_dot_decode__pb2.PrefetchKVResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -8,16 +8,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class OpenSessionRequest(_message.Message):
-    __slots__ = ("tenant", "agent", "parent_session_id", "system_prompt")
+    __slots__ = ("tenant", "agent", "parent_session_id", "system_prompt", "parents", "critical", "priority")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     PARENT_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    PARENTS_FIELD_NUMBER: _ClassVar[int]
+    CRITICAL_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     agent: str
     parent_session_id: str
     system_prompt: str
-    def __init__(self, tenant: _Optional[str] = ..., agent: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., system_prompt: _Optional[str] = ...) -> None: ...
+    parents: _containers.RepeatedScalarFieldContainer[str]
+    critical: bool
+    priority: int
+    def __init__(self, tenant: _Optional[str] = ..., agent: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., system_prompt: _Optional[str] = ..., parents: _Optional[_Iterable[str]] = ..., critical: _Optional[bool] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class OpenSessionResponse(_message.Message):
     __slots__ = ("session_id",)
@@ -128,7 +134,7 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, known: _Optional[bool] = ...) -> None: ...
 
 class ToolCallEvent(_message.Message):
-    __slots__ = ("session_id", "tool", "call_id", "start_unix_s", "predicted_duration_s", "actual_duration_s", "ok")
+    __slots__ = ("session_id", "tool", "call_id", "start_unix_s", "predicted_duration_s", "actual_duration_s", "ok", "caller_predicted_s")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +142,7 @@ class ToolCallEvent(_message.Message):
     PREDICTED_DURATION_S_FIELD_NUMBER: _ClassVar[int]
     ACTUAL_DURATION_S_FIELD_NUMBER: _ClassVar[int]
     OK_FIELD_NUMBER: _ClassVar[int]
+    CALLER_PREDICTED_S_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     tool: str
     call_id: str
@@ -143,7 +150,8 @@ class ToolCallEvent(_message.Message):
     predicted_duration_s: float
     actual_duration_s: float
     ok: bool
-    def __init__(self, session_id: _Optional[str] = ..., tool: _Optional[str] = ..., call_id: _Optional[str] = ..., start_unix_s: _Optional[float] = ..., predicted_duration_s: _Optional[float] = ..., actual_duration_s: _Optional[float] = ..., ok: _Optional[bool] = ...) -> None: ...
+    caller_predicted_s: float
+    def __init__(self, session_id: _Optional[str] = ..., tool: _Optional[str] = ..., call_id: _Optional[str] = ..., start_unix_s: _Optional[float] = ..., predicted_duration_s: _Optional[float] = ..., actual_duration_s: _Optional[float] = ..., ok: _Optional[bool] = ..., caller_predicted_s: _Optional[float] = ...) -> None: ...
 
 class ToolCallAck(_message.Message):
     __slots__ = ()

@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from agentserve.common.interceptors import mapped
+from agentserve.contracts import AgentInfo
 from agentserve.scheduler.servicer import SchedulerServicer
 from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from tests.unit.scheduler.fakes import EOS, FakeContext, engine_proto, run
@@ -132,3 +133,21 @@ def test_tool_call_events_update_the_session(make_core) -> None:
     assert waiting is True and session.waiting_tool is False
     assert session.tools.total_wait_s == 1.5 and [c.tool for c in session.tools.finished] == ["search"]
     assert context.code is grpc.StatusCode.NOT_FOUND
+
+
+def test_open_session_carries_the_agent_info(make_core) -> None:
+    core = make_core()
+    servicer = served(core)
+    request = scheduler_pb2.OpenSessionRequest(agent="writer", parents=["planner"], critical=True, priority=9)
+    opened = run(servicer.OpenSession(request, FakeContext()))
+    session = core.sessions.get(opened.session_id)
+    assert (session.agent, session.info) == ("writer", AgentInfo("writer", ("planner",), True, 9))
+
+
+def test_open_session_with_a_bad_priority_is_invalid_argument_naming_it(make_core) -> None:
+    servicer = served(make_core())
+    context = FakeContext()
+    with pytest.raises(grpc.aio.AbortError):
+        run(servicer.OpenSession(scheduler_pb2.OpenSessionRequest(priority=-101), context))
+    assert context.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert context.details.startswith("OpenSessionRequest.priority must be an integer in [-100, 100]")

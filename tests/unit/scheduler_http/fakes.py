@@ -66,6 +66,7 @@ class FakeSession:
     tokens: int = 0
     turns: list[tuple[str, str]] = field(default_factory=list)  # (role, message)
     tools: list = field(default_factory=list)
+    info: object = None  # the AgentInfo it was opened with
     state: dict = field(default_factory=dict)  # what the gateway saved (set_session_state)
 
 
@@ -84,11 +85,19 @@ class FakeCore:
         return list(self.missing)
 
     async def open_session(
-        self, tenant="", agent="", parent_session_id="", system_prompt="", session_id=None, tools=(), owner=""
+        self,
+        tenant="",
+        agent="",
+        parent_session_id="",
+        system_prompt="",
+        session_id=None,
+        tools=(),
+        owner="",
+        info=None,
     ):
         if session_id in self.sessions:
             raise ValueError(f"session {session_id} already exists")
-        self.sessions[session_id] = FakeSession(system_prompt, tenant, tools=list(tools))
+        self.sessions[session_id] = FakeSession(system_prompt, tenant, tools=list(tools), info=info)
         return session_id
 
     async def turn(self, session_id, *, message=None, token_ids=None, role="user", sampling, owner=""):

@@ -86,6 +86,7 @@ class Servers:
 
     def __init__(self) -> None:
         self.scheduler = FakeScheduler()
+        self.tool_events = _RecordingSink()
         self.address = f"127.0.0.1:{free_port()}"
         self.http_port = free_port()
         self.loop = asyncio.new_event_loop()
@@ -97,7 +98,7 @@ class Servers:
         scheduler_pb2_grpc.add_SchedulerServicer_to_server(self.scheduler, self.grpc)
         self.grpc.add_insecure_port(self.address)
         await self.grpc.start()
-        proxy = ToolProxy(ToolRegistry.build({}, UpstreamClient(1.0), 5.0), ToolDurationPredictor(), _NullSink())
+        proxy = ToolProxy(ToolRegistry.build({}, UpstreamClient(1.0), 5.0), ToolDurationPredictor(), self.tool_events)
         self.runner = web.AppRunner(build_app(proxy))
         await self.runner.setup()
         await web.TCPSite(self.runner, "127.0.0.1", self.http_port).start()
@@ -115,8 +116,12 @@ class Servers:
         return f"http://127.0.0.1:{self.http_port}"
 
 
-class _NullSink:
-    def started(self, record) -> None: ...
+class _RecordingSink:
+    def __init__(self) -> None:
+        self.started_calls: list = []
+
+    def started(self, record) -> None:
+        self.started_calls.append(record)
 
     def finished(self, record) -> None: ...
 
@@ -246,3 +251,23 @@ def test_sync_client(servers):
             assert child.close().tokens == 99
     assert "".join(texts) == "Hello!" and result.cached_tokens == 32
     assert servers.scheduler.opened[-1].parent_session_id == session.id
+
+
+def test_agent_info_and_tool_predictions_reach_the_servers(servers):
+    async def main():
+        async with AsyncClient(servers.address, servers.tools_url) as client:
+            session = await client.open_session(agent="writer", parents=["planner"], critical=True, priority=7)
+            await session.call_tool("echo", {"x": 1}, predicted_s=2.5)
+            await session.call_tool("echo", {"x": 2})
+            with pytest.raises(ValueError, match="^priority must be an integer"):
+                client.open_session(priority=101)
+            with pytest.raises(ValueError, match="^predicted_s must be a finite number"):
+                await session.call_tool("echo", {}, predicted_s=-1.0)
+            return session
+
+    session = asyncio.run(main())
+    opened = servers.scheduler.opened[-1]
+    assert (opened.agent, list(opened.parents), opened.critical, opened.priority) == ("writer", ["planner"], True, 7)
+    predicted, unpredicted = servers.tool_events.started_calls[-2:]
+    assert (predicted.session_id, predicted.caller_predicted_s) == (session.id, 2.5)
+    assert unpredicted.caller_predicted_s == 0.0

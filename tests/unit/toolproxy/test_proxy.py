@@ -245,3 +245,20 @@ def test_with_api_keys_tool_calls_need_one_and_health_does_not():
     missing = "missing API key: send 'Authorization: Bearer <key>'"
     assert refused == (401, "Bearer", {"error": {"message": missing, "type": "invalid_request_error"}})
     assert (listed, allowed, health, events) == (401, 200, 200, 2)
+
+
+def test_the_callers_prediction_travels_with_the_events():
+    async def scenario(http):
+        ok = await http.post("/tools/echo", json={}, headers={"X-Session-Id": "s1", "X-Tool-Predicted-S": "12.5"})
+        bad = await http.post("/tools/echo", json={}, headers={"X-Session-Id": "s1", "X-Tool-Predicted-S": "soon"})
+        return ok.status, bad.status, await bad.json()
+
+    (ok, bad, body), sink, _ = run_http(scenario)
+    assert ok == 200 and [(kind, e.caller_predicted_s) for kind, e in sink.events] == [
+        ("started", 12.5),
+        ("finished", 12.5),
+    ]
+    assert (
+        bad == 400
+        and body["error"]["message"] == "X-Tool-Predicted-S must be a finite number of seconds >= 0, got 'soon'"
+    )

@@ -17,8 +17,9 @@ of that tenant's sessions only. Without keys, `X-Tenant` (optional) names the te
 the request may share. Bodies over `max_body_bytes` are 413, deeper than 64 levels or with a lone
 surrogate 400; overload is 429 with `Retry-After`. Responses carry
 `X-Trace-Id` (the turn's OpenTelemetry trace: the caller's, if the request carries a W3C
-`traceparent`) and, in session mode, `X-Session-Id`. Every error is an OpenAI-style
-`{"error": {...}}` body; a bad request never takes the server down.
+`traceparent`) and, in session mode, `X-Session-Id`. A session's opening request may say what agent
+it is: `X-Agent-Id`, `X-Agent-Parents`, `X-Agent-Critical`, `X-Agent-Priority` (`agent_headers.py`).
+Every error is an OpenAI-style `{"error": {...}}` body; a bad request never takes the server down.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from agentserve.common.errors import NotFoundError
 from agentserve.common.http_auth import KEYS, api_key_auth, caller
 from agentserve.common.http_errors import middlewares
 from agentserve.common.json_body import parse_json_object_async
+from agentserve.scheduler.http.agent_headers import parse_agent_headers
 from agentserve.scheduler.http.choices import Tagged, choice_sampling, merged
 from agentserve.scheduler.http.core_api import CoreAPI
 from agentserve.scheduler.http.errors import GATEWAY_ERRORS
@@ -104,6 +106,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     core = request.app[CORE]
     model = served_model(core, chat.model)
     session_id = parse_session_id(request.headers.get("X-Session-Id"))
+    agent = parse_agent_headers(request.headers)
     who = caller(request)
     headers = {}
     if session_id is not None:
@@ -112,10 +115,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         sessions = request.app[SESSIONS]
         events = merged(
             1,
-            lambda _: sessions.turn(session_id, chat.messages, chat.sampling, who.tenant, chat.tools.tools, who.owner),
+            lambda _: sessions.turn(
+                session_id, chat.messages, chat.sampling, who.tenant, chat.tools.tools, who.owner, agent
+            ),
         )
         headers["X-Session-Id"] = session_id
     else:
+        if agent is not None:
+            raise ValueError("X-Agent-* headers describe a session: send them with X-Session-Id")
         prompt = await _off_loop_if_large(
             sum(len(m.content) for m in chat.messages), render_chat, core, chat.messages, chat.tools
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Protocol
 
-from agentserve.contracts import SamplingParams
+from agentserve.contracts import AgentInfo, SamplingParams
 
 
 class TokenizerAPI(Protocol):
@@ -58,6 +58,7 @@ class CoreAPI(Protocol):
         session_id: str | None = None,
         tools: Sequence[dict[str, Any]] = (),
         owner: str = "",
+        info: AgentInfo | None = None,
     ) -> str: ...
 
     def turn(

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentserve.common.errors import NotFoundError
-from agentserve.contracts import SamplingParams
+from agentserve.contracts import AgentInfo, SamplingParams
 from agentserve.scheduler.http.core_api import CoreAPI, TurnEventAPI
 from agentserve.scheduler.http.schemas import SYSTEM_ROLES, Message
 
@@ -132,8 +132,10 @@ class ChatSessions:
         tenant: str = "",
         tools: Sequence[dict[str, Any]] = (),
         owner: str = "",
+        agent: AgentInfo | None = None,
     ) -> AsyncGenerator[TurnEventAPI, None]:
-        """Open the session if this gateway has not, then stream one turn of the new messages.
+        """Open the session if this gateway has not (as `agent`, if given), then stream one turn
+        of the new messages.
 
         Callers must close the iterator (e.g. `contextlib.aclosing`) so the session lock is
         released when a client goes away mid-stream.
@@ -146,7 +148,13 @@ class ChatSessions:
             if not progress.opened:
                 system = system_prompt_of(messages)
                 await self._core.open_session(
-                    tenant=tenant, system_prompt=system or "", session_id=session_id, tools=tools, owner=owner
+                    tenant=tenant,
+                    agent=agent.agent if agent is not None else "",
+                    system_prompt=system or "",
+                    session_id=session_id,
+                    tools=tools,
+                    owner=owner,
+                    info=agent,
                 )
                 progress.opened, progress.tools = True, tools_key
                 consumed = int(system is not None)
