@@ -335,3 +335,8 @@ def agent_info_from_proto(msg: scheduler_pb2.OpenSessionRequest) -> AgentInfo:
         return AgentInfo(msg.agent, tuple(msg.parents), msg.critical, msg.priority)
     except ValueError as exc:
         raise ValueError(f"OpenSessionRequest.{exc}") from None
+
+
+def block_ids_to_proto(block_ids: list[bytes]) -> decode_pb2.HeldBlocksRequest:
+    """The block-id list of a decode engine's Lookup, DropKV and PrefetchKV."""
+    return decode_pb2.HeldBlocksRequest(block_ids=block_ids)

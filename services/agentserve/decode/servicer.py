@@ -33,3 +33,10 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
     async def Lookup(self, request: decode_pb2.HeldBlocksRequest, context) -> decode_pb2.HeldBlocksResponse:
         held = await self.worker.held(list(request.block_ids))
         return decode_pb2.HeldBlocksResponse(held=held)
+
+    async def DropKV(self, request: decode_pb2.HeldBlocksRequest, context) -> decode_pb2.DropKVResponse:
+        return decode_pb2.DropKVResponse(dropped=await self.worker.drop_kv(list(request.block_ids)))
+
+    async def PrefetchKV(self, request: decode_pb2.HeldBlocksRequest, context) -> decode_pb2.PrefetchKVResponse:
+        loaded, held = await self.worker.prefetch_kv(list(request.block_ids))
+        return decode_pb2.PrefetchKVResponse(loaded=loaded, held=held)

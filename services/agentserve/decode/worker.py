@@ -30,6 +30,19 @@ class DecodeWorker:
         checked_block_ids(block_ids)
         return self.relay_sender.relay(block_ids, dst)
 
+    async def drop_kv(self, block_ids: list[bytes]) -> int:
+        """Drop the cached blocks among `block_ids` from the pool (those in use stay); how many."""
+        checked_block_ids(block_ids)
+        return await self.engine.call(lambda e: e.blocks.drop(block_ids))
+
+    async def prefetch_kv(self, block_ids: list[bytes]) -> tuple[int, int]:
+        """Read the blocks of `block_ids` this engine lacks from the store into its prefix cache;
+        (loaded, already held). The store stops at the first block it lacks: what did not come,
+        a later turn recomputes."""
+        held = await self.held(block_ids)
+        missing = [block_id for block_id, here in zip(block_ids, held, strict=True) if not here]
+        return await self.mover.load_from_store(missing), len(block_ids) - len(missing)
+
     async def load_kv(self, blocks: list[bytes]) -> tuple[int, int]:
         imported = await self.engine.call(lambda e: sum(e.import_blocks(d) for d in blocks))
         return imported, len(blocks) - imported

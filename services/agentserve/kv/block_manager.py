@@ -198,6 +198,22 @@ class BlockManager:
             else:
                 self._free.append(slot)
 
+    def drop(self, block_ids: Sequence[bytes]) -> int:
+        """Evict the cached (resident, unreferenced) blocks among `block_ids` now, deepest first;
+        blocks in use or absent are left alone. Returns how many were dropped. For a session that
+        parks on a tool: its blocks are in the store, and its pool space is worth more to others."""
+        dropped = 0
+        for block_id in reversed(block_ids):
+            slot = self._slot_of.get(block_id)
+            if slot is None or self._refs[slot] > 0:
+                continue
+            self._evictable.remove(block_id)
+            del self._slot_of[block_id]
+            self._sealed_id[slot] = None
+            self._free.append(slot)
+            dropped += 1
+        return dropped
+
     def eviction_order(self) -> list[int]:
         """The cached slots, the one the next eviction takes first. Changes nothing; O(cached)."""
         return [self._slot_of[block_id] for block_id in self._evictable.victims()]

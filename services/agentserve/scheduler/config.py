@@ -33,6 +33,12 @@ class SchedulerConfig:
     prefill_alpha_ms: float = 100.0  # dualpath: a storage read queue draining within this is short
     prefill_beta: float = 1.5  # dualpath: overloaded above beta x the mean unfinished prefill tokens
     relay_policy: str = "turn-decode"  # which decode engine relays path B: turn-decode, dualpath, other-decode
+    # KV lifecycle over tool waits (kv_lifecycle.py, kv_parking.py): lru (nothing moves) or agentserve.
+    kv_lifecycle: str = "lru"
+    tool_seeds: str = ""  # name=seconds,...: a tool's expected duration before any was observed
+    tool_default_s: float = 1.0  # a tool with no history, seed, nor prediction from the caller or proxy
+    reload_s_per_block: float = 0.001  # what reloading one KV block from the store costs (offload break-even)
+    park_min_wait_s: float = 0.5  # shorter predicted waits never offload
     # API keys (common/api_keys.py): TENANT:KEY entries; empty (and no file) = no authentication.
     api_keys: str = field(default="", repr=False)
     api_keys_file: str = ""
@@ -78,6 +84,7 @@ class SchedulerConfig:
                 f"engine_timeout_ms ({self.engine_timeout_ms}) must be at least twice "
                 f"heartbeat_interval_ms ({self.heartbeat_interval_ms})"
             )
+        from agentserve.scheduler.kv_lifecycle import LIFECYCLE_POLICIES
         from agentserve.scheduler.paths import POLICIES
         from agentserve.scheduler.prefill_policy import PREFILL_POLICIES
         from agentserve.scheduler.relay_policy import RELAY_POLICIES
@@ -86,6 +93,7 @@ class SchedulerConfig:
             ("kv_path_policy", POLICIES),
             ("prefill_policy", PREFILL_POLICIES),
             ("relay_policy", RELAY_POLICIES),
+            ("kv_lifecycle", LIFECYCLE_POLICIES),
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
@@ -93,6 +101,12 @@ class SchedulerConfig:
             raise ValueError(f"prefill_alpha_ms must be a finite number >= 0, got {self.prefill_alpha_ms}")
         if not 1 <= self.prefill_beta < float("inf"):
             raise ValueError(f"prefill_beta must be a finite number >= 1, got {self.prefill_beta}")
+        for name in ("tool_default_s", "reload_s_per_block", "park_min_wait_s"):
+            if not 0 <= getattr(self, name) < float("inf"):
+                raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)}")
+        from agentserve.scheduler.tool_durations import parse_seeds
+
+        parse_seeds(self.tool_seeds)
         if not 0 <= self.turn_retries <= 10:
             raise ValueError(f"turn_retries must be in [0, 10], got {self.turn_retries}")
         self.keys()  # malformed keys, an unreadable keys file: fail at start-up

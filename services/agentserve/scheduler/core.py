@@ -12,7 +12,7 @@ import uuid
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from agentserve.common.errors import Overloaded
 from agentserve.contracts import AgentInfo, Role, SamplingParams, ToolCall, TurnEvent
@@ -22,6 +22,8 @@ from agentserve.scheduler import metrics
 from agentserve.scheduler.admission import Admission, AdmissionLimits
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.engine_clients import EngineClients
+from agentserve.scheduler.kv_lifecycle import make_lifecycle_policy
+from agentserve.scheduler.kv_parking import KVMoves, KVParking, StoreHints
 from agentserve.scheduler.paths import PathPolicy, make_path_policy
 from agentserve.scheduler.prefill_policy import make_prefill_policy
 from agentserve.scheduler.prompts import PromptBuilder
@@ -30,7 +32,7 @@ from agentserve.scheduler.relay_policy import make_relay_policy
 from agentserve.scheduler.router import LeastLoadedRouter, Router
 from agentserve.scheduler.session_journal import SessionJournal
 from agentserve.scheduler.sessions import Session, SessionLimits, SessionStore
-from agentserve.scheduler.tool_waits import ToolWaitState
+from agentserve.scheduler.tool_durations import ToolDurationModel, parse_seeds
 from agentserve.scheduler.turns import EngineCalls, StoreLookup, TurnRunner
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,16 @@ class SchedulerCore:
             model_name=config.model_name,
             prefill_policy=make_prefill_policy(config.prefill_policy, config.prefill_alpha_ms, config.prefill_beta),
             relay_policy=make_relay_policy(config.relay_policy),
+        )
+        # Fakes of the turn calls alone (unit tests) cannot move KV: parking then keeps everything.
+        moves = cast(KVMoves, self.engines) if hasattr(self.engines, "drop_kv") else None
+        self.parking = KVParking(
+            make_lifecycle_policy(config.kv_lifecycle, config.reload_s_per_block, config.park_min_wait_s),
+            ToolDurationModel(parse_seeds(config.tool_seeds), config.tool_default_s),
+            self.registry,
+            moves,
+            cast(StoreHints, store) if hasattr(store, "hint") else None,
+            lambda engines, session: self.turns.placer.router.pick(engines, session),
         )
 
     def _alive(self, role: Role, address: str) -> bool:
@@ -230,17 +242,23 @@ class SchedulerCore:
         return dead
 
     def tool_call_started(self, event: ToolCall) -> None:
-        self._tool_waits(event).started(event)
+        """Record the call; the KV lifecycle policy may park the session's KV meanwhile."""
+        session = self._tool_session(event)
+        session.tools.started(event)
+        self.parking.started(session, event)
 
     def tool_call_finished(self, event: ToolCall) -> None:
-        self._tool_waits(event).ended(event)
+        session = self._tool_session(event)
+        session.tools.ended(event)
+        self.parking.finished(session, event)
 
-    def _tool_waits(self, event: ToolCall) -> ToolWaitState:
+    def _tool_session(self, event: ToolCall) -> Session:
         if not event.session_id:
             raise ValueError("tool call event needs a session_id")
-        return self.sessions.find(event.session_id).tools
+        return self.sessions.find(event.session_id)
 
     async def aclose(self) -> None:
+        await self.parking.aclose()
         if self.journal is not None:
             self.journal.close()
         for client in (self.engines, self.store):

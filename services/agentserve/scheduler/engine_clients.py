@@ -23,6 +23,7 @@ from agentserve.common.channels import ChannelCache
 from agentserve.common.errors import RetryableError
 from agentserve.contracts import EngineUnavailable, GenerateChunk, GenerateRequest, PrefillRequest, PrefillResult
 from agentserve.convert import (
+    block_ids_to_proto,
     generate_chunk_from_proto,
     generate_request_to_proto,
     prefill_request_to_proto,
@@ -31,6 +32,8 @@ from agentserve.convert import (
 from agentserve.v1 import decode_pb2_grpc, prefill_pb2_grpc
 
 Metadata = Sequence[tuple[str, str]]
+# A KV move between tool calls is an optimisation: one stuck this long is abandoned (the turn loads on demand).
+MOVE_TIMEOUT_S = 60.0
 
 # Codes that mean the engine, not the request, failed: dead, unreachable, restarting, or too slow
 # to answer within the call's deadline.
@@ -141,6 +144,23 @@ class EngineClients:
         finally:
             if not read.done():
                 read.cancel()
+
+    async def drop_kv(self, address: str, block_ids: list[bytes]) -> int:
+        """Drop the cached blocks among `block_ids` from the decode engine's pool; how many went."""
+        stub = decode_pb2_grpc.DecodeStub(self._channels.get(address))
+        try:
+            return (await stub.DropKV(block_ids_to_proto(block_ids), timeout=MOVE_TIMEOUT_S)).dropped
+        except grpc.aio.AioRpcError as exc:
+            raise translate(exc, address) from None
+
+    async def prefetch_kv(self, address: str, block_ids: list[bytes]) -> tuple[int, int]:
+        """Have the decode engine read `block_ids` it lacks from the store; (loaded, already held)."""
+        stub = decode_pb2_grpc.DecodeStub(self._channels.get(address))
+        try:
+            response = await stub.PrefetchKV(block_ids_to_proto(block_ids), timeout=MOVE_TIMEOUT_S)
+        except grpc.aio.AioRpcError as exc:
+            raise translate(exc, address) from None
+        return response.loaded, response.held
 
     def forget(self, address: str) -> None:
         """Stop using the channel to a failed engine: one restarted on the same address gets a fresh one."""

@@ -43,6 +43,14 @@ SPLIT_FRACTION = Histogram(
     "Planned share of a turn's store hits read by path B (turns with store hits)",
     buckets=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
 )
+KV_PARKING = Counter(
+    "agentserve_scheduler_kv_parking_total",
+    "KV lifecycle actions on tool waits: offload, keep, upload, upload_cancelled, failure",
+    ["action"],
+)
+KV_PARKING_BLOCKS = Counter(
+    "agentserve_scheduler_kv_parking_blocks_total", "KV blocks parking moved: dropped, uploaded", ["direction"]
+)
 
 
 def record_placement(placed: Placement) -> None:

@@ -1,7 +1,7 @@
 """Tool-wait state of a session, fed by the tool proxy's ToolCallStarted/Finished events.
 
-Recorded only, for now: later policies offload an idle session's KV while it waits and prefetch it
-back before the predicted return, and use the measured durations to predict the next wait.
+The KV lifecycle (`kv_parking.py`) reads it: a session's first pending call may park its KV, the
+last one to finish ends the parking.
 """
 
 from __future__ import annotations

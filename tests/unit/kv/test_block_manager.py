@@ -343,3 +343,16 @@ def test_reserve_takes_fresh_slots_and_available_after_counts_revived_hits():
         manager.reserve(2)
     manager.free(taken)
     assert manager.stats()["free"] == 3
+
+
+def test_drop_frees_cached_blocks_and_leaves_blocks_in_use():
+    mgr = BlockManager(num_slots=8, block_size=BS)
+    parked = [1, 2, 3, 4, 5, 6]
+    run_and_cache(mgr, parked)  # slots 0-2 cached
+    running = ids([1, 2, 7, 8])  # a running sequence shares the first block
+    alloc = mgr.allocate(running, 4, 1)
+    assert mgr.drop(ids(parked) + [b"absent" * 4]) == 2  # block 0 is in use; the absent id is skipped
+    assert mgr.cached_prefix(ids(parked)) == 1 and mgr.stats()["cached"] == 0
+    assert list(mgr._free)[-2:] == [2, 1]  # deepest first
+    mgr.free(alloc.slots)
+    assert mgr.drop(ids(parked)) == 1 and mgr.cached_prefix(ids(parked)) == 0

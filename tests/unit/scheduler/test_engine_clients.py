@@ -57,3 +57,31 @@ def test_the_generate_call_and_its_client_span_end_when_the_final_chunk_arrives(
     tokens, ended_at_final = asyncio.run(main())
     assert tokens == [7, 8, 9]
     assert ended_at_final == 1
+
+
+class HoldsTwo(decode_pb2_grpc.DecodeServicer):
+    """Holds two blocks; drops whatever it is asked to and loads the rest."""
+
+    async def DropKV(self, request, context):
+        return decode_pb2.DropKVResponse(dropped=min(2, len(request.block_ids)))
+
+    async def PrefetchKV(self, request, context):
+        return decode_pb2.PrefetchKVResponse(loaded=len(request.block_ids) - 2, held=2)
+
+
+def test_kv_moves_speak_domain_types() -> None:
+    async def main():
+        server = grpc.aio.server()
+        decode_pb2_grpc.add_DecodeServicer_to_server(HoldsTwo(), server)
+        address = f"127.0.0.1:{free_port()}"
+        server.add_insecure_port(address)
+        await server.start()
+        clients = EngineClients()
+        try:
+            ids = [bytes([i]) * 16 for i in range(5)]
+            return await clients.drop_kv(address, ids), await clients.prefetch_kv(address, ids)
+        finally:
+            await clients.close()
+            await server.stop(0)
+
+    assert asyncio.run(main()) == (2, (3, 2))

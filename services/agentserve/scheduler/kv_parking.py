@@ -1,0 +1,190 @@
+"""KVParking: moves a session's KV out of a decode engine while it waits on a tool, and back.
+
+Driven by the tool proxy's events (through `SchedulerCore`), decided by a `LifecyclePolicy`:
+
+- ToolCallStarted, the session's first pending call: predict the wait (`ToolDurationModel`); if
+  the policy says offload, drop the session's blocks from its KV holder's pool (DropKV: the store
+  already has them, the turn that made them persisted them) and hint the store when they will be
+  read again; then, at the planned time, upload them (PrefetchKV) into the decode engine the
+  router picks for the next turn, which becomes the session's KV holder.
+- ToolCallFinished, the last pending call: learn the duration; an upload not yet begun is
+  cancelled (the return was early) and the next turn loads what it needs on demand.
+
+Nothing here is needed for correctness: a turn always asks the decode engine which blocks it
+holds (handoff) and loads or recomputes the rest, so a wrong prediction, a failed move or a
+turn racing an upload costs time, never tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from agentserve.contracts import Role, ToolCall
+from agentserve.kv.block_hash import block_ids_for
+from agentserve.scheduler import metrics
+from agentserve.scheduler.kv_lifecycle import LifecyclePolicy
+from agentserve.scheduler.registry import Engine, EngineRegistry
+from agentserve.scheduler.sessions import Session
+from agentserve.scheduler.tool_durations import ToolDurationModel
+
+log = logging.getLogger(__name__)
+
+# The quantile of a tool's durations read as "how early may it be back" (the upload's deadline).
+EARLY_QUANTILE = 0.1
+
+
+class KVMoves(Protocol):
+    """The decode-engine calls parking makes (`EngineClients`; fakes in unit tests)."""
+
+    async def drop_kv(self, address: str, block_ids: list[bytes]) -> int: ...
+
+    async def prefetch_kv(self, address: str, block_ids: list[bytes]) -> tuple[int, int]: ...
+
+
+class StoreHints(Protocol):
+    async def hint(
+        self, block_ids: list[bytes], priority: int | None = None, next_use_in_s: float | None = None
+    ) -> int: ...
+
+
+@dataclass
+class ParkingStats:
+    offloads: int = 0
+    kept: int = 0
+    uploads: int = 0
+    uploads_cancelled: int = 0  # the session came back before its upload began
+    dropped_blocks: int = 0
+    uploaded_blocks: int = 0
+    failures: int = 0
+
+
+@dataclass
+class _Parked:
+    source: str  # the engine the KV was dropped from
+    block_ids: list[bytes]
+    turns: int  # the session's turn count when parked: a later turn makes the plan moot
+    task: asyncio.Task | None = None
+    uploading: bool = False
+
+
+class KVParking:
+    def __init__(
+        self,
+        policy: LifecyclePolicy,
+        durations: ToolDurationModel,
+        registry: EngineRegistry,
+        moves: KVMoves | None,
+        store: StoreHints | None,
+        pick_decode: Callable[[list[Engine], Session], Engine],
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.policy = policy
+        self.durations = durations
+        self.registry = registry
+        self.moves = moves
+        self.store = store
+        self.pick_decode = pick_decode
+        self._sleep = sleep
+        self._parked: dict[str, _Parked] = {}  # by session id
+        self.stats = ParkingStats()
+
+    def parked(self, session_id: str) -> bool:
+        return session_id in self._parked
+
+    def started(self, session: Session, call: ToolCall) -> None:
+        """A call of `session` started (already recorded in `session.tools`)."""
+        if len(session.tools.pending) != 1 or session.session_id in self._parked or session.lock.locked():
+            return  # parallel calls: parked at the first; a turn running: its KV is in use
+        if self.moves is None:
+            return
+        holder = self._holder(session)
+        ids = self._block_ids(session)
+        if holder is None or not ids:
+            return
+        typical = self.durations.predict(call.tool, 0.5, call.caller_predicted_s, call.predicted_duration_s)
+        early = self.durations.predict(call.tool, EARLY_QUANTILE, call.caller_predicted_s, call.predicted_duration_s)
+        plan = self.policy.on_tool_started(typical, early, len(ids))
+        if not plan.offload:
+            self.stats.kept += 1
+            metrics.KV_PARKING.labels("keep").inc()
+            return
+        parked = self._parked[session.session_id] = _Parked(holder.engine_id, ids, session.turns)
+        parked.task = asyncio.get_running_loop().create_task(
+            self._park(session, parked, holder, typical, plan.upload_after_s)
+        )
+
+    def finished(self, session: Session, call: ToolCall) -> None:
+        """A call of `session` finished (already recorded in `session.tools`)."""
+        if call.ok and call.actual_duration_s > 0:
+            self.durations.observe(call.tool, call.actual_duration_s)
+        if session.tools.waiting:
+            return
+        parked = self._parked.pop(session.session_id, None)
+        if parked is not None and parked.task is not None and not parked.uploading and not parked.task.done():
+            parked.task.cancel()  # early: the next turn loads on demand
+            self.stats.uploads_cancelled += 1
+            metrics.KV_PARKING.labels("upload_cancelled").inc()
+
+    async def aclose(self) -> None:
+        tasks = [p.task for p in self._parked.values() if p.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._parked.clear()
+
+    async def _park(
+        self, session: Session, parked: _Parked, holder: Engine, typical_s: float, upload_after_s: float | None
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        try:
+            assert self.moves is not None  # started() checked
+            dropped = await self.moves.drop_kv(holder.status.address, parked.block_ids)
+            self.stats.offloads += 1
+            self.stats.dropped_blocks += dropped
+            metrics.KV_PARKING.labels("offload").inc()
+            metrics.KV_PARKING_BLOCKS.labels("dropped").inc(dropped)
+            if self.store is not None:
+                await self.store.hint(parked.block_ids, session.info.priority, typical_s)
+            if upload_after_s is None:
+                return
+            await self._sleep(max(0.0, upload_after_s - (loop.time() - start)))
+            parked.uploading = True
+            if session.turns != parked.turns or session.lock.locked() or session.closed:
+                return  # a turn came first and loaded what it needed
+            decoders = self.registry.alive(Role.DECODE)
+            if not decoders:
+                return
+            target = self.pick_decode(decoders, session)
+            loaded, held = await self.moves.prefetch_kv(target.status.address, parked.block_ids)
+            self.stats.uploads += 1
+            self.stats.uploaded_blocks += loaded
+            metrics.KV_PARKING.labels("upload").inc()
+            metrics.KV_PARKING_BLOCKS.labels("uploaded").inc(loaded)
+            if session.turns == parked.turns and not session.lock.locked():
+                session.kv_holder = target.engine_id  # the next turn goes where its KV now is
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed move costs time, never tokens: the turn loads on demand
+            self.stats.failures += 1
+            metrics.KV_PARKING.labels("failure").inc()
+            log.warning("KV parking of session %s failed: %s", session.session_id, exc)
+        finally:
+            if self._parked.get(session.session_id) is parked and parked.uploading:
+                del self._parked[session.session_id]
+
+    def _holder(self, session: Session) -> Engine | None:
+        for engine in self.registry.alive(Role.DECODE):
+            if engine.engine_id == session.kv_holder:
+                return engine
+        return None
+
+    def _block_ids(self, session: Session) -> list[bytes]:
+        block_size, fingerprint = self.registry.block_size, self.registry.fingerprint
+        if block_size is None or fingerprint is None or not session.history:
+            return []
+        return block_ids_for(session.history, block_size, fingerprint, session.tenant)
