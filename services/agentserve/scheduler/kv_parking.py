@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from agentserve.contracts import Role, ToolCall
+from agentserve.contracts import EngineUnavailable, Role, ToolCall
 from agentserve.kv.block_hash import block_ids_for
 from agentserve.scheduler import metrics
 from agentserve.scheduler.kv_lifecycle import LifecyclePolicy
@@ -156,11 +156,9 @@ class KVParking:
             parked.uploading = True
             if session.turns != parked.turns or session.lock.locked() or session.closed:
                 return  # a turn came first and loaded what it needed
-            decoders = self.registry.alive(Role.DECODE)
-            if not decoders:
+            target, loaded = await self._upload(session, parked.block_ids)
+            if target is None:
                 return
-            target = self.pick_decode(decoders, session)
-            loaded, held = await self.moves.prefetch_kv(target.status.address, parked.block_ids)
             self.stats.uploads += 1
             self.stats.uploaded_blocks += loaded
             metrics.KV_PARKING.labels("upload").inc()
@@ -176,6 +174,22 @@ class KVParking:
         finally:
             if self._parked.get(session.session_id) is parked and parked.uploading:
                 del self._parked[session.session_id]
+
+    async def _upload(self, session: Session, block_ids: list[bytes]) -> tuple[Engine | None, int]:
+        """Prefetch into the router's pick among the alive decode engines; one found gone (dead
+        but not yet expired from the registry) is passed over for the next pick."""
+        assert self.moves is not None
+        candidates = self.registry.alive(Role.DECODE)
+        while candidates:
+            target = self.pick_decode(candidates, session)
+            try:
+                loaded, _ = await self.moves.prefetch_kv(target.status.address, block_ids)
+            except EngineUnavailable as exc:
+                log.warning("KV upload of session %s: %s; trying another engine", session.session_id, exc)
+                candidates = [e for e in candidates if e is not target]
+                continue
+            return target, loaded
+        return None, 0
 
     def _holder(self, session: Session) -> Engine | None:
         for engine in self.registry.alive(Role.DECODE):

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from agentserve.contracts import AgentInfo, Role, ToolCall
+from agentserve.contracts import AgentInfo, EngineUnavailable, Role, ToolCall
 from agentserve.kv.block_hash import block_ids_for
 from agentserve.scheduler.kv_lifecycle import AgentServeLifecycle, KeepResident
 from agentserve.scheduler.kv_parking import KVParking
@@ -23,9 +23,10 @@ IDS = block_ids_for(HISTORY, BLOCK_SIZE, FINGERPRINT, "t")
 
 
 class FakeMoves:
-    def __init__(self, fail: bool = False) -> None:
+    def __init__(self, fail: bool = False, gone: tuple[str, ...] = ()) -> None:
         self.calls: list[tuple[str, str, list[bytes]]] = []
         self.fail = fail
+        self.gone = gone  # addresses of engines that died (still registered)
 
     async def drop_kv(self, address, block_ids):
         self.calls.append(("drop", address, block_ids))
@@ -35,6 +36,8 @@ class FakeMoves:
 
     async def prefetch_kv(self, address, block_ids):
         self.calls.append(("prefetch", address, block_ids))
+        if address in self.gone:
+            raise EngineUnavailable(address, "UNAVAILABLE: connection refused")
         return len(block_ids), 0
 
 
@@ -193,5 +196,23 @@ def test_a_turn_before_the_upload_makes_it_moot():
         timer.release.set()
         await settle()
         assert [kind for kind, *_ in moves.calls] == ["drop"] and session.kv_holder == "d0"
+
+    asyncio.run(main())
+
+
+def test_an_upload_target_found_dead_is_passed_over():
+    async def main():
+        parking, session, moves, _, timer = setup(moves=FakeMoves(gone=("127.0.0.1:7001",)))
+        started = call()
+        session.tools.started(started)
+        parking.started(session, started)
+        timer.release.set()
+        await settle()
+        assert [(kind, address) for kind, address, _ in moves.calls] == [
+            ("drop", "127.0.0.1:7000"),
+            ("prefetch", "127.0.0.1:7001"),  # the router's pick, dead
+            ("prefetch", "127.0.0.1:7000"),
+        ]
+        assert session.kv_holder == "d0" and parking.stats.uploads == 1 and parking.stats.failures == 0
 
     asyncio.run(main())
