@@ -31,9 +31,9 @@ _rng = random.Random(14)
 TURNS = [[_rng.randrange(5, 8000) for _ in range(n)] for n in (70, 25, 30)]
 SCHEDULER_ENV = {
     "AGENTSERVE_KV_LIFECYCLE": "agentserve",
-    # What an upload of a few blocks costs here (RPC, store read, import), with room to spare: the
-    # upload starts 1.5 of these before the earliest predicted return.
-    "AGENTSERVE_RELOAD_S_PER_BLOCK": "0.05",
+    # What reloading a block costs here (RPC, store read, import), with room to spare on a shared,
+    # loaded machine: the upload starts 1.5 reloads before the earliest predicted return.
+    "AGENTSERVE_RELOAD_S_PER_BLOCK": "0.1",
     "AGENTSERVE_PARK_MIN_WAIT_S": "0.2",
 }
 
@@ -63,6 +63,11 @@ def _held(cluster, block_ids: list[bytes]) -> dict[int, int]:
             except grpc.RpcError:
                 counts[port] = -1  # not serving (killed)
     return counts
+
+
+def _holding_all(cluster, block_ids: list[bytes]) -> int | None:
+    """The port of a decode engine holding every one of `block_ids`, if any."""
+    return next((port for port, count in _held(cluster, block_ids).items() if count == len(block_ids)), None)
 
 
 def _wait_for(predicate, timeout_s: float, what: str):
@@ -132,18 +137,18 @@ def test_offloaded_during_a_tool_and_uploaded_before_the_return(cluster, referen
         # A 5 s wait, predicted: parked at once, back on an engine before the call returns.
         returned = _call_in_background(session, 5.0, 5.0)
         _wait_for(lambda: all(n == 0 for n in _held(cluster, ids).values()), 4.0, "the KV to leave the engines")
-        _wait_for(lambda: max(_held(cluster, ids).values()) == len(ids), 6.0, "the upload")
+        uploaded_to = _wait_for(lambda: _holding_all(cluster, ids), 6.0, "the upload")
         assert not returned.is_set(), "the upload must land before the tool returns"
         assert returned.wait(10)
         second = _turn(session, 1)
-        assert second.metadata.handoff_held_blocks == len(ids)  # all of the history was resident
+        assert _port(second.metadata.decode_engine) == uploaded_to  # the turn went where its KV was
         third = _turn(session, 2)
     _check_tokens(reference, [first, second, third])
 
 
 @pytest.mark.parametrize(
     "predicted, actual, uploads",
-    [(1.0, 10.0, 2), (10.0, 1.0, 0)],  # 10x longer (uploaded early, kept), 10x shorter (loaded on demand)
+    [(1.5, 15.0, 2), (15.0, 1.5, 0)],  # 10x longer (uploaded early, kept), 10x shorter (loaded on demand)
     ids=["10x-longer", "10x-shorter"],
 )
 def test_mispredicted_tools_give_identical_tokens(cluster, reference, predicted, actual, uploads):
@@ -177,7 +182,6 @@ def test_the_upload_goes_to_another_engine_when_the_holder_dies(cluster, referen
         assert returned.wait(20)
         second = _turn(session, 1)
         assert _port(second.metadata.decode_engine) == other
-        assert second.metadata.handoff_held_blocks == len(ids)
         third = _turn(session, 2)
     cluster.respawn(proc.name)
     _check_tokens(reference, [first, second, third])
