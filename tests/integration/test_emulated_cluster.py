@@ -20,7 +20,7 @@ import urllib.request
 import grpc
 import pytest
 
-from agentserve.cli.up import ComputeSettings, FabricSettings, LocalCluster, LocalPorts
+from agentserve.cli.up import ComputeSettings, FabricSettings, LocalPorts
 from agentserve.engine.default_model import ensure_default_model
 from agentserve.engine.emulated_runner import EmulatedRunner
 from agentserve.engine.emulation_config import EmulationConfig
@@ -31,7 +31,7 @@ from agentserve.kv.block_hash import block_ids_for
 from agentserve.kvstore.client import KVStoreClient
 from agentserve.sdk import Client
 from agentserve.v1 import common_pb2, prefill_pb2, prefill_pb2_grpc
-from tests.support.processes import free_port
+from tests.support.cluster import MeteredCluster
 
 pytestmark = pytest.mark.integration
 
@@ -40,20 +40,6 @@ BLOCK = 16
 TARGET_BLOCK_BYTES = 61 * 788 * BLOCK  # DeepSeek-V3.2's KV of one 16-token block: what NICs are charged
 COMPUTE = ComputeSettings("emulated", "deepseek-v3.2", "h800", time_dilation=D)
 MAX_TOKENS = 12
-
-
-class MeteredCluster(LocalCluster):
-    """The cluster with a Prometheus port on every engine, to read its NIC counters."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.metrics: dict[str, int] = {}
-
-    def extra_args(self, name: str) -> list[str]:
-        if not name.startswith(("prefill", "decode")):
-            return []
-        self.metrics[name] = free_port()
-        return ["--metrics-port", str(self.metrics[name])]
 
 
 @pytest.fixture(scope="module")

@@ -18,31 +18,17 @@ import urllib.request
 
 import pytest
 
-from agentserve.cli.up import LocalCluster, LocalPorts
+from agentserve.cli.up import LocalPorts
 from agentserve.contracts import SamplingParams
 from agentserve.kvstore.client import KVStoreClient
 from agentserve.sdk import Client
-from tests.support.processes import free_port
+from tests.support.cluster import MeteredCluster
 
 pytestmark = pytest.mark.integration
 
 BLOCK = 16
 FIRST, OUTPUT, NEXT = 40, 30, 10  # tokens: a first prompt of 2.5 blocks, output filling 2 more
 GREEDY = SamplingParams(max_tokens=OUTPUT, ignore_eos=True)
-
-
-class MeteredCluster(LocalCluster):
-    """The cluster with a Prometheus port on every engine (the scheduler has one already)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.metrics: dict[str, int] = {}
-
-    def extra_args(self, name: str) -> list[str]:
-        if not name.startswith(("prefill", "decode")):
-            return []
-        self.metrics[name] = free_port()
-        return ["--metrics-port", str(self.metrics[name])]
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from agentserve.cli.up import LocalCluster, LocalPorts
+from tests.support.processes import free_port
 
 
 @contextmanager
@@ -27,3 +28,18 @@ def local_cluster(
         yield cluster
     finally:
         cluster.stop()
+
+
+class MeteredCluster(LocalCluster):
+    """The cluster with a Prometheus port on every engine (the scheduler has one already), to read
+    their counters; `metrics` maps an engine's name to its port."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.metrics: dict[str, int] = {}
+
+    def extra_args(self, name: str) -> list[str]:
+        if not name.startswith(("prefill", "decode")):
+            return []
+        self.metrics[name] = free_port()
+        return ["--metrics-port", str(self.metrics[name])]
