@@ -20,7 +20,7 @@ import urllib.request
 import grpc
 import pytest
 
-from agentserve.cli.up import ComputeSettings, FabricSettings, LocalPorts
+from agentserve.cli.up import ComputeSettings, FabricSettings
 from agentserve.engine.default_model import ensure_default_model
 from agentserve.engine.emulated_runner import EmulatedRunner
 from agentserve.engine.emulation_config import EmulationConfig
@@ -31,7 +31,7 @@ from agentserve.kv.block_hash import block_ids_for
 from agentserve.kvstore.client import KVStoreClient
 from agentserve.sdk import Client
 from agentserve.v1 import common_pb2, prefill_pb2, prefill_pb2_grpc
-from tests.support.cluster import MeteredCluster
+from tests.support.cluster import MeteredCluster, local_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -44,20 +44,10 @@ MAX_TOKENS = 12
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = MeteredCluster(
-        LocalPorts.free(4, 2),
-        decoders=4,
-        prefill=2,
-        data_dir=tmp_path_factory.mktemp("kv-emulated"),
-        log_dir=tmp_path_factory.mktemp("logs-emulated"),
-        fabric=FabricSettings("dualpath-h800", "dualpath"),
-        compute=COMPUTE,
-    )
-    c.start(timeout_s=240)
-    try:
+    fabric = FabricSettings("dualpath-h800", "dualpath")
+    options = dict(decoders=4, prefill=2, cls=MeteredCluster, fabric=fabric, compute=COMPUTE)
+    with local_cluster(tmp_path_factory, "emulated", **options) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture(scope="module")

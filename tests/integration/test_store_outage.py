@@ -18,11 +18,10 @@ import urllib.request
 
 import pytest
 
-from agentserve.cli.up import LocalPorts
 from agentserve.contracts import SamplingParams
 from agentserve.kvstore.client import KVStoreClient
 from agentserve.sdk import Client
-from tests.support.cluster import MeteredCluster
+from tests.support.cluster import MeteredCluster, local_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -33,18 +32,8 @@ GREEDY = SamplingParams(max_tokens=OUTPUT, ignore_eos=True)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = MeteredCluster(
-        LocalPorts.free(1, 1),
-        decoders=1,
-        prefill=1,
-        data_dir=tmp_path_factory.mktemp("kv-outage"),
-        log_dir=tmp_path_factory.mktemp("logs-outage"),
-    )
-    c.start(timeout_s=240)
-    try:
+    with local_cluster(tmp_path_factory, "outage", decoders=1, prefill=1, cls=MeteredCluster) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def counters(port: int, metric: str) -> dict[str, float]:

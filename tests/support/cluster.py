@@ -11,11 +11,17 @@ from tests.support.processes import free_port
 
 @contextmanager
 def local_cluster(
-    tmp_path_factory, name: str, decoders: int = 2, prefill: int = 1, before: str | None = None, **options
+    tmp_path_factory,
+    name: str,
+    decoders: int = 2,
+    prefill: int = 1,
+    before: str | None = None,
+    cls: type[LocalCluster] = LocalCluster,
+    **options,
 ) -> Iterator[LocalCluster]:
-    """A started `LocalCluster` (data and logs under pytest's tmp dirs), stopped on exit; with
+    """A started `cls` cluster (data and logs under pytest's tmp dirs), stopped on exit; with
     `before`, started only up to that service (see `LocalCluster.start`)."""
-    cluster = LocalCluster(
+    cluster = cls(
         LocalPorts.free(decoders, prefill),
         decoders=decoders,
         prefill=prefill,
