@@ -10,6 +10,15 @@ from agentserve.contracts.engines import EngineStatus, NICStatus, Role
 from agentserve.contracts.errors import EngineUnavailable
 from agentserve.contracts.kv import PATH_A, KVPath, LoadPlan
 from agentserve.contracts.sampling import MAX_LOGPROBS, MAX_TOKENS_LIMIT, SamplingParams
+from agentserve.contracts.segments import (
+    PrivateSegment,
+    ReuseMode,
+    ReusePolicy,
+    SegmentedPrompt,
+    SharedBlock,
+    SharedSpan,
+    Sibling,
+)
 from agentserve.contracts.structured import StructuredKind, StructuredOutput, ToolSchema
 from agentserve.contracts.tools import ToolCall
 from agentserve.contracts.turns import (
@@ -23,6 +32,13 @@ from agentserve.contracts.turns import (
 )
 
 __all__ = [
+    "Sibling",
+    "SharedSpan",
+    "SharedBlock",
+    "SegmentedPrompt",
+    "ReusePolicy",
+    "ReuseMode",
+    "PrivateSegment",
     "AgentInfo",
     "PATH_A",
     "MAX_LOGPROBS",
