@@ -12,7 +12,6 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 
-from agentserve.costmodel.kv_capacity import kv_capacity_blocks
 from agentserve.costmodel.timing import ComputeCost
 from agentserve.engine.config import ModelConfig
 from agentserve.engine.emulated_pool import STANDIN_DTYPE, EmulatedKVPool, StandinGeometry
@@ -25,7 +24,7 @@ class EmulatedModel:
     emulation: EmulationConfig
     cost: ComputeCost
     geometry: StandinGeometry
-    num_blocks: int  # what the target GPU holds (agentserve.costmodel.kv_capacity)
+    num_blocks: int  # `emulation.kv_blocks`, or what the target GPU holds (agentserve.costmodel.kv_capacity)
 
     @classmethod
     def build(cls, emulation: EmulationConfig, vocabulary: ModelConfig, block_size: int) -> EmulatedModel:
@@ -46,8 +45,7 @@ class EmulatedModel:
             eos_token_id=vocabulary.eos_token_id,
             torch_dtype="float16",
         )
-        num_blocks = kv_capacity_blocks(cost, block_size, emulation.activation_reserve)
-        return cls(config, emulation, cost, geometry, num_blocks)
+        return cls(config, emulation, cost, geometry, emulation.pool_blocks(block_size))
 
     @property
     def fingerprint(self) -> str:

@@ -2,7 +2,7 @@
 
 An emulated engine runs no model: each forward pass sleeps the time the target model takes on the
 target GPU (agentserve.costmodel.timing) times `time_dilation`, and its KV pool holds as many
-blocks as the target GPU's memory leaves (agentserve.costmodel.kv_capacity). Its KV blocks are
+blocks as the target GPU's memory leaves (agentserve.costmodel.kv_capacity), or `kv_blocks`. Its KV blocks are
 real block-format buffers of a stand-in geometry (`target layers x block_size x 1 head x head_dim`,
 fp16) whose payload is at most `kv_materialise_bytes` per block; the NICs charge each block the
 target's bytes (agentserve.engine.emulated_pool). Torch-free, validated once.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentserve.costmodel.gpus import target_gpu
-from agentserve.costmodel.kv_capacity import DEFAULT_ACTIVATION_RESERVE
+from agentserve.costmodel.kv_capacity import DEFAULT_ACTIVATION_RESERVE, kv_capacity_blocks
 from agentserve.costmodel.models import target_model
 from agentserve.costmodel.timing import DEFAULT_DECODE_BANDWIDTH_EFFICIENCY, DEFAULT_PREFILL_MFU, ComputeCost
 
@@ -37,6 +37,9 @@ class EmulationConfig:
     time_dilation: float = DEFAULT_TIME_DILATION  # local seconds per target second
     kv_materialise_bytes: int = DEFAULT_KV_MATERIALISE_BYTES  # payload per block; 0 = the target's full bytes
     max_context: int = 0  # tokens; 0 = the target model's
+    # KV pool blocks of this engine; 0 = what the target GPU's HBM leaves (`kv_capacity_blocks`). A
+    # smaller pool stands for the HBM share one engine has per agent at a larger scale than is run.
+    kv_blocks: int = 0
 
     def __post_init__(self) -> None:
         target_model(self.target_model)  # ValueErrors name the choices
@@ -51,6 +54,8 @@ class EmulationConfig:
             )
         if self.max_context < 0:
             raise ValueError(f"max_context must be >= 0 (0 = the target model's), got {self.max_context}")
+        if self.kv_blocks < 0:
+            raise ValueError(f"kv_blocks must be >= 0 (0 = what the target GPU holds), got {self.kv_blocks}")
         self.cost()  # efficiencies and weight_shards, checked where they are defined
 
     def cost(self) -> ComputeCost:
@@ -61,6 +66,17 @@ class EmulationConfig:
             decode_bandwidth_efficiency=self.decode_bandwidth_efficiency,
             weight_shards=self.weight_shards,
         )
+
+    def pool_blocks(self, block_size: int) -> int:
+        """The KV pool's blocks of `block_size` tokens: `kv_blocks`, or what the target GPU holds;
+        ValueError if `kv_blocks` is more than the target GPU holds."""
+        capacity = kv_capacity_blocks(self.cost(), block_size, self.activation_reserve)
+        if self.kv_blocks > capacity:
+            raise ValueError(
+                f"kv_blocks {self.kv_blocks} is more than {self.target_gpu} holds for {self.target_model} "
+                f"({capacity} blocks of {block_size} tokens after weights and a {self.activation_reserve:.0%} reserve)"
+            )
+        return self.kv_blocks or capacity
 
     @property
     def context_limit(self) -> int:

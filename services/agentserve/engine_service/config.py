@@ -57,6 +57,7 @@ class EngineServiceConfig:
     time_dilation: float = DEFAULT_TIME_DILATION  # local seconds per target second
     kv_materialise_bytes: int = DEFAULT_KV_MATERIALISE_BYTES  # payload per block; 0 = the target's bytes
     max_context: int = 0  # 0 = the target model's
+    kv_blocks: int = 0  # the KV pool's blocks; 0 = what the target GPU holds after weights and the reserve
 
     def __post_init__(self) -> None:
         for name in ("grpc_port", "kv_cache_mb", "block_size", "max_batch_size", "heartbeat_interval_ms"):
@@ -77,7 +78,7 @@ class EngineServiceConfig:
         if self.compute not in COMPUTE_MODES:
             raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")
         if self.compute == "emulated":
-            self.emulation()  # ValueErrors name the setting
+            self.emulation().pool_blocks(self.block_size)  # ValueErrors name the setting
         if not 0 <= self.metrics_port < 65536:
             raise ValueError(f"metrics_port must be a port number, got {self.metrics_port}")
         for name in ("scheduler_address", "kvstore_address"):
@@ -96,6 +97,7 @@ class EngineServiceConfig:
             time_dilation=self.time_dilation,
             kv_materialise_bytes=self.kv_materialise_bytes,
             max_context=self.max_context,
+            kv_blocks=self.kv_blocks,
         )
 
 

@@ -103,3 +103,14 @@ def test_decode_pool_holds_its_share_of_final_contexts():
     assert decode_pool_tokens(1_200_000, 32, 4, 32768) == 10 * 32768  # ceil(1.25 * 8) contexts
     assert decode_pool_tokens(1_200_000, 1024, 4, 32768) == 1_200_000
     assert decode_pool_tokens(1_200_000, 2, 4, 512) == 4 * 512  # a turn's output needs room past its prompt
+
+
+def test_pool_plan_gives_each_role_whole_blocks_within_the_target():
+    from agentserve.bench.dualpath.kv_pool import plan
+
+    pools = plan("deepseek-v3.2", "h800", 64, agents=16, prefill=2, decoders=4, final_context=32768)
+    assert pools.target_pool_tokens % 64 == 0
+    assert (pools.prefill_blocks, pools.decode_blocks) == (4 * 32768 // 64, 5 * 32768 // 64)
+    assert plan("deepseek-v3.2", "h800", 64, 16, 2, 4, 32768, pool_tokens=100).prefill_blocks == 2
+    with pytest.raises(ValueError, match="--kv-pool-tokens .* is outside what h800 holds for deepseek-v3.2"):
+        plan("deepseek-v3.2", "h800", 64, 16, 2, 4, 32768, pool_tokens=10**9)

@@ -212,3 +212,18 @@ def test_kv_commands_run_during_an_emulated_forward_not_after_it(tiny_model_dir)
     runner = engine.engine.runner
     assert isinstance(runner, EmulatedRunner)
     assert tokens == [runner.token_at(p) for p in range(9, 12)]
+
+
+def test_kv_blocks_sets_the_pool_within_what_the_target_holds(tiny_model_dir):
+    capacity = kv_capacity_blocks(EMULATION.cost(), 16)
+    small = LLMEngine.emulated(
+        tiny_model_dir, EngineConfig(compute="emulated", emulation=EmulationConfig(kv_blocks=48))
+    )
+    assert small.pool.num_slots == small.blocks.num_slots == 48
+    assert EmulationConfig(kv_blocks=0).pool_blocks(16) == capacity
+    assert PrefillConfig(compute="emulated", block_size=16, kv_blocks=capacity).emulation().kv_blocks == capacity
+    with pytest.raises(ValueError, match=f"kv_blocks {capacity + 1} is more than h800 holds for deepseek-v3.2 "):
+        PrefillConfig(compute="emulated", block_size=16, kv_blocks=capacity + 1)
+    with pytest.raises(ValueError, match="kv_blocks must be >= 0"):
+        PrefillConfig(compute="emulated", kv_blocks=-1)
+    PrefillConfig(kv_blocks=10**9)  # real compute reads none of the emulation's settings

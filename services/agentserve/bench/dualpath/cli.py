@@ -29,7 +29,14 @@ def _pool(args: argparse.Namespace):
     if args.compute == "real" or args.kv_pool_tokens == 0:
         return None
     return plan(
-        args.target_model, TARGET_GPU, args.agents, args.prefill, args.decoders, args.final_context, args.kv_pool_tokens
+        args.target_model,
+        TARGET_GPU,
+        args.block_size,
+        args.agents,
+        args.prefill,
+        args.decoders,
+        args.final_context,
+        args.kv_pool_tokens,
     )
 
 
@@ -108,8 +115,8 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
             block_size=args.block_size,
             local_prefill_tokens_per_s=args.local_prefill_tokens_per_s,
             engine_settings=engine_settings,
-            prefill_settings={"activation_reserve": pool.prefill_reserve} if pool else {},
-            decode_settings={"activation_reserve": pool.decode_reserve} if pool else {},
+            prefill_settings={"kv_blocks": pool.prefill_blocks} if pool else {},
+            decode_settings={"kv_blocks": pool.decode_blocks} if pool else {},
         ),
         online=online,
         policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),

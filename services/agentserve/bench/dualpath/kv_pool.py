@@ -18,8 +18,7 @@ slower per turn (later-turn TTFT 24 s vs 7.6 s; not diagnosed further). A decode
 contexts of the sessions it decodes (the scheduler keeps a session on its decode engine), so its
 pool holds its share of the agents' final contexts with `DECODE_HEADROOM` (and no fewer than `MIN_CONTEXTS`), as the
 target's HBM would at the paper's density; a smaller one deadlocks admission, a larger one changes
-nothing. Pools are set through the engines' activation reserve (the share of HBM kept from the
-pool).
+nothing. Pools are set through the engines' `kv_blocks` (agentserve.engine.emulation_config).
 """
 
 from __future__ import annotations
@@ -35,17 +34,27 @@ DECODE_HEADROOM = 1.25
 
 @dataclass(frozen=True)
 class PoolPlan:
+    block_size: int
     target_pool_tokens: int  # what the target GPU's HBM holds
     prefill_pool_tokens: int
     decode_pool_tokens: int
-    prefill_reserve: float  # the activation_reserve setting that leaves each pool
-    decode_reserve: float
+
+    @property
+    def prefill_blocks(self) -> int:
+        """The prefill engines' `kv_blocks` setting (whole blocks covering their pool tokens)."""
+        return -(-self.prefill_pool_tokens // self.block_size)
+
+    @property
+    def decode_blocks(self) -> int:
+        return -(-self.decode_pool_tokens // self.block_size)
 
     def to_dict(self) -> dict[str, float | int]:
         return {
             "target_pool_tokens_per_engine": self.target_pool_tokens,
             "prefill_pool_tokens_per_engine": self.prefill_pool_tokens,
             "decode_pool_tokens_per_engine": self.decode_pool_tokens,
+            "prefill_kv_blocks": self.prefill_blocks,
+            "decode_kv_blocks": self.decode_blocks,
             "paper_agents": PAPER_AGENTS,
             "paper_engines": PAPER_ENGINES,
         }
@@ -64,34 +73,31 @@ def decode_pool_tokens(target_pool_tokens: int, agents: int, decoders: int, fina
 def plan(
     target_model: str,
     target_gpu: str,
+    block_size: int,
     agents: int,
     prefill: int,
     decoders: int,
     final_context: int,
     pool_tokens: int | None = None,
 ) -> PoolPlan:
-    """Activation reserves that leave each role its pool (`pool_tokens`: the prefill engines' instead)."""
+    """Each role's pool (`pool_tokens`: the prefill engines' instead); ValueError if one is more
+    than the target GPU holds."""
     from agentserve.costmodel.gpus import target_gpu as gpu_named
     from agentserve.costmodel.kv_capacity import DEFAULT_ACTIVATION_RESERVE, kv_capacity_blocks
     from agentserve.costmodel.models import target_model as model_named
     from agentserve.costmodel.timing import ComputeCost
 
     cost = ComputeCost(model_named(target_model), gpu_named(target_gpu))
-    target_tokens = kv_capacity_blocks(cost, 1, DEFAULT_ACTIVATION_RESERVE)
+    target_tokens = kv_capacity_blocks(cost, block_size, DEFAULT_ACTIVATION_RESERVE) * block_size
     engines = prefill + decoders
     prefill_tokens = (
         prefill_pool_tokens(target_tokens, agents, engines, final_context) if pool_tokens is None else pool_tokens
     )
-    decode_tokens = decode_pool_tokens(target_tokens, agents, decoders, final_context)
-
-    def reserve(tokens: int) -> float:
-        hbm = cost.gpu.hbm_bytes
-        share = (hbm - cost.weight_bytes_per_gpu - tokens * cost.model.kv_bytes_per_token) / hbm
-        if not 0 <= share < 1:
-            raise ValueError(
-                f"a KV pool of {tokens} tokens per engine is outside what {target_gpu} holds for {target_model} "
-                f"(at most {target_tokens}); lower --kv-pool-tokens"
-            )
-        return share
-
-    return PoolPlan(target_tokens, prefill_tokens, decode_tokens, reserve(prefill_tokens), reserve(decode_tokens))
+    if not 0 < prefill_tokens <= target_tokens:
+        raise ValueError(
+            f"--kv-pool-tokens {prefill_tokens} is outside what {target_gpu} holds for {target_model} "
+            f"(1 to {target_tokens} tokens)"
+        )
+    return PoolPlan(
+        block_size, target_tokens, prefill_tokens, decode_pool_tokens(target_tokens, agents, decoders, final_context)
+    )
