@@ -7,6 +7,8 @@ value raises ValueError (the servicers' INVALID_ARGUMENT), never reaches the log
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agentserve.contracts import (
     AgentInfo,
     EngineStatus,
@@ -26,7 +28,16 @@ from agentserve.contracts import (
     ToolSchema,
     TurnEvent,
 )
+from agentserve.contracts.segments import (
+    PrivateSegment,
+    ReuseMode,
+    ReusePolicy,
+    Segment,
+    SegmentedPrompt,
+    SharedBlock,
+)
 from agentserve.contracts.structured import NO_PARAMETERS
+from agentserve.contracts.turn_segments import SharedRef, TurnSegments
 from agentserve.v1 import common_pb2, decode_pb2, fabric_pb2, prefill_pb2, scheduler_pb2
 
 _ROLE_TO_PROTO = {Role.PREFILL: common_pb2.ENGINE_ROLE_PREFILL, Role.DECODE: common_pb2.ENGINE_ROLE_DECODE}
@@ -202,6 +213,7 @@ def prefill_request_to_proto(request: PrefillRequest) -> prefill_pb2.PrefillRequ
         kv_path=kv_path_to_proto(request.plan.path),
         relay_address=request.plan.relay_address,
         relay_blocks=request.plan.relay_blocks,
+        segments=None if request.segments is None else prompt_segments_to_proto(request.segments),
     )
 
 
@@ -215,6 +227,7 @@ def prefill_request_from_proto(msg: prefill_pb2.PrefillRequest) -> PrefillReques
         store_hit_blocks=msg.store_hit_blocks,
         decode_address=msg.decode_address,
         plan=LoadPlan(kv_path_from_proto(msg.kv_path), msg.relay_address, msg.relay_blocks),
+        segments=prompt_segments_from_proto(msg.segments, msg.token_ids) if msg.HasField("segments") else None,
     )
 
 
@@ -340,3 +353,102 @@ def agent_info_from_proto(msg: scheduler_pb2.OpenSessionRequest) -> AgentInfo:
 def block_ids_to_proto(block_ids: list[bytes]) -> decode_pb2.HeldBlocksRequest:
     """The block-id list of a decode engine's Lookup, DropKV and PrefetchKV."""
     return decode_pb2.HeldBlocksRequest(block_ids=block_ids)
+
+
+# --- shared context across agents (TokenDance) ------------------------------------------------
+
+_MODE_TO_PROTO = {
+    ReuseMode.EXACT: common_pb2.ReusePolicy.MODE_EXACT,
+    ReuseMode.REUSE: common_pb2.ReusePolicy.MODE_REUSE,
+}
+_MODE_FROM_PROTO = {
+    common_pb2.ReusePolicy.MODE_UNSPECIFIED: ReuseMode.REUSE,
+    **{v: k for k, v in _MODE_TO_PROTO.items()},
+}
+
+
+def reuse_policy_to_proto(policy: ReusePolicy) -> common_pb2.ReusePolicy:
+    msg = common_pb2.ReusePolicy(mode=_MODE_TO_PROTO[policy.mode])
+    if not policy.exact:
+        msg.recompute_fraction = policy.recompute_fraction
+    return msg
+
+
+def reuse_policy_from_proto(msg: common_pb2.ReusePolicy, field: str = "reuse") -> ReusePolicy:
+    """ValueError naming `field` for an unknown mode or a fraction out of [0, 1] (or with exact)."""
+    mode = _MODE_FROM_PROTO.get(msg.mode)
+    if mode is None:
+        raise ValueError(f"{field}.mode: unknown reuse mode {msg.mode}")
+    if mode is ReuseMode.EXACT:
+        if msg.HasField("recompute_fraction"):
+            raise ValueError(f"{field}: recompute_fraction applies to mode reuse only, not exact")
+        return ReusePolicy(mode)
+    if not msg.HasField("recompute_fraction"):
+        return ReusePolicy(mode)
+    # float32 on the wire: 0.15 arrives as 0.15000000596; six digits are all a fraction means.
+    try:
+        return ReusePolicy(mode, round(float(msg.recompute_fraction), 6))
+    except ValueError as exc:
+        raise ValueError(f"{field}: {exc}") from None
+
+
+def turn_segments_to_proto(segments: TurnSegments) -> scheduler_pb2.TurnSegments:
+    return scheduler_pb2.TurnSegments(
+        round=segments.round_index,
+        shared=[
+            scheduler_pb2.SharedBlockRef(content_id=ref.content_id, token_ids=ref.token_ids, text=ref.text)
+            for ref in segments.shared
+        ],
+        reuse=reuse_policy_to_proto(segments.reuse),
+    )
+
+
+def turn_segments_from_proto(msg: scheduler_pb2.TurnRequest) -> TurnSegments | None:
+    """The turn's segments, validated (ValueError naming the field); None for a plain turn."""
+    if not msg.HasField("segments"):
+        return None
+    wire = msg.segments
+    shared = tuple(SharedRef(ref.content_id, tuple(ref.token_ids), ref.text) for ref in wire.shared)
+    reuse = reuse_policy_from_proto(wire.reuse, "segments.reuse") if wire.HasField("reuse") else ReusePolicy()
+    try:
+        return TurnSegments(wire.round, shared, reuse)
+    except ValueError as exc:
+        raise ValueError(f"segments.{exc}") from None
+
+
+def prompt_segments_to_proto(prompt: SegmentedPrompt) -> common_pb2.PromptSegments:
+    """The spans of the prompt's shared blocks: their tokens travel once, in the request's token_ids."""
+    return common_pb2.PromptSegments(
+        shared=[
+            common_pb2.SharedSpan(
+                content_id=span.block.content_id,
+                round=span.block.round_index,
+                start=span.start,
+                length=len(span.block.token_ids),
+            )
+            for span in prompt.shared_spans()
+        ],
+        reuse=reuse_policy_to_proto(prompt.reuse),
+    )
+
+
+def prompt_segments_from_proto(msg: common_pb2.PromptSegments, token_ids: Sequence[int]) -> SegmentedPrompt:
+    """`token_ids` cut into segments at the shared spans; ValueError for spans out of order,
+    overlapping, empty or past the prompt."""
+    segments: list[Segment] = []
+    at = 0
+    for i, span in enumerate(msg.shared):
+        end = span.start + span.length
+        if span.length == 0 or span.start < at or end > len(token_ids):
+            raise ValueError(
+                f"segments.shared[{i}] ({span.content_id!r}): span [{span.start}, {end}) must be non-empty, "
+                f"after the previous span (ends at {at}) and within the prompt ({len(token_ids)} tokens)"
+            )
+        if span.start > at:
+            segments.append(PrivateSegment(tuple(token_ids[at : span.start])))
+        segments.append(SharedBlock(span.content_id, span.round, tuple(token_ids[span.start : end])))
+        at = end
+    if at < len(token_ids):
+        segments.append(PrivateSegment(tuple(token_ids[at:])))
+    reuse = reuse_policy_from_proto(msg.reuse, "segments.reuse") if msg.HasField("reuse") else ReusePolicy()
+    return SegmentedPrompt(tuple(segments), reuse)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from agentserve.contracts.kv import PATH_A, KVPath, LoadPlan
 from agentserve.contracts.sampling import SamplingParams
+from agentserve.contracts.segments import SegmentedPrompt
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class PrefillRequest:
     store_hit_blocks: int = 0
     decode_address: str = ""
     plan: LoadPlan = PATH_A
+    segments: SegmentedPrompt | None = None  # shared blocks and their reuse; its tokens are token_ids
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,9 @@ class SchedulerConfig:
     tool_default_s: float = 1.0  # a tool with no history, seed, nor prediction from the caller or proxy
     reload_s_per_block: float = 0.001  # what reloading one KV block from the store costs (offload break-even)
     park_min_wait_s: float = 0.5  # shorter predicted waits never offload
+    # All-gather rounds (rounds.py): a round's first turn waits this long for the round's others,
+    # so they reach the prefill engine together and share each block's master. 0 = no wait.
+    round_window_ms: float = 20.0
     # API keys (common/api_keys.py): TENANT:KEY entries; empty (and no file) = no authentication.
     api_keys: str = field(default="", repr=False)
     api_keys_file: str = ""
@@ -101,7 +104,7 @@ class SchedulerConfig:
             raise ValueError(f"prefill_alpha_ms must be a finite number >= 0, got {self.prefill_alpha_ms}")
         if not 1 <= self.prefill_beta < float("inf"):
             raise ValueError(f"prefill_beta must be a finite number >= 1, got {self.prefill_beta}")
-        for name in ("tool_default_s", "reload_s_per_block", "park_min_wait_s"):
+        for name in ("tool_default_s", "reload_s_per_block", "park_min_wait_s", "round_window_ms"):
             if not 0 <= getattr(self, name) < float("inf"):
                 raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)}")
         from agentserve.scheduler.tool_durations import parse_seeds

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from agentserve.common.errors import Overloaded
 from agentserve.contracts import AgentInfo, Role, SamplingParams, ToolCall, TurnEvent
+from agentserve.contracts.turn_segments import TurnSegments
 from agentserve.model_files.tokenizer import Tokenizer
 from agentserve.model_files.tokenizer_files import ensure_default_tokenizer
 from agentserve.scheduler import metrics
@@ -29,6 +30,7 @@ from agentserve.scheduler.prefill_policy import make_prefill_policy
 from agentserve.scheduler.prompts import PromptBuilder
 from agentserve.scheduler.registry import EngineRegistry, EngineStatus
 from agentserve.scheduler.relay_policy import make_relay_policy
+from agentserve.scheduler.rounds import RoundGroups
 from agentserve.scheduler.router import LeastLoadedRouter, Router
 from agentserve.scheduler.session_journal import SessionJournal
 from agentserve.scheduler.sessions import Session, SessionLimits, SessionStore
@@ -91,6 +93,7 @@ class SchedulerCore:
             model_name=config.model_name,
             prefill_policy=make_prefill_policy(config.prefill_policy, config.prefill_alpha_ms, config.prefill_beta),
             relay_policy=make_relay_policy(config.relay_policy),
+            rounds=RoundGroups(config.round_window_ms / 1000),
         )
         # Fakes of the turn calls alone (unit tests) cannot move KV: parking then keeps everything.
         moves = cast(KVMoves, self.engines) if hasattr(self.engines, "drop_kv") else None
@@ -163,9 +166,12 @@ class SchedulerCore:
         role: str = "user",
         sampling: SamplingParams,
         owner: str = "",
+        segments: TurnSegments | None = None,
     ) -> AsyncGenerator[TurnEvent, None]:
         """Run a turn: append `message` (chat-rendered text, role "user", "tool" or "system") or raw
-        `token_ids` to the owner's session and stream the reply. Unknown sessions and malformed
+        `token_ids` to the owner's session and stream the reply. `segments` marks the shared blocks
+        of an all-gather round among the appended tokens (a block not found there is a ValueError
+        at the first iteration). Unknown sessions and malformed
         messages raise here, at the call; the load bounds (Overloaded) and limits that depend on the
         history (context length) and "no engine" raise at the first iteration. Turns of one session
         run one after another. A caller that stops reading early should close the generator
@@ -174,16 +180,23 @@ class SchedulerCore:
         self.turns.check(message, token_ids, role)
         return self._admitted(
             session.tenant,
-            self.turns.run(session, sampling=sampling, message=message, token_ids=token_ids, role=role),
+            self.turns.run(
+                session, sampling=sampling, message=message, token_ids=token_ids, role=role, segments=segments
+            ),
         )
 
     def complete(
-        self, prompt_token_ids: Sequence[int], sampling: SamplingParams, tenant: str = ""
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling: SamplingParams,
+        tenant: str = "",
+        segments: TurnSegments | None = None,
     ) -> AsyncGenerator[TurnEvent, None]:
         """A stateless completion of `prompt_token_ids` (HTTP without a session): a one-turn
         session that is never stored."""
         session = Session(uuid.uuid4().hex, tenant=tenant)
-        return self._admitted(tenant, self.turns.run(session, sampling=sampling, token_ids=prompt_token_ids))
+        turn = self.turns.run(session, sampling=sampling, token_ids=prompt_token_ids, segments=segments)
+        return self._admitted(tenant, turn)
 
     async def _admitted(self, tenant: str, events: AsyncGenerator[TurnEvent, None]) -> AsyncGenerator[TurnEvent, None]:
         """`events` once the load bounds admit a turn of `tenant`, holding its place until it ends.

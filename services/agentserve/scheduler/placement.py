@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from agentserve.common.errors import RetryableError
 from agentserve.contracts import KVPath, LoadPlan, Role
 from agentserve.scheduler.paths import DualPathPolicy, PathPolicy
-from agentserve.scheduler.prefill_policy import LeastLoadedPrefill, PrefillPolicy
+from agentserve.scheduler.prefill_policy import LeastLoadedPrefill, PrefillChoice, PrefillPolicy
 from agentserve.scheduler.registry import Engine, EngineRegistry
 from agentserve.scheduler.relay_policy import RelayPolicy, TurnDecodeRelay
 from agentserve.scheduler.router import Router
@@ -101,10 +101,16 @@ class GlobalScheduler:
         self.relay_policy = relay_policy or TurnDecodeRelay()
         self.path_policy = path_policy or DualPathPolicy()
 
-    def place(self, session: Session, prompt_tokens: int, hit_blocks: int) -> Placement:
+    def place(
+        self, session: Session, prompt_tokens: int, hit_blocks: int, prefill_engine: str | None = None
+    ) -> Placement:
         """Engines and load plan for a turn of `prompt_tokens` whose first `hit_blocks` blocks are
-        in the store. RetryableError when a role has no alive engine."""
-        prefill = self.prefill_policy.pick(self._alive(Role.PREFILL))
+        in the store. `prefill_engine` (an all-gather round's engine, which holds the round's
+        shared masters) is taken while alive, else the policy picks. RetryableError when a role
+        has no alive engine."""
+        alive = self._alive(Role.PREFILL)
+        pinned = next((e for e in alive if e.engine_id == prefill_engine), None)
+        prefill = PrefillChoice(pinned, "round") if pinned is not None else self.prefill_policy.pick(alive)
         holder = self._holder(session)
         decode = holder or self.pick(Role.DECODE, session)
         new_tokens = max(0, prompt_tokens - hit_blocks * (self.registry.block_size or 1))

@@ -16,6 +16,7 @@ from agentserve.convert import (
     sampling_from_proto,
     tool_call_from_proto,
     turn_chunk_to_proto,
+    turn_segments_from_proto,
 )
 from agentserve.scheduler.core import SchedulerCore
 from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
@@ -48,6 +49,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             role=request.role or "user",
             sampling=sampling_from_proto(request.sampling),
             owner=_owner(),
+            segments=turn_segments_from_proto(request),
         )
         async with aclosing(events):  # a cancelled call releases the session and engines at once
             async for event in events:

@@ -7,6 +7,9 @@
    (A over its own storage NIC, B relayed by a decode engine, or split over both). Prefill on one
    engine, which hands the decode engine the KV it lacks and returns the first token; then stream
    the rest from that decode engine.
+   A turn that marks shared blocks (`TurnSegments`, an all-gather round) joins its round's group
+   first (`RoundGroups`): the round's turns reach one prefill engine together, which computes
+   each shared block once for all of them.
 4. Commit prompt + output to the session only when the turn completes, so a failed turn leaves the
    history as it was and the client's retry starts clean.
 
@@ -45,6 +48,8 @@ from agentserve.contracts import (
     TurnEvent,
     TurnMeta,
 )
+from agentserve.contracts.segments import SegmentedPrompt
+from agentserve.contracts.turn_segments import TurnSegments
 from agentserve.kv.block_hash import block_ids_for
 from agentserve.scheduler import metrics
 from agentserve.scheduler.engine_clients import Metadata
@@ -54,7 +59,9 @@ from agentserve.scheduler.prefill_policy import PrefillPolicy
 from agentserve.scheduler.prompts import PromptBuilder, check_fits
 from agentserve.scheduler.registry import Engine, EngineRegistry, Role
 from agentserve.scheduler.relay_policy import RelayPolicy
+from agentserve.scheduler.rounds import RoundGroups, RoundKey
 from agentserve.scheduler.router import Router
+from agentserve.scheduler.segments import segment_prompt
 from agentserve.scheduler.sessions import Session
 from agentserve.scheduler.tracing import TurnSpans
 from agentserve.scheduler.turn_text import TurnText
@@ -92,6 +99,7 @@ class _Turn:
     output: list[int] = field(default_factory=list)
     committed: bool = False
     decode_engine: str = ""  # the decode engine the turn's KV went to (the session's next KV holder)
+    segments: SegmentedPrompt | None = None  # the prompt's shared blocks (an all-gather round's turn)
 
 
 class TurnRunner:
@@ -107,6 +115,7 @@ class TurnRunner:
         model_name: str = "",
         prefill_policy: PrefillPolicy | None = None,
         relay_policy: RelayPolicy | None = None,
+        rounds: RoundGroups | None = None,
     ) -> None:
         self.prompts = prompts
         self.registry = registry
@@ -115,6 +124,7 @@ class TurnRunner:
         self.retries = retries
         self.placer = GlobalScheduler(registry, router, prefill_policy, relay_policy, paths or DualPathPolicy())
         self.spans = TurnSpans(prompts.tokenizer, model_name)
+        self.rounds = rounds or RoundGroups()
 
     def check(self, message: str | None, token_ids: Sequence[int] | None, role: str) -> None:
         """The request checks that need no history; `run` repeats them, callers may run them early."""
@@ -130,15 +140,17 @@ class TurnRunner:
         message: str | None = None,
         token_ids: Sequence[int] | None = None,
         role: str = "user",
+        segments: TurnSegments | None = None,
     ) -> AsyncGenerator[TurnEvent, None]:
         """Run one turn after the session's earlier ones; the first event carries the metadata.
-        Raises ValueError for a bad request and RetryableError when no engine could serve it."""
+        `segments` marks shared blocks among the turn's new tokens. Raises ValueError for a bad
+        request and RetryableError when no engine could serve it."""
         started, turn, failure = time.perf_counter(), None, None
         try:
             self.check(message, token_ids, role)
             await session.lock.acquire()
             try:
-                turn = await self._start(session, sampling, message, token_ids, role)
+                turn = await self._start(session, sampling, message, token_ids, role, segments)
                 async with aclosing(self._traced(turn)) as events:
                     async for event in events:
                         if event.metadata is not None:
@@ -168,6 +180,7 @@ class TurnRunner:
         message: str | None,
         token_ids: Sequence[int] | None,
         role: str,
+        segments: TurnSegments | None = None,
     ) -> _Turn:
         """The turn's prompt, checked against the engines' context, and its span. Under the lock."""
         if session.closed:
@@ -181,8 +194,11 @@ class TurnRunner:
         if limits is None:
             raise RetryableError("no engine is registered with the scheduler")
         check_fits(len(prompt), sampling.max_tokens, limits[1])
+        segmented = None
+        if segments is not None:
+            segmented = segment_prompt(prompt, len(session.history), segments, self.prompts.tokenizer.encode)
         span = self.spans.start(session, len(prompt), sampling, role, message, token_ids)
-        return _Turn(session, prompt, sampling, session.turns, self.retries, span)
+        return _Turn(session, prompt, sampling, session.turns, self.retries, span, segments=segmented)
 
     async def _traced(self, turn: _Turn) -> AsyncGenerator[TurnEvent, None]:
         try:
@@ -272,8 +288,15 @@ class TurnRunner:
         return hits
 
     async def _prefill(self, turn: _Turn, hits: int) -> tuple[Placement, PrefillResult]:
+        key = self._round_key(turn)
+        if key is not None:
+            group = await self.rounds.join(key)
+            turn.span.set_attribute("turn.round_group_size", group.members)
         while True:
-            placed = self.placer.place(turn.session, len(turn.prompt), hits)
+            pinned = self.rounds.engine_for(key) if key is not None else None
+            placed = self.placer.place(turn.session, len(turn.prompt), hits, prefill_engine=pinned)
+            if key is not None:
+                self.rounds.placed(key, placed.prefill.engine_id)
             prefill, decode = placed.prefill, placed.decode
             turn.span.set_attributes(placed.attributes())
             metrics.record_placement(placed)
@@ -286,6 +309,7 @@ class TurnRunner:
                 store_hit_blocks=hits,
                 decode_address=decode.address,
                 plan=placed.plan,
+                segments=turn.segments,
             )
             # The turn's work counts against its engines until the prefill returns: the decode engine
             # too, or a burst of new sessions all picks the same idle one (and stays on it, sticky).
@@ -309,6 +333,15 @@ class TurnRunner:
                 failed = decode if exc.address == decode.address else prefill
                 self._engine_failed(failed, exc)
                 self._use_retry(turn, exc)
+
+    @staticmethod
+    def _round_key(turn: _Turn) -> RoundKey | None:
+        """The group a turn joins: one that reuses shared blocks (an exact one computes them all)."""
+        segmented = turn.segments
+        if segmented is None or segmented.reuse.exact:
+            return None
+        spans = segmented.shared_spans()
+        return RoundKey(turn.session.tenant, spans[0].block.round_index, segmented.reuse)
 
     async def _decode(self, turn: _Turn, decode: Engine, text: TurnText) -> AsyncGenerator[TurnEvent, None]:
         request = GenerateRequest(

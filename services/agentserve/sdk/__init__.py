@@ -1,5 +1,7 @@
 """agentserve's Python SDK: sessions, streamed turns and tool calls, async (`AsyncClient`) or blocking (`Client`)."""
 
+from agentserve.contracts.segments import ReuseMode, ReusePolicy
+from agentserve.contracts.turn_segments import SharedRef, TurnSegments
 from agentserve.sdk.aio import AsyncClient, AsyncSession, AsyncTurn
 from agentserve.sdk.errors import (
     AgentServeError,
@@ -21,12 +23,16 @@ __all__ = [
     "Client",
     "InvalidRequestError",
     "RetryableError",
+    "ReuseMode",
+    "ReusePolicy",
     "Session",
     "SessionClosed",
     "SessionNotFound",
+    "SharedRef",
     "ToolCallError",
     "Turn",
     "TurnChunk",
     "TurnMetadata",
     "TurnResult",
+    "TurnSegments",
 ]

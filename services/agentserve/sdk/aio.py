@@ -22,7 +22,8 @@ import grpc
 
 from agentserve.common.channels import open_channel
 from agentserve.contracts import AgentInfo
-from agentserve.convert import agent_info_to_proto
+from agentserve.contracts.turn_segments import TurnSegments
+from agentserve.convert import agent_info_to_proto, turn_segments_to_proto
 from agentserve.sdk.errors import InvalidRequestError, error_from_rpc
 from agentserve.sdk.tools import ToolClient
 from agentserve.sdk.types import SessionClosed, TurnAccumulator, TurnChunk, TurnMetadata, TurnResult
@@ -44,6 +45,7 @@ def turn_request(
     top_p: float,
     seed: int | None,
     ignore_eos: bool,
+    segments: TurnSegments | None = None,
 ) -> scheduler_pb2.TurnRequest:
     """Build a TurnRequest; shape errors are InvalidRequestError, value limits are the server's to check."""
     if (message is None) == (token_ids is None):
@@ -55,7 +57,12 @@ def turn_request(
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, ignore_eos=ignore_eos, seed=seed
         )
         return scheduler_pb2.TurnRequest(
-            session_id=session_id, message=message or "", token_ids=token_ids or [], role=role, sampling=sampling
+            session_id=session_id,
+            message=message or "",
+            token_ids=token_ids or [],
+            role=role,
+            sampling=sampling,
+            segments=None if segments is None else turn_segments_to_proto(segments),
         )
     except (TypeError, ValueError) as exc:  # protobuf's range/type checks (negative, float for int...)
         raise InvalidRequestError(f"bad turn arguments: {exc}") from None
@@ -150,9 +157,15 @@ class AsyncSession:
         top_p: float = 1.0,
         seed: int | None = None,
         ignore_eos: bool = False,
+        segments: TurnSegments | None = None,
     ) -> AsyncTurn:
-        """Append `message` (text, or raw `token_ids`) as `role` and stream the reply (greedy by default)."""
-        request = turn_request(self.id, message, token_ids, role, max_tokens, temperature, top_p, seed, ignore_eos)
+        """Append `message` (text, or raw `token_ids`) as `role` and stream the reply (greedy by default).
+        `segments` marks the shared blocks of an all-gather round in what the turn appends (each by
+        content id, as tokens or as text on lines of its own), the round, and how the server may
+        reuse them (`ReusePolicy`: exact, or reuse with a recompute fraction)."""
+        request = turn_request(
+            self.id, message, token_ids, role, max_tokens, temperature, top_p, seed, ignore_eos, segments
+        )
         return AsyncTurn(self._client._stub, request, self._turn_started, self._client._metadata)
 
     def _turn_started(self, metadata: TurnMetadata) -> None:

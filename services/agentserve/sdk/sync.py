@@ -17,6 +17,7 @@ import threading
 from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
+from agentserve.contracts.turn_segments import TurnSegments
 from agentserve.sdk.aio import DEFAULT_MAX_TOKENS, AsyncClient, AsyncSession, AsyncTurn
 from agentserve.sdk.types import SessionClosed, TurnChunk, TurnResult
 
@@ -88,6 +89,7 @@ class Session:
         top_p: float = 1.0,
         seed: int | None = None,
         ignore_eos: bool = False,
+        segments: TurnSegments | None = None,
     ) -> Turn:
         return Turn(
             self._loop,
@@ -100,6 +102,7 @@ class Session:
                 top_p=top_p,
                 seed=seed,
                 ignore_eos=ignore_eos,
+                segments=segments,
             ),
         )
 

@@ -120,3 +120,39 @@ class EngineStatus(_message.Message):
     kv_block_bytes: int
     unfinished_prefill_tokens: int
     def __init__(self, engine_id: _Optional[str] = ..., role: _Optional[_Union[EngineRole, str]] = ..., address: _Optional[str] = ..., model_name: _Optional[str] = ..., model_fingerprint: _Optional[str] = ..., block_size: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., free_kv_blocks: _Optional[int] = ..., total_kv_blocks: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., nics: _Optional[_Iterable[_Union[_fabric_pb2.NICStatus, _Mapping]]] = ..., kv_block_bytes: _Optional[int] = ..., unfinished_prefill_tokens: _Optional[int] = ...) -> None: ...
+
+class ReusePolicy(_message.Message):
+    __slots__ = ("mode", "recompute_fraction")
+    class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        MODE_UNSPECIFIED: _ClassVar[ReusePolicy.Mode]
+        MODE_EXACT: _ClassVar[ReusePolicy.Mode]
+        MODE_REUSE: _ClassVar[ReusePolicy.Mode]
+    MODE_UNSPECIFIED: ReusePolicy.Mode
+    MODE_EXACT: ReusePolicy.Mode
+    MODE_REUSE: ReusePolicy.Mode
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    RECOMPUTE_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    mode: ReusePolicy.Mode
+    recompute_fraction: float
+    def __init__(self, mode: _Optional[_Union[ReusePolicy.Mode, str]] = ..., recompute_fraction: _Optional[float] = ...) -> None: ...
+
+class SharedSpan(_message.Message):
+    __slots__ = ("content_id", "round", "start", "length")
+    CONTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    content_id: str
+    round: int
+    start: int
+    length: int
+    def __init__(self, content_id: _Optional[str] = ..., round: _Optional[int] = ..., start: _Optional[int] = ..., length: _Optional[int] = ...) -> None: ...
+
+class PromptSegments(_message.Message):
+    __slots__ = ("shared", "reuse")
+    SHARED_FIELD_NUMBER: _ClassVar[int]
+    REUSE_FIELD_NUMBER: _ClassVar[int]
+    shared: _containers.RepeatedCompositeFieldContainer[SharedSpan]
+    reuse: ReusePolicy
+    def __init__(self, shared: _Optional[_Iterable[_Union[SharedSpan, _Mapping]]] = ..., reuse: _Optional[_Union[ReusePolicy, _Mapping]] = ...) -> None: ...

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from agentserve.v1 import common_pb2 as agentserve_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61gentserve/v1/scheduler.proto\x12\ragentserve.v1\x1a\x1a\x61gentserve/v1/common.proto\"\x9a\x01\n\x12OpenSessionRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05\x61gent\x18\x02 \x01(\t\x12\x19\n\x11parent_session_id\x18\x03 \x01(\t\x12\x15\n\rsystem_prompt\x18\x04 \x01(\t\x12\x0f\n\x07parents\x18\x05 \x03(\t\x12\x10\n\x08\x63ritical\x18\x06 \x01(\x08\x12\x10\n\x08priority\x18\x07 \x01(\x11\")\n\x13OpenSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x84\x01\n\x0bTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\x12\x0c\n\x04role\x18\x04 \x01(\t\x12/\n\x08sampling\x18\x05 \x01(\x0b\x32\x1d.agentserve.v1.SamplingParams\"\xd5\x02\n\x0cTurnMetadata\x12\x0f\n\x07turn_id\x18\x01 \x01(\t\x12\x12\n\nturn_index\x18\x02 \x01(\r\x12\x15\n\rprompt_tokens\x18\x03 \x01(\r\x12\x15\n\rcached_tokens\x18\x04 \x01(\r\x12\x16\n\x0eprefill_engine\x18\x05 \x01(\t\x12\x15\n\rdecode_engine\x18\x06 \x01(\t\x12\x10\n\x08trace_id\x18\x07 \x01(\t\x12\x0f\n\x07kv_path\x18\x08 \x01(\t\x12\x15\n\rloaded_blocks\x18\t \x01(\r\x12\x16\n\x0erelayed_blocks\x18\n \x01(\r\x12\x16\n\x0ehandoff_blocks\x18\x0b \x01(\r\x12\x15\n\rhandoff_bytes\x18\x0c \x01(\x04\x12\x1b\n\x13handoff_held_blocks\x18\r \x01(\r\x12\x0f\n\x07span_id\x18\x0e \x01(\t\x12\x14\n\x0crelay_engine\x18\x0f \x01(\t\"\xce\x01\n\tTurnChunk\x12-\n\x08metadata\x18\x01 \x01(\x0b\x32\x1b.agentserve.v1.TurnMetadata\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x10\n\x08\x66inished\x18\x04 \x01(\x08\x12\x15\n\rfinish_reason\x18\x05 \x01(\t\x12\x19\n\x11\x63ompletion_tokens\x18\x06 \x01(\r\x12-\n\x08logprobs\x18\x07 \x03(\x0b\x32\x1b.agentserve.v1.TokenLogprob\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"5\n\x14\x43loseSessionResponse\x12\r\n\x05turns\x18\x01 \x01(\r\x12\x0e\n\x06tokens\x18\x02 \x01(\r\"\x13\n\x11ListModelsRequest\"$\n\x12ListModelsResponse\x12\x0e\n\x06models\x18\x01 \x03(\t\"1\n\x10RegisterResponse\x12\x1d\n\x15heartbeat_interval_ms\x18\x01 \x01(\r\"\"\n\x11HeartbeatResponse\x12\r\n\x05known\x18\x01 \x01(\x08\"\xb9\x01\n\rToolCallEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x03 \x01(\t\x12\x14\n\x0cstart_unix_s\x18\x04 \x01(\x01\x12\x1c\n\x14predicted_duration_s\x18\x05 \x01(\x01\x12\x19\n\x11\x61\x63tual_duration_s\x18\x06 \x01(\x01\x12\n\n\x02ok\x18\x07 \x01(\x08\x12\x1a\n\x12\x63\x61ller_predicted_s\x18\x08 \x01(\x01\"\r\n\x0bToolCallAck2\xfe\x04\n\tScheduler\x12T\n\x0bOpenSession\x12!.agentserve.v1.OpenSessionRequest\x1a\".agentserve.v1.OpenSessionResponse\x12>\n\x04Turn\x12\x1a.agentserve.v1.TurnRequest\x1a\x18.agentserve.v1.TurnChunk0\x01\x12W\n\x0c\x43loseSession\x12\".agentserve.v1.CloseSessionRequest\x1a#.agentserve.v1.CloseSessionResponse\x12Q\n\nListModels\x12 .agentserve.v1.ListModelsRequest\x1a!.agentserve.v1.ListModelsResponse\x12H\n\x08Register\x12\x1b.agentserve.v1.EngineStatus\x1a\x1f.agentserve.v1.RegisterResponse\x12J\n\tHeartbeat\x12\x1b.agentserve.v1.EngineStatus\x1a .agentserve.v1.HeartbeatResponse\x12K\n\x0fToolCallStarted\x12\x1c.agentserve.v1.ToolCallEvent\x1a\x1a.agentserve.v1.ToolCallAck\x12L\n\x10ToolCallFinished\x12\x1c.agentserve.v1.ToolCallEvent\x1a\x1a.agentserve.v1.ToolCallAckb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61gentserve/v1/scheduler.proto\x12\ragentserve.v1\x1a\x1a\x61gentserve/v1/common.proto\"\x9a\x01\n\x12OpenSessionRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05\x61gent\x18\x02 \x01(\t\x12\x19\n\x11parent_session_id\x18\x03 \x01(\t\x12\x15\n\rsystem_prompt\x18\x04 \x01(\t\x12\x0f\n\x07parents\x18\x05 \x03(\t\x12\x10\n\x08\x63ritical\x18\x06 \x01(\x08\x12\x10\n\x08priority\x18\x07 \x01(\x11\")\n\x13OpenSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\xb3\x01\n\x0bTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\x12\x0c\n\x04role\x18\x04 \x01(\t\x12/\n\x08sampling\x18\x05 \x01(\x0b\x32\x1d.agentserve.v1.SamplingParams\x12-\n\x08segments\x18\x06 \x01(\x0b\x32\x1b.agentserve.v1.TurnSegments\"E\n\x0eSharedBlockRef\x12\x12\n\ncontent_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x0c\n\x04text\x18\x03 \x01(\t\"w\n\x0cTurnSegments\x12\r\n\x05round\x18\x01 \x01(\r\x12-\n\x06shared\x18\x02 \x03(\x0b\x32\x1d.agentserve.v1.SharedBlockRef\x12)\n\x05reuse\x18\x03 \x01(\x0b\x32\x1a.agentserve.v1.ReusePolicy\"\xd5\x02\n\x0cTurnMetadata\x12\x0f\n\x07turn_id\x18\x01 \x01(\t\x12\x12\n\nturn_index\x18\x02 \x01(\r\x12\x15\n\rprompt_tokens\x18\x03 \x01(\r\x12\x15\n\rcached_tokens\x18\x04 \x01(\r\x12\x16\n\x0eprefill_engine\x18\x05 \x01(\t\x12\x15\n\rdecode_engine\x18\x06 \x01(\t\x12\x10\n\x08trace_id\x18\x07 \x01(\t\x12\x0f\n\x07kv_path\x18\x08 \x01(\t\x12\x15\n\rloaded_blocks\x18\t \x01(\r\x12\x16\n\x0erelayed_blocks\x18\n \x01(\r\x12\x16\n\x0ehandoff_blocks\x18\x0b \x01(\r\x12\x15\n\rhandoff_bytes\x18\x0c \x01(\x04\x12\x1b\n\x13handoff_held_blocks\x18\r \x01(\r\x12\x0f\n\x07span_id\x18\x0e \x01(\t\x12\x14\n\x0crelay_engine\x18\x0f \x01(\t\"\xce\x01\n\tTurnChunk\x12-\n\x08metadata\x18\x01 \x01(\x0b\x32\x1b.agentserve.v1.TurnMetadata\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x10\n\x08\x66inished\x18\x04 \x01(\x08\x12\x15\n\rfinish_reason\x18\x05 \x01(\t\x12\x19\n\x11\x63ompletion_tokens\x18\x06 \x01(\r\x12-\n\x08logprobs\x18\x07 \x03(\x0b\x32\x1b.agentserve.v1.TokenLogprob\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"5\n\x14\x43loseSessionResponse\x12\r\n\x05turns\x18\x01 \x01(\r\x12\x0e\n\x06tokens\x18\x02 \x01(\r\"\x13\n\x11ListModelsRequest\"$\n\x12ListModelsResponse\x12\x0e\n\x06models\x18\x01 \x03(\t\"1\n\x10RegisterResponse\x12\x1d\n\x15heartbeat_interval_ms\x18\x01 \x01(\r\"\"\n\x11HeartbeatResponse\x12\r\n\x05known\x18\x01 \x01(\x08\"\xb9\x01\n\rToolCallEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x03 \x01(\t\x12\x14\n\x0cstart_unix_s\x18\x04 \x01(\x01\x12\x1c\n\x14predicted_duration_s\x18\x05 \x01(\x01\x12\x19\n\x11\x61\x63tual_duration_s\x18\x06 \x01(\x01\x12\n\n\x02ok\x18\x07 \x01(\x08\x12\x1a\n\x12\x63\x61ller_predicted_s\x18\x08 \x01(\x01\"\r\n\x0bToolCallAck2\xfe\x04\n\tScheduler\x12T\n\x0bOpenSession\x12!.agentserve.v1.OpenSessionRequest\x1a\".agentserve.v1.OpenSessionResponse\x12>\n\x04Turn\x12\x1a.agentserve.v1.TurnRequest\x1a\x18.agentserve.v1.TurnChunk0\x01\x12W\n\x0c\x43loseSession\x12\".agentserve.v1.CloseSessionRequest\x1a#.agentserve.v1.CloseSessionResponse\x12Q\n\nListModels\x12 .agentserve.v1.ListModelsRequest\x1a!.agentserve.v1.ListModelsResponse\x12H\n\x08Register\x12\x1b.agentserve.v1.EngineStatus\x1a\x1f.agentserve.v1.RegisterResponse\x12J\n\tHeartbeat\x12\x1b.agentserve.v1.EngineStatus\x1a .agentserve.v1.HeartbeatResponse\x12K\n\x0fToolCallStarted\x12\x1c.agentserve.v1.ToolCallEvent\x1a\x1a.agentserve.v1.ToolCallAck\x12L\n\x10ToolCallFinished\x12\x1c.agentserve.v1.ToolCallEvent\x1a\x1a.agentserve.v1.ToolCallAckb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,27 +37,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OPENSESSIONRESPONSE']._serialized_start=233
   _globals['_OPENSESSIONRESPONSE']._serialized_end=274
   _globals['_TURNREQUEST']._serialized_start=277
-  _globals['_TURNREQUEST']._serialized_end=409
-  _globals['_TURNMETADATA']._serialized_start=412
-  _globals['_TURNMETADATA']._serialized_end=753
-  _globals['_TURNCHUNK']._serialized_start=756
-  _globals['_TURNCHUNK']._serialized_end=962
-  _globals['_CLOSESESSIONREQUEST']._serialized_start=964
-  _globals['_CLOSESESSIONREQUEST']._serialized_end=1005
-  _globals['_CLOSESESSIONRESPONSE']._serialized_start=1007
-  _globals['_CLOSESESSIONRESPONSE']._serialized_end=1060
-  _globals['_LISTMODELSREQUEST']._serialized_start=1062
-  _globals['_LISTMODELSREQUEST']._serialized_end=1081
-  _globals['_LISTMODELSRESPONSE']._serialized_start=1083
-  _globals['_LISTMODELSRESPONSE']._serialized_end=1119
-  _globals['_REGISTERRESPONSE']._serialized_start=1121
-  _globals['_REGISTERRESPONSE']._serialized_end=1170
-  _globals['_HEARTBEATRESPONSE']._serialized_start=1172
-  _globals['_HEARTBEATRESPONSE']._serialized_end=1206
-  _globals['_TOOLCALLEVENT']._serialized_start=1209
-  _globals['_TOOLCALLEVENT']._serialized_end=1394
-  _globals['_TOOLCALLACK']._serialized_start=1396
-  _globals['_TOOLCALLACK']._serialized_end=1409
-  _globals['_SCHEDULER']._serialized_start=1412
-  _globals['_SCHEDULER']._serialized_end=2050
+  _globals['_TURNREQUEST']._serialized_end=456
+  _globals['_SHAREDBLOCKREF']._serialized_start=458
+  _globals['_SHAREDBLOCKREF']._serialized_end=527
+  _globals['_TURNSEGMENTS']._serialized_start=529
+  _globals['_TURNSEGMENTS']._serialized_end=648
+  _globals['_TURNMETADATA']._serialized_start=651
+  _globals['_TURNMETADATA']._serialized_end=992
+  _globals['_TURNCHUNK']._serialized_start=995
+  _globals['_TURNCHUNK']._serialized_end=1201
+  _globals['_CLOSESESSIONREQUEST']._serialized_start=1203
+  _globals['_CLOSESESSIONREQUEST']._serialized_end=1244
+  _globals['_CLOSESESSIONRESPONSE']._serialized_start=1246
+  _globals['_CLOSESESSIONRESPONSE']._serialized_end=1299
+  _globals['_LISTMODELSREQUEST']._serialized_start=1301
+  _globals['_LISTMODELSREQUEST']._serialized_end=1320
+  _globals['_LISTMODELSRESPONSE']._serialized_start=1322
+  _globals['_LISTMODELSRESPONSE']._serialized_end=1358
+  _globals['_REGISTERRESPONSE']._serialized_start=1360
+  _globals['_REGISTERRESPONSE']._serialized_end=1409
+  _globals['_HEARTBEATRESPONSE']._serialized_start=1411
+  _globals['_HEARTBEATRESPONSE']._serialized_end=1445
+  _globals['_TOOLCALLEVENT']._serialized_start=1448
+  _globals['_TOOLCALLEVENT']._serialized_end=1633
+  _globals['_TOOLCALLACK']._serialized_start=1635
+  _globals['_TOOLCALLACK']._serialized_end=1648
+  _globals['_SCHEDULER']._serialized_start=1651
+  _globals['_SCHEDULER']._serialized_end=2289
 # @@protoc_insertion_point(module_scope)

@@ -32,18 +32,40 @@ class OpenSessionResponse(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class TurnRequest(_message.Message):
-    __slots__ = ("session_id", "message", "token_ids", "role", "sampling")
+    __slots__ = ("session_id", "message", "token_ids", "role", "sampling", "segments")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     message: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     role: str
     sampling: _common_pb2.SamplingParams
-    def __init__(self, session_id: _Optional[str] = ..., message: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., role: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ...) -> None: ...
+    segments: TurnSegments
+    def __init__(self, session_id: _Optional[str] = ..., message: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., role: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., segments: _Optional[_Union[TurnSegments, _Mapping]] = ...) -> None: ...
+
+class SharedBlockRef(_message.Message):
+    __slots__ = ("content_id", "token_ids", "text")
+    CONTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    content_id: str
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    text: str
+    def __init__(self, content_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ...) -> None: ...
+
+class TurnSegments(_message.Message):
+    __slots__ = ("round", "shared", "reuse")
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
+    REUSE_FIELD_NUMBER: _ClassVar[int]
+    round: int
+    shared: _containers.RepeatedCompositeFieldContainer[SharedBlockRef]
+    reuse: _common_pb2.ReusePolicy
+    def __init__(self, round: _Optional[int] = ..., shared: _Optional[_Iterable[_Union[SharedBlockRef, _Mapping]]] = ..., reuse: _Optional[_Union[_common_pb2.ReusePolicy, _Mapping]] = ...) -> None: ...
 
 class TurnMetadata(_message.Message):
     __slots__ = ("turn_id", "turn_index", "prompt_tokens", "cached_tokens", "prefill_engine", "decode_engine", "trace_id", "kv_path", "loaded_blocks", "relayed_blocks", "handoff_blocks", "handoff_bytes", "handoff_held_blocks", "span_id", "relay_engine")

@@ -151,3 +151,24 @@ def test_open_session_with_a_bad_priority_is_invalid_argument_naming_it(make_cor
         run(servicer.OpenSession(scheduler_pb2.OpenSessionRequest(priority=-101), context))
     assert context.code is grpc.StatusCode.INVALID_ARGUMENT
     assert context.details.startswith("OpenSessionRequest.priority must be an integer in [-100, 100]")
+
+
+def test_a_turn_with_bad_segments_is_invalid_argument_naming_the_field(make_core) -> None:
+    core = make_core()
+    servicer, context = served(core), FakeContext()
+
+    async def go():
+        sid = await core.open_session()
+        request = scheduler_pb2.TurnRequest(
+            session_id=sid,
+            token_ids=[1, 2, 3],
+            sampling=common_pb2.SamplingParams(max_tokens=4),
+            segments=scheduler_pb2.TurnSegments(shared=[scheduler_pb2.SharedBlockRef(content_id="a", text="x")]),
+        )
+        request.segments.shared[0].token_ids.append(1)
+        with pytest.raises(grpc.aio.AbortError):
+            await stream(servicer.Turn, request, context)
+
+    run(go())
+    assert context.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert context.details == "segments.shared[0] ('a') needs exactly one of token_ids and text"

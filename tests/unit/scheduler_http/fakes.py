@@ -77,6 +77,7 @@ class FakeCore:
         self.reply = reply
         self.sessions: dict[str, FakeSession] = {}
         self.completed: list[tuple[list[int], SamplingParams, str]] = []
+        self.segments: list = []  # each turn's or completion's TurnSegments (None: a plain one)
         self.fail_before: BaseException | None = None  # raised before the first event
         self.fail_after: BaseException | None = None  # raised after the first text event
         self.missing: list[str] = []  # what missing_engines() reports
@@ -100,7 +101,8 @@ class FakeCore:
         self.sessions[session_id] = FakeSession(system_prompt, tenant, tools=list(tools), info=info)
         return session_id
 
-    async def turn(self, session_id, *, message=None, token_ids=None, role="user", sampling, owner=""):
+    async def turn(self, session_id, *, message=None, token_ids=None, role="user", sampling, owner="", segments=None):
+        self.segments.append(segments)
         session = self.sessions.get(session_id)
         if session is None:
             raise NotFoundError(f"unknown session {session_id}")
@@ -112,7 +114,8 @@ class FakeCore:
                 session.turns.append((role, message))
                 session.tokens = cached + new_tokens + event.completion_tokens
 
-    async def complete(self, prompt_token_ids, sampling, tenant=""):
+    async def complete(self, prompt_token_ids, sampling, tenant="", segments=None):
+        self.segments.append(segments)
         self.completed.append((list(prompt_token_ids), sampling, tenant))
         async for event in self._generate(len(prompt_token_ids), 0, sampling, 0):
             yield event

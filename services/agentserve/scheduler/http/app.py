@@ -116,7 +116,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         events = merged(
             1,
             lambda _: sessions.turn(
-                session_id, chat.messages, chat.sampling, who.tenant, chat.tools.tools, who.owner, agent
+                session_id,
+                chat.messages,
+                chat.sampling,
+                who.tenant,
+                chat.tools.tools,
+                who.owner,
+                agent,
+                segments=chat.segments,
             ),
         )
         headers["X-Session-Id"] = session_id
@@ -126,7 +133,12 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         prompt = await _off_loop_if_large(
             sum(len(m.content) for m in chat.messages), render_chat, core, chat.messages, chat.tools
         )
-        events = merged(chat.n, lambda i: core.complete(prompt, choice_sampling(chat.sampling, i), tenant=who.tenant))
+        events = merged(
+            chat.n,
+            lambda i: core.complete(
+                prompt, choice_sampling(chat.sampling, i), tenant=who.tenant, segments=chat.segments
+            ),
+        )
     fmt = ReplyFormat.new(
         "chat",
         model,

@@ -11,6 +11,7 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Protocol
 
 from agentserve.contracts import AgentInfo, SamplingParams
+from agentserve.contracts.turn_segments import TurnSegments
 
 
 class TokenizerAPI(Protocol):
@@ -70,10 +71,15 @@ class CoreAPI(Protocol):
         role: str = "user",
         sampling: SamplingParams,
         owner: str = "",
+        segments: TurnSegments | None = None,
     ) -> AsyncGenerator[TurnEventAPI, None]: ...
 
     def complete(
-        self, prompt_token_ids: list[int], sampling: SamplingParams, tenant: str = ""
+        self,
+        prompt_token_ids: list[int],
+        sampling: SamplingParams,
+        tenant: str = "",
+        segments: TurnSegments | None = None,
     ) -> AsyncGenerator[TurnEventAPI, None]: ...
 
     async def close_session(self, session_id: str, owner: str = "") -> tuple[int, int]: ...

@@ -4,7 +4,7 @@ Every check raises `ValueError` with a message a client can act on; the app answ
 400. A field outside `CHAT_FIELDS` / `COMPLETION_FIELDS` is rejected by name: a request that
 asks for something the server would not do must fail, never be served as if it had not asked.
 Besides OpenAI's fields, the vLLM extensions benchmark clients send are accepted: `ignore_eos`
-and `min_tokens`.
+and `min_tokens`; the chat route also takes agentserve's own `agentserve_segments` (segments.py).
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from typing import Any
 
 from agentserve.common.json_body import parse_json_object  # noqa: F401 - the routes' body parser
 from agentserve.contracts import MAX_LOGPROBS, MAX_TOKENS_LIMIT, SamplingParams
+from agentserve.contracts.turn_segments import TurnSegments
+from agentserve.scheduler.http.segments import FIELD as SEGMENTS_FIELD
+from agentserve.scheduler.http.segments import parse_segments
 from agentserve.scheduler.http.structured import parse_structured
 from agentserve.scheduler.http.tools import ToolSettings, parse_assistant_tool_calls, parse_tools
 
@@ -52,6 +55,7 @@ SAMPLING_FIELDS = frozenset(
     }
 )
 CHAT_FIELDS = SAMPLING_FIELDS | {
+    SEGMENTS_FIELD,
     "messages",
     "max_completion_tokens",
     "top_logprobs",
@@ -81,6 +85,7 @@ class ChatRequest:
     model: str | None = None
     n: int = 1
     tools: ToolSettings = field(default_factory=ToolSettings)
+    segments: TurnSegments | None = None  # the agentserve_segments extension (all-gather rounds)
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,9 @@ def parse_chat_request(body: Mapping[str, Any]) -> ChatRequest:
     structured = parse_structured(body, tools.tools)
     if structured is not None:
         sampling = dataclasses.replace(sampling, structured=structured)
-    return ChatRequest(messages, sampling, stream, include_usage, _parse_model(body), _parse_n(body), tools)
+    segments = parse_segments(body)
+    n = _parse_n(body)
+    return ChatRequest(messages, sampling, stream, include_usage, _parse_model(body), n, tools, segments)
 
 
 def parse_completion_request(body: Mapping[str, Any], vocab_size: int) -> CompletionRequest:

@@ -36,6 +36,7 @@ from typing import Any
 
 from agentserve.common.errors import NotFoundError
 from agentserve.contracts import AgentInfo, SamplingParams
+from agentserve.contracts.turn_segments import TurnSegments
 from agentserve.scheduler.http.core_api import CoreAPI, TurnEventAPI
 from agentserve.scheduler.http.schemas import SYSTEM_ROLES, Message
 
@@ -133,6 +134,7 @@ class ChatSessions:
         tools: Sequence[dict[str, Any]] = (),
         owner: str = "",
         agent: AgentInfo | None = None,
+        segments: TurnSegments | None = None,
     ) -> AsyncGenerator[TurnEventAPI, None]:
         """Open the session if this gateway has not (as `agent`, if given), then stream one turn
         of the new messages.
@@ -167,7 +169,9 @@ class ChatSessions:
             plan = plan_turn(session_id, messages, consumed, progress.replies)
             finished = False
             try:
-                turn = self._core.turn(session_id, message=plan.message, role=plan.role, sampling=sampling, owner=owner)
+                turn = self._core.turn(
+                    session_id, message=plan.message, role=plan.role, sampling=sampling, owner=owner, segments=segments
+                )
                 async for event in turn:
                     finished = finished or event.finished
                     yield event
