@@ -80,6 +80,19 @@ class RotaryEmbedding(torch.nn.Module):
         self._cos = torch.cat((cos, cos), dim=-1)[:, None, :]
         self._signed_sin = torch.cat((-sin, sin), dim=-1)[:, None, :]
 
+    def shift(self, keys: torch.Tensor, offset: int) -> torch.Tensor:
+        """Keys rotated at positions p, `[tokens, heads, head_dim]`, as if rotated at p + offset.
+
+        RoPE rotates each pair of dimensions by position * frequency, and rotations compose:
+        R(p + offset) = R(offset) R(p). So moving cached keys is one more rotation, exact up to
+        float rounding, and values (never rotated) move unchanged. `offset` may be negative.
+        """
+        angles = float(offset) * self.inv_freq.double()  # float64: an fp32 product would lose bits at large offsets
+        cos, sin = angles.cos(), angles.sin()
+        cos_t = torch.cat((cos, cos)).to(keys.dtype)
+        sin_t = torch.cat((-sin, sin)).to(keys.dtype)
+        return self.rotate(keys, cos_t, sin_t)
+
     @staticmethod
     def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
         """x: [tokens, heads, head_dim]; cos/signed_sin: [tokens, 1, head_dim] from `cos_sin`."""

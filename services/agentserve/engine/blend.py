@@ -1,0 +1,137 @@
+"""The blended prefill (CacheBlend-style): a prompt whose shared tokens arrive with reused KV, of
+which only a chosen subset is recomputed.
+
+Layer by layer, for a prompt of T tokens:
+
+- layers [0, full_layers) run every token. Layer 0's KV depends only on each token and its
+  position, so a re-rotated master is already exact there; running it anyway gives every token's
+  hidden state, which the selection needs.
+- at layer `full_layers` (the selection layer) every token's q/k/v projection is computed (a
+  fraction of the layer's cost, no attention). Each shared token's deviation is the squared
+  distance of its fresh K and V from the reused ones: it measures how much the private context
+  before the block changed that token. `choose` turns deviations into the set of tokens to carry
+  on (private tokens, the prompt's last token, the chosen shared tokens), or None to give up (the
+  caller recomputes in full).
+- from the selection layer on only the chosen tokens run: their queries attend over the whole
+  prompt, their own fresh K/V in their rows and the reused K/V elsewhere.
+
+Each layer's K/V for the whole prompt go to `sink(layer, k, v)`: the caller's pool rows. The return
+value is the last token's logits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from agentserve.engine.layer_plan import LayerPlan
+from agentserve.engine.model import CausalLM
+from agentserve.engine.rope import RotaryEmbedding
+
+# layer, K, V `[T, kv_heads, head_dim]` each: where the prompt's KV of one layer goes.
+KVSink = Callable[[int, torch.Tensor, torch.Tensor], None]
+
+
+@dataclass(frozen=True)
+class BlendInput:
+    """One prompt's reused KV: `k`/`v` `[layers, T, kv_heads, head_dim]` hold, in the rows where
+    `shared` is True, each shared token's reused KV (a master re-rotated to the token's position);
+    other rows are never read."""
+
+    token_ids: torch.Tensor  # [T] long
+    k: torch.Tensor
+    v: torch.Tensor
+    shared: torch.Tensor  # [T] bool
+
+
+# Shared tokens' deviations `[T]` (0 on private rows), fresh K and V `[T, kv_heads, d]` of the
+# selection layer -> which tokens to recompute `[T]` bool, or None to recompute the prompt in full.
+Chooser = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor | None]
+
+
+@torch.inference_mode()
+def blend_prefill(
+    model: CausalLM, blend: BlendInput, choose: Chooser, sink: KVSink, full_layers: int = 1
+) -> torch.Tensor | None:
+    """The last token's logits `[vocab]`, or None when `choose` gave up (nothing was sunk).
+
+    Every layer's K/V sunk is the reused K/V with the chosen rows replaced by fresh ones, the
+    layers run in full included: a shared block's sibling is its master moved, plus the rows
+    recomputed, exactly (what diff storage keeps); a token not chosen keeps its reused KV.
+    """
+    plans = model.plans
+    if not 0 <= full_layers < len(plans):
+        raise ValueError(f"full_layers must be in [0, {len(plans)}), got {full_layers}")
+    num_tokens = blend.token_ids.shape[0]
+    x = F.embedding(blend.token_ids, model.model.embed_tokens.weight)
+    cos, sin = model.model.rotary_emb.cos_sin(slice(0, num_tokens), num_tokens, x.dtype)
+    positions = torch.arange(num_tokens)
+    fresh: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for plan in plans[:full_layers]:
+        q, k, v = _qkv(x, plan, cos, sin)
+        fresh.append((k, v))
+        x = _finish_layer(x, plan, _attend(q, k, v, positions, positions))
+    plan = plans[full_layers]
+    q, k, v = _qkv(x, plan, cos, sin)
+    fresh.append((k, v))
+    deviation = (k - blend.k[plan.index]).square().sum((1, 2)) + (v - blend.v[plan.index]).square().sum((1, 2))
+    chosen = choose(deviation.float().masked_fill(~blend.shared, 0.0), k, v)
+    if chosen is None:
+        return None
+    rows = chosen.nonzero().flatten()
+    for layer, (k_fresh, v_fresh) in enumerate(fresh):
+        k, v = _merged(blend, layer, rows, k_fresh[rows], v_fresh[rows])
+        sink(layer, k, v)
+    x, q, cos, sin = x[rows], q[rows], cos[rows], sin[rows]
+    x = _finish_layer(x, plan, _attend(q, k, v, rows, positions))
+    for plan in plans[full_layers + 1 :]:
+        q, k_new, v_new = _qkv(x, plan, cos, sin)
+        k, v = _merged(blend, plan.index, rows, k_new, v_new)
+        sink(plan.index, k, v)
+        x = _finish_layer(x, plan, _attend(q, k, v, rows, positions))
+    head = model.lm_head.weight if model.tied_head_weight is None else model.tied_head_weight
+    return F.linear(model.final_norm(x[-1:]), head).float()[0]
+
+
+def _merged(
+    blend: BlendInput, layer: int, rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The layer's reused K/V with `rows` replaced by the fresh `k`/`v`."""
+    return blend.k[layer].index_copy(0, rows, k), blend.v[layer].index_copy(0, rows, v)
+
+
+def _qkv(
+    x: torch.Tensor, p: LayerPlan, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q `[n, heads, d]` and k, v `[n, kv_heads, d]`, q and k rotated: `layer_plan.run_layer`'s arithmetic."""
+    n, heads, kv_heads, d = x.shape[0], p.heads, p.kv_heads, p.head_dim
+    qkv = F.linear(p.input_norm(x), *p.qkv)
+    qk = RotaryEmbedding.rotate(qkv[:, : (heads + kv_heads) * d].view(n, heads + kv_heads, d), cos, sin)
+    return qk[:, :heads], qk[:, heads:], qkv[:, (heads + kv_heads) * d :].view(n, kv_heads, d)
+
+
+def _attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_positions: torch.Tensor, key_positions: torch.Tensor
+) -> torch.Tensor:
+    """Each query over the keys at or before its position; `[n, heads, d]` out."""
+    groups = q.shape[1] // k.shape[1]
+    queries, keys, values = q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None]
+    if query_positions.shape == key_positions.shape:  # every token: the flash kernel's own causal mask
+        out = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, enable_gqa=groups > 1)
+    else:
+        visible = key_positions[None, :] <= query_positions[:, None]
+        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=visible, enable_gqa=groups > 1)
+    return out[0].transpose(0, 1)
+
+
+def _finish_layer(x: torch.Tensor, p: LayerPlan, attended: torch.Tensor) -> torch.Tensor:
+    """The rest of `layer_plan.run_layer` after attention: o_proj, residual, MLP, residual."""
+    n = x.shape[0]
+    x = x + F.linear(attended.reshape(n, p.heads * p.head_dim), *p.o_proj)
+    gate_up = F.linear(p.post_norm(x), *p.gate_up)
+    half = gate_up.shape[-1] // 2
+    gate = F.silu(gate_up[:, :half], inplace=True).mul_(gate_up[:, half:])
+    return x + F.linear(gate, *p.down)

@@ -1,0 +1,73 @@
+"""Which shared tokens a blended prefill recomputes, and how far the rest may be off.
+
+A shared block's master was computed with nothing before it; in a prompt it follows private
+history. Re-rotating fixes its positions exactly, but not its attention to that history. Per block
+of L tokens, with the budget n = ceil(recompute_fraction * L):
+
+1. its first `anchor_tokens` tokens: computed at the start of a sequence they were attention
+   sinks, the tokens whose KV changes most once something precedes them;
+2. the rest of the budget: the block's tokens with the largest deviation, the squared distance
+   between their fresh and reused K and V at the selection layer (`blend`), the cheap early-layer
+   measure CacheBlend uses: a token that deviates early keeps deviating in the layers after.
+
+Private tokens and the prompt's last token (whose logits are wanted) are always computed.
+
+The request's estimated deviation is what the budget leaves unrepaired, relative to the KV itself:
+sqrt(sum of the unchosen shared tokens' deviations / sum of the shared tokens' fresh K and V
+energy) at the selection layer. Above `max_deviation` the request is recomputed in full.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+ANCHOR_TOKENS = 2
+
+
+@dataclass(frozen=True)
+class RecomputeSelector:
+    fraction: float
+    anchor_tokens: int = ANCHOR_TOKENS
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.fraction <= 1.0:
+            raise ValueError(f"recompute_fraction must be in [0, 1], got {self.fraction!r}")
+        if self.anchor_tokens < 0:
+            raise ValueError(f"anchor_tokens must be >= 0, got {self.anchor_tokens}")
+
+    def budget(self, length: int) -> int:
+        """Tokens recomputed of a block of `length` (the 1e-9 keeps 0.25 * 8 from rounding up to 3)."""
+        return min(length, math.ceil(self.fraction * length - 1e-9))
+
+    def choose(self, deviation: torch.Tensor, spans: Sequence[tuple[int, int]]) -> torch.Tensor:
+        """Tokens to compute, `[T]` bool, given each token's `deviation` `[T]` and the shared
+        blocks' `[start, end)` spans: every token outside them, the last token, and per block its
+        anchors then its most deviating tokens up to the budget."""
+        chosen = torch.ones(deviation.shape[0], dtype=torch.bool)
+        for start, end in spans:
+            chosen[start:end] = False
+            budget = self.budget(end - start)
+            anchors = min(budget, self.anchor_tokens)
+            chosen[start : start + anchors] = True
+            rest = budget - anchors
+            if rest:
+                top = deviation[start + anchors : end].topk(rest).indices + start + anchors
+                chosen[top] = True
+        chosen[-1] = True
+        return chosen
+
+
+def residual_deviation(
+    deviation: torch.Tensor, k: torch.Tensor, v: torch.Tensor, shared: torch.Tensor, chosen: torch.Tensor
+) -> float:
+    """The estimate above: `deviation` `[T]`, the selection layer's fresh `k`/`v` `[T, heads, d]`,
+    `shared` and `chosen` `[T]` bool. 0 when no shared token is left unrecomputed."""
+    energy = (k.float().square().sum((1, 2)) + v.float().square().sum((1, 2)))[shared].sum()
+    left = deviation[shared & ~chosen].sum()
+    if energy <= 0:
+        return 0.0
+    return math.sqrt(float(left / energy))

@@ -1,0 +1,125 @@
+"""CollectiveReuse: masters once per round, siblings that are their master moved plus the
+recomputed rows, full recompute when asked, at fraction 1 or past the deviation threshold."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentserve.contracts.segments import EXACT, PrivateSegment, ReusePolicy, SegmentedPrompt, SharedBlock
+from agentserve.engine.blend import blend_prefill
+from agentserve.engine.loader import load_model
+from agentserve.engine.shared_context import CollectiveReuse
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_dir):
+    return load_model(tiny_model_dir)[0]
+
+
+def _tokens(seed: int, n: int) -> tuple[int, ...]:
+    return tuple(torch.randint(300, 8000, (n,), generator=torch.Generator().manual_seed(seed)).tolist())
+
+
+BLOCKS = [SharedBlock(f"agent-{i}", 0, _tokens(100 + i, 24)) for i in range(3)]
+
+
+def _round(fraction: float = 0.25) -> list[SegmentedPrompt]:
+    """Three agents: own history, then the gathered outputs in an agent-specific order, then a question."""
+    orders = [(0, 1, 2), (2, 0, 1), (1, 2, 0)]
+    reuse = ReusePolicy(recompute_fraction=fraction)
+    return [
+        SegmentedPrompt(
+            (PrivateSegment(_tokens(a, 10 + 3 * a)), *(BLOCKS[i] for i in order), PrivateSegment(_tokens(50 + a, 4))),
+            reuse,
+        )
+        for a, order in enumerate(orders)
+    ]
+
+
+def test_a_round_computes_each_master_once_the_baseline_once_per_prompt(model) -> None:
+    reuse = CollectiveReuse(model, max_deviation=None)
+    collective = reuse.prefill_round(_round())
+    per_request = reuse.prefill_round(_round(), share_masters=False)
+    assert (collective.masters_computed, collective.master_tokens) == (3, 72)
+    assert (per_request.masters_computed, per_request.master_tokens) == (9, 216)
+    assert sorted(collective.masters) == ["agent-0", "agent-1", "agent-2"]
+    # The same masters either way: the same prefills.
+    for a, b in zip(collective.prefills, per_request.prefills, strict=True):
+        assert torch.equal(a.logits, b.logits) and torch.equal(a.k, b.k)
+    # A later round holding the same blocks computes no master again.
+    assert reuse.prefill_round(_round(), collective.masters).masters_computed == 0
+
+
+def test_a_sibling_is_its_master_moved_except_the_recomputed_rows(model) -> None:
+    reuse = CollectiveReuse(model, max_deviation=None)
+    result = reuse.prefill_round(_round(0.25))
+    prompt, prefill = _round()[1], result.prefills[1]
+    rotary = model.model.rotary_emb
+    assert [s.master_id for s in prefill.siblings] == ["agent-2", "agent-0", "agent-1"]
+    for span, sibling in zip(prompt.shared_spans(), prefill.siblings, strict=True):
+        master = result.masters[sibling.master_id]
+        assert sibling.position_offset == span.start and sibling.num_tokens == 24
+        assert len(sibling.recomputed_rows) == 6 and sibling.recomputed_rows[:2] == (0, 1)  # ceil(0.25 * 24), anchors
+        kept = [r for r in range(24) if r not in sibling.recomputed_rows]
+        moved_k = rotary.shift(master.k, sibling.position_offset)
+        rows = [span.start + r for r in kept]
+        assert torch.equal(prefill.k[:, rows], moved_k[:, kept])
+        assert torch.equal(prefill.v[:, rows], master.v[:, kept])
+        recomputed = [span.start + r for r in sibling.recomputed_rows]
+        assert not torch.equal(prefill.v[1:, recomputed], master.v[1:, list(sibling.recomputed_rows)])
+    assert prefill.stats.recomputed_shared_tokens == 18 and prefill.stats.shared_tokens == 72
+    assert prefill.stats.computed_tokens == prefill.stats.prompt_tokens - 72 + 18
+
+
+def test_recomputing_every_token_in_the_blend_is_the_full_prefill_bit_for_bit(model) -> None:
+    reuse = CollectiveReuse(model, max_deviation=None)
+    prompt = _round()[0]
+    masters = {b.content_id: reuse.master(b) for b in BLOCKS}
+    placed = [(span.start, masters[span.block.content_id]) for span in prompt.shared_spans()]
+    blend = reuse.blend_input(prompt.token_ids, placed)
+    k, v = torch.empty_like(blend.k), torch.empty_like(blend.v)
+
+    def sink(layer: int, layer_k: torch.Tensor, layer_v: torch.Tensor) -> None:
+        k[layer], v[layer] = layer_k, layer_v
+
+    logits = blend_prefill(model, blend, lambda dev, k_, v_: torch.ones(len(prompt.token_ids), dtype=torch.bool), sink)
+    full_logits, full_k, full_v = reuse.full(prompt.token_ids)
+    assert logits is not None
+    assert torch.equal(logits, full_logits) and torch.equal(k, full_k) and torch.equal(v, full_v)
+
+
+@pytest.mark.parametrize("policy", [EXACT, ReusePolicy(recompute_fraction=1.0)])
+def test_exact_and_fraction_1_are_the_full_recompute(model, policy: ReusePolicy) -> None:
+    reuse = CollectiveReuse(model)
+    prompt = SegmentedPrompt(_round()[0].segments, policy)
+    result = reuse.prefill_round([prompt])
+    logits, k, v = reuse.full(prompt.token_ids)
+    prefill = result.prefills[0]
+    assert result.masters_computed == 0 and prefill.siblings == ()
+    assert torch.equal(prefill.logits, logits) and torch.equal(prefill.k, k) and torch.equal(prefill.v, v)
+    assert (prefill.stats.exact, prefill.stats.fell_back, prefill.stats.recomputed_shared_tokens) == (True, False, 72)
+
+
+def test_a_request_past_the_deviation_threshold_falls_back_to_full_recompute(model) -> None:
+    prompt = _round(0.25)[2]
+    estimate = CollectiveReuse(model, max_deviation=None).prefill_round([prompt]).prefills[0].stats.deviation
+    assert estimate > 0
+    below = CollectiveReuse(model, max_deviation=estimate * 1.01).prefill_round([prompt]).prefills[0]
+    above = CollectiveReuse(model, max_deviation=estimate * 0.99).prefill_round([prompt]).prefills[0]
+    assert (below.stats.exact, below.stats.fell_back) == (False, False)
+    assert (above.stats.exact, above.stats.fell_back, above.stats.deviation) == (True, True, estimate)
+    assert torch.equal(above.logits, CollectiveReuse(model).full(prompt.token_ids)[0])
+
+
+def test_a_master_with_other_tokens_is_refused(model) -> None:
+    reuse = CollectiveReuse(model)
+    prompt = _round()[0]
+    masters = {b.content_id: reuse.master(b) for b in BLOCKS}
+    masters["agent-1"] = reuse.master(SharedBlock("agent-1", 0, _tokens(7, 24)))
+    with pytest.raises(ValueError, match="no master with the tokens of shared block 'agent-1'"):
+        reuse.prefill(prompt, masters)
+    with pytest.raises(ValueError, match="max_deviation must be >= 0"):
+        CollectiveReuse(model, max_deviation=-1.0)
