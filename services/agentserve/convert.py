@@ -14,6 +14,7 @@ from agentserve.contracts import (
     EngineStatus,
     GenerateChunk,
     GenerateRequest,
+    KVHint,
     KVPath,
     LoadPlan,
     NICStatus,
@@ -452,3 +453,22 @@ def prompt_segments_from_proto(msg: common_pb2.PromptSegments, token_ids: Sequen
         segments.append(PrivateSegment(tuple(token_ids[at:])))
     reuse = reuse_policy_from_proto(msg.reuse, "segments.reuse") if msg.HasField("reuse") else ReusePolicy()
     return SegmentedPrompt(tuple(segments), reuse)
+
+
+def kv_hint_to_proto(block_ids: list[bytes], hint: KVHint) -> decode_pb2.HintKVRequest:
+    return decode_pb2.HintKVRequest(
+        block_ids=block_ids, priority=hint.priority, next_use_in_s=hint.next_use_in_s, pin_s=hint.pin_s
+    )
+
+
+def kv_hint_from_proto(msg: decode_pb2.HintKVRequest) -> tuple[list[bytes], KVHint]:
+    """ValueError naming the field when it is out of range (INVALID_ARGUMENT)."""
+    try:
+        hint = KVHint(
+            msg.priority if msg.HasField("priority") else None,
+            msg.next_use_in_s if msg.HasField("next_use_in_s") else None,
+            msg.pin_s,
+        )
+    except ValueError as exc:
+        raise ValueError(f"HintKVRequest.{exc}") from None
+    return list(msg.block_ids), hint

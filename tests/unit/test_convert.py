@@ -11,6 +11,7 @@ from agentserve.contracts import (
     EngineStatus,
     GenerateChunk,
     GenerateRequest,
+    KVHint,
     KVPath,
     LoadPlan,
     NICStatus,
@@ -165,3 +166,18 @@ def test_turn_chunk_carries_every_metadata_field() -> None:
 def test_tool_call_round_trip() -> None:
     call = ToolCall("s", "search", "c1", 12.5, 0.25, 0.75, False)
     assert convert.tool_call_from_proto(convert.tool_call_to_proto(call)) == call
+
+
+@pytest.mark.parametrize("hint", [KVHint(), KVHint(priority=-3, next_use_in_s=0.0, pin_s=12.5)])
+def test_kv_hint_round_trip(hint) -> None:
+    ids = [b"\x01" * 16, b"\x02" * 16]
+    assert convert.kv_hint_from_proto(convert.kv_hint_to_proto(ids, hint)) == (ids, hint)
+
+
+def test_a_kv_hint_out_of_range_is_rejected_naming_the_field() -> None:
+    from agentserve.v1 import decode_pb2
+
+    with pytest.raises(ValueError, match=r"^HintKVRequest\.pin_s must be in \[0, 3600\] seconds, got -1\.0$"):
+        convert.kv_hint_from_proto(decode_pb2.HintKVRequest(pin_s=-1.0))
+    with pytest.raises(ValueError, match=r"^HintKVRequest\.next_use_in_s must be a finite number"):
+        convert.kv_hint_from_proto(decode_pb2.HintKVRequest(next_use_in_s=float("inf")))

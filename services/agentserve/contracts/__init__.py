@@ -8,7 +8,7 @@ imports torch, policies run in a simulator, and unit-test fakes need neither a n
 from agentserve.contracts.agents import AgentInfo
 from agentserve.contracts.engines import EngineStatus, NICStatus, Role
 from agentserve.contracts.errors import EngineUnavailable
-from agentserve.contracts.kv import PATH_A, KVPath, LoadPlan
+from agentserve.contracts.kv import PATH_A, KVHint, KVPath, LoadPlan
 from agentserve.contracts.sampling import MAX_LOGPROBS, MAX_TOKENS_LIMIT, SamplingParams
 from agentserve.contracts.segments import (
     PrivateSegment,
@@ -47,6 +47,7 @@ __all__ = [
     "EngineUnavailable",
     "GenerateChunk",
     "GenerateRequest",
+    "KVHint",
     "KVPath",
     "LoadPlan",
     "NICStatus",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from dataclasses import dataclass
 
 
@@ -54,3 +55,23 @@ class LoadPlan:
 
 
 PATH_A = LoadPlan(KVPath.A)
+
+
+MAX_KV_PIN_S = 3600.0  # a pin holds pool space from every other session: bounded by construction
+
+
+@dataclass(frozen=True)
+class KVHint:
+    """What the scheduler's KV lifecycle tells a decode engine about blocks it may hold: hold them
+    for `pin_s` (a guarantee the pool keeps by reference, whatever its eviction policy), and the
+    session's `priority` and expected next use (advice to the pool's eviction policy)."""
+
+    priority: int | None = None
+    next_use_in_s: float | None = None
+    pin_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.pin_s <= MAX_KV_PIN_S:
+            raise ValueError(f"pin_s must be in [0, {MAX_KV_PIN_S:.0f}] seconds, got {self.pin_s}")
+        if self.next_use_in_s is not None and not 0 <= self.next_use_in_s < math.inf:
+            raise ValueError(f"next_use_in_s must be a finite number of seconds >= 0, got {self.next_use_in_s}")

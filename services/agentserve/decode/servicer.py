@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentserve.convert import generate_chunk_to_proto, generate_request_from_proto
+from agentserve.convert import generate_chunk_to_proto, generate_request_from_proto, kv_hint_from_proto
 from agentserve.decode.worker import DecodeWorker
 from agentserve.fabric.stream import incoming_transfer
 from agentserve.v1 import decode_pb2, decode_pb2_grpc
@@ -40,3 +40,7 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
     async def PrefetchKV(self, request: decode_pb2.HeldBlocksRequest, context) -> decode_pb2.PrefetchKVResponse:
         loaded, held = await self.worker.prefetch_kv(list(request.block_ids))
         return decode_pb2.PrefetchKVResponse(loaded=loaded, held=held)
+
+    async def HintKV(self, request: decode_pb2.HintKVRequest, context) -> decode_pb2.HintKVResponse:
+        block_ids, hint = kv_hint_from_proto(request)
+        return decode_pb2.HintKVResponse(resident=await self.worker.hint_kv(block_ids, hint))

@@ -3,14 +3,18 @@ relay path-B loads to prefill engines and say which blocks it holds (suffix-only
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import time
 from collections.abc import AsyncIterator
 
-from agentserve.contracts import GenerateChunk, GenerateRequest
+from agentserve.contracts import GenerateChunk, GenerateRequest, KVHint
 from agentserve.engine.async_engine import AsyncEngine
+from agentserve.engine.engine import LLMEngine
 from agentserve.engine_service.kv_moves import KVMover
 from agentserve.engine_service.relay import RelaySender
 from agentserve.kv.block_hash import checked_block_ids
+from agentserve.kv.eviction import Hint
 from agentserve.v1 import fabric_pb2
 
 
@@ -19,6 +23,7 @@ class DecodeWorker:
         self.engine = engine
         self.mover = mover
         self.relay_sender = RelaySender(mover)
+        self._unpins: set[asyncio.Task] = set()  # pins waiting to be released (a reference keeps each alive)
 
     async def held(self, block_ids: list[bytes]) -> list[bool]:
         """Whether each of `block_ids` is resident in this engine's prefix cache."""
@@ -42,6 +47,34 @@ class DecodeWorker:
         held = await self.held(block_ids)
         missing = [block_id for block_id, here in zip(block_ids, held, strict=True) if not here]
         return await self.mover.load_from_store(missing), len(block_ids) - len(missing)
+
+    async def hint_kv(self, block_ids: list[bytes], hint: KVHint) -> int:
+        """Pass `hint`'s priority and next use to the pool's eviction policy and, with a `pin_s`,
+        hold the resident blocks for that long (a reference each, released when it ends); how
+        many of `block_ids` are resident."""
+        checked_block_ids(block_ids)
+        # On the pool's clock: the eviction policy compares it with time.monotonic().
+        advice = Hint(
+            hint.priority, None, None if hint.next_use_in_s is None else time.monotonic() + hint.next_use_in_s
+        )
+
+        def apply(engine: LLMEngine) -> tuple[int, list[int]]:
+            resident = engine.blocks.hint(block_ids, advice)
+            pinned = (
+                engine.blocks.pin([b for b in block_ids if engine.blocks.lookup(b) is not None]) if hint.pin_s else []
+            )
+            return resident, pinned
+
+        resident, pinned = await self.engine.call(apply)
+        if pinned:
+            task = asyncio.get_running_loop().create_task(self._unpin_after(pinned, hint.pin_s))
+            self._unpins.add(task)
+            task.add_done_callback(self._unpins.discard)
+        return resident
+
+    async def _unpin_after(self, slots: list[int], seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        await self.engine.call(lambda e: e.blocks.free(slots))
 
     async def load_kv(self, blocks: list[bytes]) -> tuple[int, int]:
         imported = await self.engine.call(lambda e: sum(e.import_blocks(d) for d in blocks))

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, make_eviction_policy
+from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, Hint, make_eviction_policy
 
 
 @dataclass
@@ -42,6 +42,7 @@ class BlockManager:
         self._slot_of: dict[bytes, int] = {}
         self._free: deque[int] = deque(range(num_slots))
         self._evictable = make_eviction_policy(eviction_policy)  # the cached slots' block ids
+        self._held_hints: dict[bytes, Hint] = {}  # hints for blocks in use, given to the policy when freed
         self.hit_blocks = 0
         self.miss_blocks = 0
         self.evictions = 0
@@ -195,6 +196,9 @@ class BlockManager:
             block_id = self._sealed_id[slot]
             if block_id is not None:
                 self._evictable.insert(block_id, 1)
+                hint = self._held_hints.pop(block_id, None)
+                if hint is not None:
+                    self._evictable.hint(block_id, hint)
             else:
                 self._free.append(slot)
 
@@ -213,6 +217,21 @@ class BlockManager:
             self._free.append(slot)
             dropped += 1
         return dropped
+
+    def hint(self, block_ids: Sequence[bytes], hint: Hint) -> int:
+        """Advice for the eviction policy about the resident blocks among `block_ids`: a cached one
+        gets it now, one in use when it is freed (a later hint replaces it). How many are resident."""
+        resident = 0
+        for block_id in block_ids:
+            slot = self._slot_of.get(block_id)
+            if slot is None:
+                continue
+            resident += 1
+            if self._refs[slot] == 0:
+                self._evictable.hint(block_id, hint)
+            else:
+                self._held_hints[block_id] = hint
+        return resident
 
     def eviction_order(self) -> list[int]:
         """The cached slots, the one the next eviction takes first. Changes nothing; O(cached)."""

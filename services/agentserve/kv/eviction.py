@@ -7,12 +7,17 @@ the cache: the engine's pool only offers blocks no sequence references, the stor
 blocks itself. Hints are advice a policy may use (agent-aware policies: a block pinned until its
 session's predicted return, then by priority, then by expected next use).
 
-Policies are chosen by name (`make_eviction_policy`, the `eviction_policy` config fields).
+Policies are chosen by name (`make_eviction_policy`, the `eviction_policy` config fields): `lru`,
+and `hinted` (issue 14: pinned until predicted return, then priority, then expected next use).
 Torch-free and protobuf-free, so configs, simulators and tests can import it.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import math
+import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -98,7 +103,91 @@ class LRUPolicy(EvictionPolicy):
         return len(self._order)
 
 
-EVICTION_POLICIES: dict[str, Callable[[], EvictionPolicy]] = {"lru": LRUPolicy}
+class HintedPolicy(EvictionPolicy):
+    """Agent-aware order, the same in the engine's pool and the store's tiers: blocks pinned (until
+    their session's predicted return) go last; the rest by priority, lowest first; then by expected
+    next use, furthest first (a block overdue or with no expected use counts as furthest: nobody is
+    known to be coming for it); then least recently used. Without hints this is exactly LRU.
+
+    Unhinted blocks stay in one LRU order; a hint only moves its own block. Each eviction compares
+    the oldest unhinted block with every hinted one, so it costs O(hinted blocks): the blocks of
+    parked sessions, few next to a pool. A hint that no longer changes the order (pin and next use
+    past, priority 0) is dropped on the way. Hints merge: a field a new hint leaves None keeps its
+    value. Times are on `clock` (the hints' clock: `time.monotonic()` in both caches).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._stamps: OrderedDict[bytes, int] = OrderedDict()  # every block, least recently used first
+        self._hints: dict[bytes, Hint] = {}  # evictable blocks with a hint
+        self._tick = itertools.count()
+
+    def insert(self, block_id: bytes, size: int) -> None:
+        self._stamps[block_id] = next(self._tick)
+        self._stamps.move_to_end(block_id)
+
+    def touch(self, block_id: bytes) -> None:
+        if block_id in self._stamps:
+            self._stamps[block_id] = next(self._tick)
+            self._stamps.move_to_end(block_id)
+
+    def remove(self, block_id: bytes) -> None:
+        self._stamps.pop(block_id, None)
+        self._hints.pop(block_id, None)
+
+    def hint(self, block_id: bytes, hint: Hint) -> None:
+        if block_id not in self._stamps:
+            return
+        old = self._hints.get(block_id, Hint())
+        self._hints[block_id] = Hint(
+            old.priority if hint.priority is None else hint.priority,
+            old.pin_until if hint.pin_until is None else hint.pin_until,
+            old.next_use_at if hint.next_use_at is None else hint.next_use_at,
+        )
+
+    def victims(self) -> Iterator[bytes]:
+        now = self._clock()
+        hinted = sorted(self._hints, key=lambda b: self._key(b, now))
+        unhinted = (b for b in self._stamps if b not in self._hints)
+        return (b for b in heapq.merge(unhinted, hinted, key=lambda b: self._key(b, now)))
+
+    def pop_victim(self) -> bytes | None:
+        now = self._clock()
+        for block_id in [b for b, h in self._hints.items() if _spent(h, now)]:
+            del self._hints[block_id]
+        first = next((b for b in self._stamps if b not in self._hints), None)
+        if self._hints:
+            best = min(self._hints, key=lambda b: self._key(b, now))
+            if first is None or self._key(best, now) < self._key(first, now):
+                first = best
+        if first is not None:
+            self.remove(first)
+        return first
+
+    def __len__(self) -> int:
+        return len(self._stamps)
+
+    def _key(self, block_id: bytes, now: float) -> tuple[bool, int, float, int]:
+        """Ascending: the smallest key is evicted first."""
+        hint = self._hints.get(block_id)
+        if hint is None:
+            return False, 0, -math.inf, self._stamps[block_id]
+        pinned = hint.pin_until is not None and hint.pin_until > now
+        upcoming = hint.next_use_at is not None and hint.next_use_at > now
+        next_use = -hint.next_use_at if upcoming else -math.inf  # type: ignore[operator]
+        return pinned, hint.priority or 0, next_use, self._stamps[block_id]
+
+
+def _spent(hint: Hint, now: float) -> bool:
+    """Whether `hint` orders its block as if it had none."""
+    return (
+        not hint.priority
+        and (hint.pin_until is None or hint.pin_until <= now)
+        and (hint.next_use_at is None or hint.next_use_at <= now)
+    )
+
+
+EVICTION_POLICIES: dict[str, Callable[[], EvictionPolicy]] = {"lru": LRUPolicy, "hinted": HintedPolicy}
 DEFAULT_EVICTION_POLICY = "lru"
 
 

@@ -21,11 +21,19 @@ import grpc
 
 from agentserve.common.channels import ChannelCache
 from agentserve.common.errors import RetryableError
-from agentserve.contracts import EngineUnavailable, GenerateChunk, GenerateRequest, PrefillRequest, PrefillResult
+from agentserve.contracts import (
+    EngineUnavailable,
+    GenerateChunk,
+    GenerateRequest,
+    KVHint,
+    PrefillRequest,
+    PrefillResult,
+)
 from agentserve.convert import (
     block_ids_to_proto,
     generate_chunk_from_proto,
     generate_request_to_proto,
+    kv_hint_to_proto,
     prefill_request_to_proto,
     prefill_result_from_proto,
 )
@@ -161,6 +169,14 @@ class EngineClients:
         except grpc.aio.AioRpcError as exc:
             raise translate(exc, address) from None
         return response.loaded, response.held
+
+    async def hint_kv(self, address: str, block_ids: list[bytes], hint: KVHint) -> int:
+        """Tell the decode engine what to do with `block_ids` it holds; how many are resident there."""
+        stub = decode_pb2_grpc.DecodeStub(self._channels.get(address))
+        try:
+            return (await stub.HintKV(kv_hint_to_proto(block_ids, hint), timeout=MOVE_TIMEOUT_S)).resident
+        except grpc.aio.AioRpcError as exc:
+            raise translate(exc, address) from None
 
     def forget(self, address: str) -> None:
         """Stop using the channel to a failed engine: one restarted on the same address gets a fresh one."""

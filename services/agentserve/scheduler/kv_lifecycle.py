@@ -4,22 +4,33 @@ A policy only decides, from the predicted wait and what a reload costs; `KVParki
 by name in the scheduler config (`kv_lifecycle`), so a benchmark can run each on one workload:
 
 - `lru`: nothing moves; the KV stays in the decode engine's pool until LRU evicts it (vLLM-like).
+- `ttl-pin`: the KV is pinned in the decode engine's pool for the tool's predicted duration, then
+  is an ordinary cached block again (Continuum-like: the pool pays for the wait in space).
+- `offload`: on every tool start the KV leaves the pool (it is in the store); nothing uploads it
+  back, so the next turn loads it on demand.
+- `tokencake`: offload when the wait beats the reload cost and upload before the predicted return,
+  but on one engine's view: back into the engine it left (TokenCake ran on one GPU), so a busy or
+  dead holder is not traded for another engine.
 - `agentserve`: when the predicted wait beats the reload cost, drop the KV from the engine's pool
-  (it is already in the store) and upload it again into the engine that will serve the next
-  turn, timed to finish before the earliest likely return.
+  and upload it again into the engine the router picks cluster-wide for the next turn, timed to
+  finish before the earliest likely return, pinned there until the predicted return.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
+
+UploadTarget = Literal["cluster", "source"]
 
 
 @dataclass(frozen=True)
 class ParkPlan:
     offload: bool
     upload_after_s: float | None = None  # from the call's start; None: the next turn loads on demand
+    upload_to: UploadTarget = "cluster"  # "cluster": the router's pick; "source": the engine it left
+    pin_s: float = 0.0  # not offloaded: hold the KV in the engine's pool this long (0 = no pin)
 
 
 KEEP = ParkPlan(offload=False)
@@ -42,11 +53,30 @@ class KeepResident:
         return KEEP
 
 
+class TTLPin:
+    """Pin for the predicted (median) duration: a return within it finds its KV, whatever else ran."""
+
+    name = "ttl-pin"
+
+    def on_tool_started(self, typical_s: float, early_s: float, blocks: int) -> ParkPlan:
+        return ParkPlan(offload=False, pin_s=typical_s) if blocks and typical_s > 0 else KEEP
+
+
+class OffloadOnly:
+    """Every wait frees the pool; every return pays the reload (no prediction used)."""
+
+    name = "offload"
+
+    def on_tool_started(self, typical_s: float, early_s: float, blocks: int) -> ParkPlan:
+        return ParkPlan(offload=True) if blocks else KEEP
+
+
 class AgentServeLifecycle:
     """Offload when the wait is worth `breakeven` reloads (and at least `min_wait_s`: short waits
     are not worth two RPCs); upload `lead` reload times before the earliest likely return."""
 
     name = "agentserve"
+    upload_to: UploadTarget = "cluster"
 
     def __init__(
         self, reload_s_per_block: float, min_wait_s: float = 0.5, breakeven: float = 2.0, lead: float = 1.5
@@ -65,15 +95,30 @@ class AgentServeLifecycle:
         reload_s = blocks * self.reload_s_per_block
         if blocks == 0 or typical_s < max(self.min_wait_s, self.breakeven * reload_s):
             return KEEP
-        return ParkPlan(offload=True, upload_after_s=max(0.0, min(early_s, typical_s) - self.lead * reload_s))
+        upload_after_s = max(0.0, min(early_s, typical_s) - self.lead * reload_s)
+        return ParkPlan(offload=True, upload_after_s=upload_after_s, upload_to=self.upload_to)
 
 
-LIFECYCLE_POLICIES = ("lru", "agentserve")
+class TokenCakeLifecycle(AgentServeLifecycle):
+    """AgentServe's timing on one engine's view: the upload goes back to the engine it left."""
+
+    name = "tokencake"
+    upload_to: UploadTarget = "source"
+
+
+LIFECYCLE_POLICIES = ("lru", "ttl-pin", "offload", "tokencake", "agentserve")
 
 
 def make_lifecycle_policy(name: str, reload_s_per_block: float, min_wait_s: float) -> LifecyclePolicy:
+    """The policy called `name`; ValueError naming the choices if there is none."""
     if name == "lru":
         return KeepResident()
+    if name == "ttl-pin":
+        return TTLPin()
+    if name == "offload":
+        return OffloadOnly()
+    if name == "tokencake":
+        return TokenCakeLifecycle(reload_s_per_block, min_wait_s)
     if name == "agentserve":
         return AgentServeLifecycle(reload_s_per_block, min_wait_s)
     raise ValueError(f"kv_lifecycle must be one of {', '.join(LIFECYCLE_POLICIES)}, got {name!r}")

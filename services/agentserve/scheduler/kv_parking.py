@@ -6,7 +6,9 @@ Driven by the tool proxy's events (through `SchedulerCore`), decided by a `Lifec
   the policy says offload, drop the session's blocks from its KV holder's pool (DropKV: the store
   already has them, the turn that made them persisted them) and hint the store when they will be
   read again; then, at the planned time, upload them (PrefetchKV) into the decode engine the
-  router picks for the next turn, which becomes the session's KV holder.
+  router picks for the next turn (or, on one engine's view, the one they left), which becomes the
+  session's KV holder, and pin them there until the predicted return (HintKV). If the policy says
+  pin instead, the holder holds them for the planned time (HintKV).
 - ToolCallFinished, the last pending call: learn the duration; an upload not yet begun is
   cancelled (the return was early) and the next turn loads what it needs on demand.
 
@@ -23,10 +25,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from agentserve.contracts import EngineUnavailable, Role, ToolCall
+from agentserve.contracts import EngineUnavailable, KVHint, Role, ToolCall
 from agentserve.kv.block_hash import block_ids_for
 from agentserve.scheduler import metrics
-from agentserve.scheduler.kv_lifecycle import LifecyclePolicy
+from agentserve.scheduler.kv_lifecycle import LifecyclePolicy, ParkPlan
 from agentserve.scheduler.registry import Engine, EngineRegistry
 from agentserve.scheduler.sessions import Session
 from agentserve.scheduler.tool_durations import ToolDurationModel
@@ -44,6 +46,8 @@ class KVMoves(Protocol):
 
     async def prefetch_kv(self, address: str, block_ids: list[bytes]) -> tuple[int, int]: ...
 
+    async def hint_kv(self, address: str, block_ids: list[bytes], hint: KVHint) -> int: ...
+
 
 class StoreHints(Protocol):
     async def hint(
@@ -55,6 +59,7 @@ class StoreHints(Protocol):
 class ParkingStats:
     offloads: int = 0
     kept: int = 0
+    pinned: int = 0  # kept and held in the holder's pool for the predicted wait
     uploads: int = 0
     uploads_cancelled: int = 0  # the session came back before its upload began
     dropped_blocks: int = 0
@@ -67,6 +72,7 @@ class _Parked:
     source: str  # the engine the KV was dropped from
     block_ids: list[bytes]
     turns: int  # the session's turn count when parked: a later turn makes the plan moot
+    plan: ParkPlan
     task: asyncio.Task | None = None
     uploading: bool = False
 
@@ -90,6 +96,7 @@ class KVParking:
         self.pick_decode = pick_decode
         self._sleep = sleep
         self._parked: dict[str, _Parked] = {}  # by session id
+        self._pins: set[asyncio.Task] = set()  # pin requests in flight (a reference keeps each alive)
         self.stats = ParkingStats()
 
     def parked(self, session_id: str) -> bool:
@@ -111,11 +118,13 @@ class KVParking:
         if not plan.offload:
             self.stats.kept += 1
             metrics.KV_PARKING.labels("keep").inc()
+            if plan.pin_s > 0:
+                task = asyncio.get_running_loop().create_task(self._pin(session, holder, ids, plan.pin_s))
+                self._pins.add(task)
+                task.add_done_callback(self._pins.discard)
             return
-        parked = self._parked[session.session_id] = _Parked(holder.engine_id, ids, session.turns)
-        parked.task = asyncio.get_running_loop().create_task(
-            self._park(session, parked, holder, typical, plan.upload_after_s)
-        )
+        parked = self._parked[session.session_id] = _Parked(holder.engine_id, ids, session.turns, plan)
+        parked.task = asyncio.get_running_loop().create_task(self._park(session, parked, holder, typical))
 
     def finished(self, session: Session, call: ToolCall) -> None:
         """A call of `session` finished (already recorded in `session.tools`)."""
@@ -130,17 +139,28 @@ class KVParking:
             metrics.KV_PARKING.labels("upload_cancelled").inc()
 
     async def aclose(self) -> None:
-        tasks = [p.task for p in self._parked.values() if p.task is not None]
+        tasks = [p.task for p in self._parked.values() if p.task is not None] + list(self._pins)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._parked.clear()
 
-    async def _park(
-        self, session: Session, parked: _Parked, holder: Engine, typical_s: float, upload_after_s: float | None
-    ) -> None:
+    async def _pin(self, session: Session, holder: Engine, block_ids: list[bytes], pin_s: float) -> None:
+        assert self.moves is not None  # started() checked
+        try:
+            await self.moves.hint_kv(holder.status.address, block_ids, KVHint(pin_s=pin_s))
+        except Exception as exc:  # noqa: BLE001 - an unpinned block costs at most a reload, never tokens
+            self.stats.failures += 1
+            metrics.KV_PARKING.labels("failure").inc()
+            log.warning("KV pin of session %s failed: %s", session.session_id, exc)
+            return
+        self.stats.pinned += 1
+        metrics.KV_PARKING.labels("pin").inc()
+
+    async def _park(self, session: Session, parked: _Parked, holder: Engine, typical_s: float) -> None:
         loop = asyncio.get_running_loop()
         start = loop.time()
+        upload_after_s = parked.plan.upload_after_s
         try:
             assert self.moves is not None  # started() checked
             dropped = await self.moves.drop_kv(holder.status.address, parked.block_ids)
@@ -156,7 +176,7 @@ class KVParking:
             parked.uploading = True
             if session.turns != parked.turns or session.lock.locked() or session.closed:
                 return  # a turn came first and loaded what it needed
-            target, loaded = await self._upload(session, parked.block_ids)
+            target, loaded = await self._upload(session, parked)
             if target is None:
                 return
             self.stats.uploads += 1
@@ -165,6 +185,10 @@ class KVParking:
             metrics.KV_PARKING_BLOCKS.labels("uploaded").inc(loaded)
             if session.turns == parked.turns and not session.lock.locked():
                 session.kv_holder = target.engine_id  # the next turn goes where its KV now is
+            # Held until the predicted return; a late one finds them cached at the session's priority.
+            remaining_s = max(0.0, typical_s - (loop.time() - start))
+            hint = KVHint(session.info.priority, remaining_s, remaining_s)
+            await self.moves.hint_kv(target.status.address, parked.block_ids, hint)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a failed move costs time, never tokens: the turn loads on demand
@@ -175,11 +199,15 @@ class KVParking:
             if self._parked.get(session.session_id) is parked and parked.uploading:
                 del self._parked[session.session_id]
 
-    async def _upload(self, session: Session, block_ids: list[bytes]) -> tuple[Engine | None, int]:
-        """Prefetch into the router's pick among the alive decode engines; one found gone (dead
-        but not yet expired from the registry) is passed over for the next pick."""
+    async def _upload(self, session: Session, parked: _Parked) -> tuple[Engine | None, int]:
+        """Prefetch into the router's pick among the alive decode engines (or the engine the KV
+        left, on one engine's view: none if it is gone); one found gone (dead but not yet expired
+        from the registry) is passed over for the next pick."""
         assert self.moves is not None
+        block_ids = parked.block_ids
         candidates = self.registry.alive(Role.DECODE)
+        if parked.plan.upload_to == "source":
+            candidates = [e for e in candidates if e.engine_id == parked.source]
         while candidates:
             target = self.pick_decode(candidates, session)
             try:

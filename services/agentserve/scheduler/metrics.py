@@ -45,7 +45,7 @@ SPLIT_FRACTION = Histogram(
 )
 KV_PARKING = Counter(
     "agentserve_scheduler_kv_parking_total",
-    "KV lifecycle actions on tool waits: offload, keep, upload, upload_cancelled, failure",
+    "KV lifecycle actions on tool waits: offload, keep, pin, upload, upload_cancelled, failure",
     ["action"],
 )
 KV_PARKING_BLOCKS = Counter(

@@ -8,6 +8,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class HintKVRequest(_message.Message):
+    __slots__ = ("block_ids", "priority", "next_use_in_s", "pin_s")
+    BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    NEXT_USE_IN_S_FIELD_NUMBER: _ClassVar[int]
+    PIN_S_FIELD_NUMBER: _ClassVar[int]
+    block_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    priority: int
+    next_use_in_s: float
+    pin_s: float
+    def __init__(self, block_ids: _Optional[_Iterable[bytes]] = ..., priority: _Optional[int] = ..., next_use_in_s: _Optional[float] = ..., pin_s: _Optional[float] = ...) -> None: ...
+
+class HintKVResponse(_message.Message):
+    __slots__ = ("resident",)
+    RESIDENT_FIELD_NUMBER: _ClassVar[int]
+    resident: int
+    def __init__(self, resident: _Optional[int] = ...) -> None: ...
+
 class DropKVResponse(_message.Message):
     __slots__ = ("dropped",)
     DROPPED_FIELD_NUMBER: _ClassVar[int]

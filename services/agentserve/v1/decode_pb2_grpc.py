@@ -67,6 +67,11 @@ class DecodeStub:
                 request_serializer=agentserve_dot_v1_dot_decode__pb2.HeldBlocksRequest.SerializeToString,
                 response_deserializer=agentserve_dot_v1_dot_decode__pb2.PrefetchKVResponse.FromString,
                 _registered_method=True)
+        self.HintKV = channel.unary_unary(
+                '/agentserve.v1.Decode/HintKV',
+                request_serializer=agentserve_dot_v1_dot_decode__pb2.HintKVRequest.SerializeToString,
+                response_deserializer=agentserve_dot_v1_dot_decode__pb2.HintKVResponse.FromString,
+                _registered_method=True)
 
 
 class DecodeServicer:
@@ -129,6 +134,17 @@ class DecodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HintKV(self, request, context):
+        """Called by the scheduler's KV lifecycle (agent-aware policies): what it knows of `block_ids`'
+        future here. `pin_s` holds the resident ones in the pool for that long whatever the eviction
+        policy (a reference, as a running sequence holds them: a guarantee, paid in pool space); the
+        priority and next use are advice to the pool's eviction policy (`hinted` uses them, `lru`
+        ignores them). Only blocks resident now are affected; the answer says how many.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DecodeServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -161,6 +177,11 @@ def add_DecodeServicer_to_server(servicer, server):
                     servicer.PrefetchKV,
                     request_deserializer=agentserve_dot_v1_dot_decode__pb2.HeldBlocksRequest.FromString,
                     response_serializer=agentserve_dot_v1_dot_decode__pb2.PrefetchKVResponse.SerializeToString,
+            ),
+            'HintKV': grpc.unary_unary_rpc_method_handler(
+                    servicer.HintKV,
+                    request_deserializer=agentserve_dot_v1_dot_decode__pb2.HintKVRequest.FromString,
+                    response_serializer=agentserve_dot_v1_dot_decode__pb2.HintKVResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -326,6 +347,33 @@ class Decode:
             '/agentserve.v1.Decode/PrefetchKV',
             agentserve_dot_v1_dot_decode__pb2.HeldBlocksRequest.SerializeToString,
             agentserve_dot_v1_dot_decode__pb2.PrefetchKVResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HintKV(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentserve.v1.Decode/HintKV',
+            agentserve_dot_v1_dot_decode__pb2.HintKVRequest.SerializeToString,
+            agentserve_dot_v1_dot_decode__pb2.HintKVResponse.FromString,
             options,
             channel_credentials,
             insecure,

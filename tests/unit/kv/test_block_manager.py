@@ -112,7 +112,7 @@ def test_the_named_policy_decides_which_cached_slot_is_evicted(monkeypatch):
 
 
 def test_an_unknown_policy_name_is_refused_naming_the_choices():
-    with pytest.raises(ValueError, match="unknown eviction policy 'fifo'; choose one of: lru"):
+    with pytest.raises(ValueError, match="unknown eviction policy 'fifo'; choose one of: hinted, lru"):
         BlockManager(num_slots=4, block_size=BS, eviction_policy="fifo")
 
 

@@ -56,14 +56,14 @@ def test_the_registry_makes_a_fresh_policy_per_cache_and_names_the_choices():
     assert isinstance(first, LRUPolicy) and isinstance(second, LRUPolicy) and first is not second
     first.insert(b"a", 1)
     assert len(second) == 0
-    with pytest.raises(ValueError, match=r"unknown eviction policy 'mru'; choose one of: lru$"):
+    with pytest.raises(ValueError, match=r"unknown eviction policy 'mru'; choose one of: hinted, lru$"):
         make_eviction_policy("mru")
 
 
 @pytest.mark.parametrize("config", [KVStoreConfig, EngineConfig, PrefillConfig, DecodeConfig])
 def test_each_service_config_takes_a_policy_by_name_and_refuses_an_unknown_one(config):
     assert config().eviction_policy == "lru"
-    with pytest.raises(ValueError, match="unknown eviction policy 'lfu'; choose one of: lru"):
+    with pytest.raises(ValueError, match="unknown eviction policy 'lfu'; choose one of: hinted, lru"):
         config(eviction_policy="lfu")
 
 
@@ -72,5 +72,5 @@ def test_the_policy_comes_from_a_flag_or_the_environment(config, monkeypatch):
     monkeypatch.setitem(EVICTION_POLICIES, "other", LRUPolicy)
     assert load_config(config, ["--eviction-policy", "other"], env={}).eviction_policy == "other"
     assert load_config(config, [], env={"AGENTSERVE_EVICTION_POLICY": "other"}).eviction_policy == "other"
-    with pytest.raises(ValueError, match="choose one of: lru, other"):
+    with pytest.raises(ValueError, match="choose one of: hinted, lru, other"):
         load_config(config, [], env={"AGENTSERVE_EVICTION_POLICY": "nope"})

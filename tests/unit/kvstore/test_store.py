@@ -97,7 +97,7 @@ def test_both_tiers_evict_in_the_order_of_the_policy_named(open_store, tmp_path,
 
 
 def test_an_unknown_policy_name_is_refused(open_store):
-    with pytest.raises(ValueError, match="unknown eviction policy 'lfu'; choose one of: lru"):
+    with pytest.raises(ValueError, match="unknown eviction policy 'lfu'; choose one of: hinted, lru"):
         open_store(eviction_policy="lfu")
 
 

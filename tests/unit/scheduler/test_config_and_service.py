@@ -64,7 +64,10 @@ def test_defaults_and_flags_over_env() -> None:
         (dict(max_body_bytes=0), "max_body_bytes must be positive"),
         (dict(decode_stall_timeout_ms=-1), "decode_stall_timeout_ms must be >= 0"),
         (dict(prefill_timeout_ms=-5), "prefill_timeout_ms must be >= 0"),
-        (dict(kv_lifecycle="ttl-pin"), "kv_lifecycle must be one of lru, agentserve, got 'ttl-pin'"),
+        (
+            dict(kv_lifecycle="continuum"),
+            "kv_lifecycle must be one of lru, ttl-pin, offload, tokencake, agentserve, got 'continuum'",
+        ),
         (dict(reload_s_per_block=-0.1), "reload_s_per_block must be a finite number >= 0, got -0.1"),
         (dict(park_min_wait_s=float("inf")), "park_min_wait_s must be a finite number >= 0, got inf"),
         (dict(tool_seeds="search"), "tool_seeds: 'search' is not name=seconds"),

@@ -10,7 +10,7 @@ import pytest
 from opentelemetry.trace import SpanKind
 
 from agentserve.common.netutil import free_port
-from agentserve.contracts import GenerateRequest, SamplingParams
+from agentserve.contracts import GenerateRequest, KVHint, SamplingParams
 from agentserve.scheduler.engine_clients import EngineClients
 from agentserve.v1 import decode_pb2, decode_pb2_grpc
 
@@ -68,20 +68,27 @@ class HoldsTwo(decode_pb2_grpc.DecodeServicer):
     async def PrefetchKV(self, request, context):
         return decode_pb2.PrefetchKVResponse(loaded=len(request.block_ids) - 2, held=2)
 
+    async def HintKV(self, request, context):
+        self.hinted = (request.HasField("priority"), request.next_use_in_s, request.pin_s)
+        return decode_pb2.HintKVResponse(resident=2)
+
 
 def test_kv_moves_speak_domain_types() -> None:
     async def main():
         server = grpc.aio.server()
-        decode_pb2_grpc.add_DecodeServicer_to_server(HoldsTwo(), server)
+        servicer = HoldsTwo()
+        decode_pb2_grpc.add_DecodeServicer_to_server(servicer, server)
         address = f"127.0.0.1:{free_port()}"
         server.add_insecure_port(address)
         await server.start()
         clients = EngineClients()
         try:
             ids = [bytes([i]) * 16 for i in range(5)]
-            return await clients.drop_kv(address, ids), await clients.prefetch_kv(address, ids)
+            hinted = await clients.hint_kv(address, ids, KVHint(next_use_in_s=3.0, pin_s=2.5))
+            return await clients.drop_kv(address, ids), await clients.prefetch_kv(address, ids), hinted, servicer.hinted
         finally:
             await clients.close()
             await server.stop(0)
 
-    assert asyncio.run(main()) == (2, (3, 2))
+    # No priority given stays unset on the wire (the engine's policy keeps what it had).
+    assert asyncio.run(main()) == (2, (3, 2), 2, (False, 3.0, 2.5))

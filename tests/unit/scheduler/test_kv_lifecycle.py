@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from agentserve.scheduler.kv_lifecycle import KEEP, AgentServeLifecycle, KeepResident, ParkPlan, make_lifecycle_policy
+from agentserve.scheduler.kv_lifecycle import (
+    KEEP,
+    LIFECYCLE_POLICIES,
+    AgentServeLifecycle,
+    KeepResident,
+    OffloadOnly,
+    ParkPlan,
+    TokenCakeLifecycle,
+    TTLPin,
+    make_lifecycle_policy,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -34,10 +44,31 @@ def test_an_upload_never_starts_before_the_call():
     assert policy.on_tool_started(10.0, 0.5, 100) == ParkPlan(True, 0.0)
 
 
+def test_ttl_pin_pins_for_the_predicted_duration():
+    assert TTLPin().on_tool_started(7.5, 1.0, 10) == ParkPlan(offload=False, pin_s=7.5)
+    assert TTLPin().on_tool_started(7.5, 1.0, 0) == KEEP
+    assert TTLPin().on_tool_started(0.0, 0.0, 10) == KEEP
+
+
+def test_offload_offloads_every_wait_and_never_uploads():
+    assert OffloadOnly().on_tool_started(0.01, 0.01, 3) == ParkPlan(offload=True, upload_after_s=None)
+    assert OffloadOnly().on_tool_started(600.0, 60.0, 0) == KEEP
+
+
+def test_tokencake_times_like_agentserve_but_uploads_to_the_engine_it_left():
+    tokencake = TokenCakeLifecycle(reload_s_per_block=0.01, min_wait_s=0.5)
+    assert tokencake.on_tool_started(10.0, 4.0, 100) == ParkPlan(True, 2.5, upload_to="source")
+    assert tokencake.on_tool_started(1.9, 1.9, 100) == KEEP
+    assert AgentServeLifecycle(0.01).on_tool_started(10.0, 4.0, 100) == ParkPlan(True, 2.5, upload_to="cluster")
+
+
 def test_policies_by_name():
-    assert make_lifecycle_policy("lru", 0.001, 0.5).name == "lru"
-    assert make_lifecycle_policy("agentserve", 0.001, 0.5).name == "agentserve"
-    with pytest.raises(ValueError, match="^kv_lifecycle must be one of lru, agentserve, got 'ttl'$"):
+    assert LIFECYCLE_POLICIES == ("lru", "ttl-pin", "offload", "tokencake", "agentserve")
+    for name in LIFECYCLE_POLICIES:
+        assert make_lifecycle_policy(name, 0.001, 0.5).name == name
+    with pytest.raises(
+        ValueError, match="^kv_lifecycle must be one of lru, ttl-pin, offload, tokencake, agentserve, got 'ttl'$"
+    ):
         make_lifecycle_policy("ttl", 0.001, 0.5)
     with pytest.raises(ValueError, match="^breakeven and lead must be"):
         AgentServeLifecycle(0.001, breakeven=0.5)

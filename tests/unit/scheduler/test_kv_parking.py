@@ -6,9 +6,15 @@ import asyncio
 
 import pytest
 
-from agentserve.contracts import AgentInfo, EngineUnavailable, Role, ToolCall
+from agentserve.contracts import AgentInfo, EngineUnavailable, KVHint, Role, ToolCall
 from agentserve.kv.block_hash import block_ids_for
-from agentserve.scheduler.kv_lifecycle import AgentServeLifecycle, KeepResident
+from agentserve.scheduler.kv_lifecycle import (
+    AgentServeLifecycle,
+    KeepResident,
+    OffloadOnly,
+    TokenCakeLifecycle,
+    TTLPin,
+)
 from agentserve.scheduler.kv_parking import KVParking
 from agentserve.scheduler.registry import EngineRegistry
 from agentserve.scheduler.router import LeastLoadedRouter
@@ -39,6 +45,10 @@ class FakeMoves:
         if address in self.gone:
             raise EngineUnavailable(address, "UNAVAILABLE: connection refused")
         return len(block_ids), 0
+
+    async def hint_kv(self, address, block_ids, hint):
+        self.calls.append(("hint", address, block_ids, hint))
+        return len(block_ids)
 
 
 class FakeHints:
@@ -103,6 +113,10 @@ def test_a_long_wait_offloads_then_uploads_to_the_routers_pick_before_the_return
         timer.release.set()
         await settle()
         assert moves.calls[1] == ("prefetch", "127.0.0.1:7001", IDS)
+        # Pinned there until the predicted return, at the session's priority.
+        kind, address, ids, hint = moves.calls[2]
+        assert (kind, address, ids, hint.priority) == ("hint", "127.0.0.1:7001", IDS, 7)
+        assert hint.pin_s == hint.next_use_in_s == pytest.approx(10.0, abs=0.05)
         assert session.kv_holder == "d1" and not parking.parked("s1")
         finished = call(actual=9.0)
         session.tools.ended(finished)
@@ -208,11 +222,79 @@ def test_an_upload_target_found_dead_is_passed_over():
         parking.started(session, started)
         timer.release.set()
         await settle()
-        assert [(kind, address) for kind, address, _ in moves.calls] == [
+        assert [(kind, address) for kind, address, *_ in moves.calls] == [
             ("drop", "127.0.0.1:7000"),
             ("prefetch", "127.0.0.1:7001"),  # the router's pick, dead
             ("prefetch", "127.0.0.1:7000"),
+            ("hint", "127.0.0.1:7000"),
         ]
         assert session.kv_holder == "d0" and parking.stats.uploads == 1 and parking.stats.failures == 0
+
+    asyncio.run(main())
+
+
+def test_ttl_pin_holds_the_kv_in_its_engine_for_the_predicted_wait():
+    async def main():
+        parking, session, moves, hints, timer = setup(TTLPin())
+        started = call(predicted=12.0)
+        session.tools.started(started)
+        parking.started(session, started)
+        await settle()
+        assert moves.calls == [("hint", "127.0.0.1:7000", IDS, KVHint(pin_s=12.0))]
+        assert (parking.stats.kept, parking.stats.pinned, parking.stats.offloads) == (1, 1, 0)
+        assert hints.hints == [] and timer.delays == [] and not parking.parked("s1")
+
+    asyncio.run(main())
+
+
+def test_offload_drops_on_every_wait_and_never_uploads():
+    async def main():
+        parking, session, moves, hints, timer = setup(OffloadOnly())
+        started = call(predicted=0.1)  # even a short wait
+        session.tools.started(started)
+        parking.started(session, started)
+        await settle()
+        assert moves.calls == [("drop", "127.0.0.1:7000", IDS)]
+        assert hints.hints == [(IDS, 7, 0.1)] and timer.delays == []
+        finished = call(actual=0.1)
+        session.tools.ended(finished)
+        parking.finished(session, finished)
+        assert session.kv_holder == "d0" and parking.stats.uploads == 0 and not parking.parked("s1")
+
+    asyncio.run(main())
+
+
+def test_tokencake_uploads_back_into_the_engine_it_left_not_the_routers_pick():
+    async def main():
+        parking, session, moves, _, timer = setup(TokenCakeLifecycle(reload_s_per_block=0.01, min_wait_s=0.5))
+        started = call(predicted=10.0)
+        session.tools.started(started)
+        parking.started(session, started)
+        await settle()
+        timer.release.set()
+        await settle()
+        # The router would pick d1 (d0 is busier); one engine's view goes back to d0.
+        assert [(kind, address) for kind, address, *_ in moves.calls] == [
+            ("drop", "127.0.0.1:7000"),
+            ("prefetch", "127.0.0.1:7000"),
+            ("hint", "127.0.0.1:7000"),
+        ]
+        assert session.kv_holder == "d0" and parking.stats.uploads == 1
+
+    asyncio.run(main())
+
+
+def test_tokencake_whose_engine_died_loads_on_demand():
+    async def main():
+        moves = FakeMoves(gone=("127.0.0.1:7000",))
+        parking, session, moves, _, timer = setup(TokenCakeLifecycle(0.01), moves)
+        started = call(predicted=10.0)
+        session.tools.started(started)
+        parking.started(session, started)
+        await settle()
+        timer.release.set()
+        await settle()
+        assert [kind for kind, *_ in moves.calls] == ["drop", "prefetch"]  # no other engine tried
+        assert session.kv_holder == "d0" and parking.stats.uploads == 0
 
     asyncio.run(main())
