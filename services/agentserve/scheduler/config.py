@@ -39,6 +39,9 @@ class SchedulerConfig:
     tool_default_s: float = 1.0  # a tool with no history, seed, nor prediction from the caller or proxy
     reload_s_per_block: float = 0.001  # what reloading one KV block from the store costs (offload break-even)
     park_min_wait_s: float = 0.5  # shorter predicted waits never offload
+    # KV admission (kv_admission.py): committed KV (turns in flight, sessions gone to tools) may reach
+    # this multiple of the live decode engines' pools; past it new sessions and turns get 429. 0 = off.
+    kv_commit_ratio: float = 0.0
     # All-gather rounds (rounds.py): a round's first turn waits this long for the round's others,
     # so they reach the prefill engine together and share each block's master. 0 = no wait.
     round_window_ms: float = 20.0

@@ -23,6 +23,7 @@ from agentserve.scheduler import metrics
 from agentserve.scheduler.admission import Admission, AdmissionLimits
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.engine_clients import EngineClients
+from agentserve.scheduler.kv_admission import KVAdmission
 from agentserve.scheduler.kv_lifecycle import make_lifecycle_policy
 from agentserve.scheduler.kv_parking import KVMoves, KVParking, StoreHints
 from agentserve.scheduler.paths import PathPolicy, make_path_policy
@@ -70,6 +71,10 @@ class SchedulerCore:
                 config.tenant_turns_per_s,
                 config.tenant_burst,
             )
+        )
+        self.kv_admission = KVAdmission(
+            config.kv_commit_ratio,
+            lambda: sum(e.status.total_kv_blocks for e in self.registry.alive(Role.DECODE)),
         )
         self.engines = (
             engines
@@ -154,6 +159,11 @@ class SchedulerCore:
             if self.sessions.get(session_id, owner).tenant != tenant:
                 raise ValueError(f"session {session_id!r} belongs to another tenant")
             return session_id
+        try:
+            self.kv_admission.check_new_session()
+        except Overloaded:
+            metrics.REFUSED.labels("kv").inc()
+            raise
         created = self.sessions.create(tenant, agent, parent_session_id, system_prompt, session_id, tools, owner, info)
         return created.session_id
 
@@ -178,8 +188,11 @@ class SchedulerCore:
         (`contextlib.aclosing`): that cancels the engine call and releases the session at once."""
         session = self.sessions.get(session_id, owner)
         self.turns.check(message, token_ids, role)
+        # The new message's own tokens are not known before rendering: at most max_message_tokens.
+        tokens = len(session.history) + len(token_ids or ()) + sampling.max_tokens
         return self._admitted(
-            session.tenant,
+            session,
+            self._blocks(tokens),
             self.turns.run(
                 session, sampling=sampling, message=message, token_ids=token_ids, role=role, segments=segments
             ),
@@ -196,28 +209,48 @@ class SchedulerCore:
         session that is never stored."""
         session = Session(uuid.uuid4().hex, tenant=tenant)
         turn = self.turns.run(session, sampling=sampling, token_ids=prompt_token_ids, segments=segments)
-        return self._admitted(tenant, turn)
+        return self._admitted(session, self._blocks(len(prompt_token_ids) + sampling.max_tokens), turn)
 
-    async def _admitted(self, tenant: str, events: AsyncGenerator[TurnEvent, None]) -> AsyncGenerator[TurnEvent, None]:
-        """`events` once the load bounds admit a turn of `tenant`, holding its place until it ends.
-        Admitted at the first iteration: a generator never iterated holds nothing."""
+    def _blocks(self, tokens: int) -> int:
+        block_size = self.registry.block_size
+        return -(-tokens // block_size) if block_size else 0  # no engine known: the turn fails on that
+
+    async def _admitted(
+        self, session: Session, blocks: int, events: AsyncGenerator[TurnEvent, None]
+    ) -> AsyncGenerator[TurnEvent, None]:
+        """`events` once the KV budget and the load bounds admit a turn of `session` needing `blocks`
+        of KV, holding its place until it ends. Admitted at the first iteration: a generator never
+        iterated holds nothing."""
         async with aclosing(events):
             try:
-                ticket = self.admission.admit(tenant)
+                commitment = self.kv_admission.admit(session.session_id, blocks)
             except Overloaded:
+                metrics.REFUSED.labels("kv").inc()
+                raise
+            try:
+                ticket = self.admission.admit(session.tenant)
+            except Overloaded:
+                commitment.release()
                 metrics.REFUSED.labels("admission").inc()
                 raise
             metrics.IN_FLIGHT.inc()
+            metrics.KV_COMMITTED.set(self.kv_admission.committed)
             try:
                 async for event in events:
                     yield event
             finally:
                 ticket.release()
+                commitment.release()
+                if session.tools.waiting and not session.closed:  # a call started during the turn
+                    self.kv_admission.waiting(session.session_id, self._blocks(len(session.history)))
                 metrics.IN_FLIGHT.dec()
+                metrics.KV_COMMITTED.set(self.kv_admission.committed)
 
     async def close_session(self, session_id: str, owner: str = "") -> tuple[int, int]:
         """Forget the owner's session; returns its (turns, history tokens)."""
         session = self.sessions.close(session_id, owner)
+        self.kv_admission.forget(session_id)
+        metrics.KV_COMMITTED.set(self.kv_admission.committed)
         return session.turns, len(session.history)
 
     def session_state(self, session_id: str, owner: str = "") -> dict[str, Any] | None:
@@ -235,6 +268,9 @@ class SchedulerCore:
     def expire_sessions(self) -> int:
         """Close sessions idle past their TTL; how many."""
         expired = self.sessions.expire()
+        for session in expired:
+            self.kv_admission.forget(session.session_id)
+        metrics.KV_COMMITTED.set(self.kv_admission.committed)
         if expired:
             log.info("closed %d sessions idle for over %.0f s", len(expired), self.config.session_ttl_s)
         return len(expired)
@@ -258,6 +294,8 @@ class SchedulerCore:
         """Record the call; the KV lifecycle policy may park the session's KV meanwhile."""
         session = self._tool_session(event)
         session.tools.started(event)
+        self.kv_admission.waiting(session.session_id, self._blocks(len(session.history)))
+        metrics.KV_COMMITTED.set(self.kv_admission.committed)
         self.parking.started(session, event)
 
     def tool_call_finished(self, event: ToolCall) -> None:

@@ -75,3 +75,7 @@ def outcome_of(exc: BaseException | None) -> str:
 
 REFUSED = Counter("agentserve_scheduler_refused_total", "Turns a load bound refused (HTTP 429)", ["bound"])
 IN_FLIGHT = Gauge("agentserve_scheduler_turns_in_flight", "Turns admitted and not finished")
+KV_COMMITTED = Gauge(
+    "agentserve_scheduler_kv_committed_blocks",
+    "KV blocks committed to turns in flight and to sessions gone to tools (KV admission's count)",
+)

@@ -1,9 +1,10 @@
 """SessionJournal: every open session written through to an embedded SQLite database, so a
 restarted scheduler resumes each one with its exact token history.
 
-What a session needs to continue is saved: owner, tenant, agent, parent, the system prompt and
-tools not yet rendered, the committed history (token ids as little-endian uint32), the turn count
-and the HTTP gateway's progress (`client_state`). What is only a routing hint is not: the KV
+What a session needs to continue is saved: owner, tenant, agent, parent, what the application
+said of the agent (`AgentInfo`: DAG parents, critical path, priority), the system prompt and tools
+not yet rendered, the committed history (token ids as little-endian uint32), the turn count and
+the HTTP gateway's progress (`client_state`). What is only a routing hint is not: the KV
 holder (a restarted scheduler knows no engine yet; the next turn's prefix comes from the store or
 is recomputed, the same tokens either way), tool waits, idle time (the TTL counts from the restart).
 
@@ -21,6 +22,7 @@ import sys
 from array import array
 from pathlib import Path
 
+from agentserve.contracts import AgentInfo
 from agentserve.scheduler.sessions import Session
 
 SCHEMA = """
@@ -36,9 +38,33 @@ CREATE TABLE IF NOT EXISTS sessions (
     turns INTEGER NOT NULL,
     client_state TEXT NOT NULL,
     created_at REAL NOT NULL,
+    info TEXT NOT NULL DEFAULT '{}',
     PRIMARY KEY (owner, session_id)
 )
 """
+# A journal written before sessions kept their AgentInfo gains the column (its sessions: the default).
+ADD_INFO = "ALTER TABLE sessions ADD COLUMN info TEXT NOT NULL DEFAULT '{}'"
+COLUMNS = (
+    "owner, session_id, tenant, agent, parent_id, pending_system, pending_tools, history, turns, client_state, "
+    "created_at, info"
+)
+
+
+def _info_to_json(info: AgentInfo) -> str:
+    return json.dumps(
+        {"agent": info.agent, "parents": list(info.parents), "critical": info.critical, "priority": info.priority}
+    )
+
+
+def _info_from_json(text: str, agent: str) -> AgentInfo:
+    """A row from before the column has `{}`: the agent of its `agent` column, defaults otherwise."""
+    fields = json.loads(text)
+    return AgentInfo(
+        fields.get("agent", agent),
+        tuple(fields.get("parents", ())),
+        fields.get("critical", False),
+        fields.get("priority", 0),
+    )
 
 
 def _pack(tokens: list[int]) -> bytes:
@@ -65,13 +91,15 @@ class SessionJournal:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(SCHEMA)
+            if "info" not in {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}:
+                self._db.execute(ADD_INFO)
         except (OSError, sqlite3.Error) as exc:
             raise ValueError(f"session_db {str(path)!r}: {exc}") from None
         self.path = path
 
     def save(self, session: Session) -> None:
         self._db.execute(
-            "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT OR REPLACE INTO sessions ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 session.owner,
                 session.session_id,
@@ -84,6 +112,7 @@ class SessionJournal:
                 session.turns,
                 json.dumps(session.client_state),
                 session.created_at,
+                _info_to_json(session.info),
             ),
         )
 
@@ -91,10 +120,7 @@ class SessionJournal:
         self._db.execute("DELETE FROM sessions WHERE owner = ? AND session_id = ?", (session.owner, session.session_id))
 
     def load(self) -> list[Session]:
-        rows = self._db.execute(
-            "SELECT owner, session_id, tenant, agent, parent_id, pending_system, pending_tools, history, turns, "
-            "client_state, created_at FROM sessions"
-        )
+        rows = self._db.execute(f"SELECT {COLUMNS} FROM sessions")
         return [
             Session(
                 session_id,
@@ -108,8 +134,9 @@ class SessionJournal:
                 owner=owner,
                 client_state=json.loads(client_state),
                 created_at=created_at,
+                info=_info_from_json(info, agent),
             )
-            for owner, session_id, tenant, agent, parent_id, pending_system, pending_tools, history, turns, client_state, created_at in rows  # noqa: E501
+            for owner, session_id, tenant, agent, parent_id, pending_system, pending_tools, history, turns, client_state, created_at, info in rows  # noqa: E501
         ]
 
     def close(self) -> None:

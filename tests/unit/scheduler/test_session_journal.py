@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from agentserve.common.errors import NotFoundError
+from agentserve.contracts import AgentInfo
 from agentserve.scheduler.session_journal import SessionJournal
 from agentserve.scheduler.sessions import SessionLimits, SessionStore
 
@@ -20,7 +23,8 @@ def test_a_reopened_store_resumes_every_open_session_exactly(tmp_path) -> None:
     chat.commit([1, 2, 70_000, 4_000_000_000], kv_holder="d0")
     chat.client_state = {"consumed": 2, "replies": 1, "tools": "[]"}
     store.save(chat)
-    fork = store.create(parent_id="chat-1", owner="acme", agent="sub")
+    info = AgentInfo("sub", parents=("coder", "searcher"), critical=True, priority=-7)
+    fork = store.create(parent_id="chat-1", owner="acme", info=info)
     fresh = store.create(tenant="beta", system_prompt="hi", tools=TOOLS, owner="beta")
     gone = store.create(owner="acme")
     store.close(gone.session_id, owner="acme")
@@ -39,6 +43,8 @@ def test_a_reopened_store_resumes_every_open_session_exactly(tmp_path) -> None:
     assert again.kv_holder == ""  # a routing hint: no engine is known after a restart
     child = reopened.get(fork.session_id, owner="acme")
     assert (child.history, child.parent_id, child.tenant) == ([1, 2, 70_000, 4_000_000_000], "chat-1", "acme")
+    assert (child.info, child.agent) == (info, "sub")  # the DAG place and priority survive a restart
+    assert again.info == AgentInfo("coder")
     opened = reopened.get(fresh.session_id, owner="beta")
     assert (opened.pending_system, opened.pending_tools, opened.history) == ("hi", TOOLS, [])
     with pytest.raises(NotFoundError):
@@ -63,3 +69,22 @@ def test_an_unusable_path_is_a_clear_error(tmp_path) -> None:
     blocker.write_text("")
     with pytest.raises(ValueError, match="session_db"):
         SessionJournal(blocker / "sessions.sqlite3")
+
+
+def test_a_journal_from_before_agent_info_opens_with_default_info(tmp_path) -> None:
+    db = tmp_path / "old.sqlite3"
+    old = sqlite3.connect(db, isolation_level=None)
+    old.execute(
+        "CREATE TABLE sessions (owner TEXT NOT NULL, session_id TEXT NOT NULL, tenant TEXT NOT NULL, "
+        "agent TEXT NOT NULL, parent_id TEXT NOT NULL, pending_system TEXT NOT NULL, pending_tools TEXT NOT NULL, "
+        "history BLOB NOT NULL, turns INTEGER NOT NULL, client_state TEXT NOT NULL, created_at REAL NOT NULL, "
+        "PRIMARY KEY (owner, session_id))"
+    )
+    old.execute("INSERT INTO sessions VALUES ('', 'old', '', 'a', '', '', '[]', x'01000000', 1, '{}', 0.0)")
+    old.close()
+    store = SessionStore(journal=SessionJournal(db))
+    session = store.get("old")
+    assert (session.history, session.agent, session.info) == ([1], "a", AgentInfo("a"))
+    session.info = AgentInfo("a", priority=3)
+    session.commit([1, 2])
+    assert SessionStore(journal=SessionJournal(db)).get("old").info == AgentInfo("a", priority=3)
