@@ -8,7 +8,8 @@
 - the global scheduler's policies (two prefill engines, two decode engines, concurrent sessions):
   the baseline (least-loaded, path A), DualPath's (prefill by read queue and unfinished tokens, path
   by the shorter read queue, relay chosen among decode engines) and split reads relayed by a decode
-  engine other than the turn's all give the full recompute's greedy tokens.
+  engine other than the turn's all give the full recompute's greedy tokens, and so does DualPath's
+  regime where a session keeps no KV on its decode engine between turns (`session_kv=store`).
 """
 
 from __future__ import annotations
@@ -94,6 +95,10 @@ SCHEDULER_POLICIES = {
     "baseline": dict(prefill_policy="least-loaded", kv_path_policy="always-a", relay_policy="turn-decode"),
     "dualpath": dict(prefill_policy="dualpath", kv_path_policy="dualpath", relay_policy="dualpath"),
     "split-other-relay": dict(prefill_policy="dualpath", kv_path_policy="split", relay_policy="other-decode"),
+    # DualPath's regime: no session KV kept on a decode engine between turns (bench dualpath's).
+    "dualpath-session-kv-store": dict(
+        prefill_policy="dualpath", kv_path_policy="always-b", relay_policy="dualpath", session_kv="store"
+    ),
 }
 
 
@@ -132,6 +137,12 @@ def test_every_scheduler_policy_gives_the_full_recomputes_tokens(tmp_path_factor
             assert meta.loaded_blocks >= 2  # the previous turn's output blocks, computed by decode only
             if name == "baseline":
                 assert (meta.kv_path, meta.relayed_blocks) == ("A", 0)
+            if name == "dualpath-session-kv-store":
+                # The decode engine dropped the history after the last turn: it held only what it
+                # relayed (read from the store) for this one.
+                relayed_here = meta.relayed_blocks if meta.relay_engine == meta.decode_engine else 0
+                assert meta.handoff_held_blocks <= relayed_here, meta
+                assert meta.relayed_blocks >= 2, meta
             if name == "split-other-relay":
                 assert meta.kv_path == "SPLIT"
                 assert 0 < meta.relayed_blocks < meta.loaded_blocks, meta

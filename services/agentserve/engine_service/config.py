@@ -104,6 +104,10 @@ class EngineServiceConfig:
 @dataclass(frozen=True)
 class PrefillConfig(EngineServiceConfig):
     prog = "agentserve.prefill"
+    # False: a turn's prompt blocks leave the pool once persisted and handed off, so the session's
+    # next turn reads its history from the store (DualPath's regime at scale, where by an agent's
+    # next turn the other agents' contexts have pushed its KV out of the prefill engine's HBM).
+    keep_kv: bool = True
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import grpc
 
 from agentserve.contracts import EngineStatus, Role
 from agentserve.engine_service.base import EngineService
-from agentserve.engine_service.config import EngineServiceConfig
+from agentserve.engine_service.config import EngineServiceConfig, PrefillConfig
 from agentserve.prefill.backlog import PrefillBacklog
 from agentserve.prefill.servicer import PrefillServicer
 from agentserve.prefill.worker import PrefillWorker
@@ -20,7 +20,8 @@ class PrefillService(EngineService):
 
     def __init__(self, config: EngineServiceConfig):
         super().__init__(config)
-        worker = PrefillWorker(self.engine, self.mover, config.layerwise_min_read_kb << 10)
+        keep_kv = config.keep_kv if isinstance(config, PrefillConfig) else True
+        worker = PrefillWorker(self.engine, self.mover, config.layerwise_min_read_kb << 10, keep_kv)
         self.backlog = PrefillBacklog(worker, self.engine.engine.block_size)
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:

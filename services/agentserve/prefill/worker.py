@@ -30,19 +30,35 @@ from agentserve.engine_service.kv_moves import HeldElsewhere, KVMover, Moved
 from agentserve.engine_service.layer_loads import MIN_READ_BYTES, layers_per_read, store_by_layer
 from agentserve.engine_service.relay import relay_by_layer, relay_load
 from agentserve.kvstore.client import store_down
+from agentserve.prefill.pool_budget import PoolBudget
 
 log = logging.getLogger(__name__)
 
 
 class PrefillWorker:
-    def __init__(self, engine: AsyncEngine, mover: KVMover, min_layer_read_bytes: int = MIN_READ_BYTES):
+    def __init__(
+        self, engine: AsyncEngine, mover: KVMover, min_layer_read_bytes: int = MIN_READ_BYTES, keep_kv: bool = True
+    ):
         """`min_layer_read_bytes`: a layerwise path-A read of a block carries at least this much
-        (whole layers), see `layer_loads.MIN_READ_BYTES`."""
+        (whole layers), see `layer_loads.MIN_READ_BYTES`. `keep_kv` False: a turn's prompt blocks
+        leave the pool after its handoff (`PrefillConfig.keep_kv`)."""
         self.engine = engine
+        self.keep_kv = keep_kv
         self.mover = mover
         self.layers_per_read = layers_per_read(mover, min_layer_read_bytes)
+        # Without layerwise, loaded blocks sit in the pool until the turn's handoff: turns hold
+        # their prompt's blocks from a budget of the pool's size (a layerwise turn's loads never
+        # enter the pool, and the engine admits it by the room it needs).
+        self.budget = None if engine.engine.config.layerwise else PoolBudget(engine.engine.blocks.num_slots)
 
     async def prefill(self, request: PrefillRequest) -> PrefillResult:
+        if self.budget is None:
+            return await self._prefill(request)
+        # The prompt's blocks and one more (the first output token may open a block).
+        async with self.budget.hold(-(-len(request.token_ids) // self.engine.engine.block_size) + 1):
+            return await self._prefill(request)
+
+    async def _prefill(self, request: PrefillRequest) -> PrefillResult:
         token_ids, sampling, tenant = request.token_ids, request.sampling, request.tenant
         store_hit_blocks, decode_address = request.store_hit_blocks, request.decode_address
 
@@ -79,6 +95,8 @@ class PrefillWorker:
                 await self.engine.call(lambda e: pinned.extend(_pin_resident(e, ids, store_hit_blocks)))
                 persisted = await self.mover.persist(ids[store_hit_blocks:])
                 held, handed = await self._handoff(ids, decode_address, elsewhere) if decode_address else (0, Moved())
+            if not self.keep_kv:  # after the unpin (posted at the exit above); blocks other turns use stay
+                await self.engine.call(lambda e: e.blocks.drop(ids))
             handoff_failed, handed = handed is None, handed or Moved()
             reason = seq.finish_reason or "length"
             finished = sampling.max_tokens == 1 or reason == "stop"

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from agentserve.common.api_keys import ApiKeys
 
+SESSION_KV = ("decode", "store")
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -33,6 +35,10 @@ class SchedulerConfig:
     prefill_alpha_ms: float = 100.0  # dualpath: a storage read queue draining within this is short
     prefill_beta: float = 1.5  # dualpath: overloaded above beta x the mean unfinished prefill tokens
     relay_policy: str = "turn-decode"  # which decode engine relays path B: turn-decode, dualpath, other-decode
+    # Where a session's KV lives between its turns: decode (its decode engine keeps it, and the next
+    # turn goes there) or store (DualPath's regime: the decode engine drops it at the turn's end, it
+    # is in the store, and the next turn reads every hit from the store by path A or B).
+    session_kv: str = "decode"
     # KV lifecycle over tool waits (kv_lifecycle.py, kv_parking.py): lru (nothing moves) or agentserve.
     kv_lifecycle: str = "lru"
     tool_seeds: str = ""  # name=seconds,...: a tool's expected duration before any was observed
@@ -100,6 +106,7 @@ class SchedulerConfig:
             ("prefill_policy", PREFILL_POLICIES),
             ("relay_policy", RELAY_POLICIES),
             ("kv_lifecycle", LIFECYCLE_POLICIES),
+            ("session_kv", SESSION_KV),
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")

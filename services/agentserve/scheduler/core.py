@@ -87,6 +87,10 @@ class SchedulerCore:
             )
         )
         self.store = store
+        # Fakes of the turn calls alone (unit tests) cannot move KV: parking then keeps everything.
+        moves = cast(KVMoves, self.engines) if hasattr(self.engines, "drop_kv") else None
+        if config.session_kv == "store" and moves is None:
+            raise ValueError("session_kv=store needs engine calls that can drop KV (drop_kv)")
         self.turns = TurnRunner(
             PromptBuilder(tokenizer, config.max_message_tokens, config.max_message_bytes),
             self.registry,
@@ -99,9 +103,8 @@ class SchedulerCore:
             prefill_policy=make_prefill_policy(config.prefill_policy, config.prefill_alpha_ms, config.prefill_beta),
             relay_policy=make_relay_policy(config.relay_policy),
             rounds=RoundGroups(config.round_window_ms / 1000),
+            drops=moves if config.session_kv == "store" else None,
         )
-        # Fakes of the turn calls alone (unit tests) cannot move KV: parking then keeps everything.
-        moves = cast(KVMoves, self.engines) if hasattr(self.engines, "drop_kv") else None
         self.parking = KVParking(
             make_lifecycle_policy(config.kv_lifecycle, config.reload_s_per_block, config.park_min_wait_s),
             ToolDurationModel(parse_seeds(config.tool_seeds), config.tool_default_s),

@@ -87,6 +87,10 @@ class EngineCalls(Protocol):
     def forget(self, address: str) -> None: ...
 
 
+class KVDrops(Protocol):
+    async def drop_kv(self, address: str, block_ids: list[bytes]) -> int: ...
+
+
 @dataclass
 class _Turn:
     session: Session
@@ -100,6 +104,7 @@ class _Turn:
     committed: bool = False
     decode_engine: str = ""  # the decode engine the turn's KV went to (the session's next KV holder)
     segments: SegmentedPrompt | None = None  # the prompt's shared blocks (an all-gather round's turn)
+    decode_address: str = ""
 
 
 class TurnRunner:
@@ -116,8 +121,12 @@ class TurnRunner:
         prefill_policy: PrefillPolicy | None = None,
         relay_policy: RelayPolicy | None = None,
         rounds: RoundGroups | None = None,
+        drops: KVDrops | None = None,
     ) -> None:
+        """`drops`: set when sessions keep no KV on their decode engine between turns
+        (`SchedulerConfig.session_kv = "store"`); each turn's decode engine then drops it at the end."""
         self.prompts = prompts
+        self.drops = drops
         self.registry = registry
         self.engines = engines
         self.store = store
@@ -263,6 +272,7 @@ class TurnRunner:
         delta = text.add([first], final=done)
         if done or text.stopped:
             reason = "stop" if stopped or text.stopped else response.finish_reason or "length"
+            await self._release_kv(turn)
             yield self._finish(turn, [first], delta, reason, meta, logprobs)
             return
         yield TurnEvent(token_ids=[first], text=delta, metadata=meta, logprobs=logprobs)
@@ -325,7 +335,7 @@ class TurnRunner:
                     # The decode engine could not take the KV: most likely gone (its registration
                     # lags). Another one gets it; prefilling again is cheap, the KV is resident now.
                     raise EngineUnavailable(decode.address, f"KV handoff to {decode.address} failed")
-                turn.decode_engine = decode.engine_id
+                turn.decode_engine, turn.decode_address = decode.engine_id, decode.address
                 return placed, response
             except EngineUnavailable as exc:
                 # Blame is structured: the error names the engine that failed (the decode engine when
@@ -374,6 +384,7 @@ class TurnRunner:
                             if done or text.stopped:
                                 # A stop string ends the turn here; closing the stream aborts the decode.
                                 reason = "stop" if stop_at is not None or text.stopped else chunk.finish_reason
+                                await self._release_kv(turn)
                                 yield self._finish(turn, tokens, delta, reason or "length", logprobs=logprobs)
                                 return
                             if tokens:
@@ -385,7 +396,7 @@ class TurnRunner:
                     raise RetryableError(f"decode engine {decode.engine_id} failed mid-turn; retry the turn") from exc
                 self._use_retry(turn, exc)
                 decode = self.placer.pick(Role.DECODE, turn.session)
-                turn.decode_engine = decode.engine_id
+                turn.decode_engine, turn.decode_address = decode.engine_id, decode.address
                 turn.span.set_attribute("turn.decode_engine", decode.engine_id)
 
     def _finish(
@@ -399,7 +410,8 @@ class TurnRunner:
     ) -> TurnEvent:
         # Committed before the final event is yielded: a caller that stops reading at `finished`
         # must still find the turn in the history.
-        turn.session.commit(turn.prompt + turn.output, kv_holder=turn.decode_engine)
+        holder = "" if self.drops is not None else turn.decode_engine
+        turn.session.commit(turn.prompt + turn.output, kv_holder=holder)
         turn.committed = True
         self.spans.end(turn.span, len(turn.prompt), turn.output)
         return TurnEvent(
@@ -411,6 +423,18 @@ class TurnRunner:
             completion_tokens=len(turn.output),
             logprobs=logprobs or [],
         )
+
+    async def _release_kv(self, turn: _Turn) -> None:
+        """With `drops`: the decode engine drops the turn's KV (its engine persisted it to the store
+        before the last token), awaited so the session's next turn finds it gone and reads the store."""
+        block_size, fingerprint = self.registry.block_size, self.registry.fingerprint
+        if self.drops is None or not turn.decode_address or block_size is None or fingerprint is None:
+            return
+        ids = block_ids_for(turn.prompt + turn.output, block_size, fingerprint, turn.session.tenant)
+        try:
+            await self.drops.drop_kv(turn.decode_address, ids)
+        except Exception as exc:  # noqa: BLE001 - a block left behind costs pool space, never tokens
+            log.warning("dropping turn %s's KV from %s failed: %s", turn.turn_id, turn.decode_address, exc)
 
     def _use_retry(self, turn: _Turn, exc: Exception) -> None:
         if turn.retries_left <= 0:

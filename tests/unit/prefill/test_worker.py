@@ -57,3 +57,40 @@ def test_the_prompt_blocks_are_pinned_until_the_handoff_and_released_after(tiny_
 def test_without_pins_the_sweep_evicts_them(tiny_model_dir, monkeypatch):
     monkeypatch.setattr(BlockManager, "pin", lambda self, ids: [])  # what the pins prevent
     assert prefill_with_a_sweep_before_the_handoff(tiny_model_dir) == (BLOCKS, 0, BLOCKS, 0)
+
+
+def cached_after_two_prefills(tiny_model_dir, keep_kv: bool) -> tuple[int, int]:
+    """(blocks of the prompt cached in the pool after its prefill, the second turn's engine-cached tokens)."""
+    engine = AsyncEngine(LLMEngine.from_dir(tiny_model_dir, CONFIG))
+    engine.start()
+    try:
+
+        async def main():
+            mover = KVMover(engine, "prefill-0", Store(), "store:0")
+
+            async def lacking(decode_address, ids):
+                return list(ids)
+
+            async def handoff(ids, decode_address, elsewhere=None):
+                return Moved(len(ids), 0)
+
+            mover.lacking, mover.handoff = lacking, handoff
+            worker = PrefillWorker(engine, mover, keep_kv=keep_kv)
+            prompt = [(5 * i) % 150 + 7 for i in range(BLOCKS * engine.engine.block_size + 3)]
+            first = PrefillRequest("r1", "s", "", prompt, SamplingParams(max_tokens=1), decode_address="decode-0")
+            await worker.prefill(first)
+            ids = await engine.call(lambda e: e.block_ids_for(prompt, ""))
+            cached = await engine.call(lambda e: e.blocks.cached_prefix(ids))
+            again = PrefillRequest("r2", "s", "", prompt + [9], SamplingParams(max_tokens=1), decode_address="decode-0")
+            return cached, (await worker.prefill(again)).engine_cached_tokens
+
+        return asyncio.run(main())
+    finally:
+        engine.stop()
+
+
+def test_without_keep_kv_the_prompt_leaves_the_pool_after_the_handoff(tiny_model_dir):
+    block_size = CONFIG.block_size
+    assert cached_after_two_prefills(tiny_model_dir, keep_kv=True) == (BLOCKS, BLOCKS * block_size)
+    # The store has the blocks (persisted); the next turn would load them, the engine holds none.
+    assert cached_after_two_prefills(tiny_model_dir, keep_kv=False) == (0, 0)

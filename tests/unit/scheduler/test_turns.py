@@ -9,9 +9,11 @@ import pytest
 from agentserve.common.errors import NotFoundError, RetryableError
 from agentserve.contracts import KVPath, LoadPlan, SamplingParams
 from agentserve.kv.block_hash import block_ids_for
+from agentserve.scheduler.config import SchedulerConfig
+from agentserve.scheduler.core import SchedulerCore
 from agentserve.scheduler.engine_clients import EngineUnavailable
 from agentserve.scheduler.registry import Role
-from tests.unit.scheduler.fakes import BLOCK_BYTES, BLOCK_SIZE, EOS, FINGERPRINT, collect, run, status
+from tests.unit.scheduler.fakes import BLOCK_BYTES, BLOCK_SIZE, EOS, FINGERPRINT, FakeEngines, collect, run, status
 
 pytestmark = pytest.mark.unit
 
@@ -522,3 +524,42 @@ def test_a_burst_of_new_sessions_spreads_over_decode_engines(make_core, engines)
 
     turns = run(go())
     assert sorted(t[0].metadata.decode_engine for t in turns) == ["d0", "d0", "d1", "d1"]
+
+
+class DroppingEngines(FakeEngines):
+    """Fake engines that also take DropKV (the calls `session_kv=store` makes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drops: list[tuple[str, list[bytes]]] = []
+
+    async def drop_kv(self, address: str, block_ids: list[bytes]) -> int:
+        self.drops.append((address, block_ids))
+        return len(block_ids)
+
+
+def test_session_kv_store_drops_each_turns_kv_and_keeps_no_holder(tokenizer, store) -> None:
+    engines = DroppingEngines()
+    core = SchedulerCore(SchedulerConfig(http_port=0, session_kv="store"), tokenizer, store=store, engines=engines)
+    core.register(status("p0", Role.PREFILL, 6000))
+    core.register(status("d0", Role.DECODE, 7000))
+
+    async def go():
+        sid = await core.open_session(tenant="acme")
+        events = await collect(core.turn(sid, message="hello", sampling=GREEDY))
+        return sid, events
+
+    sid, events = run(go())
+    session = core.sessions.get(sid)
+    history = session.history
+    assert history[-1] == EOS and events[-1].finished
+    # The turn's decode engine dropped the whole history (prompt and output) before the turn ended.
+    assert engines.drops == [("127.0.0.1:7000", block_ids_for(history, BLOCK_SIZE, FINGERPRINT, "acme"))]
+    assert session.kv_holder == ""
+
+
+def test_session_kv_store_needs_engine_calls_that_drop(tokenizer, store, engines) -> None:
+    with pytest.raises(ValueError, match="session_kv=store needs engine calls that can drop KV"):
+        SchedulerCore(SchedulerConfig(http_port=0, session_kv="store"), tokenizer, store=store, engines=engines)
+    with pytest.raises(ValueError, match="session_kv must be one of decode, store, got 'hbm'"):
+        SchedulerConfig(session_kv="hbm")

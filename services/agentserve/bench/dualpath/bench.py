@@ -74,6 +74,7 @@ async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
                 "start_agents_per_s": spec.online.start_rate,
                 "max_agents_per_s": spec.online.max_rate,
                 "max_probes": spec.online.max_probes,
+                "turns_per_agent": spec.online.turns or spec.workload.turns,
                 "tolerance": spec.online.tolerance,
                 "agents_available": spec.online.agents_needed,
             },

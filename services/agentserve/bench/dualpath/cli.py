@@ -88,6 +88,7 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
             start_rate=args.online_start,
             max_rate=args.online_max,
             max_probes=args.online_probes,
+            turns=args.online_turns,
         )
         if args.online
         else None

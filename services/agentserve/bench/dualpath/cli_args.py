@@ -8,13 +8,23 @@ from pathlib import Path
 
 from agentserve.bench.dualpath.policies import POLICY_NAMES
 
+# The default scale: what the default invocation (four offline runs, the CPU floor, two capacity
+# searches) fits in 20 minutes on a 2-core machine at a dilation where modelled time dwarfs the
+# processes' own.
+DEFAULT_AGENTS = 4
+DEFAULT_TIME_DILATION = 10.0
 # The paper's online SLO, in target seconds (local bounds are these times the time dilation).
 DEFAULT_TARGET_SLO = "ttft_p90=4000ms,tpot_p90=50ms"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     w = p.add_argument_group("workload (target tokens)")
-    w.add_argument("--agents", type=int, default=16, help="agents submitted at once offline (default 16)")
+    w.add_argument(
+        "--agents",
+        type=int,
+        default=DEFAULT_AGENTS,
+        help=f"agents submitted at once offline (default {DEFAULT_AGENTS})",
+    )
     w.add_argument("--turns", type=int, default=30, help="turns per agent (default 30)")
     w.add_argument("--first-context", type=int, default=16384, help="first turn's prompt, all new (default 16384)")
     w.add_argument("--final-context", type=int, default=32768, help="last turn's prompt (default 32768)")
@@ -42,15 +52,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument(
         "--time-dilation",
         type=float,
-        default=1.0,
-        help="emulated: local seconds per target second (default 1); bandwidths are divided by it",
+        default=DEFAULT_TIME_DILATION,
+        help=f"emulated: local seconds per target second (default {DEFAULT_TIME_DILATION:g}, so the modelled time "
+        "dwarfs what the processes themselves take); bandwidths are divided by it",
     )
     c.add_argument(
         "--kv-pool-tokens",
         type=int,
         default=None,
-        help="emulated: KV pool tokens per engine (default: the target's HBM per agent at the paper's 1024 agents "
-        "on 24 GPUs, times agents per engine here; 0: the target GPU's whole HBM)",
+        help="emulated: KV pool tokens per prefill engine (default: 1.25 final contexts, DualPath's regime where a "
+        "prefill engine's HBM holds about one context; 0: the target GPU's whole HBM)",
     )
     c.add_argument(
         "--local-prefill-tokens-per-s",
@@ -68,10 +79,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--slo", default=DEFAULT_TARGET_SLO, help=f"online SLO in target time (default {DEFAULT_TARGET_SLO})"
     )
     r.add_argument("--no-online", dest="online", action="store_false", help="skip the capacity search")
+    r.add_argument("--online-turns", type=int, default=6, help="turns per online agent (default 6)")
     r.add_argument("--online-duration", type=float, default=40.0, help="local seconds of arrivals per probe")
-    r.add_argument("--online-start", type=float, default=0.1, help="first probe, agents/s local (default 0.1)")
-    r.add_argument("--online-max", type=float, default=0.8, help="highest probe, agents/s local (default 0.8)")
-    r.add_argument("--online-probes", type=int, default=4, help="probes per policy (default 4)")
+    r.add_argument("--online-start", type=float, default=0.04, help="first probe, agents/s local (default 0.04)")
+    r.add_argument("--online-max", type=float, default=0.16, help="highest probe, agents/s local (default 0.16)")
+    r.add_argument("--online-probes", type=int, default=2, help="probes per policy (default 2)")
     r.add_argument("--no-floor", dest="floor", action="store_false", help="skip the CPU-floor run")
     r.add_argument("--sweep", action="store_true", help="offline sweep: agents 64/256/1024, contexts 32K/64K/128K")
     r.add_argument("--out", type=Path, help="results directory (default artifacts/bench/dualpath-<time>)")

@@ -1,24 +1,19 @@
-"""Each emulated engine's KV pool at the bench's scale.
+"""Each emulated engine's KV pool at the bench's scale: DualPath's regime, where a prefill
+engine's HBM holds about one context.
 
 At the paper's scale (1024 agents over 8 prefill and 16 decode GPUs, `PAPER_AGENTS` and
 `PAPER_ENGINES`) an engine's HBM holds about 27K tokens of KV per agent, less than one agent's
 context: an agent's history is gone from a prefill engine's HBM by its next turn, and every hit is
-read from the store (by path A or B). A bench of 16 agents on 6 engines with the target's whole
+read from the store (by path A or B). A bench of a few agents on 6 engines with the target's whole
 HBM would keep every agent's history in the prefill engines and read almost nothing from the
-store, the opposite regime. So a prefill engine's pool is scaled with the agents, the same HBM
-per agent as at the paper's scale,
-
-    prefill pool tokens = target pool tokens * (agents / engines) / (PAPER_AGENTS / PAPER_ENGINES)
-
-but never below `MIN_CONTEXTS` final contexts (a prefill without layerwise stages its whole
-prefix, and earlier prefills stay pinned until their handoff). At the default scale this floor
-decides, and it keeps much of each agent's history in HBM between its turns (measured: ~1 in 3
-prefills read the store at all); a pool of 1.25 contexts read more from the store but ran ~3x
-slower per turn (later-turn TTFT 24 s vs 7.6 s; not diagnosed further). A decode engine keeps the
-contexts of the sessions it decodes (the scheduler keeps a session on its decode engine), so its
-pool holds its share of the agents' final contexts with `DECODE_HEADROOM` (and no fewer than `MIN_CONTEXTS`), as the
-target's HBM would at the paper's density; a smaller one deadlocks admission, a larger one changes
-nothing. Pools are set through the engines' `kv_blocks` (agentserve.engine.emulation_config).
+store, the opposite regime. So a prefill engine's pool is `PREFILL_CONTEXTS` final contexts: one
+prompt staged whole (a prefill without layerwise needs all of its cached KV in HBM before it
+computes) and its new tokens; two long prompts do not fit at once, as on the target at the
+paper's density. Sessions keep no KV on their decode engine between turns either (the bench's
+`session_kv=store`), so a decode engine's pool holds the contexts it is decoding and relaying:
+its share of the agents' final contexts with `DECODE_HEADROOM` (and no fewer than `MIN_CONTEXTS`);
+a smaller one deadlocks admission, a larger one changes nothing. Pools are set through the
+engines' `kv_blocks` (agentserve.engine.emulation_config).
 """
 
 from __future__ import annotations
@@ -28,6 +23,7 @@ from dataclasses import dataclass
 
 PAPER_AGENTS = 1024
 PAPER_ENGINES = 24  # one prefill node and two decode nodes of 8 GPUs (P:D 1:2)
+PREFILL_CONTEXTS = 1.25  # one final context staged whole, and room for its new tokens and output
 MIN_CONTEXTS = 4
 DECODE_HEADROOM = 1.25
 
@@ -60,9 +56,8 @@ class PoolPlan:
         }
 
 
-def prefill_pool_tokens(target_pool_tokens: int, agents: int, engines: int, final_context: int) -> int:
-    scaled = round(target_pool_tokens * (agents / engines) / (PAPER_AGENTS / PAPER_ENGINES))
-    return min(target_pool_tokens, max(scaled, MIN_CONTEXTS * final_context))
+def prefill_pool_tokens(target_pool_tokens: int, final_context: int) -> int:
+    return min(target_pool_tokens, round(PREFILL_CONTEXTS * final_context))
 
 
 def decode_pool_tokens(target_pool_tokens: int, agents: int, decoders: int, final_context: int) -> int:
@@ -89,10 +84,7 @@ def plan(
 
     cost = ComputeCost(model_named(target_model), gpu_named(target_gpu))
     target_tokens = kv_capacity_blocks(cost, block_size, DEFAULT_ACTIVATION_RESERVE) * block_size
-    engines = prefill + decoders
-    prefill_tokens = (
-        prefill_pool_tokens(target_tokens, agents, engines, final_context) if pool_tokens is None else pool_tokens
-    )
+    prefill_tokens = prefill_pool_tokens(target_tokens, final_context) if pool_tokens is None else pool_tokens
     if not 0 < prefill_tokens <= target_tokens:
         raise ValueError(
             f"--kv-pool-tokens {prefill_tokens} is outside what {target_gpu} holds for {target_model} "

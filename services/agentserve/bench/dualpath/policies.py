@@ -10,6 +10,13 @@ the config fields the services read (`--flag` per field, see agentserve.common.c
   prefill and batches by compute quota.
 - dualpath-split: dualpath whose reads are split over both paths in proportion to free bandwidth.
 
+Every policy runs in DualPath's regime: a session keeps no KV on its decode engine between turns
+(scheduler `session_kv=store`: dropped at the turn's end, it is in the store) nor on its prefill
+engine (`keep_kv=false`: dropped after the handoff, as at the paper's scale the other agents'
+contexts push it out of HBM by the agent's next turn), so every hit of a later turn is read from
+the store, over the prefill side's storage NIC (path A) or a decode
+side's (path B); the baseline reads the same store over the prefill side's NICs only.
+
 A setting this build's services do not have (a config field, or a value a policy registry does
 not know) makes the policy unavailable, with the reason, rather than silently running another;
 except the baseline's own values, which are what a service without the setting does anyway
@@ -58,9 +65,17 @@ IMPLICIT = {
     ("prefill_batching", "fcfs"),
 }
 
-_BASE_SCHEDULER = {"prefill_policy": "least-loaded", "kv_path_policy": "always-a", "relay_policy": "turn-decode"}
-_DUALPATH_SCHEDULER = {"prefill_policy": "dualpath", "kv_path_policy": "dualpath", "relay_policy": "dualpath"}
-_PLAIN_PREFILL = {"layerwise": False, "prefill_batching": "fcfs"}
+REGIME = {"session_kv": "store"}  # the scheduler's
+_REGIME_PREFILL = {"keep_kv": False}
+_BASE_SCHEDULER = {
+    **REGIME,
+    "prefill_policy": "least-loaded",
+    "kv_path_policy": "always-a",
+    "relay_policy": "turn-decode",
+}
+_DUALPATH_SCHEDULER = {**REGIME, "prefill_policy": "dualpath", "kv_path_policy": "dualpath", "relay_policy": "dualpath"}
+_PLAIN_PREFILL = {**_REGIME_PREFILL, "layerwise": False, "prefill_batching": "fcfs"}
+_DUALPATH_PREFILL = {**_REGIME_PREFILL, "layerwise": True, "prefill_batching": "compute-quota"}
 
 
 def policies() -> dict[str, Policy]:
@@ -78,13 +93,13 @@ def policies() -> dict[str, Policy]:
             "dualpath",
             "DualPath: read-queue prefill choice, dual-path loading, relay choice, layerwise, compute-quota batches",
             _DUALPATH_SCHEDULER,
-            {"layerwise": True, "prefill_batching": "compute-quota"},
+            _DUALPATH_PREFILL,
         ),
         "dualpath-split": Policy(
             "dualpath-split",
             "DualPath with each request's reads split over both paths by free bandwidth",
             {**_DUALPATH_SCHEDULER, "kv_path_policy": "split"},
-            {"layerwise": True, "prefill_batching": "compute-quota"},
+            _DUALPATH_PREFILL,
         ),
     }
 

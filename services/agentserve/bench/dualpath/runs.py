@@ -31,10 +31,13 @@ class OnlineSpec:
     max_rate: float = 0.8
     max_probes: int = 4
     tolerance: float = 0.25
+    turns: int = 0  # turns per online agent; 0 = the offline workload's (a long agent outlives a short probe)
 
     def __post_init__(self) -> None:
         if self.duration_s <= 0 or self.start_rate <= 0 or self.max_rate < self.start_rate:
             raise ValueError("online search needs duration > 0 and 0 < start_rate <= max_rate")
+        if self.turns < 0:
+            raise ValueError(f"online turns must be >= 0 (0 = the offline workload's), got {self.turns}")
 
     @property
     def agents_needed(self) -> int:
@@ -102,7 +105,8 @@ async def _capacity(
     spec: cluster.ClusterSpec,
     progress: bool,
 ) -> dict[str, Any]:
-    agents = generate(replace(workload, agents=online.agents_needed, seed=workload.seed + 1))
+    turns = online.turns or workload.turns
+    agents = generate(replace(workload, agents=online.agents_needed, seed=workload.seed + 1, turns=turns))
     probes: list[dict] = []
 
     async def probe(rate: float) -> bool:
