@@ -6,7 +6,7 @@ import pytest
 from agentserve.bench.dualpath import limits, ratios
 from agentserve.bench.dualpath.bench import BenchSpec
 from agentserve.bench.dualpath.metrics import nic_figures, run_figures
-from agentserve.bench.dualpath.policies import IMPLICIT, flags, policies, unsupported
+from agentserve.bench.dualpath.policies import IMPLICIT, REGIME_PREFILL, flags, policies, unsupported
 from agentserve.bench.dualpath.report import markdown
 from agentserve.bench.dualpath.runs import PolicyResult
 
@@ -149,9 +149,12 @@ def test_policy_settings_become_service_flags():
     ]
     base = policies()["baseline"]
     assert base.scheduler["kv_path_policy"] == "always-a"
-    # The baseline runs on any build: its settings are the services' behaviour without them.
+    # The baseline's own settings are the services' behaviour without them; the regime's (no
+    # session KV kept between turns) are every policy's, the baseline's included.
     assert unsupported(base) == []
-    assert {(k, v) for k, v in base.prefill.items()} <= IMPLICIT
+    assert {(k, v) for k, v in base.prefill.items() if k not in REGIME_PREFILL} <= IMPLICIT
+    for policy in policies().values():
+        assert policy.scheduler["session_kv"] == "store" and policy.prefill["keep_kv"] is False
 
 
 def test_markdown_states_regime_targets_and_policies():
@@ -210,3 +213,22 @@ def test_sweep_points_and_table():
         "split_throughput_ratio": None,
     }
     assert sweep_markdown([point]).splitlines()[-1] == "| 64 | 32,768 | 100.0 | 80.0 | 50.0 | — | 2.00 | — |"
+
+
+def test_each_sweep_point_gets_pools_for_its_context_and_agents():
+    import argparse
+
+    from agentserve.bench.dualpath import cli_args
+    from agentserve.bench.dualpath.cli import bench_spec, with_pools
+
+    parser = argparse.ArgumentParser()
+    cli_args.add_arguments(parser)
+    args = parser.parse_args([])
+    base = bench_spec(args)
+    assert base.cluster.prefill_settings == {"kv_blocks": 40960 // 64}  # 1.25 contexts of 32K
+    assert base.cluster.decode_settings == {"kv_blocks": 4 * 32768 // 64}
+    point = with_pools(base, args, agents=64, final_context=131072)
+    assert point.cluster.prefill_settings == {"kv_blocks": 163840 // 64}
+    # ceil(1.25 * 64 / 4) = 20 contexts of 128K are more than the target's HBM: capped at all of it.
+    assert point.cluster.decode_settings == {"kv_blocks": 18314} and 18314 * 64 < 20 * 131072
+    assert point.regime["kv_pool"]["prefill_pool_tokens_per_engine"] == 163840

@@ -23,7 +23,8 @@ FLOOR_TIME_DILATION = 1e-4
 TARGET_GPU = "h800"  # the dualpath-h800 profile's GPU
 
 
-def _pool(args: argparse.Namespace):
+def _pool(args: argparse.Namespace, agents: int | None = None, final_context: int | None = None):
+    """The emulated engines' pools for `agents` agents growing to `final_context` (default: the args')."""
     from agentserve.bench.dualpath.kv_pool import plan
 
     if args.compute == "real" or args.kv_pool_tokens == 0:
@@ -32,15 +33,29 @@ def _pool(args: argparse.Namespace):
         args.target_model,
         TARGET_GPU,
         args.block_size,
-        args.agents,
+        agents or args.agents,
         args.prefill,
         args.decoders,
-        args.final_context,
+        final_context or args.final_context,
         args.kv_pool_tokens,
     )
 
 
-def _engine_settings(args: argparse.Namespace, pool) -> dict[str, Any]:
+def pool_settings(pool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(prefill, decode) engine settings that give each role its pool."""
+    return ({"kv_blocks": pool.prefill_blocks}, {"kv_blocks": pool.decode_blocks}) if pool else ({}, {})
+
+
+def with_pools(spec: BenchSpec, args: argparse.Namespace, agents: int, final_context: int) -> BenchSpec:
+    """`spec` with the pools for another point of a sweep (a longer context needs a larger prefill pool)."""
+    pool = _pool(args, agents, final_context)
+    prefill, decode = pool_settings(pool)
+    cluster = dataclasses.replace(spec.cluster, prefill_settings=prefill, decode_settings=decode)
+    regime = {**spec.regime, "kv_pool": pool.to_dict() if pool else spec.regime.get("kv_pool")}
+    return dataclasses.replace(spec, cluster=cluster, regime=regime)
+
+
+def _engine_settings(args: argparse.Namespace) -> dict[str, Any]:
     if args.compute == "real":
         return {}
     # One torch thread: an emulated engine's tensors are tiny, and a pool per engine would fight
@@ -94,7 +109,8 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
         else None
     )
     pool = _pool(args)
-    engine_settings = _engine_settings(args, pool)
+    engine_settings = _engine_settings(args)
+    prefill_settings, decode_settings = pool_settings(pool)
     floor = {"time_dilation": FLOOR_TIME_DILATION} if args.floor and args.compute == "emulated" else None
     from agentserve.fabric.profiles import load_profile
 
@@ -116,8 +132,8 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
             block_size=args.block_size,
             local_prefill_tokens_per_s=args.local_prefill_tokens_per_s,
             engine_settings=engine_settings,
-            prefill_settings={"kv_blocks": pool.prefill_blocks} if pool else {},
-            decode_settings={"kv_blocks": pool.decode_blocks} if pool else {},
+            prefill_settings=prefill_settings,
+            decode_settings=decode_settings,
         ),
         online=online,
         policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),

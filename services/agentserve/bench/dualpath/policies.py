@@ -65,17 +65,23 @@ IMPLICIT = {
     ("prefill_batching", "fcfs"),
 }
 
-REGIME = {"session_kv": "store"}  # the scheduler's
-_REGIME_PREFILL = {"keep_kv": False}
+# The regime every policy runs in (module docstring), the baseline included.
+REGIME_SCHEDULER = {"session_kv": "store"}
+REGIME_PREFILL = {"keep_kv": False}
 _BASE_SCHEDULER = {
-    **REGIME,
+    **REGIME_SCHEDULER,
     "prefill_policy": "least-loaded",
     "kv_path_policy": "always-a",
     "relay_policy": "turn-decode",
 }
-_DUALPATH_SCHEDULER = {**REGIME, "prefill_policy": "dualpath", "kv_path_policy": "dualpath", "relay_policy": "dualpath"}
-_PLAIN_PREFILL = {**_REGIME_PREFILL, "layerwise": False, "prefill_batching": "fcfs"}
-_DUALPATH_PREFILL = {**_REGIME_PREFILL, "layerwise": True, "prefill_batching": "compute-quota"}
+_DUALPATH_SCHEDULER = {
+    **REGIME_SCHEDULER,
+    "prefill_policy": "dualpath",
+    "kv_path_policy": "dualpath",
+    "relay_policy": "dualpath",
+}
+_PLAIN_PREFILL = {**REGIME_PREFILL, "layerwise": False, "prefill_batching": "fcfs"}
+_DUALPATH_PREFILL = {**REGIME_PREFILL, "layerwise": True, "prefill_batching": "compute-quota"}
 
 
 def policies() -> dict[str, Policy]:

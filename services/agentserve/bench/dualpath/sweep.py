@@ -23,7 +23,7 @@ def sweep_points(agents: int) -> list[tuple[str, int, int]]:
 
 
 def run_sweep(args: argparse.Namespace, out_dir: Path) -> dict | None:
-    from agentserve.bench.dualpath.cli import bench_spec
+    from agentserve.bench.dualpath.cli import bench_spec, with_pools
 
     base = bench_spec(args)
     base = replace(base, online=None, floor_settings=None)
@@ -31,7 +31,8 @@ def run_sweep(args: argparse.Namespace, out_dir: Path) -> dict | None:
     for axis, agents, context in sweep_points(args.agents):
         workload = replace(base.workload, agents=agents, first_context=context // 2, final_context=context)
         print(f"agentserve bench dualpath --sweep: {agents} agents, context {context}", file=sys.stderr)
-        result = asyncio.run(run_bench(replace(base, workload=workload), progress=args.progress))
+        spec = with_pools(replace(base, workload=workload), args, agents, context)
+        result = asyncio.run(run_bench(spec, progress=args.progress))
         points.append(
             {
                 "axis": axis,
