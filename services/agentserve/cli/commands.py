@@ -210,6 +210,12 @@ def bench_dualpath(args: argparse.Namespace) -> dict | None:
     return dualpath(args)
 
 
+def bench_agentaware(args: argparse.Namespace) -> dict | None:
+    from agentserve.bench.agentaware.cli import agentaware
+
+    return agentaware(args)
+
+
 def workload_convert(args: argparse.Namespace) -> dict:
     from agentserve.bench.workloads.cli import convert
 

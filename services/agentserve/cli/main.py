@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from agentserve.bench.agentaware import cli_args as agentaware_args
 from agentserve.bench.dualpath import cli_args as dualpath_args
 from agentserve.bench.replay import cli_args as replay_args
 from agentserve.bench.workloads import cli_args as workload_args
@@ -247,6 +248,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dualpath_args.add_arguments(dual)
     dual.set_defaults(func=commands.bench_dualpath)
+    aware = bench.add_parser(
+        "agentaware",
+        help="KV lifecycle over tool waits: every policy (lru, agentserve, ...) on one multi-agent DAG workload "
+        "at three arrival rates: job latency, critical-path JCT, KV utilisation, prefetch hits, bytes moved",
+    )
+    agentaware_args.add_arguments(aware)
+    aware.set_defaults(func=commands.bench_agentaware)
 
     workload = sub.add_parser("workload", help="agent workloads for bench replay").add_subparsers(
         dest="workload_command", required=True

@@ -18,6 +18,7 @@ from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine_service.config import EngineServiceConfig
 from agentserve.engine_service.kv_moves import KVMover
+from agentserve.engine_service.pool_metrics import register_pool_metrics
 from agentserve.engine_service.registration import Registrar
 from agentserve.fabric.calibrate import measure_local_compute
 from agentserve.fabric.metrics import nic_status, register_nic_metrics
@@ -60,6 +61,7 @@ class EngineService(Service):
         group = SnicGroup(config.snic_group, config.snic_group_engines) if config.snic_group else None
         self.nics = self.fabric.nics(self.role.value, group)
         register_nic_metrics(self.nics.values())
+        register_pool_metrics(engine.blocks.stats)
         self.mover = KVMover(self.engine, self.engine_id, self.kvstore, config.kvstore_address, self.nics)
         self.registrar: Registrar | None = None
         self.model_dir = model_dir

@@ -55,7 +55,7 @@ class FakeSession:
             s.in_flight -= 1
             event.end = time.monotonic()
 
-    async def call_tool(self, name: str, args: dict) -> dict:
+    async def call_tool(self, name: str, args: dict, predicted_s: float | None = None) -> dict:
         event = Event("tool", self.id, self.tenant, self.agent, time.monotonic())
         self.system.events.append(event)
         await asyncio.sleep(args["seconds"])
@@ -86,7 +86,7 @@ class FakeServing:
         for k in range(1, len(tokens) // BLOCK + 1):
             self.blocks.add((tenant, tuple(tokens[: k * BLOCK])))
 
-    async def open_session(self, tenant: str, agent: str) -> FakeSession:
+    async def open_session(self, tenant: str, agent: str, critical: bool = False) -> FakeSession:
         session = FakeSession(self, f"s{len(self.sessions)}", tenant, agent)
         self.sessions.append(session)
         return session

@@ -73,12 +73,13 @@ class PolicyCluster(MeteredCluster):
         return super().extra_args(name) + flags(self.service_settings.get(role, {}))
 
 
-async def start(spec: ClusterSpec, policy: Policy, timeout_s: float = 300.0) -> Target:
+async def start(spec: ClusterSpec, policy: Policy, timeout_s: float = 300.0, bench: str = "dualpath") -> Target:
     """Start `policy`'s cluster and return it as a replay target (no span collection: tracing off
-    keeps every service's CPU for serving; NIC and path bytes come from /metrics)."""
+    keeps every service's CPU for serving; NIC and path bytes come from /metrics). `bench` names
+    the benchmark in the progress line."""
     cluster = PolicyCluster(spec, policy)
     print(
-        f"agentserve bench dualpath: starting {policy.name} ({spec.prefill} prefill, {spec.decoders} decode)...",
+        f"agentserve bench {bench}: starting {policy.name} ({spec.prefill} prefill, {spec.decoders} decode)...",
         file=sys.stderr,
     )
     try:

@@ -17,6 +17,8 @@ class Chunk:
     prompt_tokens: int | None = None
     prefill_engine: str = ""
     decode_engine: str = ""
+    handoff_held_blocks: int = 0  # full prompt blocks the decode engine already held at the handoff
+    loaded_blocks: int = 0  # store hits the prefill engine loaded
 
 
 class ServerSession(Protocol):
@@ -24,13 +26,15 @@ class ServerSession(Protocol):
         """Append `token_ids` to the session and stream exactly `max_tokens` generated tokens."""
         ...
 
-    async def call_tool(self, name: str, args: dict[str, Any]) -> dict[str, Any]: ...
+    async def call_tool(self, name: str, args: dict[str, Any], predicted_s: float | None = None) -> dict[str, Any]:
+        """`predicted_s`: the caller's estimate of the call's duration, told to the scheduler."""
+        ...
 
     async def close(self) -> None: ...
 
 
 class ServingClient(Protocol):
-    async def open_session(self, tenant: str, agent: str) -> ServerSession: ...
+    async def open_session(self, tenant: str, agent: str, critical: bool = False) -> ServerSession: ...
 
     async def close(self) -> None: ...
 
@@ -48,10 +52,12 @@ class _SDKSession:
                 m.prompt_tokens if m else None,
                 m.prefill_engine if m else "",
                 m.decode_engine if m else "",
+                m.handoff_held_blocks if m else 0,
+                m.loaded_blocks if m else 0,
             )
 
-    async def call_tool(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        return await self._session.call_tool(name, args)
+    async def call_tool(self, name: str, args: dict[str, Any], predicted_s: float | None = None) -> dict[str, Any]:
+        return await self._session.call_tool(name, args, predicted_s=predicted_s)
 
     async def close(self) -> None:
         await self._session.close()
@@ -64,8 +70,8 @@ class SDKClient:
         # No deadline on tool calls: a replayed tool may legitimately take minutes.
         self._client = AsyncClient(address, toolproxy_url, timeout_s=60.0)
 
-    async def open_session(self, tenant: str, agent: str) -> ServerSession:
-        return _SDKSession(await self._client.open_session(tenant=tenant, agent=agent))
+    async def open_session(self, tenant: str, agent: str, critical: bool = False) -> ServerSession:
+        return _SDKSession(await self._client.open_session(tenant=tenant, agent=agent, critical=critical))
 
     async def close(self) -> None:
         await self._client.close()

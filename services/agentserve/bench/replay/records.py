@@ -26,6 +26,8 @@ class TurnRecord:
     tool_s: float = 0.0  # wall time waiting on this turn's tool calls
     prefill_engine: str = ""
     decode_engine: str = ""
+    handoff_held_blocks: int = 0  # full prompt blocks the decode engine held when the turn reached it
+    loaded_blocks: int = 0  # store hits the prefill engine loaded
     error: str = ""
 
     @property

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from agentserve.bench.replay.client import ServerSession, ServingClient
 from agentserve.bench.replay.prompts import PromptPlanner, SessionState
 from agentserve.bench.replay.records import SessionRecord, TurnRecord
-from agentserve.bench.workloads.model import Session, Turn, Workload, components, turn_prerequisites
+from agentserve.bench.workloads.model import Session, ToolCall, Turn, Workload, components, turn_prerequisites
 from agentserve.bench.workloads.reuse import servable
 from agentserve.bench.workloads.tokens import TokenSynth
 
@@ -220,7 +220,7 @@ class Replayer:
                 if server is not None:
                     await _close_quietly(server)
                     server = None
-                server = await self.client.open_session(self.tenant(session), session.agent)
+                server = await self.client.open_session(self.tenant(session), session.agent, session.critical)
                 send = plan.tokens
             record.sent_s = self._now()
             async for chunk in server.turn(send, turn.output_tokens):
@@ -228,6 +228,7 @@ class Replayer:
                 if chunk.cached_tokens is not None:
                     record.cached_tokens = chunk.cached_tokens
                     record.prefill_engine, record.decode_engine = chunk.prefill_engine, chunk.decode_engine
+                    record.handoff_held_blocks, record.loaded_blocks = chunk.handoff_held_blocks, chunk.loaded_blocks
                     if chunk.prompt_tokens is not None and chunk.prompt_tokens != len(plan.tokens):
                         raise RuntimeError(
                             f"the server's prompt has {chunk.prompt_tokens} tokens, the replay's "
@@ -250,12 +251,13 @@ class Replayer:
     async def _tools(self, server: ServerSession, turn: Turn, record: TurnRecord) -> None:
         speedup = self.options.speedup
 
-        async def call(start_s: float, duration_s: float) -> None:
-            await asyncio.sleep(start_s / speedup)
-            await server.call_tool(self.options.tool, {"seconds": round(duration_s / speedup, 6)})
+        async def call(tool: ToolCall) -> None:
+            await asyncio.sleep(tool.start_s / speedup)
+            predicted = None if tool.predicted_s is None else tool.predicted_s / speedup
+            await server.call_tool(self.options.tool, {"seconds": round(tool.duration_s / speedup, 6)}, predicted)
 
         started = self._now()
-        results = await asyncio.gather(*(call(t.start_s, t.duration_s) for t in turn.tools), return_exceptions=True)
+        results = await asyncio.gather(*(call(t) for t in turn.tools), return_exceptions=True)
         record.tool_s = self._now() - started
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:

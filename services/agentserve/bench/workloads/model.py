@@ -30,6 +30,7 @@ class ToolCall:
     name: str
     duration_s: float
     start_s: float = 0.0  # after the turn's output ended; a turn's tool calls may overlap
+    predicted_s: float | None = None  # what the caller tells the scheduler the call will take (None: nothing)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class Session:
     tenant: str = ""
     prefix: str | None = None
     after: tuple[str, ...] = ()  # the first turn's dependencies, besides its own `after`
+    critical: bool = False  # on its job's critical path (told to the scheduler when the session opens)
 
     def deps(self, index: int) -> tuple[str, ...]:
         """Cross-session dependencies of turn `index`."""
@@ -133,6 +135,8 @@ def _check_turn(session_id: str, i: int, turn: Turn) -> None:
         raise ValueError(f"{where}: reuse_tokens must be >= 0")
     if turn.think_s < 0 or any(t.duration_s < 0 or t.start_s < 0 for t in turn.tools):
         raise ValueError(f"{where}: think and tool times must be >= 0")
+    if any(t.predicted_s is not None and t.predicted_s <= 0 for t in turn.tools):
+        raise ValueError(f"{where}: a tool's predicted_s must be > 0 (None: no prediction)")
 
 
 def parse_ref(ref: str) -> tuple[str, int | None]:

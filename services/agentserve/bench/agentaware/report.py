@@ -1,0 +1,101 @@
+"""`bench agentaware`'s report: JSON (everything) and Markdown (the must-show table, the per
+policy table at every rate, the regime), plus the plots."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def write_report(result: dict, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        from agentserve.bench.agentaware import plots
+
+        result["files"] = {k: str(v) for k, v in plots.bench_plots(result, out_dir).items()}
+    except ImportError:
+        print("agentserve bench agentaware: matplotlib is not installed; skipping plots", file=sys.stderr)
+        result["files"] = {}
+    (out_dir / "agentaware.json").write_text(json.dumps(result, indent=2))
+    (out_dir / "agentaware.md").write_text(markdown(result))
+
+
+def _f(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _mb(value: int | None) -> str:
+    return "-" if value is None else f"{value / 1e6:.1f}"
+
+
+def headline(result: dict) -> list[str]:
+    lines = ["| figure (agentserve vs lru) | this run | target | met |", "|---|---|---|---|"]
+    for key, v in result.get("targets", {}).items():
+        lines.append(f"| `{key}` | {_f(v['value'])} | {v['target']} | {_f(v['met'])} |")
+    lines.append(f"| `critical_path_jct_reduction` | {_f(result.get('critical_path_jct_reduction'))} | - | - |")
+    return lines
+
+
+def policy_rows(result: dict) -> list[str]:
+    lines = [
+        "| policy | jobs/s | jobs done | turns failed | mean job s | p90 job s | critical JCT s | prefetch hits "
+        "| recomputed tok | computed tok | offload MB | upload MB | store-loaded MB | KV in use | KV resident |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, p in result["policies"].items():
+        if p.get("unavailable"):
+            lines.append(f"| {name} | unavailable: {'; '.join(p['unavailable'])} |" + " |" * 13)
+            continue
+        for rate, r in p["runs"].items():
+            kv = r.get("kv") or {}
+            lines.append(
+                f"| {name} | {rate} | {r['jobs_done']} | {r['turns_failed']} | {_f(r['job_latency_mean_s'], 2)} "
+                f"| {_f(r['job_latency_p90_s'], 2)} | {_f(r['critical_path_jct_mean_s'], 2)} "
+                f"| {r['resident_at_first_token']}/{r['returning_turns']} | {r['recomputed_tokens']} "
+                f"| {r['computed_prompt_tokens']} | {_mb(r['offload_bytes'])} | {_mb(r['upload_bytes'])} "
+                f"| {_mb(r['store_loaded_bytes'])} | {_f(kv.get('kv_utilization'))} | {_f(kv.get('kv_occupancy'))} |"
+            )
+    return lines
+
+
+def markdown(result: dict) -> str:
+    regime = result["regime"]
+    shape = regime["workload_shape"]
+    lines = [
+        "# agentserve bench agentaware",
+        "",
+        f"Policies compared against `lru` at {result.get('compared_at_rate_jobs_per_s')} jobs/s (the middle rate).",
+        "",
+        *headline(result),
+        "",
+        "## Every policy at every rate",
+        "",
+        *policy_rows(result),
+        "",
+        "## Regime",
+        "",
+        f"- workload: {shape['jobs']} jobs ({shape['jobs_by_shape']}), {shape['agents']} agents "
+        f"({shape['critical_agents']} on critical paths), {shape['turns']} turns, {shape['tool_calls']} tool calls "
+        f"drawn from {regime['tool_sample']['source']} ({regime['tool_sample']['calls']} calls, median "
+        f"{regime['tool_sample']['median_s']} s, mean {regime['tool_sample']['mean_s']} s, max "
+        f"{regime['tool_sample']['max_s']} s), predictions `{regime['workload']['prediction']}`",
+        f"- KV budget: {regime.get('kv_budget')}",
+        f"- arrivals: Poisson, {regime['rates_jobs_per_s']} jobs per local second; time dilation "
+        f"{regime['time_dilation']} (local s per target s; tool times multiplied by it)",
+        f"- cluster: {regime['cluster']['prefill_engines']} prefill + {regime['cluster']['decode_engines']} decode "
+        f"engines, profile {regime['cluster']['profile']}, {regime['cluster']['kv_block_tokens']}-token blocks, "
+        f"compute {regime.get('compute')} ({regime.get('target_model')} on {regime.get('target_gpu')})",
+        f"- machine: {result['machine']}; wall {result['wall_s']} s",
+        "",
+    ]
+    if result.get("files"):
+        lines += [f"![{k}]({Path(v).name})" for k, v in result["files"].items()]
+    return "\n".join(lines) + "\n"
