@@ -32,7 +32,9 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
     from agentserve.engine_service.config import PrefillConfig
 
     if args.kv_pool_tokens < args.block_size:
-        raise ValueError(f"--kv-pool-tokens must hold at least one block ({args.block_size}), got {args.kv_pool_tokens}")
+        raise ValueError(
+            f"--kv-pool-tokens must hold at least one block ({args.block_size}), got {args.kv_pool_tokens}"
+        )
     kv_blocks = -(-args.kv_pool_tokens // args.block_size)
     engine: dict[str, Any] = {
         "compute": "emulated",
@@ -93,10 +95,9 @@ def kv_budget(result: dict) -> dict[str, Any]:
         "jobs_whose_working_set_fits_decode_pools": round(pool * cluster["decode_engines"] / per_job, 2),
     }
     lru = (result["policies"].get("lru") or {}).get("runs") or {}
-    rate = result.get("compared_at_rate_jobs_per_s")
-    latency = (lru.get(str(rate)) or {}).get("job_latency_mean_s")
-    if rate and latency:
-        live = rate * latency  # Little's law: jobs in the system on average under lru
+    run = lru.get(str(result.get("compared_at_rate_jobs_per_s"))) or {}
+    if run.get("duration_s"):
+        live = sum(run["job_latencies_s"]) / run["duration_s"]  # jobs in the system, time-averaged
         budget["lru_jobs_in_system_mean_at_middle_rate"] = round(live, 2)
         budget["lru_live_working_set_tokens_at_middle_rate"] = round(live * per_job)
     return budget

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from agentserve.bench.agentaware.workload import DEFAULT_TRACE, PREDICTIONS
 
-DEFAULT_RATES = "0.2,0.4,0.8"
+DEFAULT_RATES = "0.4,0.8,1.6"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
