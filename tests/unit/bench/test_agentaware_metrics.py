@@ -39,13 +39,13 @@ def workload() -> Workload:
 
 def test_job_latency_and_critical_path_jct():
     sessions = [
-        SessionRecord("j000-planner", 1.0, 9.0),
+        SessionRecord("j000-planner", 2.0, 10.0),
         SessionRecord("j000-coder0", 1.0, 12.0),
         SessionRecord("j001-lead", 5.0, 8.0),
     ]
     e2e, crit = job_latencies(workload(), sessions)
     assert e2e == {"j000": 11.0, "j001": 3.0}
-    assert crit == {"j000": 8.0, "j001": 3.0}  # the planner, not the later coder
+    assert crit == {"j000": 8.0, "j001": 3.0}  # the planner's own span, not the coder's
 
 
 def test_unfinished_jobs_are_left_out():

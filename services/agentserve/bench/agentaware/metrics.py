@@ -2,7 +2,8 @@
 services' /metrics. Definitions:
 
 - job latency: a job's first session start to its last session's end (end-to-end, tool waits in);
-  critical-path JCT: the same job start to the end of its last critical-path session.
+  critical-path JCT: the mean completion time (own start to own end) of the job's critical-path
+  sessions, the agents a priority-aware scheduler should serve first.
 - returning turn: a turn whose session's previous turn called a tool. Its KV is resident at its
   first token when the decode engine already held every full block of the context it reuses
   (`handoff_held_blocks` x block >= the reusable tokens the workload allowed).
@@ -56,9 +57,9 @@ def job_latencies(workload: Workload, sessions: Sequence[SessionRecord]) -> tupl
             continue
         start = min(r.start_s for r in records)
         e2e[job] = max(r.end_s for r in records if r.end_s is not None) - start
-        ends = [r.end_s for r in records if r.session_id in critical and r.end_s is not None]
-        if ends:
-            crit[job] = max(ends) - start
+        spans = [r.end_s - r.start_s for r in records if r.session_id in critical and r.end_s is not None]
+        if spans:
+            crit[job] = statistics.fmean(spans)
     return e2e, crit
 
 
