@@ -16,7 +16,7 @@ Layer by layer, for a prompt of T tokens:
   prompt, their own fresh K/V in their rows and the reused K/V elsewhere.
 
 Each layer's K/V for the whole prompt go to `sink(layer, k, v)`: the caller's pool rows. The return
-value is the last token's logits.
+value is the last tokens' logits.
 """
 
 from __future__ import annotations
@@ -54,9 +54,10 @@ Chooser = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor | No
 
 @torch.inference_mode()
 def blend_prefill(
-    model: CausalLM, blend: BlendInput, choose: Chooser, sink: KVSink, full_layers: int = 1
+    model: CausalLM, blend: BlendInput, choose: Chooser, sink: KVSink, full_layers: int = 1, tail: int = 1
 ) -> torch.Tensor | None:
-    """The last token's logits `[vocab]`, or None when `choose` gave up (nothing was sunk).
+    """The logits of the last `tail` chosen tokens `[tail, vocab]`, or None when `choose` gave up
+    (nothing was sunk).
 
     Every layer's K/V sunk is the reused K/V with the chosen rows replaced by fresh ones, the
     layers run in full included: a shared block's sibling is its master moved, plus the rows
@@ -93,7 +94,7 @@ def blend_prefill(
         sink(plan.index, k, v)
         x = _finish_layer(x, plan, _attend(q, k, v, rows, positions))
     head = model.lm_head.weight if model.tied_head_weight is None else model.tied_head_weight
-    return F.linear(model.final_norm(x[-1:]), head).float()[0]
+    return F.linear(model.final_norm(x[-tail:]), head).float()
 
 
 def _merged(

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from agentserve.contracts import SamplingParams
+from agentserve.contracts.segments import SegmentedPrompt
 from agentserve.engine.config import ModelConfig, parse_dtype
 from agentserve.engine.emulated_model import EmulatedModel
 from agentserve.engine.emulated_pool import EmulatedKVPool
@@ -37,6 +38,7 @@ from agentserve.engine.loader import load_model
 from agentserve.engine.model import CausalLM
 from agentserve.engine.runner import ExternalPrefix, LayerLoadError, ModelRunner
 from agentserve.engine.sampling import make_generator, sample, suppress, token_logprob
+from agentserve.engine.segmented_prefill import SegmentedPrefill
 from agentserve.engine.sequence import Sequence, SequenceStatus
 from agentserve.kv import block_hash
 from agentserve.kv.block_format import deserialize_blocks, serialize_blocks
@@ -87,11 +89,15 @@ class LLMEngine:
             self.dtype = parse_dtype(config.dtype)
             self.pool = KVPool.for_budget(self.model_config, config.kv_cache_bytes, config.block_size, self.dtype)
             self.runner = ModelRunner(model, self.pool)
+        self.segmented: SegmentedPrefill | None = None
+        if isinstance(model, CausalLM) and isinstance(self.pool, KVPool):
+            self.segmented = SegmentedPrefill(model, self.pool, config.reuse_max_deviation)
         self.blocks = BlockManager(self.pool.num_slots, config.block_size, config.eviction_policy)
         self.batch_policy = config.prefill_batch_policy()
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._external: dict[str, ExternalPrefix] = {}
+        self._segments: dict[str, SegmentedPrompt] = {}
         self.num_preemptions = 0
         self.grammars = grammars
         if config.num_threads:
@@ -150,11 +156,18 @@ class LLMEngine:
         tenant_salt: str = "",
         external_prefix: ExternalPrefix | None = None,
         generated: int = 0,
+        segments: SegmentedPrompt | None = None,
     ) -> Sequence:
         """Queue a request. The last `generated` prompt tokens are output another engine already
-        produced (a decode after its prefill): a grammar replays them before constraining more."""
+        produced (a decode after its prefill): a grammar replays them before constraining more.
+        `segments` (the same tokens as the prompt) lets the prefill reuse its shared blocks
+        (`segmented_prefill`); an EXACT one, or one the engine cannot reuse on, is a plain prompt."""
         tokens = list(prompt_token_ids)
         self.validate(tokens, params)
+        if segments is not None and segments.token_ids != tokens:
+            raise ValueError("segments must hold exactly the prompt's tokens")
+        if segments is not None and (external_prefix is not None or generated):
+            raise ValueError("segments cannot be combined with an external prefix or generated tokens")
         if external_prefix is not None and external_prefix.num_blocks * self.block_size >= len(tokens):
             raise ValueError("external prefix must leave at least one prompt token to compute")
         if not 0 <= generated < len(tokens):
@@ -164,6 +177,8 @@ class LLMEngine:
             seq.grammar = self._grammars().matcher(params.structured, tokens[len(tokens) - generated :])
         if external_prefix is not None:
             self._external[seq.request_id] = external_prefix
+        if segments is not None and self.segmented is not None and not segments.reuse.exact:
+            self._segments[seq.request_id] = segments
         self.waiting.append(seq)
         return seq
 
@@ -218,6 +233,9 @@ class LLMEngine:
         return batch
 
     def _plan(self, seq: Sequence) -> PrefillPlan:
+        if seq.request_id in self._segments:
+            self._extend_block_ids(seq)
+            return PrefillPlan(0)  # the segmented prefill computes the whole prompt (private tokens included)
         hits = self._usable_hits(seq)
         external = self._external.get(seq.request_id)
         # An external prefix helps only past the resident hits, and only if it starts at or before
@@ -257,8 +275,13 @@ class LLMEngine:
         sequence is back at the head of the queue, to be recomputed without it)."""
         self._external.pop(seq.request_id, None)
         external = plan.external
+        segments = self._segments.pop(seq.request_id, None)
+        seq.exact_kv = True
         try:
-            if plan.staged:
+            if segments is not None:
+                assert self.segmented is not None
+                logits = self.segmented.prefill(seq, segments)
+            elif plan.staged:
                 assert external is not None
                 resident, new = plan.slots[: plan.hits], plan.slots[plan.hits :]
                 logits = self.runner.prefill_staged(seq, resident, new, external)
@@ -347,6 +370,7 @@ class LLMEngine:
             self.running.remove(seq)
             self.blocks.free(seq.slots)
         self._external.pop(seq.request_id, None)
+        self._segments.pop(seq.request_id, None)
 
     def _grammars(self) -> GrammarCompiler:
         if self.grammars is None:
@@ -368,7 +392,7 @@ class LLMEngine:
             )
 
     def _seal_full_blocks(self, seq: Sequence) -> None:
-        if not self.config.prefix_cache:
+        if not self.config.prefix_cache or not seq.exact_kv:
             return
         full = seq.num_computed // self.block_size
         if full <= seq.num_sealed:

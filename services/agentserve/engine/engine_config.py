@@ -14,6 +14,12 @@ KV_DTYPES = ("native", "fp8_e4m3")
 # cost model and KV is a stand-in of the target's size (agentserve.engine.emulation_config).
 COMPUTE_MODES = ("real", "emulated")
 
+# The estimated deviation (`engine.recompute_selection`) above which a segmented request is
+# recomputed in full, read from the quality curve (bench/tokendance_quality.py): with masters from
+# the round's first prompt, the default fraction left 0.11 on average and 0.13 at the 90th
+# percentile, so 0.2 catches only outliers.
+DEFAULT_MAX_DEVIATION = 0.2
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -32,6 +38,9 @@ class EngineConfig:
     prefill_token_budget: int = 8192  # compute-quota: a batch's cost limit, in new-token equivalents
     prefill_attention_tokens: int = 0  # compute-quota: cached tokens whose attention costs one new token
     compute: str = "real"
+    # A segmented (TokenDance) request whose estimated deviation from a full recompute passes this
+    # is recomputed in full (`engine.recompute_selection`); None: never.
+    reuse_max_deviation: float | None = DEFAULT_MAX_DEVIATION
     emulation: EmulationConfig = field(default_factory=EmulationConfig)  # read when compute is emulated
 
     def __post_init__(self) -> None:
@@ -48,6 +57,8 @@ class EngineConfig:
         self.prefill_batch_policy()  # ValueError naming the bad field
         if self.compute not in COMPUTE_MODES:
             raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")
+        if self.reuse_max_deviation is not None and not self.reuse_max_deviation >= 0:
+            raise ValueError(f"reuse_max_deviation must be >= 0, got {self.reuse_max_deviation!r}")
         parse_dtype(self.dtype)
         check_eviction_policy(self.eviction_policy)
 

@@ -25,6 +25,10 @@ from dataclasses import dataclass
 
 import torch
 
+from agentserve.engine.engine_config import DEFAULT_MAX_DEVIATION
+
+__all__ = ["DEFAULT_MAX_DEVIATION", "RecomputeSelector", "residual_deviation"]
+
 ANCHOR_TOKENS = 2
 
 

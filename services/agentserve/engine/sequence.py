@@ -13,6 +13,7 @@ from agentserve.contracts import SamplingParams, TokenLogprob
 
 if TYPE_CHECKING:
     from agentserve.engine.grammar import SequenceGrammar
+    from agentserve.engine.shared_context import ReuseStats
 
 _ids = itertools.count()
 
@@ -40,6 +41,10 @@ class Sequence:
     generator: torch.Generator | None = None
     logprobs: list[TokenLogprob] = field(default_factory=list)  # per output token, when params ask
     grammar: SequenceGrammar | None = None  # constrains sampling when the request asks for structured output
+    # False once reused shared blocks (TokenDance) stand in for recomputed ones: this KV is close to,
+    # not equal to, a full recompute's, so none of its blocks may enter the exact prefix cache.
+    exact_kv: bool = True
+    reuse_stats: ReuseStats | None = None  # how a segmented prompt's prefill reused its shared blocks
 
     def __len__(self) -> int:
         return len(self.token_ids)

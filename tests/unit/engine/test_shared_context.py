@@ -39,39 +39,33 @@ def _round(fraction: float = 0.25) -> list[SegmentedPrompt]:
     ]
 
 
-def test_a_round_computes_each_master_once_the_baseline_once_per_prompt(model) -> None:
+def test_a_round_takes_each_master_once_from_its_first_prompt_the_baseline_per_prompt(model) -> None:
     reuse = CollectiveReuse(model, max_deviation=None)
     collective = reuse.prefill_round(_round())
     per_request = reuse.prefill_round(_round(), share_masters=False)
-    assert (collective.masters_computed, collective.master_tokens) == (3, 72)
-    assert (per_request.masters_computed, per_request.master_tokens) == (9, 216)
-    assert sorted(collective.masters) == ["agent-0", "agent-1", "agent-2"]
-    # The same masters either way: the same prefills.
-    for a, b in zip(collective.prefills, per_request.prefills, strict=True):
-        assert torch.equal(a.logits, b.logits) and torch.equal(a.k, b.k)
-    # A later round holding the same blocks computes no master again.
-    assert reuse.prefill_round(_round(), collective.masters).masters_computed == 0
-
-
-def test_a_sibling_is_its_master_moved_except_the_recomputed_rows(model) -> None:
-    reuse = CollectiveReuse(model, max_deviation=None)
-    result = reuse.prefill_round(_round(0.25))
-    prompt, prefill = _round()[1], result.prefills[1]
-    rotary = model.model.rotary_emb
-    assert [s.master_id for s in prefill.siblings] == ["agent-2", "agent-0", "agent-1"]
-    for span, sibling in zip(prompt.shared_spans(), prefill.siblings, strict=True):
-        master = result.masters[sibling.master_id]
-        assert sibling.position_offset == span.start and sibling.num_tokens == 24
-        assert len(sibling.recomputed_rows) == 6 and sibling.recomputed_rows[:2] == (0, 1)  # ceil(0.25 * 24), anchors
-        kept = [r for r in range(24) if r not in sibling.recomputed_rows]
-        moved_k = rotary.shift(master.k, sibling.position_offset)
-        rows = [span.start + r for r in kept]
-        assert torch.equal(prefill.k[:, rows], moved_k[:, kept])
-        assert torch.equal(prefill.v[:, rows], master.v[:, kept])
-        recomputed = [span.start + r for r in sibling.recomputed_rows]
-        assert not torch.equal(prefill.v[1:, recomputed], master.v[1:, list(sibling.recomputed_rows)])
-    assert prefill.stats.recomputed_shared_tokens == 18 and prefill.stats.shared_tokens == 72
-    assert prefill.stats.computed_tokens == prefill.stats.prompt_tokens - 72 + 18
+    assert (collective.masters_computed, collective.master_tokens, collective.standalone_master_tokens) == (3, 72, 0)
+    assert (per_request.masters_computed, per_request.master_tokens, per_request.standalone_master_tokens) == (
+        9,
+        216,
+        216,
+    )
+    # The first prompt leads: computed in full, its blocks' KV where it holds them are the masters.
+    leader, prompt = collective.prefills[0], _round()[0]
+    logits, k, _ = reuse.full(prompt.token_ids)
+    assert leader.stats.led and leader.stats.exact and torch.equal(leader.logits, logits)
+    assert [(s.master_id, s.position_offset, s.recomputed_rows) for s in leader.siblings] == [
+        ("agent-0", 0, ()),
+        ("agent-1", 0, ()),
+        ("agent-2", 0, ()),
+    ]
+    for span in prompt.shared_spans():
+        master = collective.masters[span.block.content_id]
+        assert master.start == span.start and torch.equal(master.k, k[:, span.start : span.end])
+    assert not any(p.stats.exact for p in collective.prefills[1:])
+    assert not any(p.stats.exact for p in per_request.prefills)
+    # A later round holding the same blocks takes no master again, and no prompt leads.
+    again = reuse.prefill_round(_round(), collective.masters)
+    assert again.masters_computed == 0 and not any(p.stats.exact for p in again.prefills)
 
 
 def test_recomputing_every_token_in_the_blend_is_the_full_prefill_bit_for_bit(model) -> None:
@@ -105,10 +99,11 @@ def test_exact_and_fraction_1_are_the_full_recompute(model, policy: ReusePolicy)
 
 def test_a_request_past_the_deviation_threshold_falls_back_to_full_recompute(model) -> None:
     prompt = _round(0.25)[2]
-    estimate = CollectiveReuse(model, max_deviation=None).prefill_round([prompt]).prefills[0].stats.deviation
+    masters = {b.content_id: CollectiveReuse(model).master(b) for b in BLOCKS}
+    estimate = CollectiveReuse(model, max_deviation=None).prefill(prompt, masters).stats.deviation
     assert estimate > 0
-    below = CollectiveReuse(model, max_deviation=estimate * 1.01).prefill_round([prompt]).prefills[0]
-    above = CollectiveReuse(model, max_deviation=estimate * 0.99).prefill_round([prompt]).prefills[0]
+    below = CollectiveReuse(model, max_deviation=estimate * 1.01).prefill(prompt, masters)
+    above = CollectiveReuse(model, max_deviation=estimate * 0.99).prefill(prompt, masters)
     assert (below.stats.exact, below.stats.fell_back) == (False, False)
     assert (above.stats.exact, above.stats.fell_back, above.stats.deviation) == (True, True, estimate)
     assert torch.equal(above.logits, CollectiveReuse(model).full(prompt.token_ids)[0])
