@@ -6,14 +6,21 @@ payload at layer boundaries into chunks of at most `max_chunk_bytes` (a layer la
 cut within itself), in layer order, the header riding on the first chunk. `RunAssembler` writes
 chunks back into a buffer byte-identical to the sender's and says how many leading layers are
 complete, so a layerwise prefill can start layer 0 before the last layer has arrived.
+
+A diff run (a shared block's sibling stored against its master, `kv.block_diff`) travels the same
+way; a receiver holding the master restores it with `DiffAssembler`, each layer as it completes,
+into the full block the sender's diff stands for (`assembler_for` picks the assembler).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from agentserve.common.checksum import crc32
+from agentserve.kv.block_diff import DiffRestorer
 from agentserve.kv.block_header import BlockHeader, CorruptBlockError, read_header
+from agentserve.kv.rope_shift import RopeShift
 
 DEFAULT_CHUNK_BYTES = 1 << 20  # Python gRPC's per-message cost makes smaller messages slower
 
@@ -70,6 +77,9 @@ def split_run(
                 )
             )
         layer = stop
+    if not chunks:  # a payload of no bytes (a diff storing no rows) still sends its header
+        end = header.payload_offset
+        chunks.append(RunChunk(offset=end, data=view[end:end], header=head, layers_done=header.num_layers))
     return chunks
 
 
@@ -108,6 +118,65 @@ class RunAssembler:
         start = self.header.payload_offset + extent.offset
         if crc32(memoryview(self.buffer)[start : start + extent.length]) != extent.crc32:
             raise CorruptBlockError(f"KV run corrupt in transit: layer {layer} checksum mismatch", layer=layer)
+
+
+@dataclass(frozen=True)
+class Masters:
+    """What a receiver restores diff runs with: the master blocks it holds (full block buffers, by
+    id; None if not held) and its model's RoPE shift."""
+
+    get: Callable[[bytes], bytes | bytearray | None]
+    shift: RopeShift
+
+
+class DiffAssembler:
+    """Receives a diff run's chunks in order and restores the sibling layer by layer as they
+    complete (each diff layer's checksum verified first), so when the last chunk lands `buffer`
+    is the full block and no pass over it is left. Same interface as `RunAssembler`."""
+
+    def __init__(self, header_bytes: bytes | memoryview, masters: Masters) -> None:
+        self._run = RunAssembler(header_bytes)
+        self.header = self._run.header
+        info = self.header.diff
+        if info is None:
+            raise ValueError("DiffAssembler needs a diff run")
+        master = masters.get(info.master_id)
+        if master is None:
+            raise ValueError(
+                f"diff run {self.header.block_ids[0].hex()} references master {info.master_id.hex()}, "
+                "which this receiver does not hold"
+            )
+        self._restorer = DiffRestorer(master, self.header, masters.shift)
+        self.layers_done = 0
+        self._buffer: bytearray | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.layers_done == self.header.num_layers
+
+    @property
+    def buffer(self) -> bytearray:
+        if self._buffer is None:
+            self._buffer = self._restorer.finish()  # writes the header: every layer is already in
+        return self._buffer
+
+    def add(self, offset: int, data: bytes | memoryview) -> int:
+        done = self._run.add(offset, data)  # verifies each diff layer's crc32 as it completes
+        view = memoryview(self._run.buffer)
+        while self.layers_done < done:
+            extent = self.header.layers[self.layers_done]
+            start = self.header.payload_offset + extent.offset
+            self._restorer.restore_layer(self.layers_done, view[start : start + extent.length], verified=True)
+            self.layers_done += 1
+        return self.layers_done
+
+
+def assembler_for(header_bytes: bytes | memoryview, masters: Masters | None) -> RunAssembler | DiffAssembler:
+    """A `DiffAssembler` for a diff run when the receiver restores diffs (`masters`), else a
+    `RunAssembler` (which hands a diff run over as the diff)."""
+    if masters is not None and read_header(header_bytes).diff is not None:
+        return DiffAssembler(header_bytes, masters)
+    return RunAssembler(header_bytes)
 
 
 def _bound(header: BlockHeader, layer: int) -> int:

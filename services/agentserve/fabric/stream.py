@@ -16,7 +16,7 @@ from typing import NoReturn, TypeVar
 import grpc
 
 from agentserve.common.channels import open_channel
-from agentserve.fabric.chunks import DEFAULT_CHUNK_BYTES, RunAssembler, split_run
+from agentserve.fabric.chunks import DEFAULT_CHUNK_BYTES, DiffAssembler, Masters, RunAssembler, assembler_for, split_run
 from agentserve.fabric.malloc import keep_freed_buffers
 from agentserve.fabric.nic import EmulatedNIC, Transfer
 from agentserve.fabric.wire import Chunk, decode_chunk, encode_chunk
@@ -96,13 +96,15 @@ class PacedReceiver:
         transfer: Transfer,
         on_run: Callable[[int, bytearray], None] | None = None,
         charge: Callable[[bytes | memoryview, int], int] | None = None,
+        masters: Masters | None = None,
     ) -> None:
         self.transfer = transfer
         self.on_run = on_run  # given: runs are reassembled, verified and handed over as they complete
+        self.masters = masters  # given (with on_run): diff runs are restored against them as they arrive
         # (run header or b"", payload bytes) -> bytes the NIC counts; default: header + payload
         self.charge = charge
         self.runs = 0
-        self._assembler: RunAssembler | None = None
+        self._assembler: RunAssembler | DiffAssembler | None = None
 
     async def add(self, run: int, run_header: bytes | memoryview, offset: int, data: bytes | memoryview) -> None:
         charge = self.charge
@@ -110,7 +112,7 @@ class PacedReceiver:
         if run_header:
             self.runs += 1
             if self.on_run is not None:
-                self._assembler = RunAssembler(run_header)
+                self._assembler = assembler_for(run_header, self.masters)
         if self.on_run is None:
             return
         if self._assembler is None:
@@ -153,9 +155,11 @@ class FabricServicer:
         self,
         nics: Mapping[str, EmulatedNIC],
         on_run: Callable[[fabric_pb2.TransferHeader, int, bytearray], None] | None = None,
+        masters: Masters | None = None,
     ) -> None:
         self.nics = dict(nics)
         self.on_run = on_run
+        self.masters = masters  # diff runs are restored against these as they arrive (see PacedReceiver)
         keep_freed_buffers()  # every chunk received is a fresh chunk-sized buffer
 
     async def Transfer(self, request_iterator: AsyncIterator[Chunk], context) -> fabric_pb2.TransferSummary:
@@ -170,7 +174,7 @@ class FabricServicer:
         deliver = self.on_run
         on_run = None if deliver is None else (lambda run, buf: deliver(header, run, buf))
         async with nic.transfer(header.total_bytes, latency_ms=receiver_latency_ms(nic, header)) as transfer:
-            receiver = PacedReceiver(transfer, on_run)
+            receiver = PacedReceiver(transfer, on_run, masters=self.masters)
             try:
                 await receiver.add(first.run, first.run_header, first.offset, first.data)
                 async for chunk in messages:

@@ -69,11 +69,14 @@ def serialize_blocks(
     block_ids: Sequence[bytes],
     fingerprint: str,
     kv_dtype: str = "native",
+    position: int | None = None,
 ) -> bytearray:
     """Encode K/V of shape [num_layers, num_blocks, block_size, num_kv_heads, head_dim].
 
     `kv_dtype="fp8_e4m3"` stores e4m3 values with a float32 scale per block and layer (for K and
-    V separately); a reader dequantizes them back to the original dtype.
+    V separately); a reader dequantizes them back to the original dtype. `position` records the
+    position of the first token the keys were rotated for: a shared block's master records it
+    (`kv.block_diff`), other blocks leave it out.
     """
     _check_inputs(k, v, block_ids, fingerprint, kv_dtype)
     k, v = k.detach().cpu(), v.detach().cpu()
@@ -90,6 +93,10 @@ def serialize_blocks(
         "head_dim": head_dim,
         "block_ids": [bytes(b).hex() for b in block_ids],
     }
+    if position is not None:
+        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+            raise ValueError(f"position must be a non-negative integer, got {position!r}")
+        fields["position"] = position
     extents = [LayerExtent(i * layout.stride, layout.length, 0) for i in range(num_layers)]
     # Reserve the widest header so the payload is written once, in place, before its crcs exist.
     offset = header_bound(fields, extents)
@@ -139,6 +146,11 @@ def decode_layers(
 ) -> KVBlocks:
     """Decode the bytes of `payload_range(header, layers.start, layers.stop)`, read on their own."""
     check_fingerprint(header, expected_fingerprint)
+    if header.diff is not None:
+        raise ValueError(
+            f"block {header.block_ids[0].hex()} is a diff against master {header.diff.master_id.hex()}: "
+            "restore it (kv.block_diff) before decoding"
+        )
     layers = check_layers(header, layers)
     view = memoryview(payload).cast("B")
     _, length = payload_range(header, layers.start, layers.stop)

@@ -6,6 +6,10 @@ Buffer layout (all integers little-endian):
     header   UTF-8 JSON, space-padded so the payload starts on a 64-byte boundary
     payload  layer-major; per layer: K of all blocks | V of all blocks [| fp8 scales]
 
+Version 1 is a full block (optionally with the canonical `position` of its first token, as a
+shared block's master records it); version 2 is a diff block: one sibling stored as the rows that
+differ from its master (`diff_layout`), which a version-1 reader refuses by its version.
+
 Within a layer every section starts on a 64-byte boundary and layers are a fixed stride apart, so
 a layer range is one contiguous byte range (`payload_range`) a store can read with one positioned
 read, and each layer carries its own crc32 so a reader verifies exactly what it read.
@@ -21,9 +25,12 @@ from dataclasses import dataclass
 import torch
 
 from agentserve.common.checksum import crc32
+from agentserve.kv.diff_layout import DiffInfo, diff_extents
 
 MAGIC = b"ASKV"
 FORMAT_VERSION = 1
+DIFF_FORMAT_VERSION = 2
+_VERSIONS = (FORMAT_VERSION, DIFF_FORMAT_VERSION)
 ALIGN = 64
 KV_DTYPES = ("native", "fp8_e4m3")
 DTYPES: dict[str, torch.dtype] = {
@@ -83,9 +90,17 @@ class BlockHeader:
     block_ids: tuple[bytes, ...]
     layers: tuple[LayerExtent, ...]
     payload_offset: int  # bytes from buffer start
+    position: int | None = None  # a master's canonical position of its first token, where recorded
+    diff: DiffInfo | None = None  # a diff block's master and rows (then the payload holds only those)
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one token's K (or V) in one layer, as stored natively."""
+        return self.num_kv_heads * self.head_dim * self.dtype.itemsize
 
     @property
     def layout(self) -> LayerLayout:
+        """The layer layout of a full block (a diff block's layers are `diff_layout.diff_extents`)."""
         return layer_layout(
             self.dtype, self.kv_dtype, self.num_blocks, self.block_size, self.num_kv_heads, self.head_dim
         )
@@ -111,8 +126,9 @@ def encode_header(fields: dict, layers: list[LayerExtent], size: int | None = No
     With `size` the result is padded to exactly that many bytes; `header_bound` gives a size every
     choice of crc values fits in, so the payload can be written before its checksums are known.
     """
+    version = DIFF_FORMAT_VERSION if "diff" in fields else FORMAT_VERSION
     doc = {
-        "version": FORMAT_VERSION,
+        "version": version,
         **fields,
         "layers": [{"offset": e.offset, "length": e.length, "crc32": e.crc32} for e in layers],
     }
@@ -121,7 +137,7 @@ def encode_header(fields: dict, layers: list[LayerExtent], size: int | None = No
     if PREFIX_SIZE + len(body) > total:
         raise RuntimeError("KV block header outgrew its reserved size")
     body += b" " * (total - PREFIX_SIZE - len(body))  # JSON ignores trailing whitespace
-    return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(body), crc32(body)) + body
+    return _PREFIX.pack(MAGIC, version, len(body), crc32(body)) + body
 
 
 def header_bound(fields: dict, layers: list[LayerExtent]) -> int:
@@ -134,24 +150,29 @@ def header_size(prefix: bytes | bytearray | memoryview) -> int:
     return PREFIX_SIZE + _read_prefix(memoryview(prefix).cast("B"))[0]
 
 
+def is_diff_buffer(prefix: bytes | bytearray | memoryview) -> bool:
+    """Whether a buffer holds a diff block, from its first PREFIX_SIZE bytes alone."""
+    return _read_prefix(memoryview(prefix).cast("B"))[2] == DIFF_FORMAT_VERSION
+
+
 def read_header(buf: bytes | bytearray | memoryview) -> BlockHeader:
     """Parse and verify the header at the start of `buf` (the payload need not be present)."""
     view = memoryview(buf).cast("B")
-    header_len, header_crc = _read_prefix(view)
+    header_len, header_crc, version = _read_prefix(view)
     end = PREFIX_SIZE + header_len
     if len(view) < end:
         raise CorruptBlockError(f"KV block buffer truncated: header needs {end} bytes, got {len(view)}")
     body = bytes(view[PREFIX_SIZE:end])
-    return (_parse_body_cached if len(body) <= HEADER_CACHE_MAX_BODY else _parse_body)(body, header_crc)
+    return (_parse_body_cached if len(body) <= HEADER_CACHE_MAX_BODY else _parse_body)(body, header_crc, version)
 
 
-def _parse_body(body: bytes, header_crc: int) -> BlockHeader:
+def _parse_body(body: bytes, header_crc: int, version: int) -> BlockHeader:
     """The checked, parsed header whose JSON body is `body`."""
     if crc32(body) != header_crc:
         raise CorruptBlockError("KV block header corrupt: checksum mismatch")
     try:
         doc = json.loads(body)
-        return _header_from_doc(doc, payload_offset=PREFIX_SIZE + len(body))
+        return _header_from_doc(doc, payload_offset=PREFIX_SIZE + len(body), version=version)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"malformed KV block header: {exc}") from None
 
@@ -195,22 +216,22 @@ def dtype_name(dtype: torch.dtype) -> str:
         raise ValueError(f"unsupported KV dtype {dtype}; use float32, bfloat16 or float16") from None
 
 
-def _read_prefix(view: memoryview) -> tuple[int, int]:
+def _read_prefix(view: memoryview) -> tuple[int, int, int]:
     if len(view) < PREFIX_SIZE:
         raise CorruptBlockError(f"KV block buffer truncated: {len(view)} bytes, prefix needs {PREFIX_SIZE}")
     magic, version, header_len, header_crc = _PREFIX.unpack_from(view)
     if magic != MAGIC:
         raise ValueError(f"not a KV block buffer: magic {magic!r}, expected {MAGIC!r}")
-    if version != FORMAT_VERSION:
-        raise ValueError(f"unsupported KV block format version {version}; this build reads {FORMAT_VERSION}")
+    if version not in _VERSIONS:
+        raise ValueError(f"unsupported KV block format version {version}; this build reads {_VERSIONS}")
     if header_len > _MAX_HEADER_BYTES:
         raise CorruptBlockError(f"KV block header length {header_len} is implausible; prefix corrupt")
-    return header_len, header_crc
+    return header_len, header_crc, version
 
 
-def _header_from_doc(doc: dict, payload_offset: int) -> BlockHeader:
-    if doc["version"] != FORMAT_VERSION:
-        raise ValueError(f"version {doc['version']} disagrees with the prefix")
+def _header_from_doc(doc: dict, payload_offset: int, version: int) -> BlockHeader:
+    if doc["version"] != version:
+        raise ValueError(f"version {doc['version']} disagrees with the prefix's {version}")
     if doc["dtype"] not in DTYPES:
         raise ValueError(f"unknown dtype {doc['dtype']!r}")
     if doc["kv_dtype"] not in KV_DTYPES:
@@ -223,6 +244,15 @@ def _header_from_doc(doc: dict, payload_offset: int) -> BlockHeader:
     if len(block_ids) != shape["num_blocks"]:
         raise ValueError(f"{len(block_ids)} block ids for {shape['num_blocks']} blocks")
     layers = tuple(LayerExtent(int(e["offset"]), int(e["length"]), int(e["crc32"])) for e in doc["layers"])
+    position = doc.get("position")
+    if position is not None and (not isinstance(position, int) or position < 0):
+        raise ValueError(f"position must be a non-negative integer, got {position!r}")
+    diff = None
+    if doc["version"] == DIFF_FORMAT_VERSION:
+        diff = DiffInfo.from_doc(doc["diff"])
+        diff.check(shape["num_layers"], shape["block_size"])
+        if shape["num_blocks"] != 1 or doc["kv_dtype"] != "native":
+            raise ValueError("a diff block holds exactly 1 block in the native kv_dtype")
     header = BlockHeader(
         version=doc["version"],
         fingerprint=str(doc["fingerprint"]),
@@ -232,9 +262,14 @@ def _header_from_doc(doc: dict, payload_offset: int) -> BlockHeader:
         block_ids=block_ids,
         layers=layers,
         payload_offset=payload_offset,
+        position=position,
+        diff=diff,
     )
-    layout = header.layout
-    expected = [(i * layout.stride, layout.length) for i in range(header.num_layers)]
+    if diff is not None:
+        expected = diff_extents(diff, header.row_bytes)
+    else:
+        layout = header.layout
+        expected = [(i * layout.stride, layout.length) for i in range(header.num_layers)]
     if [(e.offset, e.length) for e in layers] != expected:
         raise ValueError("layer extents do not match the layout implied by the shape")
     return header

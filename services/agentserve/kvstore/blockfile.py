@@ -66,6 +66,15 @@ def read_whole(
     return data, verify_block(block_id, data, expected_fingerprint, max(max_bytes, len(data)))
 
 
+def read_head(fd: int, size: int, nowait: bool = False) -> BlockHeader:
+    """The verified header of a block file (one read, two for a header over HEAD_READ bytes)."""
+    head = pread_exact(fd, min(size, HEAD_READ), 0, nowait)
+    hsize = header_size(head)
+    if hsize > len(head):
+        head = pread_exact(fd, hsize, 0, nowait)
+    return read_header(head)
+
+
 def read_layers(
     fd: int, size: int, block_id: bytes, expected_fingerprint: str | None, layers: Layers, nowait: bool = False
 ) -> tuple[bytes, int, BlockHeader, range]:

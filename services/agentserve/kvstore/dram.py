@@ -56,6 +56,11 @@ class DramTier:
         self._policy.touch(block_id)
         return entry
 
+    def header_of(self, block_id: bytes) -> BlockHeader | None:
+        """The cached block's header, without counting a hit or using the block."""
+        entry = self._entries.get(block_id)
+        return None if entry is None else entry.header
+
     def insert(self, block_id: bytes, data: bytes, header: BlockHeader | None = None) -> bool:
         """Cache a verified block, evicting others to fit; False if it cannot fit (nothing changed)."""
         if block_id in self._entries:

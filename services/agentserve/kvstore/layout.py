@@ -1,7 +1,9 @@
 """The SSD tier's files: where a block lives, what the start-up scan finds, who owns a data dir.
 
 `data_dir/blocks/<first 2 hex of id>/<id hex>.kv`, one serialized block per file; the two-hex
-fan-out keeps directories small enough for fast lookups on any filesystem. A write goes to a
+fan-out keeps directories small enough for fast lookups on any filesystem. A diff block (a
+shared block's sibling stored against its master, `kv.block_diff`) ends in `.kvd` instead, so the
+start-up scan finds the diffs (and reads only their small headers to learn their masters). A write goes to a
 `.tmp` file in the block's directory first, so an interrupted write leaves only temp files.
 """
 
@@ -19,19 +21,21 @@ from agentserve.kv.block_hash import check_block_id
 log = logging.getLogger(__name__)
 
 BLOCK_SUFFIX = ".kv"
+DIFF_SUFFIX = ".kvd"
 TEMP_SUFFIX = ".tmp"
 
 
-def block_path(data_dir: str | os.PathLike, block_id: bytes) -> Path:
+def block_path(data_dir: str | os.PathLike, block_id: bytes, diff: bool = False) -> Path:
     """Where the store keeps a block's file (for tools and tests that work on the files)."""
     name = bytes(block_id).hex()
-    return Path(data_dir) / "blocks" / name[:2] / (name + BLOCK_SUFFIX)
+    return Path(data_dir) / "blocks" / name[:2] / (name + (DIFF_SUFFIX if diff else BLOCK_SUFFIX))
 
 
 @dataclass
 class Scan:
     blocks: dict[bytes, tuple[int, int]] = field(default_factory=dict)  # id -> (size, mtime ns)
     shards: set[str] = field(default_factory=set)
+    diffs: set[bytes] = field(default_factory=set)  # which of `blocks` are diff blocks
     temps_removed: int = 0
 
 
@@ -47,12 +51,15 @@ def scan_blocks(root: Path) -> Scan:
                 os.unlink(entry.path)
                 found.temps_removed += 1
                 continue
-            block_id = _parse_name(entry.name)
-            if block_id is None or not entry.is_file():
+            parsed = _parse_name(entry.name)
+            if parsed is None or not entry.is_file():
                 log.warning("ignoring unexpected file %s", entry.path)
                 continue
+            block_id, is_diff = parsed
             st = entry.stat()
             found.blocks[block_id] = (st.st_size, st.st_mtime_ns)
+            if is_diff:
+                found.diffs.add(block_id)
     return found
 
 
@@ -67,12 +74,14 @@ def lock_dir(data_dir: Path) -> IO:
     return lock_file
 
 
-def _parse_name(name: str) -> bytes | None:
-    if not name.endswith(BLOCK_SUFFIX):
-        return None
-    try:
-        block_id = bytes.fromhex(name[: -len(BLOCK_SUFFIX)])
-        check_block_id(block_id)
-    except ValueError:
-        return None
-    return block_id
+def _parse_name(name: str) -> tuple[bytes, bool] | None:
+    """(block id, whether a diff block) of a block file's name; None for any other name."""
+    for suffix in (BLOCK_SUFFIX, DIFF_SUFFIX):
+        if name.endswith(suffix):
+            try:
+                block_id = bytes.fromhex(name[: -len(suffix)])
+                check_block_id(block_id)
+            except ValueError:
+                return None
+            return block_id, suffix == DIFF_SUFFIX
+    return None

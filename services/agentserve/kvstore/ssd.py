@@ -28,11 +28,20 @@ from pathlib import Path
 from typing import Literal, overload
 
 from agentserve.fabric.malloc import keep_freed_buffers
-from agentserve.kv.block_format import FingerprintMismatchError
+from agentserve.kv.block_format import BlockHeader, FingerprintMismatchError
 from agentserve.kv.block_hash import BLOCK_ID_BYTES
-from agentserve.kvstore.blockfile import LayerRangeError, Layers, WouldBlock, read_layers, read_whole, wants_whole
+from agentserve.kv.block_header import is_diff_buffer
+from agentserve.kvstore.blockfile import (
+    LayerRangeError,
+    Layers,
+    WouldBlock,
+    read_head,
+    read_layers,
+    read_whole,
+    wants_whole,
+)
 from agentserve.kvstore.commit import GroupCommitter, Staged, make_syncfs
-from agentserve.kvstore.layout import BLOCK_SUFFIX, TEMP_SUFFIX, lock_dir, scan_blocks
+from agentserve.kvstore.layout import BLOCK_SUFFIX, DIFF_SUFFIX, TEMP_SUFFIX, lock_dir, scan_blocks
 from agentserve.kvstore.types import NOT_CACHED, BlockRead, NotCached, Tier
 from agentserve.kvstore.verify import verify_block
 
@@ -85,6 +94,8 @@ class SsdTier:
         self._lock = threading.Lock()
         self._index: dict[bytes, int] = {}
         self._mtimes: dict[bytes, int] = {}  # from the start-up scan only
+        self._diffs: set[bytes] = set()  # ids stored as diff blocks (files ending in DIFF_SUFFIX)
+        self._scanned_masters: dict[bytes, bytes] = {}  # diff id -> master id, from the start-up scan only
         self._bytes = 0
         self._reserved = 0
         self._hits = self._misses = self._corrupt = 0
@@ -191,6 +202,7 @@ class SsdTier:
                 os.unlink(self._path_str(block_id))
             except FileNotFoundError:
                 pass
+            self._diffs.discard(block_id)
         if durable:
             self._fsync_dir(self._path(block_id).parent)
         return True
@@ -306,6 +318,30 @@ class SsdTier:
             finally:
                 os.close(fd)
 
+    def header(self, block_id: bytes) -> BlockHeader | None:
+        """The stored block's verified header (one small read), None if not stored or unreadable.
+        Its payload is not verified: a reader of the block still is."""
+        try:
+            fd = os.open(self._path_str(bytes(block_id)), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            return read_head(fd, os.fstat(fd).st_size)
+        except ValueError:
+            return None
+        finally:
+            os.close(fd)
+
+    def is_diff(self, block_id: bytes) -> bool:
+        with self._lock:
+            return bytes(block_id) in self._diffs
+
+    def scanned_masters(self) -> dict[bytes, bytes]:
+        """Each diff block found by the start-up scan -> its master id (once; then forgotten)."""
+        with self._lock:
+            found, self._scanned_masters = self._scanned_masters, {}
+            return {d: m for d, m in found.items() if d in self._index}
+
     def get(self, block_id: bytes, expected_fingerprint: str | None = None) -> bytes | None:
         """The whole stored block, verified; None if absent or found corrupt (then deleted)."""
         read = self.read(block_id, expected_fingerprint)
@@ -350,14 +386,14 @@ class SsdTier:
 
     def _path_str(self, block_id: bytes) -> str:
         name = block_id.hex()  # plain strings: pathlib costs more than the syscalls on this path
-        return f"{self._root}/{name[:2]}/{name}{BLOCK_SUFFIX}"
+        return f"{self._root}/{name[:2]}/{name}{DIFF_SUFFIX if block_id in self._diffs else BLOCK_SUFFIX}"
 
     def _stage(self, block_id: bytes, data: bytes | bytearray | memoryview, reserved: bool = False) -> Staged:
         """Write a temp file next to the block's final path (synced unless group commit syncs)."""
         name = block_id.hex()
         directory = f"{self._root}/{name[:2]}"
         self._ensure_dir(directory, name[:2])
-        path = f"{directory}/{name}{BLOCK_SUFFIX}"
+        path = f"{directory}/{name}{DIFF_SUFFIX if is_diff_buffer(data) else BLOCK_SUFFIX}"
         tmp = f"{directory}/.{name}.{os.getpid()}-{next(self._seq)}{TEMP_SUFFIX}"
         view = memoryview(data).cast("B")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -394,6 +430,8 @@ class SsdTier:
                 return
             os.replace(item.tmp, item.path)
             self._index[item.block_id] = item.size
+            if item.path.endswith(DIFF_SUFFIX):
+                self._diffs.add(item.block_id)
             self._bytes += item.size
             if item.reserved:  # its reservation becomes stored bytes in the same step
                 self._reserved -= item.size
@@ -422,6 +460,7 @@ class SsdTier:
             self._bytes -= size
             self._corrupt += 1
             path.unlink(missing_ok=True)
+            self._diffs.discard(block_id)
         log.warning("dropped corrupt block %s: %s", block_id.hex(), reason)
 
     def _ensure_dir(self, directory: str, name: str) -> None:
@@ -447,10 +486,17 @@ class SsdTier:
         """Rebuild the index from the directory; remove temp files of interrupted puts."""
         found = scan_blocks(self.root)
         self._made_dirs.update(found.shards)
+        self._diffs = found.diffs
         for block_id, (size, mtime_ns) in found.blocks.items():
             self._index[block_id] = size
             self._mtimes[block_id] = mtime_ns
             self._bytes += size
+        for block_id in list(found.diffs):
+            header = self.header(block_id)
+            if header is None or header.diff is None:  # its reader would drop it: do it now, counted
+                self._drop_corrupt(block_id, os.stat(self._path_str(block_id)).st_ino, ValueError("unreadable diff"))
+                continue
+            self._scanned_masters[block_id] = header.diff.master_id
         if found.temps_removed:
             log.info("removed %d temp files of interrupted puts", found.temps_removed)
         log.info("SSD tier %s: %d blocks, %d bytes", self.root, len(self._index), self._bytes)

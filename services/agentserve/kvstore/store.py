@@ -10,6 +10,10 @@
   block, and a layerwise load touches each block once per layer).
 - Eviction order comes from one `EvictionPolicy` per tier, chosen by name (`lru` by default);
   pins (Pin with a TTL) are enforced here, whatever the policy.
+- A diff block (a shared block's sibling stored against its master, `kv.block_diff`) is accepted
+  only when its master is stored (or comes earlier in the same write) and matches it; the master
+  is then kept while any of its mirrors is (`Mirrors`), and deleting or dropping it drops them.
+  A read of a diff returns the diff: the receiver restores it against the master as it arrives.
 - Streams of reads and writes (`read_stream`, `write_stream`, in `streams`) are the one
   implementation in-process callers and the gRPC servicer share.
 
@@ -18,6 +22,7 @@ Thread-safe: one lock guards the tiers' bookkeeping; file IO runs outside it.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -25,11 +30,13 @@ from collections.abc import AsyncIterable, Callable, Sequence
 from typing import Literal, overload
 
 from agentserve.common.errors import RetryableError
+from agentserve.kv.block_diff import check_master
 from agentserve.kv.block_format import BlockHeader, check_fingerprint, payload_range
 from agentserve.kv.block_hash import check_block_id, checked_block_ids
 from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, Hint, make_eviction_policy
 from agentserve.kvstore.blockfile import Layers, resolve_layers
 from agentserve.kvstore.dram import DramTier
+from agentserve.kvstore.mirrors import Mirrors
 from agentserve.kvstore.pins import Pins, pick_victims
 from agentserve.kvstore.rates import RateMeter
 from agentserve.kvstore.readahead import READ_AHEAD_BYTES
@@ -46,6 +53,8 @@ from agentserve.kvstore.types import (
     WriteResult,
 )
 from agentserve.kvstore.verify import verify_block
+
+log = logging.getLogger(__name__)
 
 MAX_PIN_TTL_S = 24 * 3600.0
 NOWAIT_MAX_BYTES = 4 << 20  # a `nowait` read of a bigger SSD block is not tried (checksums take ~1 ms/3 MB)
@@ -72,6 +81,7 @@ class KVStore:
         self._lock = threading.Lock()
         self._clock = clock
         self._pins = Pins(clock)
+        self._mirrors = Mirrors()
         self.dram = DramTier(dram_budget_bytes, make_eviction_policy(eviction_policy), self._pins.pinned)
         self._ssd_policy = make_eviction_policy(eviction_policy)
         self._ssd_hits = self._ssd_misses = self._ssd_evictions = 0
@@ -80,6 +90,17 @@ class KVStore:
         self._writes = RateMeter(clock=clock)
         for block_id in ssd.scanned_oldest_first():  # LRU order survives a restart as write order
             self._ssd_policy.insert(block_id, ssd.size_of(block_id) or 0)
+        orphans = []
+        for diff_id, master_id in ssd.scanned_masters().items():
+            if ssd.contains(master_id):
+                self._mirrors.add(diff_id, master_id)
+            else:  # its master's delete outlived a crash that undid the diff's: unrestorable
+                orphans.append(diff_id)
+        with self._lock:
+            for diff_id in orphans:
+                ssd.delete(diff_id, durable=False)
+                self._forget(diff_id)
+        ssd.sync_deletes(orphans)
         with self._lock:
             self._make_ssd_room(0)  # the budget may have shrunk since the last run
 
@@ -141,7 +162,11 @@ class KVStore:
         # Verified before any room is made, so a bad write never evicts a good block.
         blocks, headers, rejected = self._verified_prefix(fingerprint, [(bytes(b), d) for b, d in blocks], first_index)
         with self._lock:
+            blocks, headers, rejected = self._masters_still_stored(blocks, headers, rejected, first_index)
             new = {b: len(d) for b, d in blocks if not self.ssd.contains(b)}
+            for (block_id, _), header in zip(blocks, headers):  # registered first: the room made next keeps the master
+                if header.diff is not None and block_id in new:
+                    self._mirrors.add(block_id, header.diff.master_id)
             for block_id, _ in blocks:  # a write uses the blocks it repeats: never evict them for it
                 if block_id not in new:
                     self._ssd_policy.touch(block_id)
@@ -159,6 +184,7 @@ class KVStore:
             with self._lock:
                 for (block_id, data), header, is_new in zip(blocks, headers, stored):
                     if not self.ssd.contains(block_id):
+                        self._mirrors.remove(block_id)
                         continue  # not written, or deleted since: keep it out of DRAM and the policy
                     if is_new is False:
                         self._ssd_policy.touch(block_id)  # again, so the batch ends in request order
@@ -181,10 +207,47 @@ class KVStore:
             try:
                 if len(data) > self.ssd_budget_bytes:  # could never be stored, not even in an empty tier
                     raise ValueError(f"block is {len(data)} bytes, over the SSD budget of {self.ssd_budget_bytes}")
-                headers.append(verify_block(block_id, data, fingerprint, self.ssd.max_block_bytes))
+                header = verify_block(block_id, data, fingerprint, self.ssd.max_block_bytes)
+                if header.diff is not None:
+                    check_master(self._master_header(header.diff.master_id, block_id, blocks[:i], headers), header)
+                headers.append(header)
             except ValueError as exc:
                 return blocks[:i], headers, BlockRejectedError(first_index + i, block_id, exc)
         return blocks, headers, None
+
+    def _master_header(
+        self, master_id: bytes, diff_id: bytes, earlier: list[tuple[bytes, bytes]], headers: list[BlockHeader]
+    ) -> BlockHeader:
+        """The header of a diff's master: earlier in the same write, in DRAM, or on SSD."""
+        for (block_id, _), header in zip(earlier, headers):
+            if block_id == master_id:
+                return header
+        with self._lock:
+            cached = self.dram.header_of(master_id)
+        found = cached if cached is not None else self.ssd.header(master_id)
+        if found is None:
+            raise ValueError(
+                f"diff block {diff_id.hex()} references master {master_id.hex()}, which is not stored: "
+                "store the master first (or in the same write, before its diffs)"
+            )
+        return found
+
+    def _masters_still_stored(
+        self,
+        blocks: list[tuple[bytes, bytes]],
+        headers: list[BlockHeader],
+        rejected: BlockRejectedError | None,
+        first_index: int,
+    ) -> tuple[list[tuple[bytes, bytes]], list[BlockHeader], BlockRejectedError | None]:
+        """Cut the write at a diff whose master was evicted or deleted since it was checked (under the lock)."""
+        earlier: set[bytes] = set()
+        for i, ((block_id, _), header) in enumerate(zip(blocks, headers)):
+            master_id = None if header.diff is None else header.diff.master_id
+            if master_id is not None and not self.ssd.contains(master_id) and master_id not in earlier:
+                cause = ValueError(f"diff block {block_id.hex()}: its master {master_id.hex()} was removed meanwhile")
+                return blocks[:i], headers[:i], BlockRejectedError(first_index + i, block_id, cause)
+            earlier.add(block_id)
+        return blocks, headers, rejected
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -223,20 +286,23 @@ class KVStore:
         read = self.ssd.read(block_id, fingerprint, layers, nowait)
         if read is NOT_CACHED:
             return read
+        orphans: list[bytes] = []
         with self._lock:
             self.dram.misses += nowait  # not counted above, as the read might have been handed on
             if read is None:
                 self._ssd_misses += 1
                 if not self.ssd.contains(block_id):
                     self._forget(block_id)  # dropped as corrupt, or never there
-                return None
-            self._ssd_hits += 1
-            self._reads.add(len(read.data))
-            if self.ssd.contains(block_id):
-                self._ssd_policy.touch(block_id)
-                if read.whole and len(read.data) <= self.dram.budget_bytes:
-                    # DRAM keeps an immutable copy: a nowait read's buffer is a bytearray.
-                    self.dram.insert(block_id, bytes(read.data), read.header)
+                    orphans = self._drop_mirrors(block_id)  # unrestorable without their master
+            else:
+                self._ssd_hits += 1
+                self._reads.add(len(read.data))
+                if self.ssd.contains(block_id):
+                    self._ssd_policy.touch(block_id)
+                    if read.whole and len(read.data) <= self.dram.budget_bytes:
+                        # DRAM keeps an immutable copy: a nowait read's buffer is a bytearray.
+                        self.dram.insert(block_id, bytes(read.data), read.header)
+        self.ssd.sync_deletes(orphans)
         return read
 
     def size_of(self, block_id: bytes) -> int | None:
@@ -315,14 +381,17 @@ class KVStore:
         return Hint(priority=priority, next_use_at=None if next_use_in_s is None else self._clock() + next_use_in_s)
 
     def delete(self, block_ids: Sequence[bytes]) -> int:
-        """Remove blocks from every tier (durably); returns how many were stored."""
+        """Remove blocks from every tier (durably); returns how many were stored. A master's
+        mirrors go with it (not counted): they cannot be restored without it."""
         ids = checked_block_ids(block_ids)
         with self._lock:
             deleted = [b for b in ids if self.ssd.delete(b, durable=False)]
+            orphans = []
             for block_id in ids:
                 self._forget(block_id)
                 self._pins.unpin(block_id)
-        self.ssd.sync_deletes(deleted)
+                orphans += self._drop_mirrors(block_id)
+        self.ssd.sync_deletes(deleted + orphans)
         return len(deleted)
 
     def stats(self) -> StoreStats:
@@ -367,7 +436,7 @@ class KVStore:
         excess = sum(self.ssd.committed_bytes()) + nbytes - self.ssd_budget_bytes
         if excess <= 0:
             return
-        victims = pick_victims(self._ssd_policy, excess, lambda b: self.ssd.size_of(b) or 0, self._pins.pinned)
+        victims = pick_victims(self._ssd_policy, excess, lambda b: self.ssd.size_of(b) or 0, self._kept)
         if victims is None:
             raise StoreFullError(
                 f"SSD tier full: {nbytes} bytes to write, budget {self.ssd_budget_bytes}, "
@@ -378,9 +447,25 @@ class KVStore:
             self._forget(block_id)
             self._ssd_evictions += 1
 
+    def _kept(self, block_id: bytes) -> bool:
+        """Not evictable now: pinned, or a master some stored diff is read against."""
+        return self._pins.pinned(block_id) or self._mirrors.has_mirrors(block_id)
+
+    def _drop_mirrors(self, master_id: bytes) -> list[bytes]:
+        """Remove the mirrors of a master that is gone (not yet durably: see `sync_deletes`)."""
+        mirrors = self._mirrors.of(master_id)
+        for diff_id in mirrors:
+            self.ssd.delete(diff_id, durable=False)
+            self._forget(diff_id)
+            self._pins.unpin(diff_id)
+        if mirrors:
+            log.warning("dropped %d diff blocks of master %s, which is gone", len(mirrors), master_id.hex())
+        return mirrors
+
     def _forget(self, block_id: bytes) -> None:
         self.dram.remove(block_id)
         self._ssd_policy.remove(block_id)
+        self._mirrors.remove(block_id)
 
 
 def _slice(block_id: bytes, data: bytes, header: BlockHeader, fingerprint: str | None, layers: Layers) -> BlockRead:

@@ -151,9 +151,13 @@ def test_bad_magic_version_and_truncation_raise():
     with pytest.raises(ValueError, match="magic"):
         deserialize_blocks(b"XXXX" + bytes(good[4:]))
     bad_version = bytearray(good)
-    bad_version[4] = 2
-    with pytest.raises(ValueError, match="version 2"):
+    bad_version[4] = 3
+    with pytest.raises(ValueError, match="version 3"):
         deserialize_blocks(bad_version)
+    other_version = bytearray(good)
+    other_version[4] = 2  # the diff format's version, on a full block's header
+    with pytest.raises(ValueError, match="version 1 disagrees with the prefix's 2"):
+        deserialize_blocks(other_version)
     with pytest.raises(ValueError, match="truncated"):
         deserialize_blocks(good[:10])
     with pytest.raises(ValueError, match="truncated"):
