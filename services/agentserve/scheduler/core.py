@@ -214,6 +214,10 @@ class SchedulerCore:
         turn = self.turns.run(session, sampling=sampling, token_ids=prompt_token_ids, segments=segments)
         return self._admitted(session, self._blocks(len(prompt_token_ids) + sampling.max_tokens), turn)
 
+    def _kv_gauges(self) -> None:
+        metrics.KV_COMMITTED.set(self.kv_admission.committed)
+        metrics.KV_COMMIT_LIMIT.set(self.kv_admission.limit or 0)
+
     def _blocks(self, tokens: int) -> int:
         block_size = self.registry.block_size
         return -(-tokens // block_size) if block_size else 0  # no engine known: the turn fails on that
@@ -237,7 +241,7 @@ class SchedulerCore:
                 metrics.REFUSED.labels("admission").inc()
                 raise
             metrics.IN_FLIGHT.inc()
-            metrics.KV_COMMITTED.set(self.kv_admission.committed)
+            self._kv_gauges()
             try:
                 async for event in events:
                     yield event
@@ -247,13 +251,13 @@ class SchedulerCore:
                 if session.tools.waiting and not session.closed:  # a call started during the turn
                     self.kv_admission.waiting(session.session_id, self._blocks(len(session.history)))
                 metrics.IN_FLIGHT.dec()
-                metrics.KV_COMMITTED.set(self.kv_admission.committed)
+                self._kv_gauges()
 
     async def close_session(self, session_id: str, owner: str = "") -> tuple[int, int]:
         """Forget the owner's session; returns its (turns, history tokens)."""
         session = self.sessions.close(session_id, owner)
         self.kv_admission.forget(session_id)
-        metrics.KV_COMMITTED.set(self.kv_admission.committed)
+        self._kv_gauges()
         return session.turns, len(session.history)
 
     def session_state(self, session_id: str, owner: str = "") -> dict[str, Any] | None:
@@ -273,7 +277,7 @@ class SchedulerCore:
         expired = self.sessions.expire()
         for session in expired:
             self.kv_admission.forget(session.session_id)
-        metrics.KV_COMMITTED.set(self.kv_admission.committed)
+        self._kv_gauges()
         if expired:
             log.info("closed %d sessions idle for over %.0f s", len(expired), self.config.session_ttl_s)
         return len(expired)
@@ -298,7 +302,7 @@ class SchedulerCore:
         session = self._tool_session(event)
         session.tools.started(event)
         self.kv_admission.waiting(session.session_id, self._blocks(len(session.history)))
-        metrics.KV_COMMITTED.set(self.kv_admission.committed)
+        self._kv_gauges()
         self.parking.started(session, event)
 
     def tool_call_finished(self, event: ToolCall) -> None:
