@@ -216,6 +216,12 @@ def bench_agentaware(args: argparse.Namespace) -> dict | None:
     return agentaware(args)
 
 
+def bench_tokendance(args: argparse.Namespace) -> dict | None:
+    from agentserve.bench.tokendance.cli import tokendance
+
+    return tokendance(args)
+
+
 def workload_convert(args: argparse.Namespace) -> dict:
     from agentserve.bench.workloads.cli import convert
 

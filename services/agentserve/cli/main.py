@@ -10,6 +10,7 @@ from pathlib import Path
 from agentserve.bench.agentaware import cli_args as agentaware_args
 from agentserve.bench.dualpath import cli_args as dualpath_args
 from agentserve.bench.replay import cli_args as replay_args
+from agentserve.bench.tokendance.cli import add_arguments as tokendance_args
 from agentserve.bench.workloads import cli_args as workload_args
 from agentserve.cli import commands
 from agentserve.engine.emulation_config import DEFAULT_KV_MATERIALISE_BYTES, DEFAULT_TIME_DILATION
@@ -255,6 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     agentaware_args.add_arguments(aware)
     aware.set_defaults(func=commands.bench_agentaware)
+    dance = bench.add_parser(
+        "tokendance",
+        help="TokenDance's figures: all-gather rounds under prefix caching, per-request and collective "
+        "position-independent reuse (capacity, storage, round prefill, quality)",
+    )
+    tokendance_args(dance)
+    dance.set_defaults(func=commands.bench_tokendance)
 
     workload = sub.add_parser("workload", help="agent workloads for bench replay").add_subparsers(
         dest="workload_command", required=True

@@ -1,0 +1,1 @@
+"""`agentserve bench tokendance`: shared context across agents in all-gather rounds (issue 16)."""

@@ -1,0 +1,151 @@
+"""`bench tokendance` output: JSON, a Markdown page and PNG plots (matplotlib, when installed)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from agentserve.bench.replay.plots import _pyplot
+
+COLORS = {"prefix": "#7f7f7f", "pic": "#1f77b4", "collective": "#d62728"}
+
+
+def write_report(result: dict, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        result["files"] = {k: str(v) for k, v in plots(result, out_dir).items()}
+    except ImportError:
+        print("agentserve bench tokendance: matplotlib is not installed; skipping plots", file=sys.stderr)
+        result["files"] = {}
+    (out_dir / "tokendance.json").write_text(json.dumps(result, indent=2))
+    (out_dir / "tokendance.md").write_text(markdown(result))
+
+
+def markdown(result: dict) -> str:
+    lines = ["# bench tokendance", "", "| figure | this run | target | paper | met |", "|---|---|---|---|---|"]
+    for key, v in result["targets"].items():
+        lines.append(f"| `{key}` | {v['value']:.3f} | >= {v['target']} | {v['paper']} | {v['met']} |")
+    lines += [f"| `mean_kl` | {result['mean_kl']:.5f} | - | - | - |", "", "## Regime", ""]
+    lines += [f"- {k}: {v}" for k, v in result["regime"].items()]
+    lines += [
+        "",
+        "## Capacity (agents within the SLO)",
+        "",
+        "| workload | prefix | pic | collective | ratio | limited by |",
+    ]
+    lines.append("|---|---|---|---|---|---|")
+    for name, c in result["capacity"].items():
+        m = c["methods"]
+        limits = ", ".join(f"{k}: {v['limited_by']}" for k, v in m.items())
+        lines.append(
+            f"| {name} | {m['prefix']['max_agents']} | {m['pic']['max_agents']} | {m['collective']['max_agents']} "
+            f"| {c['ratio']} | {limits} |"
+        )
+    lines += [
+        "",
+        "## Round prefill on the real engine",
+        "",
+        "| workload | round | per request s | collective s | speedup |",
+    ]
+    lines.append("|---|---|---|---|---|")
+    for p in result["prefill"]:
+        lines.append(
+            f"| {p['workload']} | {p['round_index']} | {p['per_request_s']} | {p['collective_s']} "
+            f"| {p['prefill_speedup_vs_pic']} |"
+        )
+    lines += [
+        "",
+        "## Over recompute fractions",
+        "",
+        "| fraction | top-1 | mean KL | "
+        + " | ".join(f"{n} storage | {n} capacity ratio" for n in result["capacity"])
+        + " |",
+    ]
+    lines.append("|---" * (3 + 2 * len(result["capacity"])) + "|")
+    for row in result["fraction_curve"]:
+        cells = [str(row["recompute_fraction"]), str(row.get("top1_agreement", "")), str(row.get("mean_kl", ""))]
+        for name in result["capacity"]:
+            w = row.get(name, {})
+            cells += [str(w.get("storage_reduction", "")), str(w.get("concurrent_agents_ratio", ""))]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"Elapsed {result['elapsed_s']} s; load average {result['load_average']}.", ""]
+    return "\n".join(lines)
+
+
+def plots(result: dict, out_dir: Path) -> dict[str, Path]:
+    return {
+        "capacity": _capacity(result, out_dir / "capacity.png"),
+        "fractions": _fractions(result, out_dir / "fractions.png"),
+        "prefill": _prefill(result, out_dir / "prefill.png"),
+    }
+
+
+def _capacity(result: dict, out: Path) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    names = list(result["capacity"])
+    width = 0.8 / 3
+    for i, method in enumerate(COLORS):
+        values = [result["capacity"][n]["methods"][method]["max_agents"] for n in names]
+        bars = ax.bar(
+            [j + (i - 1) * width for j in range(len(names))], values, width, label=method, color=COLORS[method]
+        )
+        ax.bar_label(bars)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("agents served within the SLO")
+    ax.set_title("concurrent agents at one KV budget")
+    ax.legend()
+    return _saved(plt, fig, out)
+
+
+def _fractions(result: dict, out: Path) -> Path:
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    rows = [r for r in result["fraction_curve"] if "top1_agreement" in r]
+    xs = [r["recompute_fraction"] for r in rows]
+    left.plot(xs, [r["top1_agreement"] for r in rows], "o-", color="#d62728", label="top-1 agreement")
+    left.set_xlabel("recompute fraction")
+    left.set_ylabel("top-1 agreement")
+    kl = left.twinx()
+    kl.plot(xs, [r["mean_kl"] for r in rows], "s--", color="#1f77b4", label="mean KL (nats)")
+    kl.set_ylabel("mean KL (nats)")
+    left.set_title("quality vs full recompute")
+    for name in result["capacity"]:
+        pts = [(r["recompute_fraction"], r[name]) for r in result["fraction_curve"] if name in r]
+        right.plot([p[0] for p in pts], [p[1]["storage_reduction"] for p in pts], "o-", label=f"{name} storage")
+        right.plot([p[0] for p in pts], [p[1]["concurrent_agents_ratio"] for p in pts], "s--", label=f"{name} capacity")
+    right.set_xlabel("recompute fraction")
+    right.set_ylabel("x over prefix caching")
+    right.set_title("storage reduction and capacity ratio")
+    right.legend(fontsize=8)
+    return _saved(plt, fig, out)
+
+
+def _prefill(result: dict, out: Path) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    names = [p["workload"] for p in result["prefill"]]
+    for i, (key, label, color) in enumerate(
+        (("per_request_s", "per-request PIC", COLORS["pic"]), ("collective_s", "collective", COLORS["collective"]))
+    ):
+        bars = ax.bar(
+            [j + (i - 0.5) * 0.4 for j in range(len(names))],
+            [p[key] for p in result["prefill"]],
+            0.4,
+            label=label,
+            color=color,
+        )
+        ax.bar_label(bars, fmt="%.1f s")
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("round prefill time (s, this machine)")
+    ax.set_title("one gather round on the trained default model")
+    ax.legend()
+    return _saved(plt, fig, out)
+
+
+def _saved(plt, fig, out: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
