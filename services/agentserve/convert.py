@@ -215,6 +215,7 @@ def prefill_request_to_proto(request: PrefillRequest) -> prefill_pb2.PrefillRequ
         relay_address=request.plan.relay_address,
         relay_blocks=request.plan.relay_blocks,
         segments=None if request.segments is None else prompt_segments_to_proto(request.segments),
+        priority=request.priority,
     )
 
 
@@ -229,6 +230,7 @@ def prefill_request_from_proto(msg: prefill_pb2.PrefillRequest) -> PrefillReques
         decode_address=msg.decode_address,
         plan=LoadPlan(kv_path_from_proto(msg.kv_path), msg.relay_address, msg.relay_blocks),
         segments=prompt_segments_from_proto(msg.segments, msg.token_ids) if msg.HasField("segments") else None,
+        priority=msg.priority,
     )
 
 
@@ -271,6 +273,7 @@ def generate_request_to_proto(request: GenerateRequest) -> decode_pb2.GenerateRe
         token_ids=request.token_ids,
         prompt_tokens=request.prompt_tokens,
         sampling=sampling_to_proto(request.sampling),
+        priority=request.priority,
     )
 
 
@@ -282,6 +285,7 @@ def generate_request_from_proto(msg: decode_pb2.GenerateRequest) -> GenerateRequ
         token_ids=list(msg.token_ids),
         prompt_tokens=msg.prompt_tokens,
         sampling=sampling_from_proto(msg.sampling),
+        priority=msg.priority,
     )
 
 

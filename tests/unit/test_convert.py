@@ -120,7 +120,7 @@ def test_engine_status_round_trip() -> None:
 def test_prefill_request_and_result_round_trip() -> None:
     request = PrefillRequest(
         "r1", "s1", "acme", [1, 2, 3], SAMPLING, store_hit_blocks=2, decode_address="127.0.0.1:9",
-        plan=LoadPlan(KVPath.SPLIT, relay_address="127.0.0.1:9", relay_blocks=1),
+        plan=LoadPlan(KVPath.SPLIT, relay_address="127.0.0.1:9", relay_blocks=1), priority=1020,
     )  # fmt: skip
     assert convert.prefill_request_from_proto(convert.prefill_request_to_proto(request)) == request
     result = PrefillResult(5, 3, 2, 1, 2, 1, 3, False, "", KVPath.B, 2, 300, 1, True)
@@ -138,7 +138,7 @@ def test_a_relayed_plan_without_a_relay_is_rejected_on_the_way_in() -> None:
 
 
 def test_generate_request_and_chunk_round_trip() -> None:
-    request = GenerateRequest("r1", "s1", "acme", [1, 2, 3, 4], 3, SAMPLING)
+    request = GenerateRequest("r1", "s1", "acme", [1, 2, 3, 4], 3, SAMPLING, priority=-70)
     assert convert.generate_request_from_proto(convert.generate_request_to_proto(request)) == request
     chunk = GenerateChunk([4, 5], finished=True, finish_reason="stop", cached_tokens=16, persisted_blocks=2)
     assert convert.generate_chunk_from_proto(convert.generate_chunk_to_proto(chunk)) == chunk

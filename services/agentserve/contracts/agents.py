@@ -9,6 +9,10 @@ from dataclasses import dataclass
 MAX_AGENT_ID_LENGTH = 128
 MAX_PARENTS = 64  # an all-gather over more agents than this is a job to split, not one node
 PRIORITY_RANGE = (-100, 100)  # higher is served first; 0 is the default
+# The scheduling priority engines see (a request's `priority`, scheduler/agent_priority.py) is at
+# least this for a critical-path agent and below it for every other: the engines' critical KV
+# share and the queues' order both read it.
+CRITICAL_PRIORITY = 1000
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ class PrefillRequest:
     decode_address: str = ""
     plan: LoadPlan = PATH_A
     segments: SegmentedPrompt | None = None  # shared blocks and their reuse; its tokens are token_ids
+    priority: int = 0  # the session's scheduling priority (higher first; see agent_priority.py)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class GenerateRequest:
     token_ids: list[int]
     prompt_tokens: int
     sampling: SamplingParams
+    priority: int = 0
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,9 @@ class DecodeWorker:
         first = True
         # The tokens after the prompt were generated already (the prefill's first): a grammar replays them.
         generated = len(token_ids) - prompt_tokens
-        async for event in self.engine.generate(token_ids, sampling, request.tenant, generated=generated):
+        async for event in self.engine.generate(
+            token_ids, sampling, request.tenant, generated=generated, priority=request.priority
+        ):
             persisted = 0
             if event.finished:
                 seq = event.seq

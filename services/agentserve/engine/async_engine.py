@@ -119,14 +119,17 @@ class AsyncEngine:
         tenant_salt: str = "",
         external_prefix: ExternalPrefix | None = None,
         generated: int = 0,
+        priority: int = 0,
     ) -> AsyncIterator[TokenEvent]:
-        """Stream each sampled token; cancelling the iteration aborts the request. `generated`: see
-        `LLMEngine.add_request`."""
+        """Stream each sampled token; cancelling the iteration aborts the request. `generated` and
+        `priority`: see `LLMEngine.add_request`."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
 
         def add(engine: LLMEngine) -> Sequence:
-            seq = engine.add_request(prompt_token_ids, params, tenant_salt, external_prefix, generated)
+            seq = engine.add_request(
+                prompt_token_ids, params, tenant_salt, external_prefix, generated=generated, priority=priority
+            )
             self._subscribers[seq.request_id] = (loop, events)
             return seq
 

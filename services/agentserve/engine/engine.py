@@ -157,11 +157,13 @@ class LLMEngine:
         external_prefix: ExternalPrefix | None = None,
         generated: int = 0,
         segments: SegmentedPrompt | None = None,
+        priority: int = 0,
     ) -> Sequence:
-        """Queue a request. The last `generated` prompt tokens are output another engine already
-        produced (a decode after its prefill): a grammar replays them before constraining more.
-        `segments` (the same tokens as the prompt) lets the prefill reuse its shared blocks
-        (`segmented_prefill`); an EXACT one, or one the engine cannot reuse on, is a plain prompt."""
+        """Queue a request, after the waiting ones of its `priority` or higher. The last `generated`
+        prompt tokens are output another engine already produced (a decode after its prefill): a
+        grammar replays them before constraining more. `segments` (the same tokens as the prompt)
+        lets the prefill reuse its shared blocks (`segmented_prefill`); an EXACT one, or one the
+        engine cannot reuse on, is a plain prompt."""
         tokens = list(prompt_token_ids)
         self.validate(tokens, params)
         if segments is not None and segments.token_ids != tokens:
@@ -172,15 +174,27 @@ class LLMEngine:
             raise ValueError("external prefix must leave at least one prompt token to compute")
         if not 0 <= generated < len(tokens):
             raise ValueError(f"generated must be in [0, {len(tokens)}), got {generated}")
-        seq = Sequence(tokens, len(tokens), params, tenant_salt=tenant_salt, generator=make_generator(params))
+        seq = Sequence(
+            tokens, len(tokens), params, tenant_salt=tenant_salt, generator=make_generator(params), priority=priority
+        )
         if params.structured is not None:
             seq.grammar = self._grammars().matcher(params.structured, tokens[len(tokens) - generated :])
         if external_prefix is not None:
             self._external[seq.request_id] = external_prefix
         if segments is not None and self.segmented is not None and not segments.reuse.exact:
             self._segments[seq.request_id] = segments
-        self.waiting.append(seq)
+        self._enqueue(seq)
         return seq
+
+    def _enqueue(self, seq: Sequence, front: bool = False) -> None:
+        """Into `waiting`, ordered by priority (highest first): behind its equals, or before them
+        with `front` (a preempted or failed sequence goes back to the head of its class)."""
+        index = len(self.waiting)
+        for i, other in enumerate(self.waiting):
+            if other.priority < seq.priority or (front and other.priority == seq.priority):
+                index = i
+                break
+        self.waiting.insert(index, seq)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -212,7 +226,8 @@ class LLMEngine:
         return batch_seqs
 
     def _admit_prefills(self) -> list[tuple[Sequence, PrefillPlan]]:
-        """Take waiting sequences in arrival order while the policy, the pool and their KV allow."""
+        """Take waiting sequences in queue order (priority, then arrival) while the policy, the pool
+        and their KV allow."""
         batch: list[tuple[Sequence, PrefillPlan]] = []
         taken_cost = 0.0
         for seq in list(self.waiting):
@@ -246,16 +261,18 @@ class LLMEngine:
         return PrefillPlan(hits, external, staged)
 
     def _admit(self, seq: Sequence, plan: PrefillPlan) -> bool:
-        """Check, then take the plan's slots; False (nothing taken) if the pool lacks room."""
+        """Check, then take the plan's slots; False (nothing taken) if the pool lacks room, counting
+        the share held for critical sequences against a sequence below the critical priority."""
+        keep = 0 if seq.priority >= self.config.critical_priority else self.critical_reserve()
         if not plan.staged:
-            if not self.blocks.can_allocate(len(seq), plan.hits, seq.block_ids):
+            if not self.blocks.can_allocate(len(seq), plan.hits, seq.block_ids, keep_free=keep):
                 return False
             seq.slots = self.blocks.allocate(seq.block_ids, len(seq), plan.hits).slots
             return True
         assert plan.external is not None
         num_new = -(-len(seq) // self.block_size) - plan.external.num_blocks
         num_staging = -(-plan.external.num_blocks // self.model_config.num_hidden_layers)
-        if num_new + num_staging > self.blocks.available_after(seq.block_ids[: plan.hits]):
+        if num_new + num_staging + keep > self.blocks.available_after(seq.block_ids[: plan.hits]):
             return False
         plan.slots = self.blocks.pin(seq.block_ids[: plan.hits]) + self.blocks.reserve(num_new)
         plan.staging = self.blocks.reserve(num_staging)
@@ -293,7 +310,7 @@ class LLMEngine:
             log.warning("external KV of %s failed (%s); recomputing it", seq.request_id, exc)
             self.blocks.free(plan.slots + plan.staging if plan.staged else seq.slots)
             seq.slots = []
-            self.waiting.appendleft(seq)
+            self._enqueue(seq, front=True)
             return False
         seq.num_cached_tokens = plan.cached_tokens(self.block_size)
         seq.num_computed = len(seq)
@@ -318,18 +335,36 @@ class LLMEngine:
         self.blocks.free(plan.slots + plan.staging)
         seq.slots = []
 
+    def critical_reserve(self) -> int:
+        """Slots a sequence below the critical priority must leave free: what the critical ones
+        still need to finish (waiting: all of it; running: their growth to max_tokens), up to the
+        configured share of the pool. Sized by demand each time, and reserved progressively: no one
+        is preempted to make it, slots freed by others are simply held back for it."""
+        share = self.config.critical_reserve
+        if not share:
+            return 0
+        demand = 0
+        for seq in (*self.waiting, *self.running):
+            if seq.priority >= self.config.critical_priority:
+                final = len(seq) + seq.params.max_tokens - seq.num_output_tokens
+                demand += max(0, -(-final // self.block_size) - len(seq.slots))
+        return min(demand, int(share * self.blocks.num_slots))
+
     def _reserve_decode_slots(self) -> None:
-        # Preempt the newest sequences (recompute later) until every survivor has room for its token.
+        # Preempt the lowest-priority, newest sequences (recompute later) until every survivor has
+        # room for its token.
         while True:
             need = sum(1 for s in self.running if len(s.slots) * self.block_size < len(s))
             if need <= self.blocks.num_free_slots or len(self.running) == 1:
                 break
-            victim = self.running.pop()
+            lowest = min(s.priority for s in self.running)
+            victim = next(s for s in reversed(self.running) if s.priority == lowest)
+            self.running.remove(victim)
             self.num_preemptions += 1
             self.blocks.free(victim.slots)
             victim.slots, victim.num_computed, victim.num_sealed = [], 0, 0
             victim.status = SequenceStatus.WAITING
-            self.waiting.appendleft(victim)
+            self._enqueue(victim, front=True)
         for seq in self.running:
             self.blocks.append(seq.slots, len(seq))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agentserve.contracts.agents import CRITICAL_PRIORITY
 from agentserve.engine.config import parse_dtype
 from agentserve.engine.emulation_config import EmulationConfig
 from agentserve.engine.prefill_batch import PrefillBatchPolicy, make_prefill_batch_policy
@@ -37,6 +38,10 @@ class EngineConfig:
     prefill_batching: str = "fcfs"  # which waiting prefills a step takes (`engine.prefill_batch`)
     prefill_token_budget: int = 8192  # compute-quota: a batch's cost limit, in new-token equivalents
     prefill_attention_tokens: int = 0  # compute-quota: cached tokens whose attention costs one new token
+    # A share of the pool held for sequences at or above `critical_priority` (critical-path agents,
+    # see `LLMEngine.critical_reserve`): at most this fraction, sized by their demand. 0 = none.
+    critical_reserve: float = 0.0
+    critical_priority: int = CRITICAL_PRIORITY
     compute: str = "real"
     # A segmented (TokenDance) request whose estimated deviation from a full recompute passes this
     # is recomputed in full (`engine.recompute_selection`); None: never.
@@ -54,6 +59,8 @@ class EngineConfig:
             raise ValueError(f"num_threads must be >= 0, got {self.num_threads}")
         if not isinstance(self.layerwise, bool):
             raise ValueError(f"layerwise must be true or false, got {self.layerwise!r}")
+        if not 0 <= self.critical_reserve < 1:
+            raise ValueError(f"critical_reserve must be a fraction of the pool in [0, 1), got {self.critical_reserve}")
         self.prefill_batch_policy()  # ValueError naming the bad field
         if self.compute not in COMPUTE_MODES:
             raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")

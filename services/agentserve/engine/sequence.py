@@ -30,6 +30,7 @@ class Sequence:
     num_prompt_tokens: int
     params: SamplingParams
     tenant_salt: str = ""
+    priority: int = 0  # higher is admitted first; at the engine's critical priority it may use the reserve
     request_id: str = field(default_factory=lambda: f"seq-{next(_ids)}")
     status: SequenceStatus = SequenceStatus.WAITING
     slots: list[int] = field(default_factory=list)

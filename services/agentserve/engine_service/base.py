@@ -43,6 +43,7 @@ class EngineService(Service):
                 max_batch_size=config.max_batch_size,
                 num_threads=config.num_threads,
                 eviction_policy=config.eviction_policy,
+                critical_reserve=config.critical_reserve,
                 layerwise=config.layerwise,
                 prefill_batching=config.prefill_batching,
                 prefill_token_budget=config.prefill_token_budget,

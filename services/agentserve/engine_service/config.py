@@ -27,6 +27,7 @@ class EngineServiceConfig:
     max_batch_size: int = 64
     num_threads: int = 0
     eviction_policy: str = DEFAULT_EVICTION_POLICY  # the KV pool's, see `kv.eviction`
+    critical_reserve: float = 0.0  # the pool's share held for critical-path sessions (EngineConfig)
     # Prefill scheduling inside the engine (`engine.engine_config.EngineConfig`, checked there).
     layerwise: bool = False  # a prefill computes while its cached KV still arrives, one layer staged at a time
     prefill_batching: str = "fcfs"  # fcfs | compute-quota
@@ -68,6 +69,8 @@ class EngineServiceConfig:
         if not self.fabric_prefill_tokens_per_s >= 0:
             raise ValueError(f"fabric_prefill_tokens_per_s must be >= 0, got {self.fabric_prefill_tokens_per_s}")
         check_eviction_policy(self.eviction_policy)
+        if not 0 <= self.critical_reserve < 1:
+            raise ValueError(f"critical_reserve must be a fraction of the pool in [0, 1), got {self.critical_reserve}")
         make_prefill_batch_policy(self.prefill_batching, self.prefill_token_budget, self.prefill_attention_tokens)
         if self.kvstore_timeout_ms < 0:
             raise ValueError(f"kvstore_timeout_ms must be >= 0 (0: no deadline), got {self.kvstore_timeout_ms}")

@@ -6,6 +6,11 @@
 
 Path B (a decode engine relaying store reads to a prefill engine) lives in `relay`.
 
+A load may meet diff blocks (a shared block's sibling stored against its master, `kv.block_diff`):
+each is restored as it arrives, against its master fetched once per load, with this model's RoPE
+shift, and imported as the full block it stands for. A diff the store found corrupt arrives as
+missing, like any miss: the engine computes it and what follows.
+
 The store is a cache, never a dependency: a load or persist that finds it down (`store_down`) is
 not an error. A load keeps the leading blocks that arrived (the engine computes the rest: same
 output, more compute); a persist is skipped (the blocks stay only in HBM). Both are counted
@@ -31,13 +36,16 @@ from opentelemetry import trace
 from prometheus_client import Counter
 
 from agentserve.common.channels import ChannelCache
-from agentserve.common.telemetry import kv_transfer
+from agentserve.common.telemetry import TransferRecord, kv_transfer
 from agentserve.engine.async_engine import AsyncEngine
 from agentserve.engine.engine import LLMEngine
+from agentserve.engine.rope import inverse_frequencies
 from agentserve.engine_service.kv_charge import KVCharge
-from agentserve.fabric.nic import EmulatedNIC
+from agentserve.fabric.nic import EmulatedNIC, Transfer
 from agentserve.fabric.stream import paced, transfer_metadata
-from agentserve.kv.block_format import serialize_blocks
+from agentserve.kv.block_diff import restore_block
+from agentserve.kv.block_format import read_header, serialize_blocks
+from agentserve.kv.rope_shift import RopeShift
 from agentserve.kvstore.client import store_down
 from agentserve.kvstore.sharded import ShardedKVStoreClient
 from agentserve.v1 import common_pb2, decode_pb2, decode_pb2_grpc
@@ -115,6 +123,7 @@ class KVMover:
         # declares a load's size before its bytes arrive (NIC queue depth)
         self.block_bytes = block_wire_bytes(engine.engine)
         self.charge = KVCharge.for_engine(engine.engine, self.block_bytes)  # what the NICs count
+        self.shift = RopeShift(inverse_frequencies(engine.engine.model_config))  # restores diff blocks
         nics = dict(nics or unshaped_nics())
         self.snic, self.cnic = nics["snic"], nics["cnic"]
         # Peer engines (handoff, relay); one found UNAVAILABLE is forgotten, so a restart gets a fresh channel.
@@ -126,6 +135,7 @@ class KVMover:
         if not ids:
             return 0
         datas: list[bytes] = []
+        masters: dict[bytes, bytes | None] = {}
         try:
             with kv_transfer(
                 "A", "snic", self.kvstore_address, self.engine_id, self.num_layers, self.snic.gbps
@@ -134,8 +144,14 @@ class KVMover:
                     async for _, data in self.kvstore.get(self.fingerprint, list(ids)):
                         charged = self.charge.blocks(len(data))
                         await transfer.pace(charged)
-                        datas.append(data)
                         record.add(charged)
+                        diff = read_header(data).diff  # (headers are parsed once: cached by their bytes)
+                        if diff is not None:
+                            restored = await self._restored(data, diff.master_id, masters, transfer, record)
+                            if restored is None:
+                                break  # its master is gone: the engine computes from here
+                            data = restored
+                        datas.append(data)
                 record.queue_wait_s = transfer.queue_wait_s
                 await self.engine.call(lambda e: _import_each(e, datas))
             return len(datas)
@@ -146,6 +162,26 @@ class KVMover:
         if datas:
             await self.engine.call(lambda e: _import_each(e, datas))
         return len(datas)
+
+    async def _restored(
+        self,
+        diff: bytes,
+        master_id: bytes,
+        masters: dict[bytes, bytes | None],
+        transfer: Transfer,
+        record: TransferRecord,
+    ) -> bytes | None:
+        """The full block a diff stands for, its master fetched (and paced) once per load; None
+        when the store no longer has the master."""
+        if master_id not in masters:
+            found = [data async for _, data in self.kvstore.get(self.fingerprint, [master_id])]
+            masters[master_id] = found[0] if found else None
+            if found:
+                charged = self.charge.blocks(len(found[0]))
+                await transfer.pace(charged)
+                record.add(charged)
+        master = masters[master_id]
+        return None if master is None else bytes(restore_block(master, diff, self.shift))
 
     async def persist(self, ids: Sequence[bytes]) -> int:
         """Write resident blocks to the store; returns how many were stored (0, skipped, with the store down)."""

@@ -65,8 +65,11 @@ class BlockManager:
         """The slot holding `block_id` (in use or cached), or None. Changes nothing, not even LRU order."""
         return self._slot_of.get(block_id)
 
-    def can_allocate(self, num_tokens: int, num_hit_blocks: int, block_ids: Sequence[bytes] | None = None) -> bool:
-        """Whether `allocate(block_ids, num_tokens, num_hit_blocks)` would succeed.
+    def can_allocate(
+        self, num_tokens: int, num_hit_blocks: int, block_ids: Sequence[bytes] | None = None, keep_free: int = 0
+    ) -> bool:
+        """Whether `allocate(block_ids, num_tokens, num_hit_blocks)` would succeed leaving at least
+        `keep_free` fresh slots (a share held for others).
 
         Reviving a cached hit takes that slot out of the evictable pool, so the exact answer needs
         the hit ids. Without `block_ids` the answer is conservative (it assumes every hit is cached
@@ -76,9 +79,9 @@ class BlockManager:
         if block_ids is None:
             num_blocks = self._num_blocks(num_tokens)
             self._check_hits(num_hit_blocks, num_tokens // self.block_size)
-            return num_blocks <= self.num_free_slots
+            return num_blocks + keep_free <= self.num_free_slots
         num_fresh, available = self._plan(block_ids, num_tokens, num_hit_blocks)
-        return num_fresh <= available
+        return num_fresh + keep_free <= available
 
     def allocate(self, block_ids: Sequence[bytes], num_tokens: int, num_hit_blocks: int) -> Allocation:
         """Reference the first `num_hit_blocks` resident blocks and take fresh slots for the rest.

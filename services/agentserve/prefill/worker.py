@@ -59,7 +59,7 @@ class PrefillWorker:
             return await self._prefill(request)
 
     async def _prefill(self, request: PrefillRequest) -> PrefillResult:
-        token_ids, sampling, tenant = request.token_ids, request.sampling, request.tenant
+        token_ids, sampling, tenant, priority = request.token_ids, request.sampling, request.tenant, request.priority
         store_hit_blocks, decode_address = request.store_hit_blocks, request.decode_address
 
         def prepare(engine: LLMEngine) -> tuple[list[bytes], int]:
@@ -81,11 +81,14 @@ class PrefillWorker:
                 async with asyncio.TaskGroup() as both:  # the prefill runs while its KV arrives
                     loading = both.create_task(self._load_into(stream, to_load, plan))
                     external = stream.external(store_hit_blocks)
-                    events = [event async for event in self.engine.generate(token_ids, first, tenant, external)]
+                    events = [
+                        event
+                        async for event in self.engine.generate(token_ids, first, tenant, external, priority=priority)
+                    ]
                 path, loaded, relayed = loading.result()
             else:
                 path, loaded, relayed = await self._load(to_load, plan)
-                events = [event async for event in self.engine.generate(token_ids, first, tenant)]
+                events = [event async for event in self.engine.generate(token_ids, first, tenant, priority=priority)]
             seq, first_logprob = events[-1].seq, events[-1].logprob
             # The prompt's blocks are pinned from the end of the prefill until its persist and handoff
             # have exported them: the engine steps other sequences meanwhile, and an evicted block would

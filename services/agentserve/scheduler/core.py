@@ -21,6 +21,7 @@ from agentserve.model_files.tokenizer import Tokenizer
 from agentserve.model_files.tokenizer_files import ensure_default_tokenizer
 from agentserve.scheduler import metrics
 from agentserve.scheduler.admission import Admission, AdmissionLimits
+from agentserve.scheduler.agent_priority import AgentDAG, priority_of
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.engine_clients import EngineClients
 from agentserve.scheduler.kv_admission import KVAdmission
@@ -87,6 +88,10 @@ class SchedulerCore:
             )
         )
         self.store = store
+        # Agent priority (agent_priority.py): the DAG of the open sessions' agents, read per request.
+        self.dag = AgentDAG()
+        for resumed in self.sessions:
+            self.dag.add(resumed)
         # Fakes of the turn calls alone (unit tests) cannot move KV: parking then keeps everything.
         moves = cast(KVMoves, self.engines) if hasattr(self.engines, "drop_kv") else None
         if config.session_kv == "store" and moves is None:
@@ -102,6 +107,7 @@ class SchedulerCore:
             model_name=config.model_name,
             prefill_policy=make_prefill_policy(config.prefill_policy, config.prefill_alpha_ms, config.prefill_beta),
             relay_policy=make_relay_policy(config.relay_policy),
+            priority_of=self.priority_of,
             rounds=RoundGroups(config.round_window_ms / 1000),
             drops=moves if config.session_kv == "store" else None,
         )
@@ -112,7 +118,12 @@ class SchedulerCore:
             moves,
             cast(StoreHints, store) if hasattr(store, "hint") else None,
             lambda engines, session: self.turns.placer.router.pick(engines, session),
+            priority_of=self.priority_of,
         )
+
+    def priority_of(self, session: Session) -> int:
+        """The scheduling priority of the session's next request (caller, DAG, runtime state)."""
+        return priority_of(session, self.dag)
 
     def _alive(self, role: Role, address: str) -> bool:
         """Whether the registry still counts the engine at `address` alive (heartbeats arriving)."""
@@ -168,6 +179,7 @@ class SchedulerCore:
             metrics.REFUSED.labels("kv").inc()
             raise
         created = self.sessions.create(tenant, agent, parent_session_id, system_prompt, session_id, tools, owner, info)
+        self.dag.add(created)
         return created.session_id
 
     def turn(
@@ -214,6 +226,10 @@ class SchedulerCore:
         turn = self.turns.run(session, sampling=sampling, token_ids=prompt_token_ids, segments=segments)
         return self._admitted(session, self._blocks(len(prompt_token_ids) + sampling.max_tokens), turn)
 
+    def _kv_gauges(self) -> None:
+        metrics.KV_COMMITTED.set(self.kv_admission.committed)
+        metrics.KV_COMMIT_LIMIT.set(self.kv_admission.limit or 0)
+
     def _blocks(self, tokens: int) -> int:
         block_size = self.registry.block_size
         return -(-tokens // block_size) if block_size else 0  # no engine known: the turn fails on that
@@ -237,23 +253,25 @@ class SchedulerCore:
                 metrics.REFUSED.labels("admission").inc()
                 raise
             metrics.IN_FLIGHT.inc()
-            metrics.KV_COMMITTED.set(self.kv_admission.committed)
+            self._kv_gauges()
             try:
                 async for event in events:
                     yield event
             finally:
                 ticket.release()
                 commitment.release()
+                session.tools.returned = False  # served: the next turn is no return
                 if session.tools.waiting and not session.closed:  # a call started during the turn
                     self.kv_admission.waiting(session.session_id, self._blocks(len(session.history)))
                 metrics.IN_FLIGHT.dec()
-                metrics.KV_COMMITTED.set(self.kv_admission.committed)
+                self._kv_gauges()
 
     async def close_session(self, session_id: str, owner: str = "") -> tuple[int, int]:
         """Forget the owner's session; returns its (turns, history tokens)."""
         session = self.sessions.close(session_id, owner)
+        self.dag.remove(session)
         self.kv_admission.forget(session_id)
-        metrics.KV_COMMITTED.set(self.kv_admission.committed)
+        self._kv_gauges()
         return session.turns, len(session.history)
 
     def session_state(self, session_id: str, owner: str = "") -> dict[str, Any] | None:
@@ -272,8 +290,9 @@ class SchedulerCore:
         """Close sessions idle past their TTL; how many."""
         expired = self.sessions.expire()
         for session in expired:
+            self.dag.remove(session)
             self.kv_admission.forget(session.session_id)
-        metrics.KV_COMMITTED.set(self.kv_admission.committed)
+        self._kv_gauges()
         if expired:
             log.info("closed %d sessions idle for over %.0f s", len(expired), self.config.session_ttl_s)
         return len(expired)
@@ -298,7 +317,7 @@ class SchedulerCore:
         session = self._tool_session(event)
         session.tools.started(event)
         self.kv_admission.waiting(session.session_id, self._blocks(len(session.history)))
-        metrics.KV_COMMITTED.set(self.kv_admission.committed)
+        self._kv_gauges()
         self.parking.started(session, event)
 
     def tool_call_finished(self, event: ToolCall) -> None:

@@ -87,7 +87,9 @@ class KVParking:
         store: StoreHints | None,
         pick_decode: Callable[[list[Engine], Session], Engine],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        priority_of: Callable[[Session], int] | None = None,
     ) -> None:
+        """`priority_of`: the priority hints carry (`agent_priority.priority_of`; default the caller's)."""
         self.policy = policy
         self.durations = durations
         self.registry = registry
@@ -95,6 +97,7 @@ class KVParking:
         self.store = store
         self.pick_decode = pick_decode
         self._sleep = sleep
+        self.priority_of = priority_of or (lambda session: session.info.priority)
         self._parked: dict[str, _Parked] = {}  # by session id
         self._pins: set[asyncio.Task] = set()  # pin requests in flight (a reference keeps each alive)
         self.stats = ParkingStats()
@@ -169,7 +172,7 @@ class KVParking:
             metrics.KV_PARKING.labels("offload").inc()
             metrics.KV_PARKING_BLOCKS.labels("dropped").inc(dropped)
             if self.store is not None:
-                await self.store.hint(parked.block_ids, session.info.priority, typical_s)
+                await self.store.hint(parked.block_ids, self.priority_of(session), typical_s)
             if upload_after_s is None:
                 return
             await self._sleep(max(0.0, upload_after_s - (loop.time() - start)))
@@ -187,7 +190,7 @@ class KVParking:
                 session.kv_holder = target.engine_id  # the next turn goes where its KV now is
             # Held until the predicted return; a late one finds them cached at the session's priority.
             remaining_s = max(0.0, typical_s - (loop.time() - start))
-            hint = KVHint(session.info.priority, remaining_s, remaining_s)
+            hint = KVHint(self.priority_of(session), remaining_s, remaining_s)
             await self.moves.hint_kv(target.status.address, parked.block_ids, hint)
         except asyncio.CancelledError:
             raise

@@ -79,3 +79,7 @@ KV_COMMITTED = Gauge(
     "agentserve_scheduler_kv_committed_blocks",
     "KV blocks committed to turns in flight and to sessions gone to tools (KV admission's count)",
 )
+KV_COMMIT_LIMIT = Gauge(
+    "agentserve_scheduler_kv_commit_limit_blocks",
+    "KV admission's bound: kv_commit_ratio x the live decode engines' pools, in blocks (0 = none)",
+)

@@ -16,7 +16,7 @@ import asyncio
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -125,6 +125,10 @@ class SessionStore:
 
     def __len__(self) -> int:
         return self._count
+
+    def __iter__(self) -> Iterator[Session]:
+        """Every open session (a snapshot: the store may change while the caller iterates)."""
+        return iter([s for owners in self._sessions.values() for s in owners.values()])
 
     def __contains__(self, session_id: str) -> bool:
         return session_id in self._sessions

@@ -20,6 +20,7 @@ class ToolWaitState:
     pending: dict[str, ToolCall] = field(default_factory=dict)  # by call id; agents run tools in parallel
     finished: deque[ToolCall] = field(default_factory=lambda: deque(maxlen=HISTORY_LIMIT))
     total_wait_s: float = 0.0
+    returned: bool = False  # its calls all finished and no turn has run since: the next turn is a return
 
     @property
     def waiting(self) -> bool:
@@ -33,3 +34,4 @@ class ToolWaitState:
         self.pending.pop(call.call_id, None)
         self.finished.append(call)
         self.total_wait_s += call.actual_duration_s
+        self.returned = not self.pending

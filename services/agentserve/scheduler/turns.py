@@ -27,7 +27,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -122,11 +122,15 @@ class TurnRunner:
         relay_policy: RelayPolicy | None = None,
         rounds: RoundGroups | None = None,
         drops: KVDrops | None = None,
+        priority_of: Callable[[Session], int] | None = None,
     ) -> None:
         """`drops`: set when sessions keep no KV on their decode engine between turns
-        (`SchedulerConfig.session_kv = "store"`); each turn's decode engine then drops it at the end."""
+        (`SchedulerConfig.session_kv = "store"`); each turn's decode engine then drops it at the end.
+        `priority_of` gives the scheduling priority a session's requests carry to the engines
+        (`agent_priority.priority_of`); by default the caller's own."""
         self.prompts = prompts
         self.drops = drops
+        self.priority_of = priority_of or (lambda session: session.info.priority)
         self.registry = registry
         self.engines = engines
         self.store = store
@@ -320,6 +324,7 @@ class TurnRunner:
                 decode_address=decode.address,
                 plan=placed.plan,
                 segments=turn.segments,
+                priority=self.priority_of(turn.session),
             )
             # The turn's work counts against its engines until the prefill returns: the decode engine
             # too, or a burst of new sessions all picks the same idle one (and stays on it, sticky).
@@ -365,6 +370,7 @@ class TurnRunner:
                 max_tokens=turn.sampling.max_tokens - len(turn.output),
                 min_tokens=max(0, turn.sampling.min_tokens - len(turn.output)),
             ),
+            priority=self.priority_of(turn.session),
         )
         while True:
             streamed = False
