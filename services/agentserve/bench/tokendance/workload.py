@@ -99,11 +99,13 @@ class AgentRound:
 
 
 def first_turn_tokens(shape: RoundShape) -> list[int]:
-    """Each agent's first-turn length, as the generator's allgather pattern draws it."""
+    """Each agent's first-turn length, as the generator's allgather pattern draws it. The
+    generator is asked for first turns only: its later turns would list every peer as a
+    dependency (agents^2 references), and their lengths here follow the shape instead."""
     spec = GeneratorSpec(
         teams=1,
         agents=shape.agents,
-        turns=shape.rounds + 1,
+        turns=1,
         pattern="allgather",
         system_tokens=0,
         first_tokens=shape.first_tokens,
