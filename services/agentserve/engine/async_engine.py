@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from agentserve.contracts import SamplingParams, TokenLogprob
+from agentserve.contracts import SamplingParams, SegmentedPrompt, TokenLogprob
 from agentserve.engine.emulated_runner import EmulatedRunner
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.runner import ExternalPrefix
@@ -120,15 +120,22 @@ class AsyncEngine:
         external_prefix: ExternalPrefix | None = None,
         generated: int = 0,
         priority: int = 0,
+        segments: SegmentedPrompt | None = None,
     ) -> AsyncIterator[TokenEvent]:
-        """Stream each sampled token; cancelling the iteration aborts the request. `generated` and
-        `priority`: see `LLMEngine.add_request`."""
+        """Stream each sampled token; cancelling the iteration aborts the request. `generated`,
+        `priority` and `segments`: see `LLMEngine.add_request`."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
 
         def add(engine: LLMEngine) -> Sequence:
             seq = engine.add_request(
-                prompt_token_ids, params, tenant_salt, external_prefix, generated=generated, priority=priority
+                prompt_token_ids,
+                params,
+                tenant_salt,
+                external_prefix,
+                generated=generated,
+                segments=segments,
+                priority=priority,
             )
             self._subscribers[seq.request_id] = (loop, events)
             return seq

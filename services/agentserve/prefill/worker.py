@@ -88,7 +88,11 @@ class PrefillWorker:
                 path, loaded, relayed = loading.result()
             else:
                 path, loaded, relayed = await self._load(to_load, plan)
-                events = [event async for event in self.engine.generate(token_ids, first, tenant, priority=priority)]
+                # Shared blocks are reused here only: a layerwise prefill over streamed store hits
+                # (above) computes on that prefix, exactly.
+                segments = request.segments
+                generating = self.engine.generate(token_ids, first, tenant, priority=priority, segments=segments)
+                events = [event async for event in generating]
             seq, first_logprob = events[-1].seq, events[-1].logprob
             # The prompt's blocks are pinned from the end of the prefill until its persist and handoff
             # have exported them: the engine steps other sequences meanwhile, and an evicted block would
