@@ -10,19 +10,28 @@ import urllib.request
 import pytest
 
 from agentserve.tools.healthcheck import check
-from tests.support.compose import Stack
+from tests.support.compose import ONE_SHOT, Stack
 
 pytestmark = pytest.mark.container
 
 DECODE_PORT = 50054
-# Run inside a container: exit 0 when the gRPC server at argv[1] reports SERVING.
-PROBE = "import sys; from agentserve.tools.healthcheck import check; sys.exit(0 if check(sys.argv[1]) else 1)"
+# Run inside a container: exit 0 when the gRPC server at argv[1] reports SERVING, asked over the
+# internal plane's mutual TLS with the container's own certificate.
+PROBE = (
+    "import os, sys; from agentserve.tools.healthcheck import check\n"
+    "from agentserve.common.internal_tls import InternalTLS\n"
+    "tls = InternalTLS.load(os.environ['AGENTSERVE_INTERNAL_TLS_DIR'])\n"
+    "sys.exit(0 if check(sys.argv[1], tls=tls) else 1)"
+)
 ADVERTISED = "from agentserve.common.netutil import advertise_host; print(advertise_host(''))"
 
 
 def test_every_service_runs_healthy(stack: Stack):
     by_service: dict[str, list[str]] = {}
     for c in stack.containers():
+        if c.Service in ONE_SHOT:
+            assert (c.State, c.ExitCode) == ("exited", 0), c.Name
+            continue
         assert (c.State, c.Health) == ("running", "healthy"), c.Name
         by_service.setdefault(c.Service, []).append(c.Name)
     assert {s: len(names) for s, names in by_service.items()} == {
@@ -77,9 +86,11 @@ def assert_registered(stack: Stack, address: str, timeout_s: float = 30.0) -> No
 
 
 STORE_STATS = (
-    "import asyncio; from agentserve.kvstore.client import KVStoreClient\n"
+    "import asyncio, os; from agentserve.kvstore.client import KVStoreClient\n"
+    "from agentserve.common.internal_tls import InternalTLS\n"
+    "tls = InternalTLS.load(os.environ['AGENTSERVE_INTERNAL_TLS_DIR'])\n"
     "async def main():\n"
-    "    async with KVStoreClient('127.0.0.1:50052') as c:\n"
+    "    async with KVStoreClient('127.0.0.1:50052', tls=tls) as c:\n"
     "        print((await c.stats()).blocks)\n"
     "asyncio.run(main())"
 )

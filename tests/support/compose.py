@@ -33,6 +33,8 @@ from tests.support.processes import LOG_DIR, free_port, wait_serving
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 SERVICES = ("kvstore", "scheduler", "prefill", "decode", "toolproxy", "tracing")
+# One-shot services that must have exited 0 before the others start (the internal plane's certificates).
+ONE_SHOT = ("certs",)
 DEFAULT_REPLICAS = {"decode": 2}
 STARTUP_TIMEOUT_S = float(os.environ.get("AGENTSERVE_STACK_TIMEOUT_S", "900"))
 
@@ -191,7 +193,7 @@ class Stack:
     def _not_ready(self) -> str | None:
         containers = self.containers()
         for c in containers:
-            if c.State in ("exited", "dead"):
+            if c.State in ("exited", "dead") and not (c.Service in ONE_SHOT and c.ExitCode == 0):
                 return f"exited: {c.Name} ({c.State}, exit code {c.ExitCode})"
         for service in SERVICES:
             want = self.replicas.get(service, 1)

@@ -11,7 +11,12 @@ import yaml
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-PORT_VARIABLES = {"gRPC": "AGENTSERVE_GRPC_PORT", "HTTP": "AGENTSERVE_HTTP_PORT", "metrics": "AGENTSERVE_METRICS_PORT"}
+PORT_VARIABLES = {
+    "gRPC": "AGENTSERVE_GRPC_PORT",
+    "internal gRPC": "AGENTSERVE_INTERNAL_PORT",
+    "HTTP": "AGENTSERVE_HTTP_PORT",
+    "metrics": "AGENTSERVE_METRICS_PORT",
+}
 
 
 def readme_table() -> dict[str, tuple[dict[str, int], set[int]]]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -126,6 +128,27 @@ def bench_overload(args: argparse.Namespace) -> dict:
     return overload.run(args.concurrency, args.multiple, args.window_s)
 
 
+def bench_soak(args: argparse.Namespace) -> int:
+    from agentserve.bench import soak
+
+    config = soak.SoakConfig(
+        address=args.address,
+        duration_s=args.duration_s,
+        fraction=args.fraction,
+        rate=args.rate,
+        capacity_s=args.capacity_s,
+        concurrency=args.concurrency,
+        turns_per_session=args.turns_per_session,
+        max_growth=args.max_growth,
+        api_key=os.environ.get("AGENTSERVE_API_KEY", ""),
+    )
+    result = asyncio.run(soak.measure(config))
+    if args.out is not None:
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(soak.report(result), file=sys.stderr)
+    return 0 if result["passed"] else 1
+
+
 def profile_show(args: argparse.Namespace) -> dict:
     from agentserve.costmodel.models import TARGET_MODELS, target_model
     from agentserve.costmodel.ratio import TurnShape
@@ -234,6 +257,15 @@ def workload_generate(args: argparse.Namespace) -> dict:
     return generate_command(args)
 
 
+def certs(args: argparse.Namespace) -> int:
+    from agentserve.common.certs import SERVICES, ensure_certs
+
+    issued = ensure_certs(args.out, args.service or SERVICES, args.ca_dir)
+    kept = [s for s in args.service or SERVICES if s not in issued]
+    print(f"certs in {args.out}: issued {', '.join(issued) or 'none'}; kept {', '.join(kept) or 'none'}")
+    return 0
+
+
 def up_local(args: argparse.Namespace) -> int:
     from agentserve.cli.up import (
         ComputeSettings,
@@ -257,6 +289,7 @@ def up_local(args: argparse.Namespace) -> int:
         listen_host=args.host,
         data_dir=args.data_dir,
         log_dir=args.log_dir,
+        internal_tls=not args.plain_internal,
     )
     emulated = (
         f"; emulated {compute.target_model} on {compute.target_gpu}, time dilation {compute.time_dilation:g}"

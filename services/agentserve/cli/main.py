@@ -112,7 +112,24 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_KV_MATERIALISE_BYTES,
         help="emulated: KV payload bytes materialised per block (0 = the target's); NICs charge the target's",
     )
+    up.add_argument(
+        "--plain-internal",
+        action="store_true",
+        help="run the internal plane without mutual TLS (default: certificates issued into <data-dir>-certs)",
+    )
     up.set_defaults(func=commands.up_local)
+
+    certs = sub.add_parser(
+        "certs",
+        help="issue the internal plane's certificates: a private CA and one certificate per service "
+        "(idempotent: keeps what is valid)",
+    )
+    certs.add_argument("--out", required=True, type=Path, help="one directory per service under it (internal_tls_dir)")
+    certs.add_argument("--ca-dir", type=Path, help="the CA and its key (default OUT/ca); keep it off the services")
+    certs.add_argument(
+        "--service", action="append", help="a service to issue for (repeatable; default: every service and client)"
+    )
+    certs.set_defaults(func=commands.certs)
 
     profile = sub.add_parser("profile", help="hardware profiles of the emulated fabric").add_subparsers(
         dest="profile_command", required=True
@@ -190,6 +207,21 @@ def build_parser() -> argparse.ArgumentParser:
     ovl.add_argument("--window-s", type=float, default=15.0, help="seconds of the closed and the open loop")
     ovl.add_argument("--json", action="store_true")
     ovl.set_defaults(func=commands.bench_overload)
+    soak = bench.add_parser(
+        "soak",
+        help="a running system at a fraction of its capacity for a while: exit 1 on any failed turn or a "
+        "service's memory growing past --max-growth (scripts/soak.sh)",
+    )
+    soak.add_argument("--address", default="127.0.0.1:50051", help="the scheduler's client gRPC address")
+    soak.add_argument("--duration-s", type=float, default=1800.0)
+    soak.add_argument("--fraction", type=float, default=0.7, help="offered load as a fraction of measured capacity")
+    soak.add_argument("--rate", type=float, default=0.0, help="offered turns/s instead (0: --fraction x capacity)")
+    soak.add_argument("--capacity-s", type=float, default=30.0, help="seconds of the capacity measurement")
+    soak.add_argument("--concurrency", type=int, default=4, help="sessions in the capacity measurement")
+    soak.add_argument("--turns-per-session", type=int, default=4)
+    soak.add_argument("--max-growth", type=float, default=0.10, help="largest RSS growth allowed per process")
+    soak.add_argument("--out", type=Path, help="write the JSON result here")
+    soak.set_defaults(func=commands.bench_soak)
     kvb = bench.add_parser("kvstore", help="kvstore read/write MB/s and latency per block size vs the raw disk")
     kvb.add_argument("--data-dir", type=Path, help="where to put the bench files (default: system temp)")
     kvb.add_argument("--mb-per-size", type=int, default=256, help="MB of blocks per block size")

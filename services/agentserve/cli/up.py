@@ -12,6 +12,11 @@ cost model (a dozen fit on two cores; `ComputeSettings`).
 
 Every service listens on loopback. Only the clients' endpoints (the scheduler's gRPC and HTTP, the
 tool proxy's HTTP) may listen elsewhere (`listen_host`), and only with API keys configured.
+
+The internal plane (engines, the store, the scheduler's internal port, the tool proxy's gRPC) runs
+mutual TLS by default: certificates are issued at the first start into `<data_dir>-certs`
+(`common/certs.py`, reused after) and each service gets its own directory; `internal_tls=False`
+(`up --local --plain-internal`) runs it plain.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from agentserve.cli.children import spawn
 from agentserve.cli.restarts import RestartPolicy, RestartState
 from agentserve.common.api_keys import ApiKeys
+from agentserve.common.certs import ensure_certs
+from agentserve.common.internal_tls import InternalTLS
 from agentserve.common.netutil import free_port
 from agentserve.engine.default_model import ensure_default_model
 from agentserve.engine.emulation_config import DEFAULT_KV_MATERIALISE_BYTES, DEFAULT_TIME_DILATION, EmulationConfig
@@ -55,6 +62,7 @@ class LocalPorts:
     decode_ports: tuple[int, ...] = ()  # explicit ports (tests); default decode_base + i
     metrics: int = 9100  # the scheduler's Prometheus /metrics
     prefill_ports: tuple[int, ...] = ()  # every prefill engine's, when there are several
+    scheduler_internal: int = 50061  # engines' registration, the tool proxy's events
 
     @classmethod
     def free(cls, decoders: int, prefill: int = 1) -> LocalPorts:
@@ -62,6 +70,7 @@ class LocalPorts:
         prefill_ports = tuple(free_port() for _ in range(prefill))
         return cls(
             scheduler=free_port(),
+            scheduler_internal=free_port(),
             http=free_port(),
             kvstore=free_port(),
             prefill=prefill_ports[0],
@@ -97,6 +106,7 @@ class Proc:
     grpc_port: int
     popen: subprocess.Popen
     cmd: list[str] = field(default_factory=list)
+    tls: InternalTLS | None = None  # what probing `grpc_port` presents: it is on the internal plane
     restarts: RestartState = field(default_factory=RestartState)
     restart_at: float | None = None  # when a dead one is due to start again
 
@@ -114,9 +124,17 @@ def keys_of(env: Mapping[str, str]) -> ApiKeys:
     return ApiKeys.load(env.get("AGENTSERVE_API_KEYS", ""), env.get("AGENTSERVE_API_KEYS_FILE", ""))
 
 
+def health_channel(port: int, tls: InternalTLS | None = None) -> grpc.Channel:
+    """A blocking channel to a local port, with the internal plane's credentials when it is on it."""
+    target = f"127.0.0.1:{port}"
+    if tls is None:
+        return grpc.insecure_channel(target)
+    return grpc.secure_channel(target, tls.channel_credentials(), options=tls.channel_options())
+
+
 def wait_serving(proc: Proc, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(f"127.0.0.1:{proc.grpc_port}") as channel:
+    with health_channel(proc.grpc_port, proc.tls) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             if proc.popen.poll() is not None:
@@ -254,6 +272,16 @@ class ComputeSettings:
         ]
 
 
+def cert_root(data_dir: Path) -> Path:
+    """Where `up --local` keeps the internal plane's CA and certificates: beside the kvstore's data."""
+    return data_dir.with_name(f"{data_dir.name}-certs")
+
+
+def cert_role(name: str) -> str:
+    """The certificate a service presents: one per role (decode-1 presents decode's)."""
+    return name.split("-", 1)[0]
+
+
 def session_db(data_dir: Path) -> Path:
     """Where the scheduler writes its sessions (durable: a restarted scheduler resumes them): beside
     the kvstore's data, not in it."""
@@ -269,9 +297,27 @@ def service_commands(
     prefill: int = 1,
     compute: ComputeSettings = ComputeSettings(),
     listen_host: str = LOOPBACK,
+    certs: Path | None = None,
 ) -> list[tuple[str, int, list[str]]]:
     """(name, gRPC port, command) of every service, in start order. Internal services listen on
-    loopback; the scheduler and the tool proxy on `listen_host`."""
+    loopback; the scheduler and the tool proxy on `listen_host`. With `certs` (what `ensure_certs`
+    made), each service's internal plane runs mutual TLS with its role's certificate."""
+    cmds = _service_commands(ports, model_dir, data_dir, decoders, fabric, prefill, compute, listen_host)
+    if certs is None:
+        return cmds
+    return [(name, port, [*cmd, "--internal-tls-dir", str(certs / cert_role(name))]) for name, port, cmd in cmds]
+
+
+def _service_commands(
+    ports: LocalPorts,
+    model_dir: Path,
+    data_dir: Path,
+    decoders: int,
+    fabric: FabricSettings,
+    prefill: int,
+    compute: ComputeSettings,
+    listen_host: str,
+) -> list[tuple[str, int, list[str]]]:
     py = [sys.executable, "-m"]
     engine_common = [
         "--host",
@@ -281,7 +327,7 @@ def service_commands(
         "--advertise-host",
         "127.0.0.1",
         "--scheduler-address",
-        f"127.0.0.1:{ports.scheduler}",
+        f"127.0.0.1:{ports.scheduler_internal}",
         "--kvstore-address",
         f"127.0.0.1:{ports.kvstore}",
         "--fabric-profile",
@@ -315,6 +361,10 @@ def service_commands(
                 listen_host,
                 "--grpc-port",
                 str(ports.scheduler),
+                "--internal-port",
+                str(ports.scheduler_internal),
+                "--internal-host",
+                LOOPBACK,
                 "--http-port",
                 str(ports.http),
                 "--metrics-port",
@@ -361,7 +411,7 @@ def service_commands(
                 "--http-port",
                 str(ports.toolproxy_http),
                 "--scheduler-address",
-                f"127.0.0.1:{ports.scheduler}",
+                f"127.0.0.1:{ports.scheduler_internal}",
             ],
         )
     )
@@ -382,6 +432,7 @@ class LocalCluster:
         compute: ComputeSettings = ComputeSettings(),
         listen_host: str = LOOPBACK,
         restart_policy: RestartPolicy = RestartPolicy(),
+        internal_tls: bool = True,
     ):
         if decoders < 1:
             raise ValueError(f"at least one decode engine is required, got decoders={decoders}")
@@ -410,6 +461,7 @@ class LocalCluster:
             )
         self.listen_host = listen_host
         self.restart_policy = restart_policy
+        self.certs = cert_root(self.data_dir) if internal_tls else None
         self.procs: list[Proc] = []
 
     def start(self, timeout_s: float = 180.0, before: str | None = None) -> None:
@@ -424,6 +476,8 @@ class LocalCluster:
         started = {p.name for p in self.procs}
         if not started:
             self._remove_snic_buckets()  # a bucket left by an earlier cluster on these ports is stale
+        if self.certs is not None:
+            ensure_certs(self.certs)  # the first start issues them; later ones reuse what is valid
         try:
             commands = service_commands(
                 self.ports,
@@ -434,6 +488,7 @@ class LocalCluster:
                 prefill=self.prefill,
                 compute=self.compute,
                 listen_host=self.listen_host,
+                certs=self.certs,
             )
             for name, port, cmd in commands:
                 if before is not None and (name == before or name.startswith(f"{before}-")):
@@ -441,7 +496,8 @@ class LocalCluster:
                 if name in started:
                     continue
                 cmd = [*cmd, *self.extra_args(name)]
-                proc = Proc(name, port, self._spawn(name, cmd, "w"), cmd, RestartState(self.restart_policy))
+                probe = None if name == "scheduler" else self.internal_client()  # its grpc_port faces clients
+                proc = Proc(name, port, self._spawn(name, cmd, "w"), cmd, probe, RestartState(self.restart_policy))
                 proc.restarts.started(time.monotonic())
                 self.procs.append(proc)
                 # Engines warm up in parallel; the rest must be up before their dependants start.
@@ -467,6 +523,11 @@ class LocalCluster:
         if name == "scheduler":
             wait_ready(proc, self.ports.http, timeout_s)
         return proc
+
+    def internal_client(self) -> InternalTLS | None:
+        """The credentials a caller from outside the services (this process, tests) presents on
+        the internal plane: the `client` certificate; None when the plane is plain."""
+        return None if self.certs is None else InternalTLS.load(str(self.certs / "client"))
 
     def _spawn(self, name: str, cmd: list[str], mode: str) -> subprocess.Popen:
         with (self.log_dir / f"{name}.log").open(mode) as log:  # the child holds its own descriptor

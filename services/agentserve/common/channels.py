@@ -1,8 +1,9 @@
 """gRPC client channels: every one opened the same way, and a cache of them keyed by address.
 
 A channel carries the project's message limits (`server.GRPC_OPTIONS`) and the client
-interceptors, so every call carries the caller's trace context. Channels are bound to the event
-loop they are opened in: open them inside the loop that uses them.
+interceptors, so every call carries the caller's trace context. A channel on the internal plane
+takes the service's `InternalTLS` (None: a plain internal plane); clients' channels never do.
+Channels are bound to the event loop they are opened in: open them inside the loop that uses them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from contextlib import asynccontextmanager
 import grpc
 
 from agentserve.common.interceptors import client_interceptors
+from agentserve.common.internal_tls import InternalTLS
 from agentserve.common.server import GRPC_OPTIONS
 
 # Each channel owns its connections: by default channels with the same options share subchannels
@@ -22,9 +24,16 @@ from agentserve.common.server import GRPC_OPTIONS
 CHANNEL_OPTIONS = [*GRPC_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
 
 
-def open_channel(address: str) -> grpc.aio.Channel:
-    """An insecure channel to host:port `address`, made the project's way."""
-    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS, interceptors=client_interceptors())
+def open_channel(address: str, tls: InternalTLS | None = None) -> grpc.aio.Channel:
+    """A channel to host:port `address`, made the project's way: mutual TLS with `tls`, else plain."""
+    if tls is None:
+        return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS, interceptors=client_interceptors())
+    return grpc.aio.secure_channel(
+        address,
+        tls.channel_credentials(),
+        options=[*CHANNEL_OPTIONS, *tls.channel_options()],
+        interceptors=client_interceptors(),
+    )
 
 
 class ChannelCache:
@@ -36,14 +45,15 @@ class ChannelCache:
     left to calls still on it and closed with the rest by `close`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, tls: InternalTLS | None = None) -> None:
+        self._tls = tls
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._retired: list[grpc.aio.Channel] = []
 
     def get(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = open_channel(address)
+            channel = self._channels[address] = open_channel(address, self._tls)
         return channel
 
     def forget(self, address: str) -> None:

@@ -39,7 +39,7 @@ TRACED = filters.negate(
     filters.any_of(
         filters.service_prefix("grpc.health."),
         filters.service_prefix("grpc.reflection."),
-        filters.full_method_name("/agentserve.v1.Scheduler/Heartbeat"),
+        filters.full_method_name("/agentserve.v1.SchedulerInternal/Heartbeat"),
     )
 )
 

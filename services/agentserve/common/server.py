@@ -5,6 +5,12 @@ until the service's warm-up finished, e.g. an engine's first real generation), r
 Prometheus `/metrics`, OpenTelemetry, the `interceptors` (trace context and error mapping for every
 RPC), and a graceful stop on SIGTERM/SIGINT. A service supplies its servicers and lifecycle hooks
 by implementing `Service`; `main` is every `python -m agentserve.<service>` entry point.
+
+A service's gRPC port is on the internal plane: with `internal_tls_dir` configured it accepts only
+peers presenting a certificate of the deployment's CA (`internal_tls`). A service that also faces
+clients (the scheduler) names an `internal_port`: its `grpc_port` then serves only what
+`add_to_server` registers, plain (API keys authenticate clients), and the internal port serves
+`add_internal_to_server`'s servicers over the internal plane.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from prometheus_client import start_http_server
 
 from agentserve.common.config import load_config
 from agentserve.common.interceptors import server_interceptors
+from agentserve.common.internal_tls import InternalTLS, internal_tls
 from agentserve.common.lifetime import die_with_parent
 from agentserve.common.telemetry import setup_tracing, shutdown_tracing
 
@@ -44,10 +51,29 @@ class ServerSettings:
     grpc_port: int
     metrics_port: int  # 0 disables /metrics
     grace_s: float = 5.0
+    tls: InternalTLS | None = None  # the internal plane's mutual TLS; None = plain
+    # Nonzero: `grpc_port` faces clients and the internal plane has this port, on `internal_host`.
+    internal_port: int = 0
+    internal_host: str = ""
 
     @classmethod
     def of(cls, name: str, config: ServiceConfig) -> ServerSettings:
-        return cls(name, config.host, config.grpc_port, config.metrics_port)
+        """Settings from a service config; only a client-facing service's has `internal_port`/`internal_host`."""
+        internal_port = getattr(config, "internal_port", 0)
+        return cls(
+            name,
+            config.host,
+            config.grpc_port,
+            config.metrics_port,
+            tls=internal_tls(config.internal_tls_dir),
+            internal_port=internal_port,
+            internal_host=(getattr(config, "internal_host", "") or config.host) if internal_port else "",
+        )
+
+    @property
+    def public(self) -> bool:
+        """Whether `grpc_port` faces clients (the internal plane then has its own port)."""
+        return self.internal_port != 0
 
 
 class ServiceConfig(Protocol):
@@ -64,6 +90,9 @@ class ServiceConfig(Protocol):
     @property
     def metrics_port(self) -> int: ...
 
+    @property
+    def internal_tls_dir(self) -> str: ...
+
 
 C = TypeVar("C", bound=ServiceConfig)
 
@@ -75,9 +104,14 @@ class Service:
         """Register servicers; return their full service names (for health and reflection)."""
         raise NotImplementedError
 
+    def add_internal_to_server(self, server: grpc.aio.Server) -> list[str]:
+        """Register the internal plane's servicers of a client-facing service (one whose settings
+        have an `internal_port`); return their full service names."""
+        return []
+
     def interceptors(self) -> list[grpc.aio.ServerInterceptor]:
-        """The service's own interceptors (API keys), inside the shared ones: what they raise is
-        mapped to a status like a servicer's error."""
+        """The service's own interceptors (API keys) on `grpc_port`, inside the shared ones: what
+        they raise is mapped to a status like a servicer's error."""
         return []
 
     async def start(self) -> None:
@@ -95,18 +129,25 @@ async def serve(service: Service, settings: ServerSettings, ready: asyncio.Event
     setup_tracing(settings.name)
     server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[*server_interceptors(), *service.interceptors()])
     names = service.add_to_server(server)
+    ports = [_Port(server, settings.host, settings.grpc_port, not settings.public, settings.tls)]
+    if settings.public:
+        internal = grpc.aio.server(options=GRPC_OPTIONS, interceptors=server_interceptors())
+        names += service.add_internal_to_server(internal)
+        ports.append(_Port(internal, settings.internal_host, settings.internal_port, True, settings.tls))
     health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    for port in ports:
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, port.server)
+        reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], port.server)
     for name in ("", *names):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-    bound = server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
-    if bound == 0:
-        raise OSError(f"{settings.name}: cannot bind gRPC port {settings.grpc_port}")
+    for port in ports:
+        port.bind(settings.name)
     if settings.metrics_port:
         start_http_server(settings.metrics_port, addr=settings.host)
-    await server.start()
-    log.info("%s listening on %s:%d", settings.name, settings.host, settings.grpc_port)
+    for port in ports:
+        await port.server.start()
+    for port in ports:
+        log.info("%s listening on %s", settings.name, port.describe())
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -126,10 +167,35 @@ async def serve(service: Service, settings: ServerSettings, ready: asyncio.Event
         await stop.wait()
     finally:
         await health_servicer.enter_graceful_shutdown()
-        await server.stop(settings.grace_s)
+        await asyncio.gather(*(port.server.stop(settings.grace_s) for port in ports))
         await service.stop()
         shutdown_tracing()
         log.info("%s stopped", settings.name)
+
+
+@dataclass(frozen=True)
+class _Port:
+    """One listening port: the clients' (always plain), or the internal plane's (mutual TLS with `tls`)."""
+
+    server: grpc.aio.Server
+    host: str
+    port: int
+    internal: bool
+    tls: InternalTLS | None
+
+    def bind(self, service: str) -> None:
+        address = f"{self.host}:{self.port}"
+        if self.tls is None or not self.internal:
+            bound = self.server.add_insecure_port(address)
+        else:
+            bound = self.server.add_secure_port(address, self.tls.server_credentials())
+        if bound == 0:
+            raise OSError(f"{service}: cannot bind gRPC port {self.port}")
+
+    def describe(self) -> str:
+        plane = "internal plane" if self.internal else "clients"
+        security = "mutual TLS" if self.tls is not None and self.internal else "plain"
+        return f"{self.host}:{self.port} ({plane}, {security})"
 
 
 def main(name: str, config_cls: type[C], build: Callable[[C], Service], argv: Sequence[str] | None = None) -> None:

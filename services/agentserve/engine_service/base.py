@@ -7,6 +7,7 @@ import logging
 import socket
 from pathlib import Path
 
+from agentserve.common.internal_tls import internal_tls
 from agentserve.common.netutil import advertise_host
 from agentserve.common.server import Service
 from agentserve.contracts import EngineStatus, Role, SamplingParams
@@ -57,13 +58,16 @@ class EngineService(Service):
         self.engine_id = config.engine_id or f"{self.role.value}-{self.address}"
         # One address or several (`kvstore:50052` resolving to every replica): blocks are placed
         # by consistent hashing of their id, so every engine finds a block on the same instance.
-        self.kvstore = ShardedKVStoreClient(config.kvstore_address, timeout_s=config.kvstore_timeout_ms / 1000 or None)
+        self.tls = internal_tls(config.internal_tls_dir)
+        self.kvstore = ShardedKVStoreClient(
+            config.kvstore_address, timeout_s=config.kvstore_timeout_ms / 1000 or None, tls=self.tls
+        )
         self.fabric = self._scaled_profile(engine, model_dir)
         group = SnicGroup(config.snic_group, config.snic_group_engines) if config.snic_group else None
         self.nics = self.fabric.nics(self.role.value, group)
         register_nic_metrics(self.nics.values())
         register_pool_metrics(engine.blocks.stats)
-        self.mover = KVMover(self.engine, self.engine_id, self.kvstore, config.kvstore_address, self.nics)
+        self.mover = KVMover(self.engine, self.engine_id, self.kvstore, config.kvstore_address, self.nics, self.tls)
         self.registrar: Registrar | None = None
         self.model_dir = model_dir
 
@@ -137,7 +141,9 @@ class EngineService(Service):
             )
         ]
         log.info("warm-up generated %s on %s", tokens, socket.gethostname())
-        self.registrar = Registrar(self.config.scheduler_address, self.status, self.config.heartbeat_interval_ms / 1000)
+        self.registrar = Registrar(
+            self.config.scheduler_address, self.status, self.config.heartbeat_interval_ms / 1000, self.tls
+        )
         self.registrar.start()
 
     async def stop(self) -> None:

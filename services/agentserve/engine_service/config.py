@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentserve.common.internal_tls import internal_tls
 from agentserve.costmodel.kv_capacity import DEFAULT_ACTIVATION_RESERVE
 from agentserve.costmodel.timing import DEFAULT_DECODE_BANDWIDTH_EFFICIENCY, DEFAULT_PREFILL_MFU
 from agentserve.engine.emulation_config import DEFAULT_KV_MATERIALISE_BYTES, DEFAULT_TIME_DILATION, EmulationConfig
@@ -34,7 +35,9 @@ class EngineServiceConfig:
     prefill_token_budget: int = 8192
     prefill_attention_tokens: int = 0
     layerwise_min_read_kb: int = 64  # a layerwise path-A read of a block carries whole layers >= this (`layer_loads`)
-    scheduler_address: str = "127.0.0.1:50051"
+    scheduler_address: str = "127.0.0.1:50061"  # the scheduler's internal port
+    # The internal plane's mutual TLS (common/internal_tls.py): ca.pem, cert.pem, key.pem; "" = plain.
+    internal_tls_dir: str = ""
     kvstore_address: str = "127.0.0.1:50052"
     # Deadline of each store call (a whole load or persist stream): a hung store costs a turn at most
     # this, then the turn recomputes (a dead one answers at once). 0 = no deadline.
@@ -84,6 +87,7 @@ class EngineServiceConfig:
             self.emulation().pool_blocks(self.block_size)  # ValueErrors name the setting
         if not 0 <= self.metrics_port < 65536:
             raise ValueError(f"metrics_port must be a port number, got {self.metrics_port}")
+        internal_tls(self.internal_tls_dir)  # unreadable credentials fail at start-up, naming the setting
         for name in ("scheduler_address", "kvstore_address"):
             value = getattr(self, name)
             if value and ":" not in value:

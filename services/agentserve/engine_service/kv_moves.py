@@ -36,6 +36,7 @@ from opentelemetry import trace
 from prometheus_client import Counter
 
 from agentserve.common.channels import ChannelCache
+from agentserve.common.internal_tls import InternalTLS
 from agentserve.common.telemetry import TransferRecord, kv_transfer
 from agentserve.engine.async_engine import AsyncEngine
 from agentserve.engine.engine import LLMEngine
@@ -113,6 +114,7 @@ class KVMover:
         kvstore: ShardedKVStoreClient,
         kvstore_address: str,
         nics: Mapping[str, EmulatedNIC] | None = None,
+        tls: InternalTLS | None = None,
     ):
         self.engine = engine
         self.engine_id = engine_id
@@ -126,8 +128,10 @@ class KVMover:
         self.shift = RopeShift(inverse_frequencies(engine.engine.model_config))  # restores diff blocks
         nics = dict(nics or unshaped_nics())
         self.snic, self.cnic = nics["snic"], nics["cnic"]
-        # Peer engines (handoff, relay); one found UNAVAILABLE is forgotten, so a restart gets a fresh channel.
-        self.peers = ChannelCache()
+        # Peer engines (handoff, relay); one found UNAVAILABLE is forgotten, so a restart gets a fresh
+        # channel. With `tls` a peer must present a certificate of the deployment's CA: an address
+        # that is not a deployment engine fails the handshake and receives nothing.
+        self.peers = ChannelCache(tls)
 
     async def load_from_store(self, ids: Sequence[bytes]) -> int:
         """Path A: fetch `ids` (a chained run) from the store into this engine; returns blocks loaded.

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import grpc
 
 from agentserve.common.channels import open_channel
+from agentserve.common.internal_tls import InternalTLS
 from agentserve.contracts import EngineStatus
 from agentserve.convert import engine_status_to_proto
 from agentserve.v1 import scheduler_pb2_grpc
@@ -21,8 +22,15 @@ log = logging.getLogger(__name__)
 
 
 class Registrar:
-    def __init__(self, scheduler_address: str, status: Callable[[], EngineStatus], interval_s: float):
-        self._address = scheduler_address
+    def __init__(
+        self,
+        scheduler_address: str,
+        status: Callable[[], EngineStatus],
+        interval_s: float,
+        tls: InternalTLS | None = None,
+    ):
+        self._address = scheduler_address  # the scheduler's internal port
+        self._tls = tls
         self._status = status
         self._interval_s = interval_s
         self._task: asyncio.Task | None = None
@@ -40,8 +48,8 @@ class Registrar:
                 pass
 
     async def _run(self) -> None:
-        async with open_channel(self._address) as channel:
-            stub = scheduler_pb2_grpc.SchedulerStub(channel)
+        async with open_channel(self._address, self._tls) as channel:
+            stub = scheduler_pb2_grpc.SchedulerInternalStub(channel)
             known = False
             while True:
                 try:

@@ -21,6 +21,7 @@ from typing import TypeGuard, TypeVar
 import grpc
 
 from agentserve.common.channels import open_channel
+from agentserve.common.internal_tls import InternalTLS
 from agentserve.fabric.malloc import keep_freed_buffers
 from agentserve.kvstore import wire
 from agentserve.kvstore.types import BlockRead, LookupResult, Tier
@@ -56,10 +57,12 @@ class _Stubs:
 
 
 class KVStoreClient:
-    def __init__(self, address: str, timeout_s: float | None = None) -> None:
-        """`address` is host:port; `timeout_s` bounds each unary call and each whole Get stream."""
+    def __init__(self, address: str, timeout_s: float | None = None, tls: InternalTLS | None = None) -> None:
+        """`address` is host:port; `timeout_s` bounds each unary call and each whole Get stream;
+        `tls`: the internal plane's credentials (None: plain)."""
         self.address = address
         self.timeout_s = timeout_s
+        self.tls = tls
         self._stubs: _Stubs | None = None
         self._retiring: set[asyncio.Future[None]] = set()
         keep_freed_buffers()  # every block received is a fresh block-sized buffer
@@ -195,7 +198,7 @@ class KVStoreClient:
 
     def _open(self) -> _Stubs:
         if self._stubs is None:
-            channel = open_channel(self.address)
+            channel = open_channel(self.address, self.tls)
             self._stubs = _Stubs(
                 channel,
                 kvstore_pb2_grpc.KVStoreStub(channel),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentserve.common.internal_tls import internal_tls
 from agentserve.common.server import MAX_MESSAGE_BYTES
 from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, check_eviction_policy
 
@@ -27,6 +28,8 @@ class KVStoreConfig:
     eviction_policy: str = DEFAULT_EVICTION_POLICY  # orders each tier's evictions (`kv.eviction`)
     # Scaled-out instances sharing one volume: each claims the first free `data_dir/instance-N`.
     claim_instance_dir: bool = False
+    # The internal plane's mutual TLS (common/internal_tls.py): ca.pem, cert.pem, key.pem; "" = plain.
+    internal_tls_dir: str = ""
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -37,6 +40,7 @@ class KVStoreConfig:
             raise ValueError(f"metrics_port must be in [0, 65535] (0 disables), got {self.metrics_port}")
         if self.metrics_port == self.grpc_port:
             raise ValueError(f"metrics_port and grpc_port must differ, both are {self.grpc_port}")
+        internal_tls(self.internal_tls_dir)  # unreadable credentials fail at start-up, naming the setting
         if not self.data_dir:
             raise ValueError("data_dir must not be empty")
         if not 0 < self.max_block_bytes <= BLOCK_BYTES_LIMIT:

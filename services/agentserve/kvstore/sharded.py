@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
+from agentserve.common.internal_tls import InternalTLS
 from agentserve.kvstore.client import BlockSource, KVStoreClient
 from agentserve.kvstore.ring import DEFAULT_VNODES, HashRing, resolve_addresses
 from agentserve.kvstore.types import BlockRead, LookupResult, Tier
@@ -46,9 +47,11 @@ class ShardedKVStoreClient:
         refresh_s: float = 30.0,
         vnodes: int = DEFAULT_VNODES,
         resolve: Callable[[str], list[str]] = resolve_addresses,
+        tls: InternalTLS | None = None,
     ) -> None:
         self.spec = addresses if isinstance(addresses, str) else ",".join(addresses)
         self.timeout_s = timeout_s
+        self.tls = tls
         self.refresh_s = refresh_s
         self._vnodes = vnodes
         self._resolve = resolve
@@ -150,7 +153,7 @@ class ShardedKVStoreClient:
         for gone in set(self._clients) - set(addresses):
             await self._clients.pop(gone).close()
         for address in addresses:
-            self._clients.setdefault(address, KVStoreClient(address, self.timeout_s))
+            self._clients.setdefault(address, KVStoreClient(address, self.timeout_s, self.tls))
         return ring
 
     async def _split(self, items: Sequence[T], key: Callable[[T], bytes]) -> dict[str, list[T]]:

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from agentserve.common.api_keys import ApiKeys
+from agentserve.common.internal_tls import internal_tls
 
 SESSION_KV = ("decode", "store")
 
@@ -15,7 +16,12 @@ class SchedulerConfig:
     prog = "python -m agentserve.scheduler"
 
     host: str = "0.0.0.0"
-    grpc_port: int = 50051
+    grpc_port: int = 50051  # clients' gRPC (the Scheduler service)
+    # Engines and the tool proxy (SchedulerInternal), never on the client port; "" host = `host`.
+    internal_port: int = 50061
+    internal_host: str = ""
+    # The internal plane's mutual TLS (common/internal_tls.py): ca.pem, cert.pem, key.pem; "" = plain.
+    internal_tls_dir: str = ""
     http_port: int = 8000  # OpenAI-compatible gateway; 0 disables it
     metrics_port: int = 0  # 0 disables /metrics
     model_dir: str = ""  # tokenizer and chat template; empty = the embedded default model
@@ -27,7 +33,10 @@ class SchedulerConfig:
     # this long is cancelled even if the engine still heartbeats. 0 = no such bound (a live engine
     # may legitimately hold a request back while it waits for KV room).
     decode_stall_timeout_ms: int = 0
-    prefill_timeout_ms: int = 0  # a prefill call's deadline; 0 = none (long prompts on slow engines)
+    # Deadlines of a whole prefill call and a whole decode stream: generous (long prompts and long
+    # outputs on slow or emulated engines), so that no internal call can wait forever. 0 = none.
+    prefill_timeout_ms: int = 600_000
+    decode_timeout_ms: int = 600_000
     max_message_tokens: int = 32768  # per turn's new tokens, after chat rendering
     turn_retries: int = 1  # extra attempts on another engine when one dies before streaming
     kv_path_policy: str = "dualpath"  # how store hits reach prefill: dualpath, always-a, always-b, split (paths.py)
@@ -76,15 +85,20 @@ class SchedulerConfig:
         for name in ("http_port", "metrics_port"):
             if not 0 <= getattr(self, name) <= 65535:
                 raise ValueError(f"{name} must be in [0, 65535] (0 disables), got {getattr(self, name)}")
-        ports = [p for p in (self.grpc_port, self.http_port, self.metrics_port) if p]
+        if not 1 <= self.internal_port <= 65535:
+            raise ValueError(f"internal_port must be in [1, 65535], got {self.internal_port}")
+        ports = [p for p in (self.grpc_port, self.internal_port, self.http_port, self.metrics_port) if p]
         if len(ports) != len(set(ports)):
-            raise ValueError(f"grpc_port, http_port and metrics_port must differ, got {ports}")
+            raise ValueError(f"grpc_port, internal_port, http_port and metrics_port must differ, got {ports}")
+        internal_tls(self.internal_tls_dir)  # unreadable credentials fail at start-up, naming the setting
         if not self.model_name:
             raise ValueError("model_name must not be empty")
         if ":" not in self.kvstore_address:
             raise ValueError(f"kvstore_address must be host:port, got {self.kvstore_address!r}")
         if self.prefill_timeout_ms < 0:
             raise ValueError(f"prefill_timeout_ms must be >= 0 (0 = no deadline), got {self.prefill_timeout_ms}")
+        if self.decode_timeout_ms < 0:
+            raise ValueError(f"decode_timeout_ms must be >= 0 (0 = no deadline), got {self.decode_timeout_ms}")
         if self.decode_stall_timeout_ms < 0:
             raise ValueError(f"decode_stall_timeout_ms must be >= 0 (0 = none), got {self.decode_stall_timeout_ms}")
         for name in ("heartbeat_interval_ms", "engine_timeout_ms", "max_message_tokens"):

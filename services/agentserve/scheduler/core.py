@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from agentserve.common.errors import Overloaded
+from agentserve.common.internal_tls import internal_tls
 from agentserve.contracts import AgentInfo, Role, SamplingParams, ToolCall, TurnEvent
 from agentserve.contracts.turn_segments import TurnSegments
 from agentserve.model_files.tokenizer import Tokenizer
@@ -83,8 +84,10 @@ class SchedulerCore:
             else EngineClients(
                 stall_timeout_s=config.decode_stall_timeout_ms / 1000 or None,
                 prefill_timeout_s=config.prefill_timeout_ms / 1000 or None,
+                decode_timeout_s=config.decode_timeout_ms / 1000 or None,
                 decode_alive=lambda address: self._alive(Role.DECODE, address),
                 prefill_alive=lambda address: self._alive(Role.PREFILL, address),
+                tls=internal_tls(config.internal_tls_dir),
             )
         )
         self.store = store
@@ -138,7 +141,9 @@ class SchedulerCore:
         # The default model's tokenizer alone: the scheduler never loads weights (nor torch).
         model_dir = Path(config.model_dir) if config.model_dir else ensure_default_tokenizer()
         # Bounded: a hung store must not hang turns (a failed lookup only costs the hits).
-        store = ShardedKVStoreClient(config.kvstore_address, timeout_s=config.engine_timeout_ms / 1000)
+        store = ShardedKVStoreClient(
+            config.kvstore_address, timeout_s=config.engine_timeout_ms / 1000, tls=internal_tls(config.internal_tls_dir)
+        )
         return cls(config, Tokenizer.from_dir(model_dir), store=store)
 
     @property

@@ -4,7 +4,8 @@ One channel per engine address, from a `ChannelCache` (kept, and retired when th
 dead). No call waits on a dead engine: a decode stream is cancelled as soon as its engine is no
 longer alive (`decode_alive`: its heartbeats stopped, or another call found it gone), or, when
 `stall_timeout_s` is set, after that long without a chunk; a prefill likewise once its engine is
-dropped (`prefill_alive`) or past its deadline (`prefill_timeout_s`, when set). An engine that hangs
+dropped (`prefill_alive`) or past its deadline (`prefill_timeout_s`, when set); and every call has a
+deadline (a decode stream `decode_timeout_s` as a whole, KV moves `MOVE_TIMEOUT_S`). An engine that hangs
 (SIGSTOPped, wedged) thus fails its calls as `EngineUnavailable` instead of holding the turn and its
 session until it resumes. A live engine that is only slow (queueing a request for KV room) keeps
 its call. The turn orchestration sees only
@@ -21,6 +22,7 @@ import grpc
 
 from agentserve.common.channels import ChannelCache
 from agentserve.common.errors import RetryableError
+from agentserve.common.internal_tls import InternalTLS
 from agentserve.contracts import (
     EngineUnavailable,
     GenerateChunk,
@@ -80,14 +82,18 @@ class EngineClients:
         prefill_timeout_s: float | None = None,
         decode_alive: Callable[[str], bool] | None = None,
         prefill_alive: Callable[[str], bool] | None = None,
+        tls: InternalTLS | None = None,
+        decode_timeout_s: float | None = None,
     ) -> None:
         """`stall_timeout_s`: the longest a decode stream may go without a chunk; `prefill_timeout_s`:
         a prefill's deadline (None: no bound); `decode_alive(address)`: whether the decode engine
         there is still alive (the registry's view), checked while a stream waits; `prefill_alive`
-        likewise while a prefill runs."""
-        self._channels = ChannelCache()
+        likewise while a prefill runs; `tls`: the internal plane's credentials (None: plain);
+        `decode_timeout_s`: a whole decode stream's deadline (None: no bound)."""
+        self._channels = ChannelCache(tls)
         self.stall_timeout_s = stall_timeout_s
         self.prefill_timeout_s = prefill_timeout_s
+        self.decode_timeout_s = decode_timeout_s
         self.decode_alive = decode_alive
         self.prefill_alive = prefill_alive
 
@@ -112,7 +118,7 @@ class EngineClients:
     ) -> AsyncGenerator[GenerateChunk, None]:
         """Stream the decode engine's chunks; closing this generator cancels the call."""
         call = decode_pb2_grpc.DecodeStub(self._channels.get(address)).Generate(
-            generate_request_to_proto(request), metadata=metadata
+            generate_request_to_proto(request), metadata=metadata, timeout=self.decode_timeout_s
         )
         try:
             while (chunk := await self._next(call, address)) is not None:

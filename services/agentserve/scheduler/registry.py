@@ -107,10 +107,8 @@ class EngineRegistry:
     def register(self, status: EngineStatus) -> None:
         """Add or replace an engine. ValueError if it serves another model or block size."""
         if self._fingerprint is not None and status.model_fingerprint != self._fingerprint:
-            raise ValueError(
-                f"engine {status.engine_id} serves model {status.model_fingerprint}, "
-                f"but this scheduler serves {self._fingerprint}"
-            )
+            # Only the engine's own fingerprint: the scheduler's is not told to whoever registers.
+            raise ValueError(f"engine {status.engine_id} serves model {status.model_fingerprint}, not this scheduler's")
         if self._block_size is not None and status.block_size != self._block_size:
             raise ValueError(
                 f"engine {status.engine_id} uses block size {status.block_size}, "

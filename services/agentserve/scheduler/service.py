@@ -14,7 +14,13 @@ from agentserve.common.grpc_auth import ApiKeyInterceptor
 from agentserve.common.server import Service
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.core import SchedulerCore
-from agentserve.scheduler.servicer import CLIENT_METHODS, SERVICE, SchedulerServicer
+from agentserve.scheduler.servicer import (
+    CLIENT_METHODS,
+    INTERNAL_SERVICE,
+    SERVICE,
+    SchedulerInternalServicer,
+    SchedulerServicer,
+)
 from agentserve.v1 import scheduler_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -38,6 +44,10 @@ class SchedulerService(Service):
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
         scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerServicer(self.core, self.keys), server)
         return [SERVICE]
+
+    def add_internal_to_server(self, server: grpc.aio.Server) -> list[str]:
+        scheduler_pb2_grpc.add_SchedulerInternalServicer_to_server(SchedulerInternalServicer(self.core), server)
+        return [INTERNAL_SERVICE]
 
     def interceptors(self) -> list[grpc.aio.ServerInterceptor]:
         return [ApiKeyInterceptor(self.keys, CLIENT_METHODS)]

@@ -1,7 +1,9 @@
-"""SchedulerServicer: protobuf in, `SchedulerCore` does the work, protobuf out.
+"""The scheduler's servicers: protobuf in, `SchedulerCore` does the work, protobuf out.
 
-With API keys, the client methods (`CLIENT_METHODS`) run with the key's tenant current
-(`grpc_auth.ApiKeyInterceptor`): it owns the sessions they open and is the only one to see them.
+`SchedulerServicer` is the client API, on the client port. With API keys, its methods
+(`CLIENT_METHODS`) run with the key's tenant current (`grpc_auth.ApiKeyInterceptor`): it owns the
+sessions they open and is the only one to see them. `SchedulerInternalServicer` (engines'
+registration and heartbeats, the tool proxy's events) is served only on the internal port.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from agentserve.scheduler.core import SchedulerCore
 from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 SERVICE = scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name
-# What clients call (API keys needed); the rest is the internal plane (engines, the tool proxy).
+INTERNAL_SERVICE = scheduler_pb2.DESCRIPTOR.services_by_name["SchedulerInternal"].full_name
+# What clients call (API keys needed); health and reflection on the client port need none.
 CLIENT_METHODS = frozenset(f"/{SERVICE}/{name}" for name in ("OpenSession", "Turn", "CloseSession", "ListModels"))
 
 
@@ -63,6 +66,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
     async def ListModels(self, request: scheduler_pb2.ListModelsRequest, context) -> scheduler_pb2.ListModelsResponse:
         return scheduler_pb2.ListModelsResponse(models=self.core.model_names)
+
+
+class SchedulerInternalServicer(scheduler_pb2_grpc.SchedulerInternalServicer):
+    def __init__(self, core: SchedulerCore) -> None:
+        self.core = core
 
     async def Register(self, request: common_pb2.EngineStatus, context) -> scheduler_pb2.RegisterResponse:
         interval_ms = self.core.register(engine_status_from_proto(request))

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from agentserve.common.api_keys import ApiKeys
+from agentserve.common.internal_tls import internal_tls
 
 BUILTIN_TOOLS = ("sleep", "echo")
 TOOL_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
@@ -57,7 +58,9 @@ class ToolProxyConfig:
     http_port: int = 8080
     grpc_port: int = 50056
     metrics_port: int = 0  # 0 disables /metrics
-    scheduler_address: str = "127.0.0.1:50051"
+    scheduler_address: str = "127.0.0.1:50061"  # the scheduler's internal port (tool-wait events)
+    # The internal plane's mutual TLS (common/internal_tls.py): ca.pem, cert.pem, key.pem; "" = plain.
+    internal_tls_dir: str = ""
     upstreams: str = ""  # name=url,name=url (see parse_upstreams)
     max_sleep_s: float = 300.0
     upstream_timeout_s: float = 600.0
@@ -87,6 +90,7 @@ class ToolProxyConfig:
                 raise ValueError(f"{name} must be a positive number of seconds, got {value}")
         parse_upstreams(self.upstreams)
         self.keys()
+        internal_tls(self.internal_tls_dir)  # unreadable credentials fail at start-up, naming the setting
 
     def keys(self) -> ApiKeys:
         return ApiKeys.load(self.api_keys, self.api_keys_file)

@@ -14,6 +14,7 @@ import logging
 import grpc
 
 from agentserve.common.channels import open_channel
+from agentserve.common.internal_tls import InternalTLS
 from agentserve.contracts import ToolCall
 from agentserve.convert import tool_call_to_proto
 from agentserve.toolproxy import metrics
@@ -23,8 +24,11 @@ log = logging.getLogger(__name__)
 
 
 class SchedulerReporter:
-    def __init__(self, address: str, timeout_s: float = 2.0, max_pending: int = 10_000) -> None:
-        self._address = address
+    def __init__(
+        self, address: str, timeout_s: float = 2.0, max_pending: int = 10_000, tls: InternalTLS | None = None
+    ) -> None:
+        self._address = address  # the scheduler's internal port
+        self._tls = tls
         self._timeout_s = timeout_s
         self._queue: asyncio.Queue[tuple[str, ToolCall]] = asyncio.Queue(max_pending)
         self._channel: grpc.aio.Channel | None = None
@@ -33,8 +37,8 @@ class SchedulerReporter:
         self.sent = 0
 
     async def start(self) -> None:
-        self._channel = open_channel(self._address)
-        stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
+        self._channel = open_channel(self._address, self._tls)
+        stub = scheduler_pb2_grpc.SchedulerInternalStub(self._channel)
         self._task = asyncio.create_task(self._send_forever(stub), name="tool-event-reporter")
 
     def started(self, record: ToolCall) -> None:
@@ -64,7 +68,7 @@ class SchedulerReporter:
             metrics.EVENTS_UNDELIVERED.labels("queue_full").inc()
             log.warning("tool event queue full; dropped %s of call %s", method, record.call_id)
 
-    async def _send_forever(self, stub: scheduler_pb2_grpc.SchedulerStub) -> None:
+    async def _send_forever(self, stub: scheduler_pb2_grpc.SchedulerInternalStub) -> None:
         while True:
             method, record = await self._queue.get()
             try:

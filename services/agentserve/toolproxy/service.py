@@ -7,6 +7,7 @@ import logging
 import grpc
 from aiohttp import web
 
+from agentserve.common.internal_tls import internal_tls
 from agentserve.common.server import Service
 from agentserve.toolproxy.config import ToolProxyConfig
 from agentserve.toolproxy.http_app import build_app
@@ -24,7 +25,9 @@ class ToolProxyService(Service):
     def __init__(self, config: ToolProxyConfig) -> None:
         self.config = config
         self._upstream = UpstreamClient(config.upstream_timeout_s)
-        self.reporter = SchedulerReporter(config.scheduler_address, config.report_timeout_s)
+        self.reporter = SchedulerReporter(
+            config.scheduler_address, config.report_timeout_s, tls=internal_tls(config.internal_tls_dir)
+        )
         registry = ToolRegistry.build(config.upstream_urls, self._upstream, config.max_sleep_s)
         self.proxy = ToolProxy(registry, ToolDurationPredictor(config.default_prediction_s), self.reporter)
         self._runner: web.AppRunner | None = None

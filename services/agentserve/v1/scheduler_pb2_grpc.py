@@ -27,7 +27,8 @@ if _version_not_supported:
 
 
 class SchedulerStub:
-    """The scheduler: client API (sessions, turns), engine registry and tool-wait events.
+    """The scheduler's client API (sessions, turns), on its client-facing port; the engine registry and
+    tool-wait events are `SchedulerInternal`.
     """
 
     def __init__(self, channel):
@@ -56,30 +57,11 @@ class SchedulerStub:
                 request_serializer=agentserve_dot_v1_dot_scheduler__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=agentserve_dot_v1_dot_scheduler__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
-        self.Register = channel.unary_unary(
-                '/agentserve.v1.Scheduler/Register',
-                request_serializer=agentserve_dot_v1_dot_common__pb2.EngineStatus.SerializeToString,
-                response_deserializer=agentserve_dot_v1_dot_scheduler__pb2.RegisterResponse.FromString,
-                _registered_method=True)
-        self.Heartbeat = channel.unary_unary(
-                '/agentserve.v1.Scheduler/Heartbeat',
-                request_serializer=agentserve_dot_v1_dot_common__pb2.EngineStatus.SerializeToString,
-                response_deserializer=agentserve_dot_v1_dot_scheduler__pb2.HeartbeatResponse.FromString,
-                _registered_method=True)
-        self.ToolCallStarted = channel.unary_unary(
-                '/agentserve.v1.Scheduler/ToolCallStarted',
-                request_serializer=agentserve_dot_v1_dot_scheduler__pb2.ToolCallEvent.SerializeToString,
-                response_deserializer=agentserve_dot_v1_dot_scheduler__pb2.ToolCallAck.FromString,
-                _registered_method=True)
-        self.ToolCallFinished = channel.unary_unary(
-                '/agentserve.v1.Scheduler/ToolCallFinished',
-                request_serializer=agentserve_dot_v1_dot_scheduler__pb2.ToolCallEvent.SerializeToString,
-                response_deserializer=agentserve_dot_v1_dot_scheduler__pb2.ToolCallAck.FromString,
-                _registered_method=True)
 
 
 class SchedulerServicer:
-    """The scheduler: client API (sessions, turns), engine registry and tool-wait events.
+    """The scheduler's client API (sessions, turns), on its client-facing port; the engine registry and
+    tool-wait events are `SchedulerInternal`.
     """
 
     def OpenSession(self, request, context):
@@ -113,33 +95,6 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def Register(self, request, context):
-        """---- engines ----
-        An engine registers at start and then heartbeats; missing heartbeats drop it from routing.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def Heartbeat(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def ToolCallStarted(self, request, context):
-        """---- tool proxy ----
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def ToolCallFinished(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -163,26 +118,6 @@ def add_SchedulerServicer_to_server(servicer, server):
                     request_deserializer=agentserve_dot_v1_dot_scheduler__pb2.ListModelsRequest.FromString,
                     response_serializer=agentserve_dot_v1_dot_scheduler__pb2.ListModelsResponse.SerializeToString,
             ),
-            'Register': grpc.unary_unary_rpc_method_handler(
-                    servicer.Register,
-                    request_deserializer=agentserve_dot_v1_dot_common__pb2.EngineStatus.FromString,
-                    response_serializer=agentserve_dot_v1_dot_scheduler__pb2.RegisterResponse.SerializeToString,
-            ),
-            'Heartbeat': grpc.unary_unary_rpc_method_handler(
-                    servicer.Heartbeat,
-                    request_deserializer=agentserve_dot_v1_dot_common__pb2.EngineStatus.FromString,
-                    response_serializer=agentserve_dot_v1_dot_scheduler__pb2.HeartbeatResponse.SerializeToString,
-            ),
-            'ToolCallStarted': grpc.unary_unary_rpc_method_handler(
-                    servicer.ToolCallStarted,
-                    request_deserializer=agentserve_dot_v1_dot_scheduler__pb2.ToolCallEvent.FromString,
-                    response_serializer=agentserve_dot_v1_dot_scheduler__pb2.ToolCallAck.SerializeToString,
-            ),
-            'ToolCallFinished': grpc.unary_unary_rpc_method_handler(
-                    servicer.ToolCallFinished,
-                    request_deserializer=agentserve_dot_v1_dot_scheduler__pb2.ToolCallEvent.FromString,
-                    response_serializer=agentserve_dot_v1_dot_scheduler__pb2.ToolCallAck.SerializeToString,
-            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'agentserve.v1.Scheduler', rpc_method_handlers)
@@ -192,7 +127,8 @@ def add_SchedulerServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Scheduler:
-    """The scheduler: client API (sessions, turns), engine registry and tool-wait events.
+    """The scheduler's client API (sessions, turns), on its client-facing port; the engine registry and
+    tool-wait events are `SchedulerInternal`.
     """
 
     @staticmethod
@@ -303,6 +239,111 @@ class Scheduler:
             metadata,
             _registered_method=True)
 
+
+class SchedulerInternalStub:
+    """The scheduler's side of the internal plane, on its own port (`internal_port`), never the client
+    port: with `internal_tls_dir` set only a peer holding a certificate of the deployment's CA
+    (common/internal_tls.py) reaches it, so no client can register an engine and receive prompts.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Register = channel.unary_unary(
+                '/agentserve.v1.SchedulerInternal/Register',
+                request_serializer=agentserve_dot_v1_dot_common__pb2.EngineStatus.SerializeToString,
+                response_deserializer=agentserve_dot_v1_dot_scheduler__pb2.RegisterResponse.FromString,
+                _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/agentserve.v1.SchedulerInternal/Heartbeat',
+                request_serializer=agentserve_dot_v1_dot_common__pb2.EngineStatus.SerializeToString,
+                response_deserializer=agentserve_dot_v1_dot_scheduler__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
+        self.ToolCallStarted = channel.unary_unary(
+                '/agentserve.v1.SchedulerInternal/ToolCallStarted',
+                request_serializer=agentserve_dot_v1_dot_scheduler__pb2.ToolCallEvent.SerializeToString,
+                response_deserializer=agentserve_dot_v1_dot_scheduler__pb2.ToolCallAck.FromString,
+                _registered_method=True)
+        self.ToolCallFinished = channel.unary_unary(
+                '/agentserve.v1.SchedulerInternal/ToolCallFinished',
+                request_serializer=agentserve_dot_v1_dot_scheduler__pb2.ToolCallEvent.SerializeToString,
+                response_deserializer=agentserve_dot_v1_dot_scheduler__pb2.ToolCallAck.FromString,
+                _registered_method=True)
+
+
+class SchedulerInternalServicer:
+    """The scheduler's side of the internal plane, on its own port (`internal_port`), never the client
+    port: with `internal_tls_dir` set only a peer holding a certificate of the deployment's CA
+    (common/internal_tls.py) reaches it, so no client can register an engine and receive prompts.
+    """
+
+    def Register(self, request, context):
+        """---- engines ----
+        An engine registers at start and then heartbeats; missing heartbeats drop it from routing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heartbeat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ToolCallStarted(self, request, context):
+        """---- tool proxy ----
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ToolCallFinished(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_SchedulerInternalServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Register': grpc.unary_unary_rpc_method_handler(
+                    servicer.Register,
+                    request_deserializer=agentserve_dot_v1_dot_common__pb2.EngineStatus.FromString,
+                    response_serializer=agentserve_dot_v1_dot_scheduler__pb2.RegisterResponse.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=agentserve_dot_v1_dot_common__pb2.EngineStatus.FromString,
+                    response_serializer=agentserve_dot_v1_dot_scheduler__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'ToolCallStarted': grpc.unary_unary_rpc_method_handler(
+                    servicer.ToolCallStarted,
+                    request_deserializer=agentserve_dot_v1_dot_scheduler__pb2.ToolCallEvent.FromString,
+                    response_serializer=agentserve_dot_v1_dot_scheduler__pb2.ToolCallAck.SerializeToString,
+            ),
+            'ToolCallFinished': grpc.unary_unary_rpc_method_handler(
+                    servicer.ToolCallFinished,
+                    request_deserializer=agentserve_dot_v1_dot_scheduler__pb2.ToolCallEvent.FromString,
+                    response_serializer=agentserve_dot_v1_dot_scheduler__pb2.ToolCallAck.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'agentserve.v1.SchedulerInternal', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('agentserve.v1.SchedulerInternal', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class SchedulerInternal:
+    """The scheduler's side of the internal plane, on its own port (`internal_port`), never the client
+    port: with `internal_tls_dir` set only a peer holding a certificate of the deployment's CA
+    (common/internal_tls.py) reaches it, so no client can register an engine and receive prompts.
+    """
+
     @staticmethod
     def Register(request,
             target,
@@ -317,7 +358,7 @@ class Scheduler:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/agentserve.v1.Scheduler/Register',
+            '/agentserve.v1.SchedulerInternal/Register',
             agentserve_dot_v1_dot_common__pb2.EngineStatus.SerializeToString,
             agentserve_dot_v1_dot_scheduler__pb2.RegisterResponse.FromString,
             options,
@@ -344,7 +385,7 @@ class Scheduler:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/agentserve.v1.Scheduler/Heartbeat',
+            '/agentserve.v1.SchedulerInternal/Heartbeat',
             agentserve_dot_v1_dot_common__pb2.EngineStatus.SerializeToString,
             agentserve_dot_v1_dot_scheduler__pb2.HeartbeatResponse.FromString,
             options,
@@ -371,7 +412,7 @@ class Scheduler:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/agentserve.v1.Scheduler/ToolCallStarted',
+            '/agentserve.v1.SchedulerInternal/ToolCallStarted',
             agentserve_dot_v1_dot_scheduler__pb2.ToolCallEvent.SerializeToString,
             agentserve_dot_v1_dot_scheduler__pb2.ToolCallAck.FromString,
             options,
@@ -398,7 +439,7 @@ class Scheduler:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/agentserve.v1.Scheduler/ToolCallFinished',
+            '/agentserve.v1.SchedulerInternal/ToolCallFinished',
             agentserve_dot_v1_dot_scheduler__pb2.ToolCallEvent.SerializeToString,
             agentserve_dot_v1_dot_scheduler__pb2.ToolCallAck.FromString,
             options,

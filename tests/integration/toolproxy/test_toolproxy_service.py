@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 EARLY = 0.005
 
 
-class RecordingScheduler(scheduler_pb2_grpc.SchedulerServicer):
+class RecordingScheduler(scheduler_pb2_grpc.SchedulerInternalServicer):
     def __init__(self) -> None:
         self.events: list[tuple[str, scheduler_pb2.ToolCallEvent]] = []
 
@@ -62,7 +62,7 @@ class Peers:
 
     async def _start(self) -> None:
         self._server = grpc.aio.server()
-        scheduler_pb2_grpc.add_SchedulerServicer_to_server(self.scheduler, self._server)
+        scheduler_pb2_grpc.add_SchedulerInternalServicer_to_server(self.scheduler, self._server)
         self._server.add_insecure_port(f"127.0.0.1:{self.scheduler_port}")
         await self._server.start()
         app = web.Application()

@@ -11,6 +11,7 @@ import grpc
 
 from agentserve.common import server
 from agentserve.common.errors import NotFoundError, RetryableError
+from agentserve.common.internal_tls import InternalTLS
 from agentserve.common.netutil import free_port
 from agentserve.common.telemetry import tracer
 from agentserve.v1 import decode_pb2, decode_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
@@ -31,7 +32,7 @@ def _fail_if_named(kind: str) -> None:
 
 
 class FailingScheduler(scheduler_pb2_grpc.SchedulerServicer):
-    """Unary (OpenSession, Heartbeat) and server-streaming (Turn) methods; each opens a span."""
+    """Unary (OpenSession) and server-streaming (Turn) methods; each opens a span."""
 
     async def OpenSession(self, request, context):
         with tracer().start_as_current_span("open.work"):
@@ -46,6 +47,10 @@ class FailingScheduler(scheduler_pb2_grpc.SchedulerServicer):
             yield scheduler_pb2.TurnChunk(text="more" * 4096)
         _fail_if_named(request.message)
         yield scheduler_pb2.TurnChunk(text="second", finished=True)
+
+
+class AcceptingRegistry(scheduler_pb2_grpc.SchedulerInternalServicer):
+    """Heartbeat: the call engines make every second (not traced)."""
 
     async def Heartbeat(self, request, context):
         return scheduler_pb2.HeartbeatResponse(known=True)
@@ -63,17 +68,20 @@ class FailingDecode(decode_pb2_grpc.DecodeServicer):
 class FailingService(server.Service):
     def add_to_server(self, grpc_server: grpc.aio.Server) -> list[str]:
         scheduler_pb2_grpc.add_SchedulerServicer_to_server(FailingScheduler(), grpc_server)
+        scheduler_pb2_grpc.add_SchedulerInternalServicer_to_server(AcceptingRegistry(), grpc_server)
         decode_pb2_grpc.add_DecodeServicer_to_server(FailingDecode(), grpc_server)
         return [
             scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name,
+            scheduler_pb2.DESCRIPTOR.services_by_name["SchedulerInternal"].full_name,
             decode_pb2.DESCRIPTOR.services_by_name["Decode"].full_name,
         ]
 
 
 @asynccontextmanager
-async def serving() -> AsyncIterator[str]:
-    """`server.serve` running `FailingService` until the block ends; yields its address."""
-    settings = server.ServerSettings("common-test", "127.0.0.1", free_port(), 0, grace_s=0.5)
+async def serving(tls: InternalTLS | None = None) -> AsyncIterator[str]:
+    """`server.serve` running `FailingService` until the block ends (its port on the internal plane:
+    mutual TLS with `tls`); yields its address."""
+    settings = server.ServerSettings("common-test", "127.0.0.1", free_port(), 0, grace_s=0.5, tls=tls)
     ready = asyncio.Event()
     # The process's tracer provider outlives this server: other tests collect spans after it.
     with mock.patch.object(server, "shutdown_tracing", lambda: None):

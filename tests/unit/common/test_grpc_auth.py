@@ -16,7 +16,7 @@ from agentserve.common.api_keys import ApiKeys
 from agentserve.common.channels import open_channel
 from agentserve.common.grpc_auth import ApiKeyInterceptor, authenticated_tenant
 from agentserve.common.netutil import free_port
-from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from agentserve.v1 import scheduler_pb2, scheduler_pb2_grpc
 from tests.unit.common.fakes import FailingService
 
 pytestmark = pytest.mark.unit
@@ -33,8 +33,8 @@ class TenantEcho(scheduler_pb2_grpc.SchedulerServicer):
     async def Turn(self, request, context):
         yield scheduler_pb2.TurnChunk(text=f"tenant={authenticated_tenant()}", finished=True)
 
-    async def Heartbeat(self, request, context):
-        return scheduler_pb2.HeartbeatResponse(known=authenticated_tenant() is None)
+    async def ListModels(self, request, context):
+        return scheduler_pb2.ListModelsResponse(models=[f"tenant={authenticated_tenant()}"])
 
 
 class KeyedService(FailingService):
@@ -97,7 +97,7 @@ def test_protected_methods_need_a_known_key_and_run_as_its_tenant() -> None:
                     await _turn(stub, metadata),
                 )
             # Not protected: passes without a key, with no tenant current.
-            out["heartbeat"] = await _outcome(stub.Heartbeat(common_pb2.EngineStatus()))
+            out["unprotected"] = await _outcome(stub.ListModels(scheduler_pb2.ListModelsRequest()))
             return out
 
     out = asyncio.run(main())
@@ -106,7 +106,7 @@ def test_protected_methods_need_a_known_key_and_run_as_its_tenant() -> None:
     assert out["wrong"] == ((unauthenticated, "invalid API key"),) * 2
     assert out["not bearer"] == ((unauthenticated, "the Authorization value must be 'Bearer <key>'"),) * 2
     assert out["right"] == ((grpc.StatusCode.OK, 'session_id: "tenant=acme"'), (grpc.StatusCode.OK, "tenant=acme"))
-    assert out["heartbeat"] == (grpc.StatusCode.OK, "known: true")
+    assert out["unprotected"] == (grpc.StatusCode.OK, 'models: "tenant=None"')
 
 
 def test_without_keys_nothing_is_checked() -> None:

@@ -129,7 +129,7 @@ def test_trace_context_flows_from_client_to_the_servicers_spans(spans) -> None:
             async for _ in stub.Turn(scheduler_pb2.TurnRequest(message="ok"), metadata=metadata):
                 pass
             turn.end()
-            await stub.Heartbeat(common_pb2.EngineStatus(engine_id="d0"))
+            await scheduler_pb2_grpc.SchedulerInternalStub(channel).Heartbeat(common_pb2.EngineStatus(engine_id="d0"))
             return await _trees(spans, ("caller", "turn"), 4)
 
     opened, turned = asyncio.run(main())

@@ -18,6 +18,7 @@ class ToyConfig:
     host: str = "127.0.0.1"
     grpc_port: int = 50099
     metrics_port: int = 0
+    internal_tls_dir: str = ""
 
     def __post_init__(self) -> None:
         if self.grpc_port <= 0:

@@ -64,6 +64,7 @@ def test_defaults_and_flags_over_env() -> None:
         (dict(max_body_bytes=0), "max_body_bytes must be positive"),
         (dict(decode_stall_timeout_ms=-1), "decode_stall_timeout_ms must be >= 0"),
         (dict(prefill_timeout_ms=-5), "prefill_timeout_ms must be >= 0"),
+        (dict(decode_timeout_ms=-5), "decode_timeout_ms must be >= 0"),
         (
             dict(kv_lifecycle="continuum"),
             "kv_lifecycle must be one of lru, ttl-pin, offload, tokencake, agentserve, got 'continuum'",

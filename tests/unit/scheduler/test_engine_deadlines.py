@@ -71,6 +71,33 @@ def test_silent_decode_streams_and_slow_prefills_fail_within_their_bounds() -> N
     assert BOUND_S <= stall_s < BOUND_S + 2 and BOUND_S <= prefill_s < BOUND_S + 2
 
 
+def test_a_decode_stream_past_its_deadline_fails_and_is_cancelled_on_the_engine() -> None:
+    async def main():
+        server = grpc.aio.server()
+        decode = HangingDecode()
+        decode_pb2_grpc.add_DecodeServicer_to_server(decode, server)
+        address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+        await server.start()
+        clients = EngineClients(decode_timeout_s=BOUND_S)  # no stall bound, the engine stays alive
+        request = GenerateRequest("r", "s", "", [1, 2], 2, SamplingParams(max_tokens=4))
+        chunks, started = [], time.monotonic()
+        try:
+            with pytest.raises(EngineUnavailable) as late:
+                async for chunk in clients.generate(address, request, ()):
+                    chunks.append(chunk.token_ids)
+            waited_s = time.monotonic() - started
+            await asyncio.wait_for(decode.cancelled.wait(), 5)
+        finally:
+            await clients.close()
+            await server.stop(0)
+        return chunks, late.value, waited_s
+
+    chunks, late, waited_s = asyncio.run(main())
+    assert chunks == [[7]]
+    assert late.detail.startswith("DEADLINE_EXCEEDED")
+    assert BOUND_S <= waited_s < BOUND_S + 2
+
+
 def test_a_stream_is_cancelled_once_its_engine_is_no_longer_alive_and_kept_while_it_is() -> None:
     alive = {"flag": True}
 

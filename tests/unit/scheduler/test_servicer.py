@@ -10,7 +10,7 @@ import pytest
 
 from agentserve.common.interceptors import mapped
 from agentserve.contracts import AgentInfo
-from agentserve.scheduler.servicer import SchedulerServicer
+from agentserve.scheduler.servicer import SchedulerInternalServicer, SchedulerServicer
 from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from tests.unit.scheduler.fakes import EOS, FakeContext, engine_proto, run
 
@@ -18,10 +18,16 @@ pytestmark = pytest.mark.unit
 
 
 def served(core) -> SimpleNamespace:
-    """The servicer's methods as the server runs them: behind the error interceptor."""
-    servicer = SchedulerServicer(core)
-    names = [n for n in vars(scheduler_pb2_grpc.SchedulerServicer) if not n.startswith("_")]
-    return SimpleNamespace(**{n: mapped(getattr(servicer, n), n) for n in names})
+    """Both servicers' methods (clients' and the internal plane's) as the server runs them: behind
+    the error interceptor."""
+    methods = {}
+    for servicer, base in (
+        (SchedulerServicer(core), scheduler_pb2_grpc.SchedulerServicer),
+        (SchedulerInternalServicer(core), scheduler_pb2_grpc.SchedulerInternalServicer),
+    ):
+        names = [n for n in vars(base) if not n.startswith("_")]
+        methods.update({n: mapped(getattr(servicer, n), n) for n in names})
+    return SimpleNamespace(**methods)
 
 
 async def stream(method, request, context) -> list:

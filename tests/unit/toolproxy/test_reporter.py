@@ -16,7 +16,7 @@ pytestmark = pytest.mark.unit
 
 
 class FlakyStub:
-    """A SchedulerStub stand-in: the first call fails like an unreachable scheduler."""
+    """A SchedulerInternalStub stand-in: the first call fails like an unreachable scheduler."""
 
     def __init__(self) -> None:
         self.received: list[tuple[str, str]] = []
