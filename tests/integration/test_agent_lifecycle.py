@@ -54,7 +54,7 @@ def _held(cluster, block_ids: list[bytes]) -> dict[int, int]:
     """Decode port -> how many of `block_ids` that engine holds."""
     counts = {}
     for port in cluster.ports.decode_ports:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with cluster.internal_channel(port) as channel:
             try:
                 reply = decode_pb2_grpc.DecodeStub(channel).Lookup(
                     decode_pb2.HeldBlocksRequest(block_ids=block_ids), timeout=10

@@ -17,10 +17,11 @@ import random
 import time
 import urllib.request
 
-import grpc
 import pytest
 
 from agentserve.cli.up import ComputeSettings, FabricSettings
+from agentserve.common.channels import open_channel
+from agentserve.common.internal_tls import InternalTLS
 from agentserve.engine.default_model import ensure_default_model
 from agentserve.engine.emulated_runner import EmulatedRunner
 from agentserve.engine.emulation_config import EmulationConfig
@@ -107,8 +108,10 @@ def test_multi_turn_sessions_through_the_scheduler(cluster, emulated):
                     history = prompt + result.token_ids
 
 
-async def _prefill(address: str, tokens: list[int], tenant: str, hits: int, path: int, relay: str = ""):
-    async with grpc.aio.insecure_channel(address) as channel:
+async def _prefill(
+    address: str, tls: InternalTLS | None, tokens: list[int], tenant: str, hits: int, path: int, relay: str = ""
+):
+    async with open_channel(address, tls) as channel:
         return await prefill_pb2_grpc.PrefillStub(channel).Prefill(
             prefill_pb2.PrefillRequest(
                 token_ids=tokens,
@@ -127,6 +130,7 @@ def test_hits_by_path_a_and_b_are_charged_the_targets_bytes_at_the_dilated_rate(
     prefill0 = f"127.0.0.1:{cluster.ports.prefill_port(0)}"
     prefill1 = f"127.0.0.1:{cluster.ports.prefill_port(1)}"
     relay = f"127.0.0.1:{cluster.ports.decode_ports[3]}"
+    tls = cluster.internal_client()  # the engines' ports are on the internal plane
     rng = random.Random(9)
     prompt = [rng.randrange(5, 8000) for _ in range(1024)]
     turn = prompt + [rng.randrange(5, 8000) for _ in range(20)]
@@ -135,17 +139,18 @@ def test_hits_by_path_a_and_b_are_charged_the_targets_bytes_at_the_dilated_rate(
     cnic_rate = load_profile("dualpath-h800").dilated(D).engines["prefill"].cnic.gbps * 1e9 / 8
 
     for tenant, path in (("path-a", prefill_pb2.KV_PATH_A), ("path-b", prefill_pb2.KV_PATH_B)):
-        first = asyncio.run(_prefill(prefill0, prompt, tenant, 0, prefill_pb2.KV_PATH_A))
+        first = asyncio.run(_prefill(prefill0, tls, prompt, tenant, 0, prefill_pb2.KV_PATH_A))
         assert first.persisted_blocks == 64
 
         async def lookup(tenant: str) -> int:
-            async with KVStoreClient(f"127.0.0.1:{cluster.ports.kvstore}") as store:
+            async with KVStoreClient(f"127.0.0.1:{cluster.ports.kvstore}", tls=tls) as store:
                 return await store.lookup(block_ids_for(turn, BLOCK, emulated.fingerprint, tenant))
 
         assert asyncio.run(lookup(tenant)) == 64
         before = {n: nic_counters(cluster, n) for n in ("prefill-1", "decode-3")}
         start = time.monotonic()
-        result = asyncio.run(_prefill(prefill1, turn, tenant, 64, path, relay if path == prefill_pb2.KV_PATH_B else ""))
+        relayed = relay if path == prefill_pb2.KV_PATH_B else ""
+        result = asyncio.run(_prefill(prefill1, tls, turn, tenant, 64, path, relayed))
         wall = time.monotonic() - start
         after = {n: nic_counters(cluster, n) for n in ("prefill-1", "decode-3")}
 

@@ -1,7 +1,7 @@
 """A decode engine frozen (SIGSTOP) mid-turn: once its heartbeats are missed the scheduler drops it
 and cancels its stream, instead of holding the turn until the engine resumes; the turn ends within
 that bound (finished on the other engine, or RetryableError once tokens streamed) and the session's
-next turn runs on the other engine."""
+next turn runs on the other engine. Resumed (SIGCONT), it registers again and serves turns."""
 
 from __future__ import annotations
 
@@ -56,3 +56,28 @@ def test_a_frozen_decode_engine_does_not_hold_its_turns(cluster):
     assert longest_wait_s < ENGINE_TIMEOUT_S + 10, longest_wait_s
     assert len(after.token_ids) == 5 and str(victim.grpc_port) not in after.metadata.decode_engine
     assert next_s < 15.0, next_s  # no wait on the frozen engine: it is out of routing
+    _assert_rejoins(cluster, victim)
+
+
+def _assert_rejoins(cluster, victim, timeout_s: float = 60.0) -> None:
+    """The resumed engine finds itself unknown at its next heartbeat, registers again, and takes
+    turns: of two concurrent turns, the least-loaded router puts one on each decode engine."""
+    log = cluster.log_dir / "scheduler.log"
+    registered = f"registered decode engine decode-127.0.0.1:{victim.grpc_port}"
+    deadline = time.monotonic() + timeout_s
+    while log.read_text().count(registered) < 2:
+        assert time.monotonic() < deadline, f"decode engine {victim.grpc_port} did not register again"
+        time.sleep(0.5)
+    time.sleep(3.0)  # a few heartbeats: its load is the resumed engine's, not the frozen one's
+    with (
+        Client(f"127.0.0.1:{cluster.ports.scheduler}") as client,
+        client.open_session(tenant="a") as first,
+        client.open_session(tenant="b") as second,
+    ):
+        long_turn = iter(first.turn(token_ids=list(range(200, 240)), max_tokens=400, ignore_eos=True))
+        head = next(long_turn)
+        other = second.turn(token_ids=list(range(300, 340)), max_tokens=4, ignore_eos=True).result()
+        rest = list(long_turn)
+    engines = {head.metadata.decode_engine, other.metadata.decode_engine}
+    assert len(engines) == 2 and any(str(victim.grpc_port) in engine for engine in engines), engines
+    assert len(head.token_ids) + sum(len(c.token_ids) for c in rest) == 400 and len(other.token_ids) == 4

@@ -70,7 +70,8 @@ def stored_prefix(cluster, fingerprint: str, ids: list[bytes]) -> tuple[int, lis
     """(the store's prefix of `ids`, the ids of the blocks it reads back) from the restarted store."""
 
     async def ask():
-        async with KVStoreClient(f"127.0.0.1:{cluster.ports.kvstore}", timeout_s=30) as client:
+        address = f"127.0.0.1:{cluster.ports.kvstore}"
+        async with KVStoreClient(address, timeout_s=30, tls=cluster.internal_client()) as client:
             prefix = await client.lookup(ids)
             return prefix, [block_id async for block_id, _ in client.get(fingerprint, ids)]
 

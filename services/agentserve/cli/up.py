@@ -529,6 +529,10 @@ class LocalCluster:
         the internal plane: the `client` certificate; None when the plane is plain."""
         return None if self.certs is None else InternalTLS.load(str(self.certs / "client"))
 
+    def internal_channel(self, port: int) -> grpc.Channel:
+        """A blocking channel to the internal port `port` of this cluster, as a deployment peer."""
+        return health_channel(port, self.internal_client())
+
     def _spawn(self, name: str, cmd: list[str], mode: str) -> subprocess.Popen:
         with (self.log_dir / f"{name}.log").open(mode) as log:  # the child holds its own descriptor
             return spawn(cmd, log, self.env)

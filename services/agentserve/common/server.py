@@ -128,26 +128,26 @@ async def serve(service: Service, settings: ServerSettings, ready: asyncio.Event
     """Run `service` until SIGTERM/SIGINT (or cancellation), then stop gracefully."""
     setup_tracing(settings.name)
     server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[*server_interceptors(), *service.interceptors()])
-    names = service.add_to_server(server)
-    ports = [_Port(server, settings.host, settings.grpc_port, not settings.public, settings.tls)]
+    ports = [_Port(server, service.add_to_server(server), settings.host, settings.grpc_port, not settings.public)]
     if settings.public:
         internal = grpc.aio.server(options=GRPC_OPTIONS, interceptors=server_interceptors())
-        names += service.add_internal_to_server(internal)
-        ports.append(_Port(internal, settings.internal_host, settings.internal_port, True, settings.tls))
-    health_servicer = health.aio.HealthServicer()
+        internal_names = service.add_internal_to_server(internal)
+        ports.append(_Port(internal, internal_names, settings.internal_host, settings.internal_port, True))
+    names = [name for port in ports for name in port.names]
+    health_servicer = health.aio.HealthServicer()  # one health for both ports: the service is one
     for port in ports:
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, port.server)
-        reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], port.server)
+        reflection.enable_server_reflection([*port.names, health.SERVICE_NAME, reflection.SERVICE_NAME], port.server)
     for name in ("", *names):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     for port in ports:
-        port.bind(settings.name)
+        port.bind(settings.name, settings.tls)
     if settings.metrics_port:
         start_http_server(settings.metrics_port, addr=settings.host)
     for port in ports:
         await port.server.start()
     for port in ports:
-        log.info("%s listening on %s", settings.name, port.describe())
+        log.info("%s listening on %s", settings.name, port.describe(settings.tls))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -175,26 +175,27 @@ async def serve(service: Service, settings: ServerSettings, ready: asyncio.Event
 
 @dataclass(frozen=True)
 class _Port:
-    """One listening port: the clients' (always plain), or the internal plane's (mutual TLS with `tls`)."""
+    """One listening port and the services on it: the clients' (always plain), or the internal
+    plane's (mutual TLS when the service has internal credentials)."""
 
     server: grpc.aio.Server
+    names: list[str]
     host: str
     port: int
     internal: bool
-    tls: InternalTLS | None
 
-    def bind(self, service: str) -> None:
+    def bind(self, service: str, tls: InternalTLS | None) -> None:
         address = f"{self.host}:{self.port}"
-        if self.tls is None or not self.internal:
+        if tls is None or not self.internal:
             bound = self.server.add_insecure_port(address)
         else:
-            bound = self.server.add_secure_port(address, self.tls.server_credentials())
+            bound = self.server.add_secure_port(address, tls.server_credentials())
         if bound == 0:
             raise OSError(f"{service}: cannot bind gRPC port {self.port}")
 
-    def describe(self) -> str:
+    def describe(self, tls: InternalTLS | None) -> str:
         plane = "internal plane" if self.internal else "clients"
-        security = "mutual TLS" if self.tls is not None and self.internal else "plain"
+        security = "mutual TLS" if tls is not None and self.internal else "plain"
         return f"{self.host}:{self.port} ({plane}, {security})"
 
 
