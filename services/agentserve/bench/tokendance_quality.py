@@ -92,6 +92,10 @@ class FractionQuality:
     recomputed_share: float  # of the shared tokens, recomputed
     mean_deviation: float  # the per-request estimate
     p90_deviation: float
+    # Spearman rank correlation of the per-request estimate with the request's mean KL: how well
+    # the estimate the fallback reads orders requests by their real deviation (None when either
+    # is constant, as at fraction 1).
+    deviation_kl_rank_correlation: float | None
     fallback_rate: float  # requests past max_deviation
     top1_agreement_with_fallback: float
     mean_kl_with_fallback: float
@@ -112,7 +116,8 @@ def measure(
     reference = {} if reference is None else reference
     agree, kl, agree_fb, kl_fb = [], [], [], []
     shared = recomputed = fallbacks = 0
-    deviations = []
+    deviations: list[float] = []
+    request_kl: list[float] = []
     for round_prompts in rounds:
         prompts = [SegmentedPrompt((h, *blocks, q), policy) for h, blocks, q in round_prompts]
         for prompt, prefill in zip(prompts, reuse.prefill_round(prompts).prefills, strict=True):
@@ -131,6 +136,7 @@ def measure(
             shared += prefill.stats.shared_tokens
             recomputed += prefill.stats.recomputed_shared_tokens
             deviations.append(prefill.stats.deviation)
+            request_kl.append(gap.kl.mean().item())
     n = len(deviations)
     return FractionQuality(
         recompute_fraction=fraction,
@@ -139,10 +145,19 @@ def measure(
         recomputed_share=round(recomputed / shared, 4),
         mean_deviation=round(sum(deviations) / n, 4),
         p90_deviation=round(sorted(deviations)[int(0.9 * (n - 1))], 4),
+        deviation_kl_rank_correlation=_rank_correlation(deviations, request_kl),
         fallback_rate=round(fallbacks / n, 4),
         top1_agreement_with_fallback=round(torch.cat(agree_fb).double().mean().item(), 4),
         mean_kl_with_fallback=round(torch.cat(kl_fb).mean().item(), 5),
     )
+
+
+def _rank_correlation(a: list[float], b: list[float]) -> float | None:
+    if len(set(a)) < 2 or len(set(b)) < 2:
+        return None
+    ranks = [torch.tensor(x, dtype=torch.float64).argsort().argsort().double() for x in (a, b)]
+    centered = [r - r.mean() for r in ranks]
+    return round((centered[0] @ centered[1]).item() / (centered[0].norm() * centered[1].norm()).item(), 3)
 
 
 def run(

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from agentserve.bench.tokendance_quality import PromptSet, measure
+from agentserve.bench.tokendance_quality import PromptSet, _rank_correlation, measure
 from agentserve.engine.loader import load_model
 from agentserve.engine.reuse_quality import distribution_gap
 
@@ -39,11 +39,18 @@ def test_the_prompt_set_is_an_all_gather_with_rotated_block_orders() -> None:
         PromptSet(agents=3, rounds=2, history_tokens=4, block_tokens=2, tail_tokens=1).build(list(range(29)))
 
 
+def test_rank_correlation_orders_and_is_none_when_constant() -> None:
+    assert _rank_correlation([0.1, 0.2, 0.3], [1.0, 5.0, 9.0]) == 1.0
+    assert _rank_correlation([0.1, 0.2, 0.3], [9.0, 5.0, 1.0]) == -1.0
+    assert _rank_correlation([0.0, 0.0], [1.0, 2.0]) is None
+
+
 def test_fraction_1_is_the_full_recompute_and_a_zero_threshold_falls_every_reused_prompt_back(tiny_model_dir) -> None:
     model, _ = load_model(tiny_model_dir)
     rounds = PromptSet(agents=3, rounds=1, history_tokens=8, block_tokens=8, tail_tokens=4).build(list(range(300, 400)))
     exact = measure(model, rounds, 1.0, 4, max_deviation=0.0)
     assert (exact.top1_agreement, exact.mean_kl, exact.recomputed_share) == (1.0, 0.0, 1.0)
+    assert exact.deviation_kl_rank_correlation is None  # every estimate and every KL is 0
     reused = measure(model, rounds, 0.25, 4, max_deviation=0.0)
     assert reused.recomputed_share == 0.25 and reused.fallback_rate == 1.0
     assert (reused.top1_agreement_with_fallback, reused.mean_kl_with_fallback) == (1.0, 0.0)
