@@ -76,3 +76,16 @@ def test_segments_must_be_the_prompts_tokens(tiny_model_dir) -> None:
     prompt = _prompts(EXACT)[0]
     with pytest.raises(ValueError, match="segments must hold exactly the prompt's tokens"):
         engine.add_request(prompt.token_ids[:-1], GREEDY, segments=prompt)
+
+
+def test_masters_are_kept_for_the_newest_two_rounds(tiny_model_dir) -> None:
+    engine = LLMEngine.from_dir(tiny_model_dir, EngineConfig(reuse_max_deviation=None))
+    assert engine.segmented is not None
+
+    def round_prompt(r: int) -> SegmentedPrompt:
+        block = SharedBlock(f"round-{r}", r, _tokens(200 + r, 16))
+        return SegmentedPrompt((PrivateSegment(_tokens(r, 8)), block), ReusePolicy(recompute_fraction=0.25))
+
+    for r in range(3):
+        _generate(engine, [round_prompt(r)], segmented=True)
+        assert sorted(engine.segmented.masters) == [f"round-{i}" for i in range(max(0, r - 1), r + 1)]
