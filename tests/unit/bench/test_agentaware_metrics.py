@@ -53,7 +53,16 @@ def test_unfinished_jobs_are_left_out():
     assert job_latencies(workload(), sessions) == ({}, {})
 
 
-def turn(session: str, index: int, expected: int, held: int, cached: int = 0, prompt: int = 0, error: str = ""):
+def turn(
+    session: str,
+    index: int,
+    expected: int,
+    held: int,
+    cached: int = 0,
+    prompt: int = 0,
+    error: str = "",
+    decode: str = "decode-0",
+):
     return TurnRecord(
         session,
         index,
@@ -63,21 +72,25 @@ def turn(session: str, index: int, expected: int, held: int, cached: int = 0, pr
         cached_tokens=cached,
         expected_cached_tokens=expected,
         handoff_held_blocks=held,
+        decode_engine=decode,
         error=error,
     )
 
 
 def test_returning_turns_count_resident_kv_only_after_a_tool():
     turns = [
-        turn("j000-coder0", 1, expected=4 * BLOCK, held=4),  # after a tool, all held: resident
+        turn("j000-coder0", 1, expected=4 * BLOCK, held=4, decode="decode-1"),  # after a tool, all held: resident
         turn("j001-lead", 1, expected=4 * BLOCK, held=3),  # after a tool, one block missing
         turn("j000-planner", 1, expected=4 * BLOCK, held=0),  # no tool before it: not returning
-        turn("j000-coder0", 0, expected=0, held=0),
+        turn("j000-coder0", 0, expected=0, held=0),  # decoded on decode-0: its next turn moved
+        turn("j001-lead", 0, expected=0, held=0),
     ]
     assert returning_turns(workload(), turns, BLOCK) == {
         "returning_turns": 2,
         "resident_at_first_token": 1,
         "prefetch_hit_ratio": 0.5,
+        "returning_turns_on_another_engine": 1,
+        "resident_on_another_engine": 1,
     }
 
 
@@ -191,6 +204,8 @@ def test_markdown_reports_targets_every_run_and_the_regime():
         job_latency_p90_s=12.0,
         resident_at_first_token=19,
         returning_turns=20,
+        returning_turns_on_another_engine=4,
+        resident_on_another_engine=3,
         computed_prompt_tokens=500,
         store_loaded_bytes=2_000_000,
     )
@@ -226,8 +241,8 @@ def test_markdown_reports_targets_every_run_and_the_regime():
     assert "| `prefetch_hit_ratio` | 0.950 | 0.9 | yes |" in text
     assert "| `critical_path_jct_reduction` | 0.200 | - | - |" in text
     assert (
-        "| agentserve | 0.4 | 16 | 0 | 10.00 | 12.00 | 8.00 | 19/20 | 10 | 500 | 4.0 | 2.0 | 2.0 | 0.250 | 0.600 |"
-        in text
+        "| agentserve | 0.4 | 16 | 0 | 10.00 | 12.00 | 8.00 | 19/20 | 4 (3) | 10 | 500 "
+        "| 4.0 | 2.0 | 2.0 | 0.250 | 0.600 |" in text
     )
     assert "| ttl-pin | unavailable: scheduler: kv_lifecycle must be one of lru, agentserve |" in text
     assert "KV budget: {'decode_pool_tokens_total': 32768}" in text

@@ -64,20 +64,28 @@ def job_latencies(workload: Workload, sessions: Sequence[SessionRecord]) -> tupl
 
 
 def returning_turns(workload: Workload, turns: Sequence[TurnRecord], block_tokens: int) -> dict:
-    """Turns after a tool call, and how many found their reusable KV resident on the decode engine."""
+    """Turns after a tool call, how many found their reusable KV resident on the decode engine, and
+    how many were decoded on another engine than the turn before (the KV had to follow them)."""
     by_id = workload.by_id()
-    total = resident = 0
+    before = {(t.session_id, t.index): t for t in turns}
+    total = resident = moved = moved_resident = 0
     for t in turns:
         session = by_id.get(t.session_id)
         if session is None or t.index == 0 or not t.ok or not session.turns[t.index - 1].tools:
             continue
         total += 1
-        needed = t.expected_cached_tokens // block_tokens
-        resident += t.handoff_held_blocks >= needed
+        hit = t.handoff_held_blocks >= t.expected_cached_tokens // block_tokens
+        resident += hit
+        previous = before.get((t.session_id, t.index - 1))
+        if previous is not None and previous.decode_engine and previous.decode_engine != t.decode_engine:
+            moved += 1
+            moved_resident += hit
     return {
         "returning_turns": total,
         "resident_at_first_token": resident,
         "prefetch_hit_ratio": resident / total if total else None,
+        "returning_turns_on_another_engine": moved,
+        "resident_on_another_engine": moved_resident,
     }
 
 

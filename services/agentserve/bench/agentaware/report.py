@@ -47,19 +47,22 @@ def headline(result: dict) -> list[str]:
 def policy_rows(result: dict) -> list[str]:
     lines = [
         "| policy | jobs/s | jobs done | turns failed | mean job s | p90 job s | critical JCT s | prefetch hits "
+        "| moved returns (resident) "
         "| recomputed tok | computed tok | offload MB | upload MB | store-loaded MB | KV in use | KV resident |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, p in result["policies"].items():
         if p.get("unavailable"):
-            lines.append(f"| {name} | unavailable: {'; '.join(p['unavailable'])} |" + " |" * 13)
+            lines.append(f"| {name} | unavailable: {'; '.join(p['unavailable'])} |" + " |" * 14)
             continue
         for rate, r in p["runs"].items():
             kv = r.get("kv") or {}
             lines.append(
                 f"| {name} | {rate} | {r['jobs_done']} | {r['turns_failed']} | {_f(r['job_latency_mean_s'], 2)} "
                 f"| {_f(r['job_latency_p90_s'], 2)} | {_f(r['critical_path_jct_mean_s'], 2)} "
-                f"| {r['resident_at_first_token']}/{r['returning_turns']} | {r['recomputed_tokens']} "
+                f"| {r['resident_at_first_token']}/{r['returning_turns']} "
+                f"| {r.get('returning_turns_on_another_engine', '-')} ({r.get('resident_on_another_engine', '-')}) "
+                f"| {r['recomputed_tokens']} "
                 f"| {r['computed_prompt_tokens']} | {_mb(r['offload_bytes'])} | {_mb(r['upload_bytes'])} "
                 f"| {_mb(r['store_loaded_bytes'])} | {_f(kv.get('kv_utilization'))} | {_f(kv.get('kv_occupancy'))} |"
             )

@@ -93,7 +93,8 @@ async def run_policy(
             _log(
                 f"{policy.name} at {rate:g} jobs/s: mean job latency {figures['job_latency_mean_s'] or 0:.1f} s, "
                 f"{figures['jobs_done']} jobs, {figures['turns_failed']} turns failed, prefetch hits "
-                f"{figures['resident_at_first_token']}/{figures['returning_turns']}, "
+                f"{figures['resident_at_first_token']}/{figures['returning_turns']} "
+                f"({figures['resident_on_another_engine']}/{figures['returning_turns_on_another_engine']} moved), "
                 f"offloaded {figures['offload_blocks']} uploaded {figures['upload_blocks']} blocks"
             )
     finally:
