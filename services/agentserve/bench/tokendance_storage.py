@@ -2,8 +2,10 @@
 
 In an all-gather round every agent's prompt holds every agent's output (a shared segment), each
 after its own private history. Prefix caching stores one full copy of a segment per agent; the
-store here keeps one master (keys at canonical position 0) and, per agent, a diff block per KV
-block: the rows the engine recomputed, nothing for the re-rotation (an offset in the header).
+store here keeps one master and, per other agent, a diff block per KV block: the rows the engine
+recomputed, nothing for the re-rotation (an offset in the header). As in the engine
+(`engine.shared_context`), the master is the copy of the round's first prompt holding the segment
+(computed in full, at the position it held it): that agent stores no diff.
 
     storage_reduction = agents * full block bytes / (master bytes + diff bytes), over the segments
 
@@ -84,12 +86,15 @@ def measure_storage(
         k = torch.randn(shape, generator=gen).half()
         v = torch.randn(shape, generator=gen).half()
         master_ids = block_ids_for(list(range(segment_tokens)), kv_block_tokens, FINGERPRINT, f"master{segment}")
+        leader_start = _start(rng, max_private_tokens, segment, segment_tokens)
         for b, master_id in enumerate(master_ids):
-            master += len(full_block(*_block(k, v, b, kv_block_tokens), master_id, FINGERPRINT, b * kv_block_tokens))
-        for agent in range(agents):
-            start = rng.randint(1, max_private_tokens) + segment * segment_tokens  # private history, then segments
+            position = leader_start + b * kv_block_tokens
+            master += len(full_block(*_block(k, v, b, kv_block_tokens), master_id, FINGERPRINT, position))
+        full += agents * len(_full_copy(k, v, master_ids, kv_block_tokens))  # the leader's copy counts too
+        for agent in range(1, agents):
             rows = _selection(rng, segment_tokens, budget)
-            sibling = Sibling(f"segment{segment}", start, segment_tokens, rows)
+            offset = _start(rng, max_private_tokens, segment, segment_tokens) - leader_start
+            sibling = Sibling(f"segment{segment}", offset, segment_tokens, rows)
             sk, sv = _sibling(k, v, sibling, shift, gen)
             sibling_ids = block_ids_for(
                 list(range(segment_tokens)), kv_block_tokens, FINGERPRINT, f"a{agent}s{segment}"
@@ -97,7 +102,6 @@ def measure_storage(
             for b, (master_id, sibling_id) in enumerate(zip(master_ids, sibling_ids)):
                 mk, mv = _block(k, v, b, kv_block_tokens)
                 bk, bv = _block(sk, sv, b, kv_block_tokens)
-                one = serialize_blocks(bk.unsqueeze(1), bv.unsqueeze(1), [sibling_id], FINGERPRINT)
                 diff = serialize_diff(
                     mk,
                     mv,
@@ -109,11 +113,11 @@ def measure_storage(
                     position_offset=sibling.position_offset,
                     shift=shift,
                 )
-                full += len(one)
                 diffs += len(diff)
                 headers += read_header(diff).payload_offset
-                restored = restore_block(full_block(mk, mv, master_id, FINGERPRINT, 0), diff, shift)
-                exact = exact and _payload(restored) == _payload(one)
+                master_block = full_block(mk, mv, master_id, FINGERPRINT, leader_start + b * kv_block_tokens)
+                restored = restore_block(master_block, diff, shift)
+                exact = exact and _payload(restored) == _payload(_serialized(bk, bv, sibling_id))
     stored = master + diffs
     return StorageFigures(
         preset=preset,
@@ -149,6 +153,20 @@ def _check(agents: int, segments: int, segment_tokens: int, fraction: float, kv_
         raise ValueError(f"segment_tokens must be a positive multiple of kv_block_tokens, got {segment_tokens}")
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"recompute_fraction must be in [0, 1], got {fraction}")
+
+
+def _start(rng: random.Random, max_private_tokens: int, segment: int, segment_tokens: int) -> int:
+    """Where an agent's prompt holds a segment: after its private history and the segments before."""
+    return rng.randint(1, max_private_tokens) + segment * segment_tokens
+
+
+def _full_copy(k: torch.Tensor, v: torch.Tensor, ids: list[bytes], tokens: int) -> bytes:
+    """One agent's full copy of a segment, as prefix caching stores it (its KV blocks, concatenated)."""
+    return b"".join(_serialized(*_block(k, v, b, tokens), block_id) for b, block_id in enumerate(ids))
+
+
+def _serialized(k: torch.Tensor, v: torch.Tensor, block_id: bytes) -> bytes:
+    return bytes(serialize_blocks(k.unsqueeze(1), v.unsqueeze(1), [block_id], FINGERPRINT))
 
 
 def _selection(rng: random.Random, tokens: int, budget: int) -> tuple[int, ...]:

@@ -23,8 +23,8 @@ def test_with_nothing_recomputed_a_sibling_costs_only_its_headers():
 def test_each_recomputed_token_costs_its_k_and_v_rows_in_every_layer():
     figures = measure_storage(recompute_fraction=0.25, **SMALL)
     assert figures.recomputed_per_sibling == 8  # ceil(0.25 * 32): two anchors and six others
-    layers = 4
-    assert figures.diff_bytes - figures.diff_header_bytes == 4 * 8 * layers * 2 * ROW
+    layers, diffed_agents = 4, 3  # the first agent's copy is the master: it stores no diff
+    assert figures.diff_bytes - figures.diff_header_bytes == diffed_agents * 8 * layers * 2 * ROW
     assert figures.restored_exact
 
 
