@@ -23,7 +23,7 @@ class ClusterSpec:
     prefill: int = 2
     decoders: int = 4
     profile: str = "dualpath-h800"
-    block_size: int = 64  # tokens per KV block: fewer, larger blocks keep Python's per-block work small
+    block_size: int = 256  # tokens per KV block: fewer, larger blocks keep Python's per-block work small
     local_prefill_tokens_per_s: float = 0.0  # what the profile scales against; 0 = each engine measures
     engine_settings: Mapping[str, Any] = field(default_factory=dict)  # every engine (e.g. compute mode)
     prefill_settings: Mapping[str, Any] = field(default_factory=dict)  # prefill engines only (e.g. pool size)
