@@ -61,3 +61,61 @@ def test_a_cancelled_turn_returns_its_blocks() -> None:
     assert asyncio.run(go()) == 0
     with pytest.raises(ValueError, match="capacity_blocks must be positive"):
         PoolBudget(0)
+
+
+def concurrent_later_turns(tiny_model_dir, pool_blocks: int, budget: bool) -> list[int]:
+    """Three sessions' second turns at once on a prefill engine whose pool holds fewer blocks than
+    their store hits together; each turn's cached tokens (the rest was recomputed)."""
+    from agentserve.contracts import PrefillRequest, SamplingParams
+    from agentserve.engine.async_engine import AsyncEngine
+    from agentserve.engine.engine import LLMEngine
+    from agentserve.engine.engine_config import EngineConfig
+    from agentserve.engine_service.kv_moves import KVMover, Moved
+    from agentserve.prefill.worker import PrefillWorker
+    from tests.support.engine_pool import CONFIG, Store
+
+    probe = LLMEngine.from_dir(tiny_model_dir, CONFIG)
+    config = EngineConfig(kv_cache_bytes=pool_blocks * probe.pool.bytes_per_slot)
+    engine = AsyncEngine(LLMEngine.from_dir(tiny_model_dir, config))
+    engine.start()
+    try:
+
+        async def main() -> list[int]:
+            mover = KVMover(engine, "prefill-0", Store(), "store:0")
+
+            async def lacking(decode_address, ids):
+                return []
+
+            async def handoff(ids, decode_address, elsewhere=None):
+                return Moved(0, 0)
+
+            mover.lacking, mover.handoff = lacking, handoff
+            worker = PrefillWorker(engine, mover, keep_kv=False)
+            if not budget:
+                worker.budget = None
+            bs = engine.engine.block_size
+            prompts = [[(7 * i + s) % 150 + 5 for i in range(8 * bs)] for s in range(3)]
+
+            def turn(s: int, tokens: list[int], hits: int) -> PrefillRequest:
+                return PrefillRequest(f"r{s}-{hits}", f"s{s}", "", tokens, SamplingParams(max_tokens=1), hits)
+
+            for s, prompt in enumerate(prompts):  # first turns, one at a time: persisted, then dropped
+                await worker.prefill(turn(s, prompt, 0))
+            later = [turn(s, prompt + [3] * 5, 8) for s, prompt in enumerate(prompts)]
+            results = await asyncio.gather(*(worker.prefill(r) for r in later))
+            return [r.cached_tokens for r in results]
+
+        return asyncio.run(main())
+    finally:
+        engine.stop()
+
+
+def test_concurrent_loads_beyond_the_pool_recompute_without_the_budget_and_not_with_it(tiny_model_dir):
+    """The 16-agent blowup of `bench dualpath` (baseline 918 s vs 59 s at 8 agents), in small: loads
+    started without regard to room evict each other's loaded blocks before their turns run."""
+    from agentserve.engine.engine_config import EngineConfig
+
+    bs = EngineConfig().block_size
+    assert concurrent_later_turns(tiny_model_dir, pool_blocks=12, budget=True) == [8 * bs] * 3
+    without = concurrent_later_turns(tiny_model_dir, pool_blocks=12, budget=False)
+    assert min(without) < 8 * bs, without
