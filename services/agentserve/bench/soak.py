@@ -9,8 +9,9 @@ histories grow, hit the cache and are released.
 2. Soak: sessions started on an open schedule at `fraction` x capacity turns/s for `duration_s`
    (each on its own schedule, whatever the others do).
 
-Memory: VmRSS of every agentserve service process on this host (found by its command line,
-`-m agentserve.<service>`), sampled every `sample_s`. Growth of a process = the mean of the last
+Memory: VmRSS of the soaked system's service processes (found by their command line,
+`-m agentserve.<service>`: the children of `parent`, the `up --local` process, when given; else every
+one on this host), sampled every `sample_s`. Growth of a process = the mean of the last
 fifth of its samples over the mean of the first fifth, minus one (the first fifth follows the
 capacity phase, so caches that fill at first are not counted as growth).
 
@@ -45,6 +46,7 @@ class SoakConfig:
     max_growth: float = 0.10
     sample_s: float = 2.0
     api_key: str = ""
+    parent: int = 0  # pid of the `up --local` whose children are the services; 0 = every one on the host
 
     def __post_init__(self) -> None:
         for name in ("duration_s", "capacity_s", "sample_s"):
@@ -72,17 +74,20 @@ class Turns:
         self.failed[key] = self.failed.get(key, 0) + 1
 
 
-def service_pids() -> dict[str, int]:
-    """name -> pid of every agentserve service process on this host (decode-<pid> for several)."""
+def service_pids(parent: int = 0) -> dict[str, int]:
+    """<service>-<pid> -> pid of the agentserve service processes on this host: `parent`'s children
+    only, when given (other clusters on a shared host are not the one soaked)."""
     found: dict[str, int] = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             match = SERVICE_CMDLINE.search((proc / "cmdline").read_bytes())
-        except OSError:
+            # /proc/<pid>/stat: "pid (comm) state ppid ...", comm may hold spaces: split after ")".
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        if match is not None:
+        if match is not None and (not parent or ppid == parent):
             found[f"{match.group(1).decode()}-{proc.name}"] = int(proc.name)
     return found
 
@@ -98,9 +103,11 @@ class MemoryTrace:
         while True:
             for name, pid in self.pids.items():
                 try:
-                    self.samples[name].append(rss_mb(pid))
-                except OSError:
-                    pass
+                    rss = rss_mb(pid)
+                except OSError:  # exited
+                    continue
+                if rss > 0:  # a zombie has no resident set
+                    self.samples[name].append(rss)
             await asyncio.sleep(interval_s)
 
     def growth(self) -> dict[str, dict[str, float]]:
@@ -155,7 +162,7 @@ async def measure(config: SoakConfig) -> dict:
         if rate <= 0:
             raise RuntimeError(f"no turn completed while measuring capacity: {capacity.failed}")
 
-        memory = MemoryTrace(service_pids())
+        memory = MemoryTrace(service_pids(config.parent))
         sampling = asyncio.create_task(memory.run(config.sample_s))
         soak, tasks = Turns(), []
         sessions_per_s = rate / config.turns_per_session

@@ -140,6 +140,7 @@ def bench_soak(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         turns_per_session=args.turns_per_session,
         max_growth=args.max_growth,
+        parent=args.parent,
         api_key=os.environ.get("AGENTSERVE_API_KEY", ""),
     )
     result = asyncio.run(soak.measure(config))

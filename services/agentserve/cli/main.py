@@ -220,6 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
     soak.add_argument("--concurrency", type=int, default=4, help="sessions in the capacity measurement")
     soak.add_argument("--turns-per-session", type=int, default=4)
     soak.add_argument("--max-growth", type=float, default=0.10, help="largest RSS growth allowed per process")
+    soak.add_argument(
+        "--parent", type=int, default=0, help="pid of the `up --local` running the system: only its children's memory"
+    )
     soak.add_argument("--out", type=Path, help="write the JSON result here")
     soak.set_defaults(func=commands.bench_soak)
     kvb = bench.add_parser("kvstore", help="kvstore read/write MB/s and latency per block size vs the raw disk")
