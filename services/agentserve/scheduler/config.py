@@ -128,7 +128,7 @@ class SchedulerConfig:
             raise ValueError(f"prefill_alpha_ms must be a finite number >= 0, got {self.prefill_alpha_ms}")
         if not 1 <= self.prefill_beta < float("inf"):
             raise ValueError(f"prefill_beta must be a finite number >= 1, got {self.prefill_beta}")
-        for name in ("tool_default_s", "reload_s_per_block", "park_min_wait_s", "round_window_ms"):
+        for name in ("tool_default_s", "reload_s_per_block", "park_min_wait_s", "round_window_ms", "kv_commit_ratio"):
             if not 0 <= getattr(self, name) < float("inf"):
                 raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)}")
         from agentserve.scheduler.tool_durations import parse_seeds

@@ -35,3 +35,10 @@ def test_store_deadline_is_milliseconds_and_zero_means_none() -> None:
     assert PrefillConfig(kvstore_timeout_ms=0).kvstore_timeout_ms == 0
     with pytest.raises(ValueError, match=r"kvstore_timeout_ms must be >= 0 \(0: no deadline\), got -1"):
         PrefillConfig(kvstore_timeout_ms=-1)
+
+
+def test_the_critical_share_is_a_flag_and_a_fraction_of_the_pool() -> None:
+    assert DecodeConfig().critical_reserve == 0.0
+    assert load_config(DecodeConfig, ["--critical-reserve", "0.25"]).critical_reserve == 0.25
+    with pytest.raises(ValueError, match=r"^critical_reserve must be a fraction of the pool in \[0, 1\), got -0.1$"):
+        DecodeConfig(critical_reserve=-0.1)

@@ -71,6 +71,7 @@ def test_defaults_and_flags_over_env() -> None:
         ),
         (dict(reload_s_per_block=-0.1), "reload_s_per_block must be a finite number >= 0, got -0.1"),
         (dict(park_min_wait_s=float("inf")), "park_min_wait_s must be a finite number >= 0, got inf"),
+        (dict(kv_commit_ratio=-1.0), "kv_commit_ratio must be a finite number >= 0, got -1.0"),
         (dict(tool_seeds="search"), "tool_seeds: 'search' is not name=seconds"),
     ],
 )
