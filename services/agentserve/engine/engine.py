@@ -44,6 +44,7 @@ from agentserve.kv import block_hash
 from agentserve.kv.block_format import deserialize_blocks, serialize_blocks
 from agentserve.kv.block_hash import compute_block_id
 from agentserve.kv.block_manager import BlockManager
+from agentserve.kv.eviction import Hint
 
 log = logging.getLogger(__name__)
 
@@ -403,6 +404,10 @@ class LLMEngine:
             self._seal_full_blocks(seq)
         if free and seq in self.running:
             self.running.remove(seq)
+            if seq.priority:
+                # Its cached blocks keep the session's priority: a hint-driven pool (`hinted`) evicts
+                # a low-priority session's history before a critical one's (`lru` ignores it).
+                self.blocks.hint(seq.block_ids[: seq.num_sealed], Hint(priority=seq.priority))
             self.blocks.free(seq.slots)
         self._external.pop(seq.request_id, None)
         self._segments.pop(seq.request_id, None)

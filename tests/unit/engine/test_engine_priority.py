@@ -71,3 +71,18 @@ def test_the_critical_share_holds_room_for_critical_demand_only(base):
 def test_a_critical_share_out_of_range_is_refused():
     with pytest.raises(ValueError, match=r"^critical_reserve must be a fraction of the pool in \[0, 1\), got 1.0$"):
         EngineConfig(critical_reserve=1.0)
+
+
+def test_a_hinted_pool_keeps_a_higher_priority_sessions_history_longer(base):
+    config = EngineConfig(kv_cache_bytes=24 * base.pool.bytes_per_slot, eviction_policy="hinted")
+    e = LLMEngine(base.model, base.fingerprint, config)
+    params = SamplingParams(max_tokens=1, ignore_eos=True)
+    first = e.add_request(prompt(48, 100), params, priority=40)  # 3 full blocks, cached at priority 40
+    while e.has_unfinished():
+        e.step()
+    later = e.add_request(prompt(48, 300), params)  # used more recently, at priority 0
+    while e.has_unfinished():
+        e.step()
+    slots = [[e.blocks.lookup(b) for b in seq.block_ids[:3]] for seq in (first, later)]
+    # LRU would evict the first one's blocks first; by priority the later one's go first.
+    assert e.blocks.eviction_order() == [*reversed(slots[1]), *reversed(slots[0])]
