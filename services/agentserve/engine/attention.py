@@ -7,6 +7,10 @@ Two metadata shapes cover the engine's two kinds of step:
 A prefill on a cached prefix attends to the prefix and to its own tokens separately and merges the
 two by their log-sum-exps (`prefix_attention`): no `[T, context]` mask, and the new tokens' KV is
 not read back from the pool.
+
+`batch_invariant` (on in both, from `EngineConfig.batch_invariant`): a row's result does not depend
+on the batch. Decode attends with `decode_attention` instead of SDPA, whose sums depend on the
+batch, and every linear pads its rows (`linears.row_invariant_linear`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from agentserve.engine.decode_attention import invariant_decode_attention, padded_context
 from agentserve.engine.prefix_attention import attend_with_prefix
 
 
@@ -50,6 +55,7 @@ class PrefillMetadata:
     # Set per layer by a layerwise prefill whose prefix is not in the pool: that layer's prefix
     # KV, `[num_cached, heads, d]` each, read instead of the pool (`ModelRunner.prefill_staged`).
     staged_prefix: tuple[torch.Tensor, torch.Tensor] | None = None
+    batch_invariant: bool = True
 
     @property
     def context_len(self) -> int:
@@ -57,7 +63,9 @@ class PrefillMetadata:
         return self.total
 
     @classmethod
-    def build(cls, slots: Sequence[int], block_size: int, num_cached: int, num_new: int) -> PrefillMetadata:
+    def build(
+        cls, slots: Sequence[int], block_size: int, num_cached: int, num_new: int, batch_invariant: bool = True
+    ) -> PrefillMetadata:
         total = num_cached + num_new
         table = torch.as_tensor(list(slots[: -(-total // block_size)]), dtype=torch.long)
         prefix = list(slots[: -(-num_cached // block_size)])
@@ -69,6 +77,7 @@ class PrefillMetadata:
             block_size=block_size,
             prefix_slots=table[: len(prefix)],
             prefix_start=prefix[0] * block_size if consecutive else None,
+            batch_invariant=batch_invariant,
         )
 
     def prefix_kv(self, rows: torch.Tensor) -> torch.Tensor:
@@ -84,6 +93,7 @@ class DecodeMetadata:
     write_rows: torch.Tensor  # [B] pool row of each sequence's new token
     context_rows: torch.Tensor  # [B, max_len] pool rows, padding rows masked out
     key_mask: torch.Tensor  # [B, 1, 1, max_len] additive: 0 where the key is real, -inf on padding
+    batch_invariant: bool = True  # max_len is then a whole number of `DECODE_SPLIT`s
 
     @property
     def context_len(self) -> int:
@@ -97,9 +107,10 @@ class DecodeMetadata:
         block_size: int,
         lengths: Sequence[int],
         dtype: torch.dtype = torch.float32,
+        batch_invariant: bool = True,
     ) -> DecodeMetadata:
         """lengths[b] counts sequence b's tokens including the one being decoded."""
-        max_len = max(lengths)
+        max_len = padded_context(max(lengths)) if batch_invariant else max(lengths)
         num_blocks = -(-max_len // block_size)
         # One padded table for the batch (padding points at slot 0, masked), so the whole batch's
         # rows take a few tensor ops instead of a few per sequence.
@@ -112,6 +123,7 @@ class DecodeMetadata:
             write_rows=rows[torch.arange(len(lengths)), lengths_t - 1],
             context_rows=rows,
             key_mask=additive_mask(visible, dtype)[:, None, None, :],
+            batch_invariant=batch_invariant,
         )
 
 
@@ -131,6 +143,8 @@ def paged_attention(
     k_rows.index_copy_(0, meta.write_rows, k)  # the pool must have the model's dtype
     v_rows.index_copy_(0, meta.write_rows, v)
     if isinstance(meta, DecodeMetadata):
+        if meta.batch_invariant:
+            return invariant_decode_attention(q, k_rows, v_rows, meta.context_rows, meta.key_mask)
         keys = k_rows[meta.context_rows].transpose(1, 2)  # [B, KVH, S, d]
         values = v_rows[meta.context_rows].transpose(1, 2)
         out = F.scaled_dot_product_attention(

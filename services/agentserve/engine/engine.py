@@ -89,7 +89,7 @@ class LLMEngine:
         else:
             self.dtype = parse_dtype(config.dtype)
             self.pool = KVPool.for_budget(self.model_config, config.kv_cache_bytes, config.block_size, self.dtype)
-            self.runner = ModelRunner(model, self.pool)
+            self.runner = ModelRunner(model, self.pool, config.batch_invariant)
         self.segmented: SegmentedPrefill | None = None
         if isinstance(model, CausalLM) and isinstance(self.pool, KVPool):
             self.segmented = SegmentedPrefill(model, self.pool, config.reuse_max_deviation)

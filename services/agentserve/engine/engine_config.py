@@ -42,6 +42,10 @@ class EngineConfig:
     # see `LLMEngine.critical_reserve`): at most this fraction, sized by their demand. 0 = none.
     critical_reserve: float = 0.0
     critical_priority: int = CRITICAL_PRIORITY
+    # A sequence's logits are bit-identical whatever it is batched with (`engine.attention`), so
+    # greedy output matches a recompute however requests interleave. Off: decode attention and
+    # linears take their fastest kernels, whose low bits depend on the batch.
+    batch_invariant: bool = True
     compute: str = "real"
     # A segmented (TokenDance) request whose estimated deviation from a full recompute passes this
     # is recomputed in full (`engine.recompute_selection`); None: never.
@@ -61,6 +65,8 @@ class EngineConfig:
             raise ValueError(f"layerwise must be true or false, got {self.layerwise!r}")
         if not 0 <= self.critical_reserve < 1:
             raise ValueError(f"critical_reserve must be a fraction of the pool in [0, 1), got {self.critical_reserve}")
+        if not isinstance(self.batch_invariant, bool):
+            raise ValueError(f"batch_invariant must be true or false, got {self.batch_invariant!r}")
         self.prefill_batch_policy()  # ValueError naming the bad field
         if self.compute not in COMPUTE_MODES:
             raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from agentserve.engine.attention import DecodeMetadata, PrefillMetadata, paged_attention
 from agentserve.engine.kv_pool import KVPool
+from agentserve.engine.linears import row_invariant_linear
 from agentserve.engine.rope import RotaryEmbedding
 
 # (weight, bias) of a linear layer, as `F.linear` takes them.
@@ -73,14 +74,15 @@ def run_layer(
 ) -> torch.Tensor:
     """x: `[tokens, hidden]` in, the layer's output out; writes the tokens' KV into `pool`."""
     n, heads, kv_heads, d = x.shape[0], p.heads, p.kv_heads, p.head_dim
-    qkv = F.linear(p.input_norm(x), *p.qkv)
+    linear = row_invariant_linear if meta.batch_invariant else F.linear
+    qkv = linear(p.input_norm(x), *p.qkv)
     # q and k side by side in the fused output: one rotary pass covers both.
     qk = RotaryEmbedding.rotate(qkv[:, : (heads + kv_heads) * d].view(n, heads + kv_heads, d), cos, sin)
     v = qkv[:, (heads + kv_heads) * d :].view(n, kv_heads, d)
     k_rows, v_rows = pool.flat(p.index)
     out = paged_attention(qk[:, :heads], qk[:, heads:], v, k_rows, v_rows, meta, heads // kv_heads)
-    x = x + F.linear(out.reshape(n, heads * d), *p.o_proj)
-    gate_up = F.linear(p.post_norm(x), *p.gate_up)
+    x = x + linear(out.reshape(n, heads * d), *p.o_proj)
+    gate_up = linear(p.post_norm(x), *p.gate_up)
     half = gate_up.shape[-1] // 2
     gate = F.silu(gate_up[:, :half], inplace=True).mul_(gate_up[:, half:])  # in place: no new buffers
-    return x + F.linear(gate, *p.down)
+    return x + linear(gate, *p.down)

@@ -10,6 +10,13 @@ checkpoints load unchanged:
 - **Fusion** (`FusedLinear`): linears over the same input (q|k|v, gate|up) run as one matmul.
   The parts' parameters become views into the fused tensor, so each weight is stored once.
 
+**Row invariance** (`row_invariant_linear`): MKL computes a product of 1 to 3 rows with another
+kernel than 4 or more, summing each output in another order, so the same token's row came out
+different in its low bits alone (a decode of one sequence) and batched (a decode of four, a
+prefill). Rounding the row count up to a multiple of `ROW_TILE` with zero rows sends every row
+through the many-row kernel, whose result for a row does not depend on the rows beside it or on
+the thread count (tests/unit/engine/test_linears.py checks this on the machine it runs on).
+
 Every row count runs on `F.linear` (MKL). oneDNN's matmul was tried for few-row inputs: it spends
 ~25 us per call before any arithmetic (MKL ~4 us), 16 calls a forward, and is no faster on the
 arithmetic, so a 40-row prefill on a 960-token cached prefix took ~1 ms (10%) longer with it.
@@ -20,6 +27,18 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+# Rows a linear's input is padded to a multiple of (see the module docstring).
+ROW_TILE = 4
+
+
+def row_invariant_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`F.linear(x, weight, bias)` for `x` `[rows, in]`, each row's result independent of the others."""
+    rows = x.shape[0]
+    pad = -rows % ROW_TILE
+    if not pad:
+        return F.linear(x, weight, bias)
+    return F.linear(torch.cat([x, x.new_zeros(pad, x.shape[1])]), weight, bias)[:rows]
 
 
 def column_major(weight: torch.Tensor) -> torch.Tensor:

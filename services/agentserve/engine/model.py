@@ -20,7 +20,7 @@ from agentserve.engine.attention import DecodeMetadata, PrefillMetadata
 from agentserve.engine.config import ModelConfig
 from agentserve.engine.kv_pool import KVPool
 from agentserve.engine.layer_plan import LayerPlan, Norm, run_layer
-from agentserve.engine.linears import FusedLinear, column_major, store_column_major
+from agentserve.engine.linears import FusedLinear, column_major, row_invariant_linear, store_column_major
 from agentserve.engine.rope import RotaryEmbedding
 
 # Called with a layer index just before that layer runs; layerwise KV loading hooks in here.
@@ -162,4 +162,5 @@ class CausalLM(nn.Module):
         if logits_rows is not None:
             x = x[logits_rows]
         head = self.lm_head.weight if self.tied_head_weight is None else self.tied_head_weight
-        return F.linear(self.final_norm(x), head).float()
+        linear = row_invariant_linear if meta.batch_invariant else F.linear
+        return linear(self.final_norm(x), head).float()

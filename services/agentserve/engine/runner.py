@@ -46,13 +46,16 @@ class ExternalPrefix:
 
 
 class ModelRunner:
-    def __init__(self, model: CausalLM, pool: KVPool):
+    def __init__(self, model: CausalLM, pool: KVPool, batch_invariant: bool = True):
+        """`batch_invariant`: each sequence's logits do not depend on the batch it runs in
+        (`attention` module docstring); off, decode takes SDPA and linears their fastest kernel."""
         model_dtype = model.lm_head.weight.dtype
         if pool.dtype != model_dtype:
             # Attention copies each layer's new K/V into the pool as they are, without a cast.
             raise ValueError(f"KV pool dtype {pool.dtype} differs from the model's {model_dtype}")
         self.model = model
         self.pool = pool
+        self.batch_invariant = batch_invariant
 
     def prefill(
         self, seq: Sequence, num_cached: int, external: ExternalPrefix | None = None, external_start: int = 0
@@ -64,7 +67,7 @@ class ModelRunner:
         """
         total = len(seq.token_ids)
         bs = self.pool.block_size
-        meta = PrefillMetadata.build(seq.slots, bs, num_cached, total - num_cached)
+        meta = PrefillMetadata.build(seq.slots, bs, num_cached, total - num_cached, self.batch_invariant)
         ids = torch.as_tensor(seq.token_ids[num_cached:], dtype=torch.long)
         hook = None
         if external is not None and external.num_blocks > external_start:
@@ -104,6 +107,7 @@ class ModelRunner:
             block_size=bs,
             prefix_slots=torch.as_tensor(resident_slots, dtype=torch.long),
             prefix_start=None,
+            batch_invariant=self.batch_invariant,
         )
         resident_rows = token_rows(meta.prefix_slots, 0, len(resident_slots) * bs, bs)
         skip = len(resident_slots) - external.first_block
@@ -131,7 +135,9 @@ class ModelRunner:
     def decode(self, seqs: list[Sequence]) -> torch.Tensor:
         """One token for each sequence (its last token's KV is computed now); logits [B, vocab]."""
         lengths = [len(s.token_ids) for s in seqs]
-        meta = DecodeMetadata.build([s.slots for s in seqs], self.pool.block_size, lengths, self.pool.dtype)
+        meta = DecodeMetadata.build(
+            [s.slots for s in seqs], self.pool.block_size, lengths, self.pool.dtype, self.batch_invariant
+        )
         ids = torch.as_tensor([s.token_ids[-1] for s in seqs], dtype=torch.long)
         positions = torch.as_tensor([n - 1 for n in lengths], dtype=torch.long)
         return self.model(ids, positions, self.pool, meta)

@@ -49,6 +49,7 @@ class EngineService(Service):
                 prefill_batching=config.prefill_batching,
                 prefill_token_budget=config.prefill_token_budget,
                 prefill_attention_tokens=config.prefill_attention_tokens,
+                batch_invariant=config.batch_invariant,
                 compute=config.compute,
                 emulation=config.emulation() if config.compute == "emulated" else EmulationConfig(),
             ),

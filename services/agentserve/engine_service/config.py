@@ -34,6 +34,8 @@ class EngineServiceConfig:
     prefill_batching: str = "fcfs"  # fcfs | compute-quota
     prefill_token_budget: int = 8192
     prefill_attention_tokens: int = 0
+    # Bit-identical logits whatever a sequence is batched with (`EngineConfig.batch_invariant`).
+    batch_invariant: bool = True
     layerwise_min_read_kb: int = 64  # a layerwise path-A read of a block carries whole layers >= this (`layer_loads`)
     scheduler_address: str = "127.0.0.1:50061"  # the scheduler's internal port
     # The internal plane's mutual TLS (common/internal_tls.py): ca.pem, cert.pem, key.pem; "" = plain.

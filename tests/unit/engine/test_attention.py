@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from agentserve.engine.attention import DecodeMetadata, PrefillMetadata, paged_attention, token_rows
+from agentserve.engine.decode_attention import DECODE_SPLIT
 
 pytestmark = pytest.mark.unit
 
@@ -24,14 +25,17 @@ def test_token_rows_follow_the_slot_table(start: int, stop: int) -> None:
     assert token_rows(torch.tensor(slots), start, stop, BS).tolist() == reference_rows(slots, start, stop)
 
 
-def test_decode_rows_pad_short_sequences_and_pick_each_last_token() -> None:
+@pytest.mark.parametrize(("batch_invariant", "context"), [(False, 40), (True, DECODE_SPLIT)])
+def test_decode_rows_pad_short_sequences_and_pick_each_last_token(batch_invariant: bool, context: int) -> None:
+    # Batch-invariant decode pads every row to whole splits of the decode attention.
     tables, lengths = [[4, 1, 6], [2]], [40, 5]
-    meta = DecodeMetadata.build(tables, BS, lengths)
-    assert meta.context_rows[0].tolist() == reference_rows(tables[0], 0, 40)
+    meta = DecodeMetadata.build(tables, BS, lengths, batch_invariant=batch_invariant)
+    assert meta.context_len == context
+    assert meta.context_rows[0, :40].tolist() == reference_rows(tables[0], 0, 40)
     assert meta.context_rows[1, :5].tolist() == reference_rows(tables[1], 0, 5)
     assert meta.write_rows.tolist() == [reference_rows(tables[0], 39, 40)[0], reference_rows(tables[1], 4, 5)[0]]
-    assert torch.equal(torch.isinf(meta.key_mask[1, 0, 0]), torch.arange(40) >= 5)
-    assert meta.context_len == 40
+    assert torch.equal(torch.isinf(meta.key_mask[0, 0, 0]), torch.arange(context) >= 40)
+    assert torch.equal(torch.isinf(meta.key_mask[1, 0, 0]), torch.arange(context) >= 5)
 
 
 def test_a_prefix_in_consecutive_slots_is_a_view_of_the_pool_and_a_scattered_one_is_gathered() -> None:
@@ -79,12 +83,13 @@ def test_prefill_matches_dense_attention(num_cached: int, num_new: int, scattere
     assert torch.equal(k_rows[new], context_k[num_cached:]) and torch.equal(v_rows[new], context_v[num_cached:])
 
 
-def test_decode_matches_dense_attention_per_sequence() -> None:
+@pytest.mark.parametrize("batch_invariant", [False, True])
+def test_decode_matches_dense_attention_per_sequence(batch_invariant: bool) -> None:
     torch.manual_seed(1)
     tables, lengths = [[5, 2, 7], [1], [3, 0]], [35, 9, 17]
     k_rows, v_rows = torch.randn(2, 8 * BS, KVH, D).unbind(0)
     q, k, v = torch.randn(3, HEADS, D), torch.randn(3, KVH, D), torch.randn(3, KVH, D)
-    meta = DecodeMetadata.build(tables, BS, lengths)
+    meta = DecodeMetadata.build(tables, BS, lengths, batch_invariant=batch_invariant)
     out = paged_attention(q, k, v, k_rows, v_rows, meta, HEADS // KVH)
     for b, (table, n) in enumerate(zip(tables, lengths)):
         rows = reference_rows(table, 0, n)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from agentserve.engine.linears import FusedLinear, column_major, store_column_major
+from agentserve.engine.linears import FusedLinear, column_major, row_invariant_linear, store_column_major
 
 pytestmark = pytest.mark.unit
 
@@ -74,3 +74,26 @@ def test_column_major_keeps_shape_and_values() -> None:
     before = layer.weight.detach().clone()
     store_column_major(layer)
     assert layer.weight.stride() == (1, 48) and torch.equal(layer.weight, before)
+
+
+# The default model's linear shapes: q|k|v, o_proj, gate|up, down, the tied LM head.
+LINEAR_SHAPES = [(256, 512), (256, 256), (256, 1408), (704, 256), (256, 8192)]
+
+
+@pytest.mark.parametrize(("n_in", "n_out"), LINEAR_SHAPES)
+def test_row_invariant_linear_gives_a_row_the_same_bits_at_every_row_count_and_thread_count(n_in, n_out) -> None:
+    torch.manual_seed(n_out)
+    weight, bias = column_major(torch.randn(n_out, n_in) * 0.05), torch.randn(n_out)
+    x = torch.randn(300, n_in)
+    threads = torch.get_num_threads()
+    try:
+        whole = row_invariant_linear(x, weight, bias)
+        for rows in (1, 2, 3, 4, 5, 17, 64, 299):
+            for part in (slice(0, rows), slice(300 - rows, 300)):
+                assert torch.equal(row_invariant_linear(x[part], weight, bias), whole[part])
+        torch.set_num_threads(1)
+        assert torch.equal(row_invariant_linear(x, weight, bias), whole)
+        assert torch.equal(row_invariant_linear(x[7:8], weight, bias), whole[7:8])
+    finally:
+        torch.set_num_threads(threads)
+    torch.testing.assert_close(whole, F.linear(x, weight, bias), rtol=0, atol=1e-5)
