@@ -16,7 +16,8 @@ Layer by layer, for a prompt of T tokens:
   prompt, their own fresh K/V in their rows and the reused K/V elsewhere.
 
 Each layer's K/V for the whole prompt go to `sink(layer, k, v)`: the caller's pool rows. The return
-value is the last tokens' logits.
+value is the last tokens' logits. Linears are row-invariant (`linears.row_invariant_linear`), as the
+engine's batch-invariant forward runs them, so a token recomputed here gets the full prefill's bits.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from agentserve.engine.layer_plan import LayerPlan
+from agentserve.engine.linears import row_invariant_linear
 from agentserve.engine.model import CausalLM
 from agentserve.engine.rope import RotaryEmbedding
 
@@ -94,7 +96,7 @@ def blend_prefill(
         sink(plan.index, k, v)
         x = _finish_layer(x, plan, _attend(q, k, v, rows, positions))
     head = model.lm_head.weight if model.tied_head_weight is None else model.tied_head_weight
-    return F.linear(model.final_norm(x[-tail:]), head).float()
+    return row_invariant_linear(model.final_norm(x[-tail:]), head).float()
 
 
 def _merged(
@@ -109,7 +111,7 @@ def _qkv(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q `[n, heads, d]` and k, v `[n, kv_heads, d]`, q and k rotated: `layer_plan.run_layer`'s arithmetic."""
     n, heads, kv_heads, d = x.shape[0], p.heads, p.kv_heads, p.head_dim
-    qkv = F.linear(p.input_norm(x), *p.qkv)
+    qkv = row_invariant_linear(p.input_norm(x), *p.qkv)
     qk = RotaryEmbedding.rotate(qkv[:, : (heads + kv_heads) * d].view(n, heads + kv_heads, d), cos, sin)
     return qk[:, :heads], qk[:, heads:], qkv[:, (heads + kv_heads) * d :].view(n, kv_heads, d)
 
@@ -131,8 +133,8 @@ def _attend(
 def _finish_layer(x: torch.Tensor, p: LayerPlan, attended: torch.Tensor) -> torch.Tensor:
     """The rest of `layer_plan.run_layer` after attention: o_proj, residual, MLP, residual."""
     n = x.shape[0]
-    x = x + F.linear(attended.reshape(n, p.heads * p.head_dim), *p.o_proj)
-    gate_up = F.linear(p.post_norm(x), *p.gate_up)
+    x = x + row_invariant_linear(attended.reshape(n, p.heads * p.head_dim), *p.o_proj)
+    gate_up = row_invariant_linear(p.post_norm(x), *p.gate_up)
     half = gate_up.shape[-1] // 2
     gate = F.silu(gate_up[:, :half], inplace=True).mul_(gate_up[:, half:])
-    return x + F.linear(gate, *p.down)
+    return x + row_invariant_linear(gate, *p.down)
