@@ -90,9 +90,8 @@ def test_turns_survive_a_killed_store_and_hit_it_again_after_its_restart(cluster
         continued.turn(tokens(3, FIRST))
 
         # Under load: a session keeps running turns while the store is killed under it. Its replies
-        # are checked for completion only: concurrent turns on one decode engine do not match a
-        # recompute token for token even with the store up (a separate finding); the turns below,
-        # one at a time, are checked exactly.
+        # are checked for completion only (test_batch_invariance checks concurrent turns on one
+        # decode engine against a recompute token for token); the turns below are checked exactly.
         busy, failures = client.open_session(tenant="busy"), []
 
         def keep_busy() -> None:
