@@ -69,7 +69,10 @@ def cached_prefill_speedup(
         raise TypeError("the cached-prefill speedup needs an engine that computes (not an emulated one)")
     cold_engine = LLMEngine(model, fingerprint, EngineConfig(prefix_cache=False, dtype=dtype))
     warm_engine = LLMEngine(model, fingerprint, EngineConfig(dtype=dtype))
-    cold_kernels, warm_kernels = PrefillKernels(model, total, 0), PrefillKernels(model, total - cached, cached)
+    cold_kernels, warm_kernels = (
+        PrefillKernels(model, total, 0, warm_engine.config.batch_invariant),
+        PrefillKernels(model, total - cached, cached, warm_engine.config.batch_invariant),
+    )
     prefix = _tokens(rng, cached, vocab)
     warm_engine.generate(prefix + _tokens(rng, total - cached, vocab), ONE_TOKEN)
     cold_kernels.run()

@@ -20,13 +20,18 @@ import time
 import torch
 import torch.nn.functional as F
 
+from agentserve.engine.engine_config import EngineConfig
+from agentserve.engine.linears import row_invariant_linear
 from agentserve.engine.model import CausalLM
 from agentserve.engine.prefix_attention import attend_with_prefix
 
 
 class PrefillKernels:
-    def __init__(self, model: CausalLM, new: int, cached: int):
+    def __init__(self, model: CausalLM, new: int, cached: int, batch_invariant: bool = EngineConfig.batch_invariant):
         cfg = model.config
+        # The engine's batch-invariant linears pad rows to a whole tile (the LM head's one row to
+        # four), so the kernels alone must too to be the same shapes.
+        self.linear = row_invariant_linear if batch_invariant else F.linear
         dtype = model.lm_head.weight.dtype
         heads, kv_heads, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.model, self.cached = model, cached
@@ -43,12 +48,12 @@ class PrefillKernels:
     @torch.inference_mode()
     def run(self) -> dict[str, float]:
         """Run the kernels once; seconds spent in the projections, the attention and the LM head."""
-        x, q, k, v = self.x, self.q, self.k, self.v
+        x, q, k, v, linear = self.x, self.q, self.k, self.v, self.linear
         spent = {"linear": 0.0, "attention": 0.0, "lm_head": 0.0}
         clock = time.perf_counter
         for plan in self.model.plans:
             start = clock()
-            F.linear(x, *plan.qkv)
+            linear(x, *plan.qkv)
             mid = clock()
             if self.cached:
                 out = attend_with_prefix(q, k, v, self.prefix_k, self.prefix_v)
@@ -62,13 +67,13 @@ class PrefillKernels:
                     enable_gqa=groups > 1,
                 )[0].transpose(0, 1)
             attended = clock()
-            F.linear(out.reshape(x.shape[0], -1), *plan.o_proj)
-            F.linear(x, *plan.gate_up)
-            F.linear(self.act, *plan.down)
+            linear(out.reshape(x.shape[0], -1), *plan.o_proj)
+            linear(x, *plan.gate_up)
+            linear(self.act, *plan.down)
             end = clock()
             spent["linear"] += (mid - start) + (end - attended)
             spent["attention"] += attended - mid
         start = clock()
-        F.linear(x[-1:], self.head)
+        linear(x[-1:], self.head)
         spent["lm_head"] = clock() - start
         return spent
