@@ -3,23 +3,20 @@ policy table at every rate, the regime), plus the plots."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
+from agentserve.bench.report_files import write_report_files
+
 
 def write_report(result: dict, out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        from agentserve.bench.agentaware import plots
+    write_report_files("agentaware", result, out_dir, _plots, markdown)
 
-        result["files"] = {k: str(v) for k, v in plots.bench_plots(result, out_dir).items()}
-    except ImportError:
-        print("agentserve bench agentaware: matplotlib is not installed; skipping plots", file=sys.stderr)
-        result["files"] = {}
-    (out_dir / "agentaware.json").write_text(json.dumps(result, indent=2))
-    (out_dir / "agentaware.md").write_text(markdown(result))
+
+def _plots(result: dict, out_dir: Path) -> dict[str, Path]:
+    from agentserve.bench.agentaware import plots  # matplotlib: optional
+
+    return plots.bench_plots(result, out_dir)
 
 
 def _f(value: Any, digits: int = 3) -> str:

@@ -3,10 +3,10 @@ compares), PNG plots."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any
+
+from agentserve.bench.report_files import write_report_files
 
 
 def _f(value: Any, digits: int = 2) -> str:
@@ -20,16 +20,13 @@ def _f(value: Any, digits: int = 2) -> str:
 
 
 def write_report(result: dict, out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        from agentserve.bench.dualpath import plots
+    write_report_files("dualpath", result, out_dir, _plots, markdown)
 
-        result["files"] = {k: str(v) for k, v in plots.bench_plots(result, out_dir).items()}
-    except ImportError:
-        print("agentserve bench dualpath: matplotlib is not installed; skipping plots", file=sys.stderr)
-        result["files"] = {}
-    (out_dir / "dualpath.json").write_text(json.dumps(result, indent=2))
-    (out_dir / "dualpath.md").write_text(markdown(result))
+
+def _plots(result: dict, out_dir: Path) -> dict[str, Path]:
+    from agentserve.bench.dualpath import plots  # matplotlib: optional
+
+    return plots.bench_plots(result, out_dir)
 
 
 def headline_table(result: dict) -> list[str]:

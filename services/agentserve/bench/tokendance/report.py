@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 from agentserve.bench.replay.plots import _pyplot
+from agentserve.bench.report_files import write_report_files
 
 COLORS = {"prefix": "#7f7f7f", "pic": "#1f77b4", "collective": "#d62728"}
 
 
 def write_report(result: dict, out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        result["files"] = {k: str(v) for k, v in plots(result, out_dir).items()}
-    except ImportError:
-        print("agentserve bench tokendance: matplotlib is not installed; skipping plots", file=sys.stderr)
-        result["files"] = {}
-    (out_dir / "tokendance.json").write_text(json.dumps(result, indent=2))
-    (out_dir / "tokendance.md").write_text(markdown(result))
+    write_report_files("tokendance", result, out_dir, plots, markdown)
 
 
 def markdown(result: dict) -> str:
