@@ -1,6 +1,6 @@
 """Crash trials of the block store: a writer killed with SIGKILL at random points, then checked.
 
-Each trial forks a writer process that opens the store on a shared data dir (the index rebuilt
+Each trial starts a writer process (from a forkserver) that opens the store on a shared data dir (the index rebuilt
 from what earlier trials left), streams durable writes and reports every acknowledged block on a
 pipe; the parent kills it after a random delay, reopens the store and checks that
 
@@ -19,14 +19,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
+import multiprocessing
 import random
-import select
 import shutil
 import signal
 import struct
 import tempfile
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 from agentserve.bench.kvstore_blocks import BlockMaker, block_id_for
@@ -46,44 +46,51 @@ def _open(data_dir: Path, group_commit: bool, dram_budget_bytes: int = 0) -> KVS
     )
 
 
-def _writer(data_dir: Path, blocks: list[tuple[bytes, bytes]], group_commit: bool, ack_fd: int) -> None:
+def _writer(data_dir: Path, blocks: list[tuple[bytes, bytes]], group_commit: bool, acks: Connection) -> None:
     """The child: write `blocks` durably, one ack per block after its write returned."""
     store = _open(data_dir, group_commit, dram_budget_bytes=1 << 20)
-    os.write(ack_fd, b"R")
+    acks.send_bytes(b"R")
     step = 4 if group_commit else 1  # group commit: batches of 4 share one commit
     for start in range(0, len(blocks), step):
         batch = blocks[start : start + step]
         store.put_many(FINGERPRINT, batch)
-        os.write(ack_fd, b"".join(_ACK.pack(start + i) for i in range(len(batch))))
+        # a few bytes: one pipe write, so a kill never leaves half an ack
+        acks.send_bytes(b"".join(_ACK.pack(start + i) for i in range(len(batch))))
+
+
+# Writers are forked from a forkserver, never from the caller: the caller may be a test process
+# with gRPC and torch threads, and a fork of a multi-threaded process can inherit a lock another
+# thread held, so the child hangs before it opens the store. The forkserver is single-threaded.
+# Preloaded there so that each writer starts with the store already imported.
+_CONTEXT = multiprocessing.get_context("forkserver")
+_CONTEXT.set_forkserver_preload([__name__])
 
 
 def _trial(data_dir: Path, blocks: list[tuple[bytes, bytes]], group_commit: bool, delay_s: float) -> set[int]:
     """Run one writer, SIGKILL it `delay_s` after it opened the store; the acknowledged indexes."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child never returns
-        code = 0
-        try:
-            os.close(read_fd)
-            _writer(data_dir, blocks, group_commit, write_fd)
-        except BaseException:  # noqa: BLE001
-            code = 1
-        os._exit(code)
-    os.close(write_fd)
+    reader, writer_end = _CONTEXT.Pipe(duplex=False)
+    proc = _CONTEXT.Process(target=_writer, args=(data_dir, blocks, group_commit, writer_end), daemon=True)
+    proc.start()
+    writer_end.close()
+    raw = b""
     try:
-        ready, _, _ = select.select([read_fd], [], [], 60)
-        if not ready or os.read(read_fd, 1) != b"R":
+        if not reader.poll(60) or reader.recv_bytes() != b"R":
             raise RuntimeError("crash-trial writer did not open the store")
         time.sleep(delay_s)
-        os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
-        if os.WIFEXITED(status) and os.WEXITSTATUS(status) != 0:
-            raise RuntimeError("crash-trial writer failed before it was killed")
-        raw = b""
-        while chunk := os.read(read_fd, 65536):
-            raw += chunk
+        proc.kill()
+        proc.join()
+        if proc.exitcode not in (-signal.SIGKILL, 0):
+            raise RuntimeError(f"crash-trial writer failed before it was killed (exit {proc.exitcode})")
+        while True:
+            try:
+                raw += reader.recv_bytes()
+            except EOFError:
+                break
     finally:
-        os.close(read_fd)
+        reader.close()
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
     return {_ACK.unpack_from(raw, i)[0] for i in range(0, len(raw) - len(raw) % _ACK.size, _ACK.size)}
 
 
