@@ -9,6 +9,7 @@ import torch
 
 from agentserve.kv.block_diff import full_block, serialize_diff
 from agentserve.kv.block_hash import block_ids_for
+from agentserve.kv.diff_layout import ROWS
 from agentserve.kv.rope_shift import RopeShift
 
 FP = "tiny-llama@kvstore-test"
@@ -40,9 +41,17 @@ def block_id(salt: str) -> bytes:
     return block_ids_for(list(range(BLOCK)), BLOCK, FP, salt)[0]
 
 
-def family(salt: str = "shared", offsets=(-30, 7, 120), rows=(0, 1, 5), dtype=torch.bfloat16, seed: int = 0) -> Family:
+def family(
+    salt: str = "shared",
+    offsets=(-30, 7, 120),
+    rows=(0, 1, 5),
+    dtype=torch.bfloat16,
+    seed: int = 0,
+    codec: str = ROWS,
+) -> Family:
     """A master at MASTER_POSITION and one sibling per offset, each recomputing `rows` in layers 1..:
-    layer 0's keys and values depend only on the token, so a recompute leaves them as shifted."""
+    layer 0's keys and values depend only on the token, so a recompute leaves them as shifted.
+    The diffs are written with `codec`."""
     gen = torch.Generator().manual_seed(seed)
     shape = (LAYERS, BLOCK, HEADS, HEAD_DIM)
     k, v = torch.randn(shape, generator=gen).to(dtype), torch.randn(shape, generator=gen).to(dtype)
@@ -56,7 +65,16 @@ def family(salt: str = "shared", offsets=(-30, 7, 120), rows=(0, 1, 5), dtype=to
         sv[1:, index] = torch.randn((LAYERS - 1, len(rows), HEADS, HEAD_DIM), generator=gen).to(dtype)
         sibling_id = block_id(f"{salt}/sibling{n}")
         diff = serialize_diff(
-            k, v, sk, sv, block_id=sibling_id, master_id=master_id, fingerprint=FP, position_offset=offset, shift=SHIFT
+            k,
+            v,
+            sk,
+            sv,
+            block_id=sibling_id,
+            master_id=master_id,
+            fingerprint=FP,
+            position_offset=offset,
+            shift=SHIFT,
+            codec=codec,
         )
         siblings.append(Sibling(sibling_id, sk, sv, offset, tuple(rows), bytes(diff)))
     master = bytes(full_block(k, v, master_id, FP, position=MASTER_POSITION))

@@ -8,7 +8,8 @@ block, one layer at a time, so a receiver restores each layer as its bytes arriv
 
 The diff is exact: rows are chosen by comparing bits, so a restored sibling is byte-identical to
 the one written whatever the engine recomputed (a row the engine shifted another way is simply
-stored too).
+stored too). The rows are written raw or, with `codec="xor-deflate"`, as a lossless delta against
+the shifted master (`diff_codec`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from agentserve.kv.block_header import (
     header_bound,
     read_header,
 )
-from agentserve.kv.diff_layout import DiffInfo, diff_extents, diff_sections
+from agentserve.kv.diff_codec import decode_delta, encode_delta
+from agentserve.kv.diff_layout import DIFF_CODECS, ROWS, DiffInfo, diff_sections, packed_extents
 from agentserve.kv.rope_shift import RopeShift
 
 _INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32}
@@ -43,8 +45,12 @@ def serialize_diff(
     fingerprint: str,
     position_offset: int,
     shift: RopeShift,
+    codec: str = ROWS,
 ) -> bytearray:
-    """The diff block of a sibling; every tensor is one block, [num_layers, block_size, heads, head_dim]."""
+    """The diff block of a sibling; every tensor is one block, [num_layers, block_size, heads, head_dim].
+    `codec` (`diff_codec`): how the differing rows are written, raw or as a lossless delta."""
+    if codec not in DIFF_CODECS:
+        raise ValueError(f"codec must be one of {', '.join(DIFF_CODECS)}, got {codec!r}")
     tensors = [t.detach().cpu() for t in (master_k, master_v, sibling_k, sibling_v)]
     master_k, master_v, sibling_k, sibling_v = tensors
     if master_k.dim() != 4 or any(t.shape != master_k.shape or t.dtype != master_k.dtype for t in tensors):
@@ -55,7 +61,7 @@ def serialize_diff(
     predicted = shift.shift(master_k, position_offset)
     differs = _differs(predicted, sibling_k) | _differs(master_v, sibling_v)  # [num_layers, block_size]
     rows = [tuple(int(r) for r in layer.nonzero().flatten()) for layer in differs]
-    info = DiffInfo(bytes(master_id), position_offset, tuple(rows))
+    info = DiffInfo(bytes(master_id), position_offset, tuple(rows), codec)
     fields = {
         "fingerprint": fingerprint,
         "dtype": dtype_name(master_k.dtype),
@@ -69,16 +75,24 @@ def serialize_diff(
         "diff": info.to_doc(),
     }
     row_bytes = num_kv_heads * head_dim * master_k.dtype.itemsize
-    spans = diff_extents(info, row_bytes)
+    layers = []
+    for layer, layer_rows in enumerate(rows):
+        index = torch.tensor(layer_rows, dtype=torch.long)
+        k_rows, v_rows = sibling_k[layer].index_select(0, index), sibling_v[layer].index_select(0, index)
+        if codec == ROWS:
+            layers.append(_raw_rows(k_rows, v_rows, row_bytes))
+        elif not layer_rows:
+            layers.append(b"")
+        else:
+            k_pred, v_pred = predicted[layer].index_select(0, index), master_v[layer].index_select(0, index)
+            layers.append(encode_delta(torch.cat((k_rows, v_rows)), torch.cat((k_pred, v_pred))))
+    spans = packed_extents([len(data) for data in layers])
     offset = header_bound(fields, [LayerExtent(o, n, 0) for o, n in spans])
     last_offset, last_length = spans[-1]
     out = bytearray(offset + last_offset + last_length)
     extents = []
-    for layer, ((start, length), layer_rows) in enumerate(zip(spans, rows)):
-        index = torch.tensor(layer_rows, dtype=torch.long)
-        v_at = diff_sections(len(layer_rows), row_bytes).v
-        _write(out, offset + start, sibling_k[layer].index_select(0, index))
-        _write(out, offset + start + v_at, sibling_v[layer].index_select(0, index))
+    for (start, length), data in zip(spans, layers):
+        out[offset + start : offset + start + length] = data
         extents.append(LayerExtent(start, length, crc32(memoryview(out)[offset + start : offset + start + length])))
     out[:offset] = encode_header(fields, extents, size=offset)
     return out
@@ -150,10 +164,14 @@ class DiffRestorer:
         v = self._master.v[layer, 0]
         if rows:
             index = torch.tensor(rows, dtype=torch.long)
-            v_at = diff_sections(len(rows), self.diff.row_bytes).v
-            k[index] = _rows(view, 0, shape, self.diff.dtype)
             v = v.clone()
-            v[index] = _rows(view, v_at, shape, self.diff.dtype)
+            if self.info.codec == ROWS:
+                v_at = diff_sections(len(rows), self.diff.row_bytes).v
+                k[index] = _rows(view, 0, shape, self.diff.dtype)
+                v[index] = _rows(view, v_at, shape, self.diff.dtype)
+            else:
+                both = decode_delta(view, torch.cat((k.index_select(0, index), v.index_select(0, index))), layer)
+                k[index], v[index] = both[: len(rows)], both[len(rows) :]
         base = self._offset + layer * self._layout.stride
         _write(self.buffer, base + self._layout.k, k)
         _write(self.buffer, base + self._layout.v, v)
@@ -191,6 +209,17 @@ def _differs(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """[layers, tokens]: whether any value of the row differs bit for bit (-0.0 vs 0.0, NaNs: exactly)."""
     as_int = _INT_VIEW[a.dtype.itemsize]
     return (a.contiguous().view(as_int) != b.contiguous().view(as_int)).flatten(2).any(dim=2)
+
+
+def _raw_rows(k_rows: torch.Tensor, v_rows: torch.Tensor, row_bytes: int) -> bytes:
+    """A `rows` layer: K rows, then V rows on the next 64-byte boundary."""
+    if not len(k_rows):
+        return b""
+    sections = diff_sections(len(k_rows), row_bytes)
+    out = bytearray(sections.length)
+    _write(out, 0, k_rows)
+    _write(out, sections.v, v_rows)
+    return bytes(out)
 
 
 def _rows(view: memoryview, offset: int, shape: tuple[int, int, int], dtype: torch.dtype) -> torch.Tensor:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from agentserve.common.checksum import crc32
-from agentserve.kv.diff_layout import DiffInfo, diff_extents
+from agentserve.kv.diff_layout import DiffInfo, check_extents
 
 MAGIC = b"ASKV"
 FORMAT_VERSION = 1
@@ -265,12 +265,12 @@ def _header_from_doc(doc: dict, payload_offset: int, version: int) -> BlockHeade
         position=position,
         diff=diff,
     )
+    stated = [(e.offset, e.length) for e in layers]
     if diff is not None:
-        expected = diff_extents(diff, header.row_bytes)
-    else:
-        layout = header.layout
-        expected = [(i * layout.stride, layout.length) for i in range(header.num_layers)]
-    if [(e.offset, e.length) for e in layers] != expected:
+        check_extents(diff, header.row_bytes, stated)
+        return header
+    layout = header.layout
+    if stated != [(i * layout.stride, layout.length) for i in range(header.num_layers)]:
         raise ValueError("layer extents do not match the layout implied by the shape")
     return header
 

@@ -14,6 +14,7 @@ from agentserve.fabric.wire import decode_chunk
 from agentserve.kv.block_diff import restore_block
 from agentserve.kv.block_format import serialize_blocks
 from agentserve.kv.block_header import CorruptBlockError, read_header
+from agentserve.kv.diff_layout import ROWS, XOR_DEFLATE
 from agentserve.v1 import fabric_pb2
 from tests.support.diff_blocks import FP, MASTER_POSITION, SHIFT, family
 
@@ -33,8 +34,9 @@ def full_sibling(sibling) -> bytes:
     )
 
 
-def test_each_layer_is_restored_as_its_chunk_lands_and_the_result_is_the_full_sibling():
-    fam = family()
+@pytest.mark.parametrize("codec", [ROWS, XOR_DEFLATE])
+def test_each_layer_is_restored_as_its_chunk_lands_and_the_result_is_the_full_sibling(codec):
+    fam = family(codec=codec)
     masters = Masters({fam.master_id: fam.master}.get, SHIFT)
     for sibling in fam.siblings:
         chunks = split_run(sibling.diff, max_chunk_bytes=1 << 20, max_layers=1)

@@ -9,6 +9,7 @@ import torch
 from agentserve.kv.block_diff import restore_block
 from agentserve.kv.block_format import deserialize_blocks
 from agentserve.kv.block_header import encode_header, read_header
+from agentserve.kv.diff_layout import ROWS, XOR_DEFLATE
 from agentserve.kvstore.layout import block_path
 from agentserve.kvstore.ssd import BlockRejectedError
 from agentserve.kvstore.store import StoreFullError
@@ -29,9 +30,10 @@ def stored(store, *ids: bytes) -> str:
     return "".join("y" if store.lookup([i]).tiers[0] is not Tier.NONE else "n" for i in ids)
 
 
-def test_siblings_are_stored_as_diffs_and_restore_against_their_master(open_store, tmp_path):
+@pytest.mark.parametrize("codec", [ROWS, XOR_DEFLATE])
+def test_siblings_are_stored_as_diffs_and_restore_against_their_master(open_store, tmp_path, codec):
     store = open_store(dram_blocks=0)
-    fam = family()
+    fam = family(codec=codec)
     result = store.put_many(FP, [(fam.master_id, fam.master)] + [(s.block_id, s.diff) for s in fam.siblings])
     assert (result.stored, result.bytes_written) == (4, len(fam.master) + sum(len(s.diff) for s in fam.siblings))
     assert block_path(tmp_path, fam.master_id).exists()
