@@ -48,18 +48,20 @@ class AlwaysB:
 
 class DualPathPolicy:
     """The shorter storage-NIC read queue wins: B when the relay's snic has fewer bytes waiting
-    than the prefill engine's, else A (ties go to A: one hop, no relay).
+    than the prefill engine's, else A. Equal queues (at low load mostly both empty) go to the NIC
+    that carried fewer read bytes lately (`Engine.recent_bytes`), so the storage NICs of both sides
+    share the reads evenly over time; a full tie goes to A (one hop, no relay).
 
-    Queues are what the engines' heartbeats report, or the reads routed there since if those are
-    more (`Engine.snic_queue_bytes`), so a burst of turns between two heartbeats spreads over both
-    paths instead of all reading the stale picture."""
+    Queues are what the engines' heartbeats report, or the backlog of the reads routed there since
+    if that is more (`Engine.snic_queue_bytes`), so a burst of turns between two heartbeats spreads
+    over both paths instead of all reading the stale picture."""
 
     name = "dualpath"
 
     def choose(self, prefill: Engine, relay: Engine, hit_blocks: int) -> LoadPlan:
         if hit_blocks == 0:
             return PATH_A
-        return _relayed_by(relay) if relay.snic_queue_bytes < prefill.snic_queue_bytes else PATH_A
+        return _relayed_by(relay) if _snic_load(relay) < _snic_load(prefill) else PATH_A
 
 
 class SplitPolicy:
@@ -98,6 +100,11 @@ def b_share(prefill: Engine, relay: Engine, nbytes: int) -> float:
     queue_b = max(relay.queue_s("snic"), relay.queue_s("cnic")) * rate_b
     finish_s = (queue_a + queue_b + nbytes) / (rate_a + rate_b)
     return min(1.0, max(0.0, (rate_b * finish_s - queue_b) / nbytes)) if nbytes else 0.0
+
+
+def _snic_load(engine: Engine) -> tuple[int, float]:
+    """Storage-NIC load to compare sides by: the queue now, then the bytes it read lately."""
+    return engine.snic_queue_bytes, engine.recent_bytes("snic")
 
 
 def _block_bytes(prefill: Engine, relay: Engine) -> int:

@@ -10,7 +10,9 @@ engine can run out of in an agentic, I/O-bound cluster:
   prefill engines.
 
 Rule: among engines that are not overloaded, those with a short read queue come first; within the
-chosen group the fewest unfinished tokens wins, then the shorter read queue, then the engine id.
+chosen group the fewest unfinished tokens wins, then the shorter read queue, then the storage NIC
+that carried fewer read bytes lately (so idle engines take turns and their NICs share path A), then
+the engine id.
 With `beta >= 1` some engine is always below `beta` times the mean, so the first filter never empties
 the set; when no candidate has a short read queue the turn's reads will mostly go by path B anyway,
 so compute balance alone decides (fallback `no-short-queue`).
@@ -75,7 +77,10 @@ class DualPathPrefill:
         limit = self.beta * sum(e.unfinished_prefill_tokens for e in engines) / len(engines)
         candidates = [e for e in engines if e.unfinished_prefill_tokens <= limit]
         short = [e for e in candidates if e.queue_s("snic") * 1000 <= self.alpha_ms]
-        best = min(short or candidates, key=lambda e: (e.unfinished_prefill_tokens, e.queue_s("snic"), e.engine_id))
+        best = min(
+            short or candidates,
+            key=lambda e: (e.unfinished_prefill_tokens, e.queue_s("snic"), e.recent_bytes("snic"), e.engine_id),
+        )
         return PrefillChoice(best, "short-read-queue" if short else "no-short-queue")
 
 

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from agentserve.contracts import EngineStatus, Role
+from agentserve.scheduler.nic_ledger import NICLedger
 
 
 @dataclass
@@ -22,15 +23,16 @@ class Engine:
     """A registered engine: its last status, when it was last heard from, and what we sent it.
 
     Every load figure the policies read is the larger of what the last heartbeat reported (aged by
-    what the NIC drained since) and what this scheduler routed here and is still in progress: a
-    report lags by up to a heartbeat, our own count does not, so a burst of turns between two
-    heartbeats spreads instead of all following the same stale picture."""
+    what the NIC drained since) and what this scheduler routed here and is still waiting (bytes until
+    the NIC would have moved them, tokens until the prefill returns): a report lags by up to a
+    heartbeat, our own count does not, so a burst of turns between two heartbeats spreads instead of
+    all following the same stale picture."""
 
     status: EngineStatus
     last_seen: float
     inflight: int = field(default=0)  # scheduler calls to it in progress, counted here, never stale
-    snic_planned_bytes: int = field(default=0)  # store reads the scheduler routed here, not yet done
-    cnic_planned_bytes: int = field(default=0)  # path-B relay bytes routed through its compute NIC
+    snic: NICLedger = field(default_factory=NICLedger)  # store reads the scheduler routed here
+    cnic: NICLedger = field(default_factory=NICLedger)  # path-B relay bytes routed through its compute NIC
     prefill_planned_tokens: int = field(default=0)  # tokens left to compute of prefills sent here
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)  # the registry's, for last_seen
 
@@ -47,14 +49,21 @@ class Engine:
     def queue_bytes(self, nic_name: str) -> int:
         """A NIC's backlog now: the last heartbeat's queue less what the NIC drained since at its
         configured rate (a report can be a second old; most queues drain in milliseconds), or the
-        bytes we routed here since, if that is more."""
+        backlog of the reads we routed here (`NICLedger.backlog`), if that is more."""
         nic = self.status.nic(nic_name)
         reported = nic.queue_bytes
         if reported and nic.configured_gbps > 0:
             drained = nic.configured_gbps * 1e9 / 8 * max(0.0, self.clock() - self.last_seen)
             reported = max(0, round(reported - drained))
-        planned = self.snic_planned_bytes if nic_name == "snic" else self.cnic_planned_bytes
-        return max(reported, planned)
+        return max(reported, self.ledger(nic_name).backlog(self.bytes_per_s(nic_name), self.clock()))
+
+    def recent_bytes(self, nic_name: str) -> float:
+        """The read load this scheduler routed to the NIC lately (`NICLedger.recent_bytes`): policies
+        break ties between equal queues by it, so idle NICs take turns."""
+        return self.ledger(nic_name).recent_bytes(self.clock())
+
+    def ledger(self, nic_name: str) -> NICLedger:
+        return self.snic if nic_name == "snic" else self.cnic
 
     def bytes_per_s(self, nic_name: str) -> float:
         """The NIC's configured rate; infinite when unshaped (it never holds a queue)."""
@@ -179,16 +188,18 @@ class EngineRegistry:
         self, engine: Engine | None, *, snic_bytes: int = 0, cnic_bytes: int = 0, prefill_tokens: int = 0
     ) -> Iterator[None]:
         """Count work routed to `engine` (store reads on its snic, relay bytes on its cnic, tokens to
-        prefill) for the duration of the block, so policies see it before the next heartbeat does."""
+        prefill) for the duration of the block, so policies see it before the next heartbeat does.
+        The bytes count as queued only until the NIC would have moved them (`NICLedger`); the tokens
+        until the block ends."""
         if engine is None:
             yield
             return
-        engine.snic_planned_bytes += snic_bytes
-        engine.cnic_planned_bytes += cnic_bytes
+        engine.snic.route(snic_bytes, engine.bytes_per_s("snic"), self._clock())
+        engine.cnic.route(cnic_bytes, engine.bytes_per_s("cnic"), self._clock())
         engine.prefill_planned_tokens += prefill_tokens
         try:
             yield
         finally:
-            engine.snic_planned_bytes -= snic_bytes
-            engine.cnic_planned_bytes -= cnic_bytes
+            engine.snic.release(snic_bytes, self._clock())
+            engine.cnic.release(cnic_bytes, self._clock())
             engine.prefill_planned_tokens -= prefill_tokens

@@ -9,7 +9,9 @@ has one advantage: it keeps the relayed blocks, so the handoff after the prefill
   takes `max((snic_queue(d) + n) / snic_rate(d), (cnic_queue(d) + n) / cnic_rate(d))`: the store
   read and the compute-network send overlap, so the slower of the two legs decides. The session's
   KV holder already holds the history, so it serves the blocks from its cache: only its send leg
-  counts. Ties go to the turn's decode engine (no extra handoff), then engine id.
+  counts. Ties (at low load mostly every queue empty) go to the storage NIC that carried fewer
+  read bytes lately (`Engine.recent_bytes`), so the decode side's NICs share path B evenly, then to
+  the turn's decode engine (no extra handoff), then engine id.
 - `other-decode`: never the turn's decode engine while another decode engine is alive (the least
   busy storage NIC among the others): the other end of a comparison, and it exercises a relay that
   is not the decode engine (its blocks must then be handed off as well).
@@ -56,8 +58,14 @@ class DualPathRelay:
                 return send_s  # served from its cache: no store read
             return max((d.snic_queue_bytes + nbytes) / d.bytes_per_s("snic"), send_s)
 
-        best = min(decodes, key=lambda d: (finish_s(d), d.engine_id != turn_decode.engine_id, d.engine_id))
-        return RelayChoice(best, "turn-decode" if best.engine_id == turn_decode.engine_id else "earliest-finish")
+        best = min(
+            decodes,
+            key=lambda d: (finish_s(d), d.recent_bytes("snic"), d.engine_id != turn_decode.engine_id, d.engine_id),
+        )
+        if best.engine_id == turn_decode.engine_id:
+            return RelayChoice(best, "turn-decode")
+        # Finishing with the turn's decode engine, it won on bytes read lately.
+        return RelayChoice(best, "least-read" if finish_s(best) == finish_s(turn_decode) else "earliest-finish")
 
 
 class OtherDecodeRelay:

@@ -20,7 +20,7 @@ def engine(
     """An engine whose last heartbeat (`age_s` ago) reported `snic_queue` bytes on a `gbps` snic."""
     nics = (NICStatus("snic", gbps, snic_queue), NICStatus("cnic", gbps, 0))
     e = Engine(status(engine_id, role, 7000, nics=nics, kv_block_bytes=BLOCK_BYTES), 100.0, clock=lambda: 100.0 + age_s)
-    e.snic_planned_bytes = planned
+    e.snic.route(planned, e.bytes_per_s("snic"), e.clock())
     return e
 
 
@@ -34,6 +34,27 @@ def test_dualpath_takes_the_shorter_storage_nic_queue_and_ties_go_to_a() -> None
     assert policy.choose(busy_prefill, busy_decode, hit_blocks=4) == LoadPlan(KVPath.A)
     assert policy.choose(idle_prefill, idle_decode, hit_blocks=4) == LoadPlan(KVPath.A)  # tie
     assert policy.choose(busy_prefill, idle_decode, hit_blocks=0) == LoadPlan(KVPath.A)  # nothing to load
+
+
+def test_dualpath_breaks_equal_queues_by_the_storage_nic_that_read_less_lately() -> None:
+    # Both queues are empty (the read routed to p0 at t=99 s drained in 3 ms), so the side that
+    # carried fewer bytes lately reads: B while p0 read more, A once d0 has read more.
+    prefill, relay = engine("p0", Role.PREFILL), engine("d0", Role.DECODE)
+    prefill.snic.route(3000, prefill.bytes_per_s("snic"), now=99.0)
+    assert (prefill.snic_queue_bytes, relay.snic_queue_bytes) == (0, 0)
+    assert DualPathPolicy().choose(prefill, relay, hit_blocks=4) == LoadPlan(KVPath.B, relay_address=relay.address)
+    relay.snic.route(4000, relay.bytes_per_s("snic"), now=99.0)
+    assert DualPathPolicy().choose(prefill, relay, hit_blocks=4) == LoadPlan(KVPath.A)
+
+
+def test_a_prefill_still_computing_after_its_reads_has_an_idle_storage_nic() -> None:
+    # The scheduler routed a 5 ms read to p0 10 ms ago and the prefill has not returned: the read is
+    # done, so p0's queue is empty and an idle relay no longer looks shorter.
+    prefill, relay = engine("p0", Role.PREFILL, age_s=0.010), engine("d0", Role.DECODE, age_s=0.010)
+    prefill.snic.route(5000, prefill.bytes_per_s("snic"), now=100.0)
+    assert (prefill.snic.held, prefill.snic_queue_bytes) == (5000, 0)
+    relay.snic.route(5000, relay.bytes_per_s("snic"), now=100.0)  # equal recent load: a full tie
+    assert DualPathPolicy().choose(prefill, relay, hit_blocks=4) == LoadPlan(KVPath.A)
 
 
 def test_dualpath_sees_reads_it_routed_before_the_next_heartbeat() -> None:

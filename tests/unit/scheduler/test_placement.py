@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from agentserve.common.errors import RetryableError
 from agentserve.contracts import KVPath, LoadPlan, NICStatus, Role
-from agentserve.scheduler.paths import AlwaysA, AlwaysB, SplitPolicy
+from agentserve.scheduler.paths import AlwaysA, AlwaysB, DualPathPolicy, SplitPolicy
 from agentserve.scheduler.placement import GlobalScheduler
 from agentserve.scheduler.prefill_policy import DualPathPrefill
 from agentserve.scheduler.registry import EngineRegistry
@@ -20,9 +22,14 @@ pytestmark = pytest.mark.unit
 BLOCK_BYTES = 1000
 
 
-def registry(prefill_tokens: tuple[int, ...] = (0, 0), decode_snic: tuple[int, ...] = (0, 0)) -> EngineRegistry:
-    """p0.. with these unfinished prefill tokens, d0.. with these storage queues (1 MB/s NICs)."""
-    reg = EngineRegistry(5.0)
+def registry(
+    prefill_tokens: tuple[int, ...] = (0, 0),
+    decode_snic: tuple[int, ...] = (0, 0),
+    clock: Callable[[], float] = lambda: 100.0,
+) -> EngineRegistry:
+    """p0.. with these unfinished prefill tokens, d0.. with these storage queues (1 MB/s NICs); by
+    default on a clock that stands still (so routed reads stay queued)."""
+    reg = EngineRegistry(5.0, clock=clock)
     for i, tokens in enumerate(prefill_tokens):
         nics = (NICStatus("snic", 0.008), NICStatus("cnic", 0.008))
         reg.register(
@@ -75,6 +82,24 @@ def test_reserve_counts_the_turns_work_until_the_prefill_returns() -> None:
         # The next turn sees p0 busy and goes to p1 before any heartbeat says so.
         assert placer.place(Session("t"), prompt_tokens=4 * BLOCK_SIZE, hit_blocks=0).prefill.engine_id == "p1"
     assert (p0.unfinished_prefill_tokens, p0.snic_queue_bytes, d1.snic_queue_bytes, d1.cnic_queue_bytes) == (0, 0, 0, 0)
+
+
+def test_dualpath_at_low_load_spreads_the_reads_evenly_over_every_storage_nic() -> None:
+    # One turn at a time, each returning once its 10 ms read is done, so every queue is empty when
+    # the next is placed (low load). Prefill choice, relay and path then take turns by the bytes each
+    # storage NIC read lately: the six NICs (2 prefill for path A, 4 decode for path B) read the same.
+    now = [100.0]
+    reg = registry(decode_snic=(0, 0, 0, 0), clock=lambda: now[0])
+    placer = GlobalScheduler(reg, LeastLoadedRouter(), DualPathPrefill(), DualPathRelay(), DualPathPolicy())
+    readers = []
+    for _ in range(60):
+        placed = placer.place(Session("s"), prompt_tokens=12 * BLOCK_SIZE, hit_blocks=10)
+        readers.append((placed.relay or placed.prefill).engine_id)
+        with placed.reserve(reg, BLOCK_BYTES):
+            now[0] += 0.02
+        now[0] += 0.01
+    assert readers[:6] == ["p0", "p1", "d0", "d1", "d2", "d3"]
+    assert {e: readers.count(e) for e in sorted(set(readers))} == {e: 10 for e in ("d0", "d1", "d2", "d3", "p0", "p1")}
 
 
 def test_path_a_has_no_relay_and_a_first_turn_decode_is_the_routers_choice() -> None:

@@ -71,3 +71,11 @@ def test_names_and_validation() -> None:
         DualPathPrefill(alpha_ms=-1)
     with pytest.raises(ValueError, match="no prefill engine"):
         DualPathPrefill().pick([])
+
+
+def test_equally_loaded_engines_take_turns_by_the_bytes_their_storage_nics_read_lately() -> None:
+    # Same tokens, both queues empty: p1's storage NIC read less lately, so p1 takes the turn.
+    p0, p1 = prefill("p0"), prefill("p1")
+    p0.snic.recent, p1.snic.recent = 5000.0, 2000.0
+    p0.snic.recent_at = p1.snic.recent_at = 100.0
+    assert pick(DualPathPrefill(alpha_ms=1, beta=1.5), p0, p1) == ("p1", "short-read-queue")

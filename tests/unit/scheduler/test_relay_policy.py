@@ -62,3 +62,14 @@ def test_names() -> None:
     ]
     with pytest.raises(ValueError, match="choose one of turn-decode, dualpath, other-decode"):
         make_relay_policy("nearest")
+
+
+def test_dualpath_ties_go_to_the_storage_nic_that_read_least_lately_before_the_turn_decode() -> None:
+    # Every queue is empty (the common case at low load): d0, the turn's decode engine, read 3000
+    # bytes a moment ago and d2 1000, so d1, which read nothing, relays and the decode SNICs take turns.
+    d0, d1, d2 = decode("d0"), decode("d1"), decode("d2")
+    d0.snic.recent, d2.snic.recent = 3000.0, 1000.0
+    d0.snic.recent_at = d2.snic.recent_at = 100.0
+    assert pick(DualPathRelay(), [d0, d1, d2], turn_decode=d0) == ("d1", "least-read")
+    # A shorter finish still beats fewer bytes read lately.
+    assert pick(DualPathRelay(), [d0, decode("d1", snic=500)], turn_decode=d0) == ("d0", "turn-decode")
