@@ -2,8 +2,8 @@
 
     concurrent_agents_ratio  collective over prefix caching, agents served within the SLO at one
                              memory budget (capacity.py: the emulated engines' cost model)
-    storage_reduction        bytes per agent, full copies over master + diffs (real encoded
-                             blocks: bench.tokendance_storage)
+    storage_reduction        bytes per agent, full copies over master + diffs (what real KV
+                             stores hold of a real round's KV: bench.tokendance_storage)
     prefill_speedup_vs_pic   round prefill time, per-request reuse over collective (the real engine
                              on the trained default model: engine_round.py)
     top1_agreement, mean_kl  reuse against full recompute at the default fraction, and the curve
@@ -15,6 +15,7 @@ Headline figures are the lower of the two workloads' (GenerativeAgents- and Agen
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import platform
 import time
@@ -113,12 +114,17 @@ def _regime(spec: BenchSpec) -> dict:
             f"{spec.engine_round}, token scale 1/{spec.engine_token_scale}"
         ),
         "quality": f"trained default model, held-out text, {spec.quality_agents} agents x {spec.quality_rounds} rounds",
-        "storage": f"tiny preset KV blocks of 16 tokens, {spec.storage_segments} segments per workload, every agent",
+        "storage": (
+            f"trained default model (fp32), one round of every agent over {spec.storage_segments} segments of "
+            "the workload's output length, held-out text, stored in real KV stores (xor-deflate diffs)"
+        ),
         "recompute_fraction": spec.recompute_fraction,
     }
 
 
 def _storage(spec: BenchSpec, shape: RoundShape) -> dict:
+    """The default fraction's figures, and the figures measured at the fraction they project for
+    the target (`fraction_for_target`), rounded down to a hundredth."""
     from agentserve.bench.tokendance_storage import measure_storage
 
     def one(fraction: float) -> dict:
@@ -131,7 +137,14 @@ def _storage(spec: BenchSpec, shape: RoundShape) -> dict:
         return figures.as_dict()
 
     default = one(spec.recompute_fraction)
-    return {"default": default, "diff_share": _diff_share(default)}
+    out = {"default": default, "diff_share": _diff_share(default)}
+    projected = default["fraction_for_target"]
+    if projected is not None and projected < spec.recompute_fraction:
+        at = one(math.floor(projected * 100) / 100)
+        out["at_projected_fraction"] = {
+            k: at[k] for k in ("recompute_fraction", "storage_reduction", "dense_row_bound")
+        }
+    return out
 
 
 def _diff_share(figures: dict) -> float:

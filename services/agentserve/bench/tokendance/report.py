@@ -36,6 +36,22 @@ def markdown(result: dict) -> str:
         )
     lines += [
         "",
+        "## Storage (what the KV stores hold)",
+        "",
+        "| workload | fraction | recomputed share | master + diffs (xor-deflate) | on disk | rows raw "
+        "| dense-row bound | fraction projected for 11 | measured there |",
+    ]
+    lines.append("|---" * 9 + "|")
+    for name, st in result["storage"].items():
+        d, at = st["default"], st.get("at_projected_fraction", {})
+        measured = f"{at['storage_reduction']:.2f} at {at['recompute_fraction']}" if at else ""
+        lines.append(
+            f"| {name} | {d['recompute_fraction']} | {d['recomputed_share']} | {d['storage_reduction']:.2f} "
+            f"| {d['storage_reduction_on_disk']:.2f} | {d['storage_reduction_rows']:.2f} | {d['dense_row_bound']:.2f} "
+            f"| {d['fraction_for_target']} | {measured} |"
+        )
+    lines += [
+        "",
         "## Round prefill on the real engine",
         "",
         "| workload | round | per request s | collective s | speedup |",
