@@ -67,7 +67,7 @@ class BenchSpec:
 def run_bench(spec: BenchSpec, log=print) -> dict:
     started = time.monotonic()
     shapes = spec.shapes()
-    log("storage: master + diffs of real encoded blocks ...")
+    log("storage: a real round stored in KV stores as full copies and as master + diffs ...")
     storage = {s.name: _storage(spec, s) for s in shapes}
     log("capacity: agents within the SLO per method (cost model) ...")
     capacities = {s.name: _capacities(spec, s, storage[s.name]) for s in shapes}
