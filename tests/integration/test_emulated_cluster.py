@@ -130,7 +130,7 @@ def test_hits_by_path_a_and_b_are_charged_the_targets_bytes_at_the_dilated_rate(
     prefill0 = f"127.0.0.1:{cluster.ports.prefill_port(0)}"
     prefill1 = f"127.0.0.1:{cluster.ports.prefill_port(1)}"
     relay = f"127.0.0.1:{cluster.ports.decode_ports[3]}"
-    tls = cluster.internal_client()  # the engines' ports are on the internal plane
+    tls = cluster.internal_client("scheduler")  # prefills are the scheduler's to ask for (internal_roles.py)
     rng = random.Random(9)
     prompt = [rng.randrange(5, 8000) for _ in range(1024)]
     turn = prompt + [rng.randrange(5, 8000) for _ in range(20)]

@@ -1,7 +1,7 @@
 """Property-based fuzzing (hypothesis) of every method of the internal services (the kvstore, the
 decode and prefill engines, the scheduler's internal API, the tool proxy's gRPC), called as a
-deployment peer would (mutual TLS with the deployment's `client` certificate, as `up --local` runs
-the plane): random bytes for each request message and near-valid messages. Only defined statuses
+deployment peer would (mutual TLS with the certificate of the role that calls the method, as
+`up --local` runs the plane): random bytes for each request message and near-valid messages. Only defined statuses
 come back (never UNKNOWN or INTERNAL), no call hangs, and the system serves normally afterwards.
 Derandomized, so a run is reproducible."""
 
@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentserve.common.internal_roles import CALLERS
 from agentserve.sdk import Client
 from agentserve.v1 import common_pb2, decode_pb2, kvstore_pb2, prefill_pb2, scheduler_pb2, toolproxy_pb2
 from tests.support.cluster import local_cluster
@@ -62,13 +63,24 @@ def cluster(tmp_path_factory):
         yield running
 
 
+def _caller(service: str, name: str) -> str:
+    """The role whose certificate calls `service/name` (internal_roles.py): the servicer, not the
+    role check, is what is fuzzed."""
+    return min(CALLERS[f"/agentserve.v1.{service}/{name}"])
+
+
 @pytest.fixture(scope="module")
 def channels(cluster):
-    tls = cluster.internal_client()
+    """(service, role) -> a channel to the service presenting that role's certificate."""
     opened = {}
-    for (_, service), port in SERVICES.items():
-        target = f"127.0.0.1:{port(cluster.ports)}"
-        opened[service] = grpc.secure_channel(target, tls.channel_credentials(), options=tls.channel_options())
+    for module, service in SERVICES:
+        roles = {_caller(service, method.name) for method in module.DESCRIPTOR.services_by_name[service].methods}
+        for role in roles:
+            tls = cluster.internal_client(role)
+            target = f"127.0.0.1:{SERVICES[module, service](cluster.ports)}"
+            opened[service, role] = grpc.secure_channel(
+                target, tls.channel_credentials(), options=tls.channel_options()
+            )
     yield opened
     for channel in opened.values():
         channel.close()
@@ -103,7 +115,8 @@ def _assert_defined(code: grpc.StatusCode, service: str, name: str) -> None:
 @given(method=st.sampled_from(METHODS), requests=st.lists(st.binary(max_size=200), min_size=1, max_size=3))
 def test_random_bytes_to_every_internal_method_answer_only_defined_codes(channels, method, requests):
     module, service, name = method
-    _assert_defined(_call(channels[service], module, service, name, requests), service, name)
+    channel = channels[service, _caller(service, name)]
+    _assert_defined(_call(channel, module, service, name, requests), service, name)
 
 
 block_ids = st.lists(st.binary(min_size=0, max_size=40), max_size=6)
@@ -197,7 +210,8 @@ messages = st.one_of(
 @given(message=messages)
 def test_near_valid_messages_to_internal_methods_answer_only_defined_codes(channels, message):
     (service, name), request = message
-    code = _call(channels[service], MODULES[service], service, name, [request.SerializeToString()])
+    channel = channels[service, _caller(service, name)]
+    code = _call(channel, MODULES[service], service, name, [request.SerializeToString()])
     _assert_defined(code, service, name)
 
 

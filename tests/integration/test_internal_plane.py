@@ -2,7 +2,9 @@
 it): a caller without a certificate of the deployment's CA (plain, or another CA's) cannot read,
 write or delete KV, register an engine, prefill or generate; engine registration is not on the
 client port; and with the plane closed the system serves turns token-for-token equal to a full
-recompute, cache hits included (store reads, handoffs and registration all run over mutual TLS)."""
+recompute, cache hits included (store reads, handoffs and registration all run over mutual TLS).
+A certificate of the deployment but of the wrong role (an operator's `client`, the tool proxy's) is
+PERMISSION_DENIED on every method its role does not call (`common/internal_roles.py`)."""
 
 from __future__ import annotations
 
@@ -135,7 +137,7 @@ def test_a_deployment_certificate_reaches_the_internal_plane(cluster):
     client = cluster.internal_client()
     with _channel(cluster.ports.kvstore, client) as channel:
         stats = kvstore_pb2_grpc.KVStoreStub(channel).Stats(kvstore_pb2.StatsRequest(), timeout=10)
-    with _channel(cluster.ports.scheduler_internal, client) as channel:
+    with _channel(cluster.ports.scheduler_internal, cluster.internal_client("decode")) as channel:
         unknown = scheduler_pb2_grpc.SchedulerInternalStub(channel).Heartbeat(
             _engine_status("never-registered"), timeout=10
         )
@@ -144,6 +146,50 @@ def test_a_deployment_certificate_reaches_the_internal_plane(cluster):
     assert stats.blocks >= 0
     assert unknown.known is False
     assert sorted(t.name for t in tools.tools) == ["echo", "sleep"]
+
+
+def test_a_deployment_certificate_of_the_wrong_role_is_refused_by_name(cluster):
+    """Mutual TLS says "one of ours"; the role table says what each of ours may do. An operator's
+    `client` certificate (and a tool proxy's) may look but not act: every harmful call is
+    PERMISSION_DENIED naming the method and who may call it, and the intruder never registers."""
+    calls = _internal_calls(cluster)
+    outcomes = {}
+    for role in ("client", "toolproxy"):
+        for label, (port, call) in calls.items():
+            if label == "toolproxy ListTools":
+                continue
+            with _channel(port, cluster.internal_client(role)) as channel:
+                try:
+                    call(channel)
+                    outcomes[label, role] = (grpc.StatusCode.OK, "")
+                except grpc.RpcError as exc:
+                    outcomes[label, role] = (exc.code(), exc.details())
+    only = {
+        "kvstore Get": "decode, prefill",
+        "kvstore Put": "decode, prefill",
+        "kvstore Delete": "scheduler",
+        "scheduler Register": "decode, prefill",
+        "prefill Prefill": "scheduler",
+        "decode Generate": "scheduler",
+    }
+    method = {
+        "kvstore Get": "KVStore/Get",
+        "kvstore Put": "KVStore/Put",
+        "kvstore Delete": "KVStore/Delete",
+        "scheduler Register": "SchedulerInternal/Register",
+        "prefill Prefill": "Prefill/Prefill",
+        "decode Generate": "Decode/Generate",
+    }
+    assert outcomes == {
+        (label, role): (
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"/agentserve.v1.{method[label]}: a '{role}' certificate may not call this internal method; "
+            f"only {only[label]} may call it",
+        )
+        for label in only
+        for role in ("client", "toolproxy")
+    }
+    assert "intruder" not in (cluster.log_dir / "scheduler.log").read_text()
 
 
 def test_engine_registration_is_not_on_the_client_port(cluster):

@@ -71,7 +71,8 @@ def stored_prefix(cluster, fingerprint: str, ids: list[bytes]) -> tuple[int, lis
 
     async def ask():
         address = f"127.0.0.1:{cluster.ports.kvstore}"
-        async with KVStoreClient(address, timeout_s=30, tls=cluster.internal_client()) as client:
+        # Reads blocks as an engine does: with an engine's certificate (internal_roles.py).
+        async with KVStoreClient(address, timeout_s=30, tls=cluster.internal_client("decode")) as client:
             prefix = await client.lookup(ids)
             return prefix, [block_id async for block_id, _ in client.get(fingerprint, ids)]
 

@@ -524,10 +524,12 @@ class LocalCluster:
             wait_ready(proc, self.ports.http, timeout_s)
         return proc
 
-    def internal_client(self) -> InternalTLS | None:
+    def internal_client(self, role: str = "client") -> InternalTLS | None:
         """The credentials a caller from outside the services (this process, tests) presents on
-        the internal plane: the `client` certificate; None when the plane is plain."""
-        return None if self.certs is None else InternalTLS.load(str(self.certs / "client"))
+        the internal plane: the `client` certificate (health, stats, lookups), or a service's to
+        call as that service would (`internal_roles.py` says who may call what); None when the
+        plane is plain."""
+        return None if self.certs is None else InternalTLS.load(str(self.certs / role))
 
     def internal_channel(self, port: int) -> grpc.Channel:
         """A blocking channel to the internal port `port` of this cluster, as a deployment peer."""

@@ -37,6 +37,11 @@ class Unauthenticated(Exception):
     """No API key, or one no tenant holds: HTTP 401, gRPC UNAUTHENTICATED."""
 
 
+class PermissionDenied(Exception):
+    """The caller is authenticated but may not do this (an internal method its role does not call,
+    a peer the scheduler has not registered): gRPC PERMISSION_DENIED."""
+
+
 class Overloaded(RetryableError):
     """A load bound (in-flight turns, rate, open sessions) refused the request: HTTP 429 with
     `Retry-After`, gRPC RESOURCE_EXHAUSTED with `retry-after` trailing metadata (whole seconds)."""
@@ -58,6 +63,8 @@ def status_for(exc: BaseException) -> grpc.StatusCode:
         return grpc.StatusCode.INVALID_ARGUMENT
     if isinstance(exc, Unauthenticated):
         return grpc.StatusCode.UNAUTHENTICATED
+    if isinstance(exc, PermissionDenied):
+        return grpc.StatusCode.PERMISSION_DENIED
     if isinstance(exc, Overloaded):
         return grpc.StatusCode.RESOURCE_EXHAUSTED
     if isinstance(exc, (RetryableError, ConnectionError, grpc.aio.AioRpcError)):

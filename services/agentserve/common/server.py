@@ -10,7 +10,8 @@ A service's gRPC port is on the internal plane: with `internal_tls_dir` configur
 peers presenting a certificate of the deployment's CA (`internal_tls`). A service that also faces
 clients (the scheduler) names an `internal_port`: its `grpc_port` then serves only what
 `add_to_server` registers, plain (API keys authenticate clients), and the internal port serves
-`add_internal_to_server`'s servicers over the internal plane.
+`add_internal_to_server`'s servicers over the internal plane. On the internal plane with mutual TLS,
+each method answers only the roles its table lists (`internal_roles.py`): PERMISSION_DENIED else.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from agentserve.common.config import load_config
+from agentserve.common.grpc_roles import RoleInterceptor
 from agentserve.common.interceptors import server_interceptors
 from agentserve.common.internal_tls import InternalTLS, internal_tls
 from agentserve.common.lifetime import die_with_parent
@@ -127,10 +129,13 @@ class Service:
 async def serve(service: Service, settings: ServerSettings, ready: asyncio.Event | None = None) -> None:
     """Run `service` until SIGTERM/SIGINT (or cancellation), then stop gracefully."""
     setup_tracing(settings.name)
-    server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[*server_interceptors(), *service.interceptors()])
+    # On a mutual-TLS port each method answers only the roles that call it (grpc_roles.py).
+    roles = [RoleInterceptor()] if settings.tls is not None else []
+    main_interceptors = [*server_interceptors(), *service.interceptors(), *([] if settings.public else roles)]
+    server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=main_interceptors)
     ports = [_Port(server, service.add_to_server(server), settings.host, settings.grpc_port, not settings.public)]
     if settings.public:
-        internal = grpc.aio.server(options=GRPC_OPTIONS, interceptors=server_interceptors())
+        internal = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[*server_interceptors(), *roles])
         internal_names = service.add_internal_to_server(internal)
         ports.append(_Port(internal, internal_names, settings.internal_host, settings.internal_port, True))
     names = [name for port in ports for name in port.names]

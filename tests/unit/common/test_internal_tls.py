@@ -18,7 +18,7 @@ from agentserve.engine_service.config import DecodeConfig
 from agentserve.kvstore.config import KVStoreConfig
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.toolproxy.config import ToolProxyConfig
-from agentserve.v1 import scheduler_pb2, scheduler_pb2_grpc
+from agentserve.v1 import common_pb2, scheduler_pb2_grpc
 from tests.unit.common.fakes import serving
 
 pytestmark = pytest.mark.unit
@@ -100,22 +100,23 @@ def test_the_scheduler_internal_port_is_its_own() -> None:
         SchedulerConfig(grpc_port=50061, internal_port=50061)
 
 
-async def _open_session(channel: grpc.aio.Channel) -> tuple[grpc.StatusCode, str]:
+async def _heartbeat(channel: grpc.aio.Channel) -> tuple[grpc.StatusCode, str]:
+    """Heartbeat, an internal method engines call (a decode certificate may)."""
     try:
-        reply = await scheduler_pb2_grpc.SchedulerStub(channel).OpenSession(
-            scheduler_pb2.OpenSessionRequest(tenant="ok"), timeout=5
+        reply = await scheduler_pb2_grpc.SchedulerInternalStub(channel).Heartbeat(
+            common_pb2.EngineStatus(engine_id="d-1"), timeout=5
         )
     except grpc.aio.AioRpcError as exc:
         return exc.code(), exc.details() or ""
-    return grpc.StatusCode.OK, reply.session_id
+    return grpc.StatusCode.OK, f"known={reply.known}"
 
 
 def test_an_internal_port_serves_only_peers_with_a_certificate_of_its_ca(tmp_path) -> None:
-    ensure_certs(tmp_path / "ours", ["kvstore", "client"])
-    ensure_certs(tmp_path / "theirs", ["client"])
-    server_tls = InternalTLS.load(str(tmp_path / "ours" / "kvstore"))
-    ours = InternalTLS.load(str(tmp_path / "ours" / "client"))
-    theirs = InternalTLS.load(str(tmp_path / "theirs" / "client"))
+    ensure_certs(tmp_path / "ours", ["scheduler", "decode"])
+    ensure_certs(tmp_path / "theirs", ["decode"])
+    server_tls = InternalTLS.load(str(tmp_path / "ours" / "scheduler"))
+    ours = InternalTLS.load(str(tmp_path / "ours" / "decode"))
+    theirs = InternalTLS.load(str(tmp_path / "theirs" / "decode"))
     # A client that presents no certificate but trusts our CA (it got hold of ca.pem).
     anonymous = grpc.ssl_channel_credentials(ours.ca)
 
@@ -123,17 +124,17 @@ def test_an_internal_port_serves_only_peers_with_a_certificate_of_its_ca(tmp_pat
         async with serving(server_tls) as address:
             outcomes = {}
             async with open_channel(address, ours) as channel:
-                outcomes["ours"] = await _open_session(channel)
+                outcomes["ours"] = await _heartbeat(channel)
             async with open_channel(address, theirs) as channel:
-                outcomes["another CA's"] = await _open_session(channel)
+                outcomes["another CA's"] = await _heartbeat(channel)
             async with open_channel(address) as channel:
-                outcomes["plain"] = await _open_session(channel)
+                outcomes["plain"] = await _heartbeat(channel)
             async with grpc.aio.secure_channel(address, anonymous, options=ours.channel_options()) as channel:
-                outcomes["no certificate"] = await _open_session(channel)
+                outcomes["no certificate"] = await _heartbeat(channel)
             return outcomes
 
     outcomes = asyncio.run(main())
-    assert outcomes.pop("ours") == (grpc.StatusCode.OK, "s-1")
+    assert outcomes.pop("ours") == (grpc.StatusCode.OK, "known=True")
     for label, (code, details) in outcomes.items():
         assert code is grpc.StatusCode.UNAVAILABLE, label
         assert "BEGIN" not in details and "PRIVATE" not in details, label  # no key or cert material told
@@ -152,7 +153,7 @@ def test_a_client_refuses_a_server_outside_the_deployment(tmp_path) -> None:
 
     async def main():
         async with serving(theirs) as address, open_channel(address, ours) as channel:
-            return await _open_session(channel)
+            return await _heartbeat(channel)
 
     code, _ = asyncio.run(main())
     assert code is grpc.StatusCode.UNAVAILABLE
