@@ -19,9 +19,11 @@ from tests.support.cluster import local_cluster
 
 pytestmark = pytest.mark.integration
 
-# What a peer may get back. UNAVAILABLE: a prefill told to hand off to, or a decode engine told to
-# relay to, an address with no deployment engine; DEADLINE_EXCEEDED: a fuzzed Generate that asks for
-# many tokens and is still producing them at the deadline (work, not a hang: the engine is cancelled).
+# What a peer may get back. PERMISSION_DENIED: a prefill told to hand off to or relay through an
+# address that is not a registered decode engine (peer_allowlist.py); UNAVAILABLE: one told to use a
+# registered address (a fuzzed Register made it one) where no engine runs; DEADLINE_EXCEEDED: a
+# fuzzed Generate that asks for many tokens and is still producing them at the deadline (work, not a
+# hang: the engine is cancelled).
 DEFINED = {
     grpc.StatusCode.OK,
     grpc.StatusCode.INVALID_ARGUMENT,
@@ -31,7 +33,11 @@ DEFINED = {
     grpc.StatusCode.OUT_OF_RANGE,
 }
 ALSO_DEFINED = {
-    "/agentserve.v1.Prefill/Prefill": {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED},
+    "/agentserve.v1.Prefill/Prefill": {
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+    },
     "/agentserve.v1.Decode/Generate": {grpc.StatusCode.DEADLINE_EXCEEDED},
     "/agentserve.v1.Decode/RelayKV": {grpc.StatusCode.UNAVAILABLE},
 }

@@ -9,6 +9,8 @@ PERMISSION_DENIED on every method its role does not call (`common/internal_roles
 from __future__ import annotations
 
 import random
+import socket
+import time
 from collections.abc import Callable
 
 import grpc
@@ -222,3 +224,56 @@ def test_turns_over_the_closed_plane_match_a_full_recompute_and_hit_the_cache(cl
             if i > 0:
                 assert result.cached_tokens == len(history) // BLOCK * BLOCK
             history = prompt + result.token_ids
+
+
+def _prefill_to(cluster, decode_address: str = "", relay_address: str = "") -> tuple[grpc.StatusCode, str]:
+    """A prefill, asked as the scheduler asks, naming the given peers; (code, details)."""
+    path = prefill_pb2.KV_PATH_B if relay_address else prefill_pb2.KV_PATH_A
+    request = prefill_pb2.PrefillRequest(
+        token_ids=list(range(5, 5 + 3 * BLOCK)),
+        sampling=common_pb2.SamplingParams(max_tokens=1, ignore_eos=True),
+        tenant="allow-list",
+        store_hit_blocks=2 if relay_address else 0,
+        decode_address=decode_address,
+        kv_path=path,
+        relay_address=relay_address,
+    )
+    with _channel(cluster.ports.prefill, cluster.internal_client("scheduler")) as channel:
+        try:
+            prefill_pb2_grpc.PrefillStub(channel).Prefill(request, timeout=30)
+        except grpc.RpcError as exc:
+            return exc.code(), exc.details()
+    return grpc.StatusCode.OK, ""
+
+
+def test_a_prefill_never_dials_an_address_the_scheduler_did_not_register(cluster, reference):
+    """Even asked with the scheduler's own certificate, a prefill refuses a `decode_address` or
+    `relay_address` that is not a registered decode engine, before opening any connection: a socket
+    listening there never sees one. Turns, whose handoffs go to the registered engine, are exact."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        listener.setblocking(False)
+        target = f"127.0.0.1:{listener.getsockname()[1]}"
+        refused = {field: _prefill_to(cluster, **{field: target}) for field in ("decode_address", "relay_address")}
+        time.sleep(0.5)  # a dial in flight would have reached the listener by now
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    assert refused == {
+        field: (
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"{field} {target!r} is not a decode engine registered with the scheduler; "
+            "this engine dials only registered peers",
+        )
+        for field in ("decode_address", "relay_address")
+    }
+    # The registered decode engine is dialed: a prefill naming it hands off.
+    decode = f"127.0.0.1:{cluster.ports.decode_ports[0]}"
+    assert _prefill_to(cluster, decode_address=decode) == (grpc.StatusCode.OK, "")
+
+    new_tokens = [random.Random(16).randrange(5, 8000) for _ in range(70)]
+    with Client(f"127.0.0.1:{cluster.ports.scheduler}") as client, client.open_session() as session:
+        result = session.turn(token_ids=new_tokens, max_tokens=8, ignore_eos=True).result()
+    params = SamplingParams(max_tokens=8, ignore_eos=True)
+    assert result.token_ids == reference.generate(new_tokens, params).output_token_ids
+    assert result.metadata.handoff_blocks + result.metadata.handoff_held_blocks == 70 // BLOCK

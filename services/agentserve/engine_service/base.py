@@ -19,6 +19,7 @@ from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine_service.config import EngineServiceConfig
 from agentserve.engine_service.kv_moves import KVMover
+from agentserve.engine_service.peer_allowlist import PeerAllowList
 from agentserve.engine_service.pool_metrics import register_pool_metrics
 from agentserve.engine_service.registration import Registrar
 from agentserve.fabric.calibrate import measure_local_compute
@@ -70,6 +71,8 @@ class EngineService(Service):
         register_pool_metrics(engine.blocks.stats)
         self.mover = KVMover(self.engine, self.engine_id, self.kvstore, config.kvstore_address, self.nics, self.tls)
         self.registrar: Registrar | None = None
+        # The peers this engine may dial (handoff, relay): the decode engines the scheduler registered.
+        self.peer_allowlist = PeerAllowList(self._registered_peers)
         self.model_dir = model_dir
 
     def _scaled_profile(self, engine: LLMEngine, model_dir: str) -> ScaledProfile:
@@ -143,9 +146,17 @@ class EngineService(Service):
         ]
         log.info("warm-up generated %s on %s", tokens, socket.gethostname())
         self.registrar = Registrar(
-            self.config.scheduler_address, self.status, self.config.heartbeat_interval_ms / 1000, self.tls
+            self.config.scheduler_address,
+            self.status,
+            self.config.heartbeat_interval_ms / 1000,
+            self.tls,
+            on_peers=self.peer_allowlist.update,
         )
         self.registrar.start()
+
+    async def _registered_peers(self) -> list[str]:
+        """The registered peers, asked of the scheduler now (none before this engine registers)."""
+        return [] if self.registrar is None else await self.registrar.peers_now()
 
     async def stop(self) -> None:
         if self.registrar is not None:

@@ -38,6 +38,9 @@ class EngineServiceConfig:
     batch_invariant: bool = True
     layerwise_min_read_kb: int = 64  # a layerwise path-A read of a block carries whole layers >= this (`layer_loads`)
     scheduler_address: str = "127.0.0.1:50061"  # the scheduler's internal port
+    # Dial only decode engines the scheduler registered (engine_service/peer_allowlist.py); False:
+    # any address a prefill request names, for rigs of engines without a scheduler (engine tests).
+    peer_allowlist: bool = True
     # The internal plane's mutual TLS (common/internal_tls.py): ca.pem, cert.pem, key.pem; "" = plain.
     internal_tls_dir: str = ""
     kvstore_address: str = "127.0.0.1:50052"

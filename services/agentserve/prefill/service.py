@@ -21,7 +21,13 @@ class PrefillService(EngineService):
     def __init__(self, config: EngineServiceConfig):
         super().__init__(config)
         keep_kv = config.keep_kv if isinstance(config, PrefillConfig) else True
-        worker = PrefillWorker(self.engine, self.mover, config.layerwise_min_read_kb << 10, keep_kv)
+        worker = PrefillWorker(
+            self.engine,
+            self.mover,
+            config.layerwise_min_read_kb << 10,
+            keep_kv,
+            peers=self.peer_allowlist if config.peer_allowlist else None,
+        )
         self.backlog = PrefillBacklog(worker, self.engine.engine.block_size)
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:

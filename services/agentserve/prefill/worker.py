@@ -28,6 +28,7 @@ from agentserve.engine.layer_stream import LayerStream
 from agentserve.engine.runner import LayerLoadError
 from agentserve.engine_service.kv_moves import HeldElsewhere, KVMover, Moved
 from agentserve.engine_service.layer_loads import MIN_READ_BYTES, layers_per_read, store_by_layer
+from agentserve.engine_service.peer_allowlist import PeerAllowList
 from agentserve.engine_service.relay import relay_by_layer, relay_load
 from agentserve.kvstore.client import store_down
 from agentserve.prefill.pool_budget import PoolBudget
@@ -37,12 +38,20 @@ log = logging.getLogger(__name__)
 
 class PrefillWorker:
     def __init__(
-        self, engine: AsyncEngine, mover: KVMover, min_layer_read_bytes: int = MIN_READ_BYTES, keep_kv: bool = True
+        self,
+        engine: AsyncEngine,
+        mover: KVMover,
+        min_layer_read_bytes: int = MIN_READ_BYTES,
+        keep_kv: bool = True,
+        peers: PeerAllowList | None = None,
     ):
         """`min_layer_read_bytes`: a layerwise path-A read of a block carries at least this much
         (whole layers), see `layer_loads.MIN_READ_BYTES`. `keep_kv` False: a turn's prompt blocks
-        leave the pool after its handoff (`PrefillConfig.keep_kv`)."""
+        leave the pool after its handoff (`PrefillConfig.keep_kv`). `peers`: the only decode engines
+        a request may name to hand off to or relay through (None: any, for an engine run without a
+        scheduler, as benchmarks do)."""
         self.engine = engine
+        self.peers = peers
         self.keep_kv = keep_kv
         self.mover = mover
         self.layers_per_read = layers_per_read(mover, min_layer_read_bytes)
@@ -52,6 +61,9 @@ class PrefillWorker:
         self.budget = None if engine.engine.config.layerwise else PoolBudget(engine.engine.blocks.num_slots)
 
     async def prefill(self, request: PrefillRequest) -> PrefillResult:
+        if self.peers is not None:  # before any work: a refused address is never dialed
+            await self.peers.check("decode_address", request.decode_address)
+            await self.peers.check("relay_address", request.plan.relay_address)
         if self.budget is None:
             return await self._prefill(request)
         # The prompt's blocks and one more (the first output token may open a block).

@@ -311,6 +311,11 @@ class SchedulerCore:
     def heartbeat(self, status: EngineStatus) -> bool:
         return self.registry.heartbeat(status)
 
+    def peers(self) -> list[str]:
+        """The addresses engines may dial (handoffs, relays): the decode engines registered and
+        alive, the only ones a prefill request names. Sent with every Register and Heartbeat reply."""
+        return sorted({engine.address for engine in self.registry.alive(Role.DECODE)})
+
     def expire_engines(self) -> list[str]:
         dead = self.registry.expire()
         for engine_id in dead:

@@ -74,11 +74,11 @@ class SchedulerInternalServicer(scheduler_pb2_grpc.SchedulerInternalServicer):
 
     async def Register(self, request: common_pb2.EngineStatus, context) -> scheduler_pb2.RegisterResponse:
         interval_ms = self.core.register(engine_status_from_proto(request))
-        return scheduler_pb2.RegisterResponse(heartbeat_interval_ms=interval_ms)
+        return scheduler_pb2.RegisterResponse(heartbeat_interval_ms=interval_ms, peers=self.core.peers())
 
     async def Heartbeat(self, request: common_pb2.EngineStatus, context) -> scheduler_pb2.HeartbeatResponse:
         known = self.core.heartbeat(engine_status_from_proto(request))
-        return scheduler_pb2.HeartbeatResponse(known=known)
+        return scheduler_pb2.HeartbeatResponse(known=known, peers=self.core.peers())
 
     async def ToolCallStarted(self, request: scheduler_pb2.ToolCallEvent, context) -> scheduler_pb2.ToolCallAck:
         self.core.tool_call_started(tool_call_from_proto(request))

@@ -144,16 +144,20 @@ class ListModelsResponse(_message.Message):
     def __init__(self, models: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("heartbeat_interval_ms",)
+    __slots__ = ("heartbeat_interval_ms", "peers")
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
     heartbeat_interval_ms: int
-    def __init__(self, heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
+    peers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, heartbeat_interval_ms: _Optional[int] = ..., peers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("known",)
+    __slots__ = ("known", "peers")
     KNOWN_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
     known: bool
-    def __init__(self, known: _Optional[bool] = ...) -> None: ...
+    peers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, known: _Optional[bool] = ..., peers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ToolCallEvent(_message.Message):
     __slots__ = ("session_id", "tool", "call_id", "start_unix_s", "predicted_duration_s", "actual_duration_s", "ok", "caller_predicted_s")

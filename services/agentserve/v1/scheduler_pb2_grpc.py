@@ -283,6 +283,7 @@ class SchedulerInternalServicer:
     def Register(self, request, context):
         """---- engines ----
         An engine registers at start and then heartbeats; missing heartbeats drop it from routing.
+        Both replies carry the registered peers (the engines' dial allow-list).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

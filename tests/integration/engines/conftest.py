@@ -16,8 +16,11 @@ def cluster(tmp_path_factory):
     kv = start_service(
         "kvstore", "agentserve.kvstore", ["--grpc-port", str(kv_port), "--data-dir", str(data_dir)], kv_port
     )
-    # No scheduler runs here: the engines' registration retries quietly, which must not matter.
+    # No scheduler runs here: the engines' registration retries quietly, which must not matter, and
+    # no scheduler registers the decode engines the tests name, so prefills dial them unlisted.
     common = [
+        "--peer-allowlist",
+        "false",
         "--advertise-host",
         "127.0.0.1",
         "--scheduler-address",
