@@ -92,6 +92,12 @@ def _internal_calls(cluster) -> dict[str, tuple[int, Callable[[grpc.Channel], ob
             ports.kvstore,
             lambda c: list(kvstore_pb2_grpc.KVStoreStub(c).Get(kvstore_pb2.GetRequest(block_ids=[block]), timeout=10)),
         ),
+        "kvstore Read": (
+            ports.kvstore,
+            lambda c: list(
+                kvstore_pb2_grpc.KVStoreStub(c).Read(kvstore_pb2.ReadRequest(block_ids=[block]), timeout=10)
+            ),
+        ),
         "kvstore Put": (
             ports.kvstore,
             lambda c: kvstore_pb2_grpc.KVStoreStub(c).Put(kvstore_pb2.PutRequest(), timeout=10),
@@ -168,6 +174,7 @@ def test_a_deployment_certificate_of_the_wrong_role_is_refused_by_name(cluster):
                     outcomes[label, role] = (exc.code(), exc.details())
     only = {
         "kvstore Get": "decode, prefill",
+        "kvstore Read": "decode, prefill",
         "kvstore Put": "decode, prefill",
         "kvstore Delete": "scheduler",
         "scheduler Register": "decode, prefill",
@@ -176,6 +183,7 @@ def test_a_deployment_certificate_of_the_wrong_role_is_refused_by_name(cluster):
     }
     method = {
         "kvstore Get": "KVStore/Get",
+        "kvstore Read": "KVStore/Read",
         "kvstore Put": "KVStore/Put",
         "kvstore Delete": "KVStore/Delete",
         "scheduler Register": "SchedulerInternal/Register",
