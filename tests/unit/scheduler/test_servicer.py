@@ -119,6 +119,27 @@ def test_register_heartbeat_and_models(make_core) -> None:
     assert list(models.models) == ["agentserve-tiny"]
 
 
+def test_register_and_heartbeat_replies_carry_the_registered_decode_engines(make_core) -> None:
+    """The engines' dial allow-list: decode engines only (a prefill engine is never a handoff or relay
+    target), and each reply has the set as it is now."""
+    core = make_core()
+    servicer = served(core)
+    before = set(core.peers())
+
+    async def go():
+        first = await servicer.Register(engine_proto("d9", address="10.0.0.9:50055"), FakeContext())
+        prefill = common_pb2.ENGINE_ROLE_PREFILL
+        await servicer.Register(engine_proto("p9", role=prefill, address="10.0.0.8:50054"), FakeContext())
+        await servicer.Register(engine_proto("d10", address="10.0.0.10:50055"), FakeContext())
+        beat = await servicer.Heartbeat(engine_proto("d9", address="10.0.0.9:50055"), FakeContext())
+        return first, beat
+
+    first, beat = run(go())
+    assert set(first.peers) == before | {"10.0.0.9:50055"}
+    assert set(beat.peers) == before | {"10.0.0.9:50055", "10.0.0.10:50055"}
+    assert "10.0.0.8:50054" not in beat.peers
+
+
 def test_tool_call_events_update_the_session(make_core) -> None:
     core = make_core()
     servicer = served(core)
