@@ -15,6 +15,11 @@ Layer by layer, for a prompt of T tokens:
 - from the selection layer on only the chosen tokens run: their queries attend over the whole
   prompt, their own fresh K/V in their rows and the reused K/V elsewhere.
 
+A prompt may come with a *cached prefix* (`BlendInput.cached` tokens, e.g. an agent's history
+held by the prefix cache): those rows' KV is exact already, so they are neither run nor
+recomputed, only attended to, as a prefix-cache hit is in a plain prefill. Without it a round's
+blend would recompute every agent's whole history, earlier rounds' gathered blocks included.
+
 Each layer's K/V for the whole prompt go to `sink(layer, k, v)`: the caller's pool rows. The return
 value is the last tokens' logits. Linears are row-invariant (`linears.row_invariant_linear`), as the
 engine's batch-invariant forward runs them, so a token recomputed here gets the full prefill's bits.
@@ -47,6 +52,15 @@ class BlendInput:
     k: torch.Tensor
     v: torch.Tensor
     shared: torch.Tensor  # [T] bool
+    cached: int = 0  # rows [0, cached) hold the prompt's cached prefix KV, exact: attended to, never run
+
+    def __post_init__(self) -> None:
+        first_shared = int(self.shared.int().argmax()) if bool(self.shared.any()) else self.token_ids.shape[0]
+        if not 0 <= self.cached <= first_shared or self.cached >= self.token_ids.shape[0]:
+            raise ValueError(
+                f"cached must be in [0, {min(first_shared, self.token_ids.shape[0] - 1)}] (before the first "
+                f"shared token and the last token), got {self.cached}"
+            )
 
 
 # Shared tokens' deviations `[T]` (0 on private rows), fresh K and V `[T, kv_heads, d]` of the
@@ -68,27 +82,34 @@ def blend_prefill(
     plans = model.plans
     if not 0 <= full_layers < len(plans):
         raise ValueError(f"full_layers must be in [0, {len(plans)}), got {full_layers}")
-    num_tokens = blend.token_ids.shape[0]
-    x = F.embedding(blend.token_ids, model.model.embed_tokens.weight)
-    cos, sin = model.model.rotary_emb.cos_sin(slice(0, num_tokens), num_tokens, x.dtype)
+    num_tokens, cached = blend.token_ids.shape[0], blend.cached
+    x = F.embedding(blend.token_ids[cached:], model.model.embed_tokens.weight)
+    cos, sin = model.model.rotary_emb.cos_sin(slice(cached, num_tokens), num_tokens, x.dtype)
     positions = torch.arange(num_tokens)
+    run = positions[cached:]  # the tokens this prefill runs: all but the cached prefix
     fresh: list[tuple[torch.Tensor, torch.Tensor]] = []
     for plan in plans[:full_layers]:
         q, k, v = _qkv(x, plan, cos, sin)
         fresh.append((k, v))
-        x = _finish_layer(x, plan, _attend(q, k, v, positions, positions))
+        k, v = _after_prefix(blend, plan.index, k, v)
+        x = _finish_layer(x, plan, _attend(q, k, v, run, positions))
     plan = plans[full_layers]
     q, k, v = _qkv(x, plan, cos, sin)
     fresh.append((k, v))
-    deviation = (k - blend.k[plan.index]).square().sum((1, 2)) + (v - blend.v[plan.index]).square().sum((1, 2))
-    chosen = choose(deviation.float().masked_fill(~blend.shared, 0.0), k, v)
+    layer_k, layer_v = blend.k[plan.index, cached:], blend.v[plan.index, cached:]
+    deviation = torch.zeros(num_tokens)
+    deviation[cached:] = ((k - layer_k).square().sum((1, 2)) + (v - layer_v).square().sum((1, 2))).float()
+    k, v = _after_prefix(blend, plan.index, k, v)
+    chosen = choose(deviation.masked_fill(~blend.shared, 0.0), k, v)
     if chosen is None:
         return None
+    chosen[:cached] = False
     rows = chosen.nonzero().flatten()
+    local = rows - cached  # the chosen tokens' rows among those run
     for layer, (k_fresh, v_fresh) in enumerate(fresh):
-        k, v = _merged(blend, layer, rows, k_fresh[rows], v_fresh[rows])
+        k, v = _merged(blend, layer, rows, k_fresh[local], v_fresh[local])
         sink(layer, k, v)
-    x, q, cos, sin = x[rows], q[rows], cos[rows], sin[rows]
+    x, q, cos, sin = x[local], q[local], cos[local], sin[local]
     x = _finish_layer(x, plan, _attend(q, k, v, rows, positions))
     for plan in plans[full_layers + 1 :]:
         q, k_new, v_new = _qkv(x, plan, cos, sin)
@@ -97,6 +118,13 @@ def blend_prefill(
         x = _finish_layer(x, plan, _attend(q, k, v, rows, positions))
     head = model.lm_head.weight if model.tied_head_weight is None else model.tied_head_weight
     return row_invariant_linear(model.final_norm(x[-tail:]), head).float()
+
+
+def _after_prefix(blend: BlendInput, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The whole prompt's K/V of a layer whose every token after the cached prefix ran: `k`/`v`."""
+    if not blend.cached:
+        return k, v
+    return torch.cat((blend.k[layer, : blend.cached], k)), torch.cat((blend.v[layer, : blend.cached], v))
 
 
 def _merged(

@@ -93,6 +93,16 @@ class RotaryEmbedding(torch.nn.Module):
         sin_t = torch.cat((-sin, sin)).to(keys.dtype)
         return self.rotate(keys, cos_t, sin_t)
 
+    def shift_rows(self, keys: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        """`shift` with an offset per token: keys `[..., tokens, heads, head_dim]`, `offsets`
+        `[tokens]`. The same arithmetic element by element, so the same bits as shifting each
+        token alone, in one pass instead of one per run of tokens (a prompt holding N blocks)."""
+        angles = offsets.double()[:, None] * self.inv_freq.double()[None, :]
+        cos, sin = angles.cos(), angles.sin()
+        cos_t = torch.cat((cos, cos), dim=-1).to(keys.dtype)[:, None, :]
+        sin_t = torch.cat((-sin, sin), dim=-1).to(keys.dtype)[:, None, :]
+        return self.rotate(keys, cos_t, sin_t)
+
     @staticmethod
     def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
         """x: [tokens, heads, head_dim]; cos/signed_sin: [tokens, 1, head_dim] from `cos_sin`."""

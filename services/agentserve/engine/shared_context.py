@@ -18,6 +18,10 @@ prompt a master taken from a real prompt is much closer. Measured with the train
 mean KL 0.0095 with masters computed alone, 0.976 and 0.0056 with masters from the round's first
 prompt.
 
+A prompt may come with a cached prefix (`PrefixKV`: its first tokens' exact KV, e.g. the agent's
+history from the prefix cache): every path then runs only the tokens after it, as a prefix-cache
+hit does in a plain prefill.
+
 A request is served by full recompute (bit for bit the engine's own prefill) when it asks for
 EXACT, when its fraction is 1 (every token recomputed: the master would be wasted work), or when
 its estimated deviation passes `max_deviation` (the fallback).
@@ -48,6 +52,18 @@ class MasterKV:
     k: torch.Tensor
     v: torch.Tensor
     start: int = 0
+
+
+@dataclass(frozen=True)
+class PrefixKV:
+    """A prompt's cached first tokens: `k`/`v` `[layers, n, kv_heads, head_dim]`, at positions [0, n)."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+
+    @property
+    def num_tokens(self) -> int:
+        return self.k.shape[1]
 
 
 @dataclass(frozen=True)
@@ -113,14 +129,19 @@ class CollectiveReuse:
         self.tail_logits = tail_logits
         self.dtype = model.lm_head.weight.dtype
 
-    def full(self, token_ids: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Full recompute, the engine's prefill arithmetic on a scratch pool: the last
-        `tail_logits` tokens' logits, K, V."""
+    def full(
+        self, token_ids: Sequence[int], prefix: PrefixKV | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Full recompute (of the tokens after `prefix`), the engine's prefill arithmetic on a
+        scratch pool: the last `tail_logits` tokens' logits, K, V of the whole prompt."""
         num_tokens = len(token_ids)
+        cached = _cached_tokens(prefix, num_tokens)
         pool = KVPool(self.model.config, 1, num_tokens, self.dtype)
-        meta = PrefillMetadata.build([0], num_tokens, 0, num_tokens)
-        ids = torch.as_tensor(list(token_ids), dtype=torch.long)
-        logits = self.model(ids, slice(0, num_tokens), pool, meta, logits_rows=slice(-self.tail_logits, None))
+        if prefix is not None:
+            pool.k[:, 0, :cached], pool.v[:, 0, :cached] = prefix.k, prefix.v
+        meta = PrefillMetadata.build([0], num_tokens, cached, num_tokens - cached)
+        ids = torch.as_tensor(list(token_ids[cached:]), dtype=torch.long)
+        logits = self.model(ids, slice(cached, num_tokens), pool, meta, logits_rows=slice(-self.tail_logits, None))
         return logits, pool.k[:, 0], pool.v[:, 0]
 
     def master(self, block: SharedBlock) -> MasterKV:
@@ -132,8 +153,9 @@ class CollectiveReuse:
         prompts: Sequence[SegmentedPrompt],
         masters: dict[str, MasterKV] | None = None,
         share_masters: bool = True,
+        prefixes: Sequence[PrefixKV | None] | None = None,
     ) -> RoundPrefill:
-        """Prefill a round's prompts, in order.
+        """Prefill a round's prompts, in order, each after its cached prefix (`prefixes`, by prompt).
 
         Collective (`share_masters`): a prompt holding a block no master exists for yet *leads*:
         it is computed in full (exact for it) and its KV of each such block becomes the block's
@@ -146,14 +168,17 @@ class CollectiveReuse:
         alone, at position 0, then reuses them (classic position-independent caching);
         `masters` is left alone."""
         shared = masters if masters is not None else {}
+        if prefixes is not None and len(prefixes) != len(prompts):
+            raise ValueError(f"prefixes must be one per prompt: {len(prefixes)} for {len(prompts)} prompts")
         computed = master_tokens = standalone_tokens = 0
         prefills = []
-        for prompt in prompts:
+        for i, prompt in enumerate(prompts):
             spans = prompt.shared_spans()
+            prefix = prefixes[i] if prefixes is not None else None
             if share_masters:
                 missing = [span for span in spans if span.block.content_id not in shared]
                 if missing and self._needs_master(prompt):
-                    prefill = self._exact(prompt, fell_back=False, deviation=0.0)
+                    prefill = self._exact(prompt, fell_back=False, deviation=0.0, prefix=prefix)
                     prefill.stats = dataclasses.replace(prefill.stats, led=True)
                     for span in missing:
                         k, v = prefill.k[:, span.start : span.end], prefill.v[:, span.start : span.end]
@@ -162,7 +187,7 @@ class CollectiveReuse:
                     prefill.siblings = tuple(Sibling(s.block.content_id, 0, s.end - s.start) for s in missing)
                     prefills.append(prefill)
                     continue
-                prefills.append(self.prefill(prompt, shared))
+                prefills.append(self.prefill(prompt, shared, prefix))
                 continue
             own: dict[str, MasterKV] = {}
             if self._needs_master(prompt):
@@ -170,11 +195,13 @@ class CollectiveReuse:
                     own[span.block.content_id] = self.master(span.block)
                     computed, master_tokens = computed + 1, master_tokens + span.end - span.start
                     standalone_tokens += span.end - span.start
-            prefills.append(self.prefill(prompt, own))
+            prefills.append(self.prefill(prompt, own, prefix))
         return RoundPrefill(prefills, computed, master_tokens, standalone_tokens, shared)
 
-    def prefill(self, prompt: SegmentedPrompt, masters: dict[str, MasterKV]) -> ReusedPrefill:
-        """One prompt, its blocks' masters in `masters` (by content id)."""
+    def prefill(
+        self, prompt: SegmentedPrompt, masters: dict[str, MasterKV], prefix: PrefixKV | None = None
+    ) -> ReusedPrefill:
+        """One prompt, its blocks' masters in `masters` (by content id), after its cached `prefix`."""
         token_ids = prompt.token_ids
         spans = prompt.shared_spans()
         last = prompt.segments[-1]
@@ -182,12 +209,12 @@ class CollectiveReuse:
             raise ValueError(f"the prompt must end with at least {self.tail_logits} private tokens (tail_logits)")
         shared_tokens = sum(span.end - span.start for span in spans)
         if not self._needs_master(prompt):
-            return self._exact(prompt, fell_back=False, deviation=0.0)
+            return self._exact(prompt, fell_back=False, deviation=0.0, prefix=prefix)
         for span in spans:
             master = masters.get(span.block.content_id)
             if master is None or master.block.token_ids != span.block.token_ids:
                 raise ValueError(f"no master with the tokens of shared block {span.block.content_id!r}")
-        blend = self.blend_input(token_ids, [(span.start, masters[span.block.content_id]) for span in spans])
+        blend = self.blend_input(token_ids, [(span.start, masters[span.block.content_id]) for span in spans], prefix)
         selector = RecomputeSelector(prompt.reuse.recompute_fraction)
         bounds = [(span.start, span.end) for span in spans]
         estimate, chosen = 0.0, torch.ones(len(token_ids), dtype=torch.bool)
@@ -205,7 +232,7 @@ class CollectiveReuse:
 
         logits = blend_prefill(self.model, blend, choose, sink, self.full_layers, self.tail_logits)
         if logits is None:
-            return self._exact(prompt, fell_back=True, deviation=estimate)
+            return self._exact(prompt, fell_back=True, deviation=estimate, prefix=prefix)
         siblings = tuple(
             Sibling(
                 master_id=span.block.content_id,
@@ -228,23 +255,48 @@ class CollectiveReuse:
     def _needs_master(self, prompt: SegmentedPrompt) -> bool:
         return not prompt.reuse.exact and prompt.reuse.recompute_fraction < 1.0
 
-    def _exact(self, prompt: SegmentedPrompt, fell_back: bool, deviation: float) -> ReusedPrefill:
+    def _exact(
+        self, prompt: SegmentedPrompt, fell_back: bool, deviation: float, prefix: PrefixKV | None = None
+    ) -> ReusedPrefill:
         token_ids = prompt.token_ids
         shared_tokens = sum(span.end - span.start for span in prompt.shared_spans())
-        logits, k, v = self.full(token_ids)
+        logits, k, v = self.full(token_ids, prefix)
         stats = ReuseStats(len(token_ids), shared_tokens, shared_tokens, True, fell_back, deviation)
         return ReusedPrefill(logits, k, v, (), stats)
 
-    def blend_input(self, token_ids: list[int], placed: list[tuple[int, MasterKV]]) -> BlendInput:
-        """Each master's KV moved to where the prompt holds its block (other rows zero)."""
+    def blend_input(
+        self, token_ids: list[int], placed: list[tuple[int, MasterKV]], prefix: PrefixKV | None = None
+    ) -> BlendInput:
+        """Each master's KV moved to where the prompt holds its block, the cached prefix's KV in
+        its rows (other rows zero)."""
         config = self.model.config
         shape = (config.num_hidden_layers, len(token_ids), config.num_key_value_heads, config.head_dim)
         k, v = torch.zeros(shape, dtype=self.dtype), torch.zeros(shape, dtype=self.dtype)
         shared = torch.zeros(len(token_ids), dtype=torch.bool)
-        rotary = self.model.model.rotary_emb
-        for start, master in placed:
-            end = start + master.k.shape[1]
-            k[:, start:end] = rotary.shift(master.k, start - master.start)
-            v[:, start:end] = master.v
-            shared[start:end] = True
-        return BlendInput(torch.as_tensor(token_ids, dtype=torch.long), k, v, shared)
+        cached = _cached_tokens(prefix, len(token_ids))
+        if prefix is not None:
+            k[:, :cached], v[:, :cached] = prefix.k, prefix.v
+        if placed:
+            # Every block in one pass (per block, a prompt of N blocks made N small rotations).
+            lengths = torch.as_tensor([m.k.shape[1] for _, m in placed])
+            starts = torch.as_tensor([start for start, _ in placed])
+            offsets = torch.as_tensor([start - m.start for start, m in placed])
+            into = torch.cumsum(lengths, 0) - lengths  # each block's first row among the concatenated
+            rows = torch.repeat_interleave(starts - into, lengths) + torch.arange(int(lengths.sum()))
+            keys = torch.cat([m.k for _, m in placed], dim=1)
+            moved = self.model.model.rotary_emb.shift_rows(keys, torch.repeat_interleave(offsets, lengths))
+            k.index_copy_(1, rows, moved)
+            v.index_copy_(1, rows, torch.cat([m.v for _, m in placed], dim=1))
+            shared[rows] = True
+        return BlendInput(torch.as_tensor(token_ids, dtype=torch.long), k, v, shared, cached)
+
+
+def _cached_tokens(prefix: PrefixKV | None, num_tokens: int) -> int:
+    """The prefix's length, checked to leave the prompt's last token to run (its logits are wanted)."""
+    if prefix is None:
+        return 0
+    if not 0 <= prefix.num_tokens < num_tokens:
+        raise ValueError(
+            f"a cached prefix must be shorter than the prompt ({num_tokens} tokens), got {prefix.num_tokens}"
+        )
+    return prefix.num_tokens

@@ -66,3 +66,12 @@ def test_a_moved_master_has_layer_0_keys_of_a_prefill_at_the_new_position(tiny_m
     shifted = model.model.rotary_emb.shift(master_k[0], len(before))
     torch.testing.assert_close(shifted, k[0, len(before) :], rtol=0, atol=2e-5)
     assert torch.equal(master_v[0], v[0, len(before) :])
+
+
+def test_shifting_rows_each_by_its_offset_gives_the_bits_of_shifting_them_alone(tiny_model_dir) -> None:
+    rotary = RotaryEmbedding(ModelConfig.from_file(tiny_model_dir / "config.json"))
+    keys = torch.randn(4, 9, 2, 64, generator=torch.Generator().manual_seed(3))
+    offsets = torch.as_tensor([0, 1, 7, 7, -3, 1000, 32767, 5, 123456])
+    moved = rotary.shift_rows(keys, offsets)
+    alone = torch.stack([rotary.shift(keys[:, i], int(o)) for i, o in enumerate(offsets)], dim=1)
+    assert torch.equal(moved, alone)

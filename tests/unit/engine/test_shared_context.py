@@ -9,7 +9,7 @@ import torch
 from agentserve.contracts.segments import EXACT, PrivateSegment, ReusePolicy, SegmentedPrompt, SharedBlock
 from agentserve.engine.blend import blend_prefill
 from agentserve.engine.loader import load_model
-from agentserve.engine.shared_context import CollectiveReuse
+from agentserve.engine.shared_context import CollectiveReuse, PrefixKV
 
 pytestmark = pytest.mark.unit
 
@@ -118,3 +118,42 @@ def test_a_master_with_other_tokens_is_refused(model) -> None:
         reuse.prefill(prompt, masters)
     with pytest.raises(ValueError, match="max_deviation must be >= 0"):
         CollectiveReuse(model, max_deviation=-1.0)
+
+
+def test_a_cached_prefix_is_attended_to_not_run_and_gives_the_uncached_prefill(model) -> None:
+    """An agent's history held by the prefix cache: the blend runs only the tokens after it, and
+    its KV and logits are those of the prefill that computes the history too (the same tokens
+    chosen, the history's rows the exact prefill's)."""
+    reuse = CollectiveReuse(model, max_deviation=None)
+    leader, prompt = _round()[0], _round()[1]
+    masters = reuse.prefill_round([leader]).masters
+    history = len(prompt.segments[0].token_ids)
+    _, k, v = reuse.full(prompt.token_ids[:history])
+    cached = reuse.prefill(prompt, masters, PrefixKV(k, v))
+    uncached = reuse.prefill(prompt, masters)
+    assert cached.siblings == uncached.siblings
+    assert cached.stats == uncached.stats
+    assert torch.equal(cached.k[:, :history], k) and torch.equal(cached.v[:, :history], v)
+    torch.testing.assert_close(cached.k, uncached.k, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(cached.v, uncached.v, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(cached.logits, uncached.logits, rtol=1e-4, atol=1e-4)
+    # The leader's full recompute after a cached prefix: the engine's prefix-cache-hit arithmetic.
+    led = reuse.prefill_round([_round()[1]], prefixes=[PrefixKV(k, v)]).prefills[0]
+    logits, k_full, _ = reuse.full(prompt.token_ids)
+    assert led.stats.led
+    torch.testing.assert_close(led.logits, logits, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(led.k, k_full, rtol=1e-5, atol=1e-5)
+
+
+def test_a_cached_prefix_must_end_before_the_first_shared_block(model) -> None:
+    reuse = CollectiveReuse(model, max_deviation=None)
+    leader, prompt = _round()[0], _round()[1]
+    masters = reuse.prefill_round([leader]).masters
+    too_long = len(prompt.segments[0].token_ids) + 1
+    _, k, v = reuse.full(prompt.token_ids[:too_long])
+    with pytest.raises(
+        ValueError, match=r"cached must be in \[0, 13\] \(before the first shared token and the last token\), got 14"
+    ):
+        reuse.prefill(prompt, masters, PrefixKV(k, v))
+    with pytest.raises(ValueError, match="one per prompt: 0 for 1 prompts"):
+        reuse.prefill_round([prompt], prefixes=[])
