@@ -1,7 +1,9 @@
 """One `bench tokendance` run: capacity, storage, round prefill and quality, each its own measure.
 
     concurrent_agents_ratio  collective over prefix caching, agents served within the SLO at one
-                             memory budget (capacity.py: the emulated engines' cost model)
+                             KV budget, every round served on the trained default model at
+                             increasing agent counts (served.py); the same at target scale from
+                             the emulated engines' cost model (capacity.py) is in the report
     storage_reduction        bytes per agent, full copies over master + diffs (what real KV
                              stores hold of a real round's KV: bench.tokendance_storage)
     prefill_speedup_vs_pic   round prefill time, per-request reuse over collective (the real engine
@@ -22,6 +24,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from agentserve.bench.tokendance.capacity import METHODS, CapacitySpec, capacity
+from agentserve.bench.tokendance.served import POLICIES, ServedSpec, calibrate, served_capacity
 from agentserve.bench.tokendance.workload import RoundShape, agent_society, generative_agents
 from agentserve.contracts.segments import DEFAULT_RECOMPUTE_FRACTION
 
@@ -42,6 +45,7 @@ class BenchSpec:
     rounds: int = 5
     recompute_fraction: float = DEFAULT_RECOMPUTE_FRACTION
     capacity: CapacitySpec = field(default_factory=CapacitySpec)
+    served: ServedSpec = field(default_factory=ServedSpec)  # capacity served on the trained default model
     engine_token_scale: int = 32  # the real-engine round is the workload's tokens divided by this
     engine_round: int = 1  # which gather round the real engine prefills
     quality_agents: int = 8
@@ -71,12 +75,16 @@ def run_bench(spec: BenchSpec, log=print) -> dict:
     storage = {s.name: _storage(spec, s) for s in shapes}
     log("capacity: agents within the SLO per method (cost model) ...")
     capacities = {s.name: _capacities(spec, s, storage[s.name]) for s in shapes}
+    model = _model(spec)
+    log("capacity served on the trained default model: agents within the SLO per policy ...")
+    served = {s.name: _served(spec, s, storage[s.name], model, log) for s in shapes}
     log("round prefill on the trained default model: per request vs collective ...")
-    prefill = _prefill(spec, shapes)
+    prefill = _prefill(spec, shapes, model)
     log("quality against full recompute, per recompute fraction ...")
     quality = _quality(spec)
     headline = {
-        "concurrent_agents_ratio": min(c["ratio"] for c in capacities.values()),
+        "concurrent_agents_ratio": min(c["ratio"] for c in served.values()),
+        "concurrent_agents_ratio_cost_model": min(c["ratio"] for c in capacities.values()),
         "storage_reduction": min(s["default"]["storage_reduction"] for s in storage.values()),
         "prefill_speedup_vs_pic": min(p["prefill_speedup_vs_pic"] for p in prefill),
         "top1_agreement": quality["top1_agreement"],
@@ -91,6 +99,7 @@ def run_bench(spec: BenchSpec, log=print) -> dict:
         "targets": targets,
         "regime": _regime(spec),
         "workloads": [dataclasses.asdict(s) for s in shapes],
+        "served_capacity": served,
         "capacity": capacities,
         "storage": storage,
         "prefill": prefill,
@@ -102,8 +111,14 @@ def run_bench(spec: BenchSpec, log=print) -> dict:
 
 
 def _regime(spec: BenchSpec) -> dict:
-    cap = spec.capacity
+    cap, srv = spec.capacity, spec.served
     return {
+        "served_capacity": (
+            f"trained default model (tiny, fp32, one thread), every gather round served at token scale "
+            f"1/{srv.token_scale}, agents prefilled in turn, latency = engine thread CPU time; SLO and KV "
+            f"budget per workload (default: prefix caching's worst round latency and its KV at the workload's "
+            f"own agent count), collective's KV at the storage measurement's diff share"
+        ),
         "capacity": (
             f"cost model of the emulated engines: {cap.target_model} on {cap.target_gpu}, KV budget "
             f"{cap.kv_gpus} GPU(s) = {cap.budget_tokens()} tokens, TTFT SLO {cap.slo_s} s for every agent of "
@@ -165,16 +180,43 @@ def _sized(shape: RoundShape):
     return lambda agents: replace(shape, agents=agents)
 
 
-def _prefill(spec: BenchSpec, shapes: list[RoundShape]) -> list[dict]:
+def _model(spec: BenchSpec):
     import torch
 
-    from agentserve.bench.tokendance.engine_round import time_round
     from agentserve.engine.default_model import ensure_default_model
     from agentserve.engine.loader import load_model
 
     if spec.threads:
         torch.set_num_threads(spec.threads)
-    model, _ = load_model(ensure_default_model(), "fp32")
+    return load_model(ensure_default_model(), "fp32")[0]
+
+
+def _served(spec: BenchSpec, shape: RoundShape, storage: dict, model, log) -> dict:
+    served = replace(spec.served, recompute_fraction=spec.recompute_fraction, diff_share=storage["diff_share"])
+    regime, known = calibrate(model, shape, served)
+    log(f"{shape.name}: SLO {regime.slo_s:.3f} s per round, KV budget {regime.budget_tokens:.0f} tokens")
+    results = {}
+    for policy in POLICIES:
+        found = served_capacity(
+            model, shape, policy, served, regime, known if policy == "prefix" else None, lambda line: log(line)
+        )
+        results[policy] = found.as_dict()
+    prefix = results["prefix"]["max_agents"]
+    ratio = results["collective"]["max_agents"] / prefix if prefix else float("inf")
+    return {
+        "regime": {
+            **dataclasses.asdict(regime),
+            "token_scale": served.token_scale,
+            "diff_share": round(served.diff_share, 4),
+        },
+        "policies": results,
+        "ratio": round(ratio, 3),
+    }
+
+
+def _prefill(spec: BenchSpec, shapes: list[RoundShape], model) -> list[dict]:
+    from agentserve.bench.tokendance.engine_round import time_round
+
     return [
         time_round(s.scaled(spec.engine_token_scale), spec.engine_round, spec.recompute_fraction, model).as_dict()
         for s in shapes

@@ -10,6 +10,7 @@ from pathlib import Path
 from agentserve.bench.tokendance.bench import BenchSpec, run_bench
 from agentserve.bench.tokendance.capacity import CapacitySpec
 from agentserve.bench.tokendance.report import write_report
+from agentserve.bench.tokendance.served import ServedSpec
 from agentserve.contracts.segments import DEFAULT_RECOMPUTE_FRACTION
 
 
@@ -19,7 +20,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--society-agents", type=int, default=64, help="AgentSociety-shaped agents (default 64)")
     w.add_argument("--rounds", type=int, default=5, help="gather rounds (default 5)")
     w.add_argument("--recompute-fraction", type=float, default=DEFAULT_RECOMPUTE_FRACTION)
-    c = p.add_argument_group("capacity (cost model)")
+    s = p.add_argument_group("capacity served on the trained default model")
+    s.add_argument(
+        "--served-token-scale", type=int, default=ServedSpec.token_scale, help="served rounds' tokens divided by this"
+    )
+    s.add_argument(
+        "--served-slo-s", type=float, help="round latency SLO (default: prefix caching's at the workload's size)"
+    )
+    s.add_argument(
+        "--served-budget-tokens", type=float, help="KV budget (default: prefix caching's at the workload's size)"
+    )
+    c = p.add_argument_group("capacity at target scale (cost model)")
     c.add_argument("--target-model", default=CapacitySpec.target_model)
     c.add_argument("--target-gpu", default=CapacitySpec.target_gpu)
     c.add_argument("--kv-gpus", type=int, default=CapacitySpec.kv_gpus, help="GPUs whose KV capacity is the budget")
@@ -46,6 +57,9 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
         rounds=args.rounds,
         recompute_fraction=args.recompute_fraction,
         capacity=capacity,
+        served=ServedSpec(
+            token_scale=args.served_token_scale, slo_s=args.served_slo_s, budget_tokens=args.served_budget_tokens
+        ),
         engine_token_scale=args.engine_token_scale,
         engine_round=args.engine_round,
         quality_agents=args.quality_agents,

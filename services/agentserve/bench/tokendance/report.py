@@ -20,9 +20,10 @@ def markdown(result: dict) -> str:
         lines.append(f"| `{key}` | {v['value']:.3f} | >= {v['target']} | {v['paper']} | {v['met']} |")
     lines += [f"| `mean_kl` | {result['mean_kl']:.5f} | - | - | - |", "", "## Regime", ""]
     lines += [f"- {k}: {v}" for k, v in result["regime"].items()]
+    lines += _served_markdown(result["served_capacity"])
     lines += [
         "",
-        "## Capacity (agents within the SLO)",
+        "## Capacity at target scale (cost model of the emulated engines)",
         "",
         "| workload | prefix | pic | collective | ratio | limited by |",
     ]
@@ -81,12 +82,60 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _served_markdown(served: dict) -> list[str]:
+    lines = ["", "## Capacity served on the trained default model (agents within the SLO)", ""]
+    lines += ["| workload | SLO s | KV budget tokens | prefix | pic | collective | ratio | limited by |"]
+    lines.append("|---|---|---|---|---|---|---|---|")
+    for name, c in served.items():
+        m, regime = c["policies"], c["regime"]
+        limits = ", ".join(f"{k}: {v['limited_by']}" for k, v in m.items())
+        lines.append(
+            f"| {name} | {regime['slo_s']:.3f} | {regime['budget_tokens']:.0f} | {m['prefix']['max_agents']} "
+            f"| {m['pic']['max_agents']} | {m['collective']['max_agents']} | {c['ratio']} | {limits} |"
+        )
+    lines += ["", "Every probe (worst round latency; rounds past the SLO end a probe):", ""]
+    lines += ["| workload | policy | agents | met | worst round s | recomputed history tokens | KV at the end |"]
+    lines.append("|---|---|---|---|---|---|---|")
+    for name, c in served.items():
+        for policy, found in c["policies"].items():
+            for probe in found["probes"]:
+                recomputed = sum(r["recomputed_history_tokens"] for r in probe["rounds"])
+                lines.append(
+                    f"| {name} | {policy} | {probe['agents']} | {probe['met']} | {probe['worst_latency_s']} "
+                    f"| {recomputed} | {probe['rounds'][-1]['kv_tokens']} |"
+                )
+    return lines
+
+
 def plots(result: dict, out_dir: Path) -> dict[str, Path]:
     return {
+        "served": _served(result, out_dir / "served.png"),
         "capacity": _capacity(result, out_dir / "capacity.png"),
         "fractions": _fractions(result, out_dir / "fractions.png"),
         "prefill": _prefill(result, out_dir / "prefill.png"),
     }
+
+
+def _served(result: dict, out: Path) -> Path:
+    plt = _pyplot()
+    served = result["served_capacity"]
+    fig, axes = plt.subplots(1, len(served), figsize=(5.5 * len(served), 4), squeeze=False)
+    for ax, (name, c) in zip(axes[0], served.items(), strict=True):
+        for policy, found in c["policies"].items():
+            probes = found["probes"]
+            ax.plot(
+                [p["agents"] for p in probes],
+                [p["worst_latency_s"] for p in probes],
+                "o-",
+                color=COLORS[policy],
+                label=f"{policy}: {found['max_agents']}",
+            )
+        ax.axhline(c["regime"]["slo_s"], color="black", linestyle=":", label="SLO")
+        ax.set_xlabel("agents")
+        ax.set_ylabel("worst round latency (s, engine CPU time)")
+        ax.set_title(f"{name}: served at 1/{c['regime']['token_scale']} tokens")
+        ax.legend(fontsize=8)
+    return _saved(plt, fig, out)
 
 
 def _capacity(result: dict, out: Path) -> Path:
