@@ -61,7 +61,7 @@ class DecodeWorker:
         def apply(engine: LLMEngine) -> tuple[int, list[int]]:
             resident = engine.blocks.hint(block_ids, advice)
             pinned = (
-                engine.blocks.pin([b for b in block_ids if engine.blocks.lookup(b) is not None]) if hint.pin_s else []
+                engine.blocks.hold([b for b in block_ids if engine.blocks.lookup(b) is not None]) if hint.pin_s else []
             )
             return resident, pinned
 
@@ -74,7 +74,7 @@ class DecodeWorker:
 
     async def _unpin_after(self, slots: list[int], seconds: float) -> None:
         await asyncio.sleep(seconds)
-        await self.engine.call(lambda e: e.blocks.free(slots))
+        await self.engine.call(lambda e: e.blocks.release(slots))
 
     async def load_kv(self, blocks: list[bytes]) -> tuple[int, int]:
         imported = await self.engine.call(lambda e: sum(e.import_blocks(d) for d in blocks))

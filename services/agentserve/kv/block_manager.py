@@ -3,7 +3,7 @@
 A fixed pool of `num_slots` physical slots, each holding `block_size` tokens of KV. A slot is in
 exactly one of three states:
 
-- in use: ref count > 0, owned by one or more running sequences;
+- in use: ref count > 0, owned by one or more running sequences (or held: see `hold`);
 - cached: ref count 0 but sealed under a block id, so a later sequence can still hit it; ordered
   by an `EvictionPolicy` keyed by that id (LRU by default: oldest freed first) and evicted only
   when no free slot is left;
@@ -43,6 +43,7 @@ class BlockManager:
         self._free: deque[int] = deque(range(num_slots))
         self._evictable = make_eviction_policy(eviction_policy)  # the cached slots' block ids
         self._held_hints: dict[bytes, Hint] = {}  # hints for blocks in use, given to the policy when freed
+        self._holds: dict[int, int] = {}  # slot -> references taken by `hold` and not yet released
         self.hit_blocks = 0
         self.miss_blocks = 0
         self.evictions = 0
@@ -138,6 +139,26 @@ class BlockManager:
         for slot in slots:
             self._take_ref(slot)
         return slots
+
+    def hold(self, block_ids: Sequence[bytes]) -> list[int]:
+        """`pin` for the KV lifecycle: keep a parked session's resident blocks for its return
+        (`release(slots)` ends it). Counted apart from sequences' references, so `stats` can tell
+        KV kept idle for a future turn (`held`) from KV a running sequence uses."""
+        slots = self.pin(block_ids)
+        for slot in slots:
+            self._holds[slot] = self._holds.get(slot, 0) + 1
+        return slots
+
+    def release(self, slots: Sequence[int]) -> None:
+        """End holds taken by `hold` (its slots, as it returned them)."""
+        for slot in slots:
+            if self._holds.get(slot, 0) < 1:
+                raise ValueError(f"slot {slot} is not held; release only what hold returned")
+        self.free(slots)
+        for slot in slots:
+            self._holds[slot] -= 1
+            if not self._holds[slot]:
+                del self._holds[slot]
 
     def can_append(self, slots: Sequence[int], num_tokens_after: int) -> bool:
         """Whether `append(slots, num_tokens_after)` would succeed."""
@@ -241,10 +262,12 @@ class BlockManager:
         return [self._slot_of[block_id] for block_id in self._evictable.victims()]
 
     def stats(self) -> dict[str, int]:
-        """Slot counts by state plus hit/miss/eviction counters (in full blocks)."""
+        """Slot counts by state plus hit/miss/eviction counters (in full blocks). `used` counts every
+        referenced slot; `held` the used ones referenced only by holds (idle KV kept for a return)."""
         return {
             "num_slots": self.num_slots,
             "used": self.num_slots - len(self._free) - len(self._evictable),
+            "held": sum(1 for slot, n in self._holds.items() if self._refs[slot] == n),
             "free": len(self._free),
             "cached": len(self._evictable),
             "resident_blocks": len(self._slot_of),

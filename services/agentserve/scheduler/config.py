@@ -50,6 +50,9 @@ class SchedulerConfig:
     session_kv: str = "decode"
     # KV lifecycle over tool waits (kv_lifecycle.py, kv_parking.py): lru (nothing moves) or agentserve.
     kv_lifecycle: str = "lru"
+    # How `agentserve` offloads a parked session's KV: drop it at the tool's start, or demote it
+    # (kept, hinted with its return: a `hinted` engine pool evicts it first, only when it needs room).
+    kv_offload: str = "drop"
     tool_seeds: str = ""  # name=seconds,...: a tool's expected duration before any was observed
     tool_default_s: float = 1.0  # a tool with no history, seed, nor prediction from the caller or proxy
     reload_s_per_block: float = 0.001  # what reloading one KV block from the store costs (offload break-even)
@@ -110,7 +113,7 @@ class SchedulerConfig:
                 f"engine_timeout_ms ({self.engine_timeout_ms}) must be at least twice "
                 f"heartbeat_interval_ms ({self.heartbeat_interval_ms})"
             )
-        from agentserve.scheduler.kv_lifecycle import LIFECYCLE_POLICIES
+        from agentserve.scheduler.kv_lifecycle import LIFECYCLE_POLICIES, OFFLOAD_MODES
         from agentserve.scheduler.paths import POLICIES
         from agentserve.scheduler.prefill_policy import PREFILL_POLICIES
         from agentserve.scheduler.relay_policy import RELAY_POLICIES
@@ -120,6 +123,7 @@ class SchedulerConfig:
             ("prefill_policy", PREFILL_POLICIES),
             ("relay_policy", RELAY_POLICIES),
             ("kv_lifecycle", LIFECYCLE_POLICIES),
+            ("kv_offload", OFFLOAD_MODES),
             ("session_kv", SESSION_KV),
         ):
             if getattr(self, name) not in choices:

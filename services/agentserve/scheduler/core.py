@@ -115,7 +115,9 @@ class SchedulerCore:
             drops=moves if config.session_kv == "store" else None,
         )
         self.parking = KVParking(
-            make_lifecycle_policy(config.kv_lifecycle, config.reload_s_per_block, config.park_min_wait_s),
+            make_lifecycle_policy(
+                config.kv_lifecycle, config.reload_s_per_block, config.park_min_wait_s, config.kv_offload
+            ),
             ToolDurationModel(parse_seeds(config.tool_seeds), config.tool_default_s),
             self.registry,
             moves,

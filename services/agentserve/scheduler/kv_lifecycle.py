@@ -12,8 +12,12 @@ by name in the scheduler config (`kv_lifecycle`), so a benchmark can run each on
   but on one engine's view: back into the engine it left (TokenCake ran on one GPU), so a busy or
   dead holder is not traded for another engine.
 - `agentserve`: when the predicted wait beats the reload cost, drop the KV from the engine's pool
-  and upload it again into the engine the router picks cluster-wide for the next turn, timed to
-  finish before the earliest likely return, pinned there until the predicted return.
+  and upload it again into the engine chosen cluster-wide for the next turn, timed to finish
+  before the earliest likely return, pinned there until the predicted return. With
+  `kv_offload=demote` it is demoted instead of dropped: it stays resident, hinted with its return
+  time, so the pool gives it up only when it needs the room, and then in order of next use (the
+  `hinted` eviction policy); the upload then goes to the engine that still holds it unless that
+  one is busier, and moves only what left; shorter waits are pinned in place for their duration.
 """
 
 from __future__ import annotations
@@ -27,10 +31,11 @@ UploadTarget = Literal["cluster", "source"]
 
 @dataclass(frozen=True)
 class ParkPlan:
-    offload: bool
+    offload: bool  # the KV may leave the engine's pool for the wait
     upload_after_s: float | None = None  # from the call's start; None: the next turn loads on demand
-    upload_to: UploadTarget = "cluster"  # "cluster": the router's pick; "source": the engine it left
+    upload_to: UploadTarget = "cluster"  # "cluster": chosen cluster-wide; "source": the engine it left
     pin_s: float = 0.0  # not offloaded: hold the KV in the engine's pool this long (0 = no pin)
+    drop: bool = True  # offloaded: drop it now; False: demote it (evicted first, only when room is needed)
 
 
 KEEP = ParkPlan(offload=False)
@@ -73,14 +78,22 @@ class OffloadOnly:
 
 class AgentServeLifecycle:
     """Offload when the wait is worth `breakeven` reloads (and at least `min_wait_s`: short waits
-    are not worth two RPCs); upload `lead` reload times before the earliest likely return."""
+    are not worth two RPCs); upload `lead` reload times before the earliest likely return.
+    `drop=False` demotes instead (the pool evicts the KV only when it needs the room) and pins a
+    shorter wait for its predicted duration."""
 
     name = "agentserve"
     upload_to: UploadTarget = "cluster"
 
     def __init__(
-        self, reload_s_per_block: float, min_wait_s: float = 0.5, breakeven: float = 2.0, lead: float = 1.5
+        self,
+        reload_s_per_block: float,
+        min_wait_s: float = 0.5,
+        breakeven: float = 2.0,
+        lead: float = 1.5,
+        drop: bool = True,
     ) -> None:
+        """`drop`: offload by dropping the KV at the wait's start; False: demote it."""
         for key, value in (("reload_s_per_block", reload_s_per_block), ("min_wait_s", min_wait_s)):
             if not 0 <= value < math.inf:
                 raise ValueError(f"{key} must be a finite number >= 0, got {value}")
@@ -90,13 +103,16 @@ class AgentServeLifecycle:
         self.min_wait_s = min_wait_s
         self.breakeven = breakeven
         self.lead = lead
+        self.drop = drop
 
     def on_tool_started(self, typical_s: float, early_s: float, blocks: int) -> ParkPlan:
         reload_s = blocks * self.reload_s_per_block
-        if blocks == 0 or typical_s < max(self.min_wait_s, self.breakeven * reload_s):
+        if blocks == 0:
             return KEEP
+        if typical_s < max(self.min_wait_s, self.breakeven * reload_s):
+            return ParkPlan(offload=False, pin_s=typical_s) if not self.drop and typical_s > 0 else KEEP
         upload_after_s = max(0.0, min(early_s, typical_s) - self.lead * reload_s)
-        return ParkPlan(offload=True, upload_after_s=upload_after_s, upload_to=self.upload_to)
+        return ParkPlan(offload=True, upload_after_s=upload_after_s, upload_to=self.upload_to, drop=self.drop)
 
 
 class TokenCakeLifecycle(AgentServeLifecycle):
@@ -107,10 +123,16 @@ class TokenCakeLifecycle(AgentServeLifecycle):
 
 
 LIFECYCLE_POLICIES = ("lru", "ttl-pin", "offload", "tokencake", "agentserve")
+OFFLOAD_MODES = ("drop", "demote")  # how `agentserve` offloads (the scheduler's `kv_offload`)
 
 
-def make_lifecycle_policy(name: str, reload_s_per_block: float, min_wait_s: float) -> LifecyclePolicy:
-    """The policy called `name`; ValueError naming the choices if there is none."""
+def make_lifecycle_policy(
+    name: str, reload_s_per_block: float, min_wait_s: float, offload: str = "drop"
+) -> LifecyclePolicy:
+    """The policy called `name` (`offload`: how `agentserve` offloads, one of OFFLOAD_MODES);
+    ValueError naming the choices if there is none."""
+    if offload not in OFFLOAD_MODES:
+        raise ValueError(f"kv_offload must be one of {', '.join(OFFLOAD_MODES)}, got {offload!r}")
     if name == "lru":
         return KeepResident()
     if name == "ttl-pin":
@@ -120,5 +142,5 @@ def make_lifecycle_policy(name: str, reload_s_per_block: float, min_wait_s: floa
     if name == "tokencake":
         return TokenCakeLifecycle(reload_s_per_block, min_wait_s)
     if name == "agentserve":
-        return AgentServeLifecycle(reload_s_per_block, min_wait_s)
+        return AgentServeLifecycle(reload_s_per_block, min_wait_s, drop=offload == "drop")
     raise ValueError(f"kv_lifecycle must be one of {', '.join(LIFECYCLE_POLICIES)}, got {name!r}")

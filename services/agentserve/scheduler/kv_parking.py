@@ -4,11 +4,14 @@ Driven by the tool proxy's events (through `SchedulerCore`), decided by a `Lifec
 
 - ToolCallStarted, the session's first pending call: predict the wait (`ToolDurationModel`); if
   the policy says offload, drop the session's blocks from its KV holder's pool (DropKV: the store
-  already has them, the turn that made them persisted them) and hint the store when they will be
-  read again; then, at the planned time, upload them (PrefetchKV) into the decode engine the
-  router picks for the next turn (or, on one engine's view, the one they left), which becomes the
-  session's KV holder, and pin them there until the predicted return (HintKV). If the policy says
-  pin instead, the holder holds them for the planned time (HintKV).
+  already has them, the turn that made them persisted them), or demote them there (HintKV with
+  the predicted return: a `hinted` pool evicts them first, in order of next use, but only when it
+  needs the room), and hint the store when they will be read again; then, at the planned time,
+  upload them (PrefetchKV: only the blocks the engine lacks move) into the decode engine chosen
+  for the next turn (cluster-wide: the holder while it is alive and no busier than the router's
+  pick, else that pick; on one engine's view, the one they left), which becomes the session's KV
+  holder, and pin them there until the predicted return (HintKV). If the policy says pin
+  instead, the holder holds them for the planned time (HintKV).
 - ToolCallFinished, the last pending call: learn the duration; an upload not yet begun is
   cancelled (the return was early) and the next turn loads what it needs on demand.
 
@@ -58,6 +61,7 @@ class StoreHints(Protocol):
 @dataclass
 class ParkingStats:
     offloads: int = 0
+    demoted: int = 0  # offloads that left the KV resident, first to go when the pool needs room
     kept: int = 0
     pinned: int = 0  # kept and held in the holder's pool for the predicted wait
     uploads: int = 0
@@ -166,11 +170,17 @@ class KVParking:
         upload_after_s = parked.plan.upload_after_s
         try:
             assert self.moves is not None  # started() checked
-            dropped = await self.moves.drop_kv(holder.status.address, parked.block_ids)
+            if parked.plan.drop:
+                dropped = await self.moves.drop_kv(holder.status.address, parked.block_ids)
+                self.stats.dropped_blocks += dropped
+                metrics.KV_PARKING_BLOCKS.labels("dropped").inc(dropped)
+            else:
+                hint = KVHint(self.priority_of(session), typical_s)
+                await self.moves.hint_kv(holder.status.address, parked.block_ids, hint)
+                self.stats.demoted += 1
+                metrics.KV_PARKING.labels("demote").inc()
             self.stats.offloads += 1
-            self.stats.dropped_blocks += dropped
             metrics.KV_PARKING.labels("offload").inc()
-            metrics.KV_PARKING_BLOCKS.labels("dropped").inc(dropped)
             if self.store is not None:
                 await self.store.hint(parked.block_ids, self.priority_of(session), typical_s)
             if upload_after_s is None:
@@ -203,16 +213,16 @@ class KVParking:
                 del self._parked[session.session_id]
 
     async def _upload(self, session: Session, parked: _Parked) -> tuple[Engine | None, int]:
-        """Prefetch into the router's pick among the alive decode engines (or the engine the KV
-        left, on one engine's view: none if it is gone); one found gone (dead but not yet expired
-        from the registry) is passed over for the next pick."""
+        """Prefetch into the engine chosen cluster-wide among the alive decode engines (or the
+        engine the KV left, on one engine's view: none if it is gone); one found gone (dead but not
+        yet expired from the registry) is passed over for the next choice."""
         assert self.moves is not None
         block_ids = parked.block_ids
         candidates = self.registry.alive(Role.DECODE)
         if parked.plan.upload_to == "source":
             candidates = [e for e in candidates if e.engine_id == parked.source]
         while candidates:
-            target = self.pick_decode(candidates, session)
+            target = self._upload_target(candidates, session, parked)
             try:
                 loaded, _ = await self.moves.prefetch_kv(target.status.address, block_ids)
             except EngineUnavailable as exc:
@@ -221,6 +231,15 @@ class KVParking:
                 continue
             return target, loaded
         return None, 0
+
+    def _upload_target(self, candidates: list[Engine], session: Session, parked: _Parked) -> Engine:
+        """The router's pick, unless the KV was only demoted and the engine it is on is no busier:
+        that one still holds what the pool did not need, so less moves."""
+        pick = self.pick_decode(candidates, session)
+        if parked.plan.drop:
+            return pick
+        source = next((e for e in candidates if e.engine_id == parked.source), None)
+        return source if source is not None and source.load <= pick.load else pick
 
     def _holder(self, session: Session) -> Engine | None:
         for engine in self.registry.alive(Role.DECODE):

@@ -8,7 +8,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from agentserve.bench.replay.client import Chunk
+from agentserve.bench.replay.client import Chunk, ServerBusy
 
 BLOCK = 16
 
@@ -33,6 +33,9 @@ class FakeSession:
 
     async def turn(self, token_ids: list[int], max_tokens: int):
         s = self.system
+        if s.busy_turns:  # refused for now, as KV admission does: nothing sent, nothing kept
+            s.busy_turns -= 1
+            raise ServerBusy("KV committed fills the pools; retry later", s.retry_after_s)
         event = Event("turn", self.id, self.tenant, self.agent, time.monotonic(), sent=list(token_ids))
         s.events.append(event)
         s.in_flight += 1
@@ -67,9 +70,13 @@ class FakeSession:
 
 
 class FakeServing:
-    def __init__(self, token_s: float = 0.001, fail_when=None) -> None:
+    def __init__(
+        self, token_s: float = 0.001, fail_when=None, busy_opens: int = 0, busy_turns: int = 0, retry_after_s=0.02
+    ) -> None:
+        """`busy_opens` / `busy_turns`: how many session opens and turns to refuse (ServerBusy) first."""
         self.token_s = token_s
         self.fail_when = fail_when
+        self.busy_opens, self.busy_turns, self.retry_after_s = busy_opens, busy_turns, retry_after_s
         self.sessions: list[FakeSession] = []
         self.events: list[Event] = []
         self.blocks: set[tuple[str, tuple[int, ...]]] = set()
@@ -87,6 +94,9 @@ class FakeServing:
             self.blocks.add((tenant, tuple(tokens[: k * BLOCK])))
 
     async def open_session(self, tenant: str, agent: str, critical: bool = False) -> FakeSession:
+        if self.busy_opens:
+            self.busy_opens -= 1
+            raise ServerBusy("KV committed fills the pools; retry later", self.retry_after_s)
         session = FakeSession(self, f"s{len(self.sessions)}", tenant, agent)
         self.sessions.append(session)
         return session

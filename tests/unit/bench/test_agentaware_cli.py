@@ -21,11 +21,12 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_default_spec():
     spec = bench_spec(parse())
-    assert spec.rates == (0.4, 0.8, 1.6)
+    assert spec.rates == (0.2, 0.3, 0.6)
     assert spec.cluster.engine_settings["kv_blocks"] == 16384 // 64
     assert spec.cluster.engine_settings["compute"] == "emulated"
     assert spec.cluster.engine_settings["time_dilation"] == 0.5
-    assert spec.workload.jobs == 16 and spec.workload.prediction == "median"
+    assert (spec.workload.jobs, spec.workload.width, spec.workload.rounds) == (10, 5, 2)
+    assert spec.workload.output_tokens == 32 and spec.workload.prediction == "median"
     assert spec.chosen[0] == "lru" and set(spec.chosen) == set(LIFECYCLE_POLICIES) == set(policy_names())
 
 

@@ -108,10 +108,14 @@ def test_recomputed_tokens_are_reusable_tokens_not_served_from_cache():
     }
 
 
-def slots(t: float, decode: dict[str, tuple[int, int, int]], dropped: int = 0, uploaded: int = 0) -> Scrape:
+def slots(
+    t: float, decode: dict[str, tuple[int, int, int]], dropped: int = 0, uploaded: int = 0, held: int = 0
+) -> Scrape:
+    """decode engine -> (used, cached, free) slots; `held` slots (pinned, idle) on every engine."""
     by_target = {
         name: {
             ("agentserve_engine_kv_slots", (("state", "used"),)): float(u),
+            ("agentserve_engine_kv_slots", (("state", "held"),)): float(held),
             ("agentserve_engine_kv_slots", (("state", "cached"),)): float(c),
             ("agentserve_engine_kv_slots", (("state", "free"),)): float(f),
         }
@@ -137,6 +141,19 @@ def test_occupancy_is_a_time_mean_over_decode_pools():
     assert kv["occupied_share"] == [0.2, 0.75, 0.0]
     assert kv["kv_utilization"] == pytest.approx((0.05 * 1 + 0.5 * 2) / 3)
     assert kv["kv_occupancy"] == pytest.approx((0.2 * 1 + 0.75 * 2) / 3)
+    assert kv["held_share"] == [0.0, 0.0, 0.0]
+
+
+def test_pinned_slots_are_resident_but_not_in_use():
+    scrapes = [
+        slots(0.0, {"decode-0": (10, 10, 70), "decode-1": (0, 20, 70)}, held=10),
+        slots(2.0, {"decode-0": (10, 10, 70), "decode-1": (0, 20, 70)}, held=10),
+    ]
+    kv = occupancy(scrapes, 0.0)
+    assert kv["used_share"] == [0.05, 0.05]
+    assert kv["held_share"] == [0.1, 0.1]
+    assert kv["occupied_share"] == [0.3, 0.3]
+    assert (kv["kv_utilization"], kv["kv_held"], kv["kv_occupancy"]) == (0.05, 0.1, 0.3)
 
 
 def test_parking_blocks_are_counter_deltas():
@@ -201,6 +218,7 @@ def test_markdown_reports_targets_every_run_and_the_regime():
     figures.update(
         jobs_done=16,
         turns_failed=0,
+        turn_retries=3,
         job_latency_p90_s=12.0,
         resident_at_first_token=19,
         returning_turns=20,
@@ -210,6 +228,7 @@ def test_markdown_reports_targets_every_run_and_the_regime():
         store_loaded_bytes=2_000_000,
     )
     figures["kv"]["kv_occupancy"] = 0.6
+    figures["kv"]["kv_held"] = 0.1
     result = {
         **ratios.must_show({"lru": {0.4: run(20.0, 10.0, 0.2, 0.4)}, "agentserve": {0.4: figures}}),
         "policies": {
@@ -241,8 +260,8 @@ def test_markdown_reports_targets_every_run_and_the_regime():
     assert "| `prefetch_hit_ratio` | 0.950 | 0.9 | yes |" in text
     assert "| `critical_path_jct_reduction` | 0.200 | - | - |" in text
     assert (
-        "| agentserve | 0.4 | 16 | 0 | 10.00 | 12.00 | 8.00 | 19/20 | 4 (3) | 10 | 500 "
-        "| 4.0 | 2.0 | 2.0 | 0.250 | 0.600 |" in text
+        "| agentserve | 0.4 | 16 | 0 | 3 | 10.00 | 12.00 | 8.00 | 19/20 | 4 (3) | 10 | 500 "
+        "| 4.0 | 2.0 | 2.0 | 0.250 | 0.100 | 0.600 |" in text
     )
     assert "| ttl-pin | unavailable: scheduler: kv_lifecycle must be one of lru, agentserve |" in text
     assert "KV budget: {'decode_pool_tokens_total': 32768}" in text

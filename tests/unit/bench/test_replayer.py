@@ -154,3 +154,27 @@ def test_a_failed_turn_aborts_its_session_but_dependants_still_run():
     assert ReplayOptions().load_model == "recorded" and ReplayOptions(concurrency=2).load_model == "closed"
     with pytest.raises(ValueError, match="not both"):
         ReplayOptions(rate=1, concurrency=1)
+
+
+def test_refused_sessions_and_turns_are_sent_again_after_retry_after_and_counted():
+    w = Workload("w", (Session("a", (Turn(4, new_tokens=40), Turn(3, new_tokens=20))),))
+    system = FakeServing(busy_opens=1, busy_turns=2, retry_after_s=0.05)
+    result, _ = _replay(w, system)
+    first, second = result.turns
+    assert (first.ok, second.ok) == (True, True)
+    # The open was refused once, then its first turn twice; the second turn went through at once.
+    assert (first.retries, second.retries) == (3, 0)
+    assert first.busy_s >= 3 * 0.05 * 0.9 and second.busy_s == 0.0
+    replayed = [e for e in system.events if e.kind == "turn"]
+    assert [len(e.sent) for e in replayed] == [40, 20]  # a refused turn kept nothing: no history diverged
+    assert len(system.sessions) == 1
+
+
+def test_a_turn_refused_past_the_retry_bound_fails():
+    from agentserve.bench.replay import replayer
+
+    w = Workload("w", (Session("a", (Turn(4, new_tokens=40),)),))
+    result, _ = _replay(w, FakeServing(busy_turns=replayer.MAX_BUSY_RETRIES + 1, retry_after_s=0.0))
+    (record,) = result.turns
+    assert record.retries == replayer.MAX_BUSY_RETRIES
+    assert record.error == "ServerBusy: KV committed fills the pools; retry later"

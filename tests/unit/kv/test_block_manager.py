@@ -37,6 +37,7 @@ def test_fresh_allocation_takes_free_slots_in_order():
     assert mgr.stats() == {
         "num_slots": 8,
         "used": 3,
+        "held": 0,
         "free": 5,
         "cached": 0,
         "resident_blocks": 0,
@@ -356,3 +357,19 @@ def test_drop_frees_cached_blocks_and_leaves_blocks_in_use():
     assert list(mgr._free)[-2:] == [2, 1]  # deepest first
     mgr.free(alloc.slots)
     assert mgr.drop(ids(parked)) == 1 and mgr.cached_prefix(ids(parked)) == 0
+
+
+def test_held_blocks_are_counted_apart_and_released_only_once():
+    mgr = BlockManager(num_slots=4, block_size=BS)
+    alloc = mgr.allocate(ids([1, 2, 3, 4]), 4, 0)
+    for slot, block_id in zip(alloc.slots, ids([1, 2, 3, 4])):
+        mgr.seal(slot, block_id)
+    held = mgr.hold(ids([1, 2, 3, 4]))  # held while the sequence still runs: in use, not idle
+    assert (mgr.stats()["used"], mgr.stats()["held"]) == (2, 0)
+    mgr.free(alloc.slots)  # the sequence ends: only the hold keeps them
+    assert (mgr.stats()["used"], mgr.stats()["held"], mgr.stats()["cached"]) == (2, 2, 0)
+    mgr.release(held)
+    assert (mgr.stats()["used"], mgr.stats()["held"], mgr.stats()["cached"]) == (0, 0, 2)
+    with pytest.raises(ValueError, match="is not held"):
+        mgr.release(held)
+    assert (mgr.stats()["used"], mgr.stats()["cached"]) == (0, 2)

@@ -72,3 +72,14 @@ def test_policies_by_name():
         make_lifecycle_policy("ttl", 0.001, 0.5)
     with pytest.raises(ValueError, match="^breakeven and lead must be"):
         AgentServeLifecycle(0.001, breakeven=0.5)
+
+
+def test_agentserve_demoting_pins_short_waits_and_parks_long_ones_without_dropping():
+    policy = make_lifecycle_policy("agentserve", 0.01, 0.5, offload="demote")
+    assert policy.on_tool_started(10.0, 4.0, 100) == ParkPlan(True, 2.5, drop=False)
+    assert policy.on_tool_started(1.9, 1.9, 100) == ParkPlan(offload=False, pin_s=1.9)
+    assert policy.on_tool_started(0.0, 0.0, 100) == KEEP
+    assert policy.on_tool_started(30.0, 30.0, 0) == KEEP
+    assert make_lifecycle_policy("agentserve", 0.01, 0.5).on_tool_started(10.0, 4.0, 100) == ParkPlan(True, 2.5)
+    with pytest.raises(ValueError, match="^kv_offload must be one of drop, demote, got 'evict'$"):
+        make_lifecycle_policy("agentserve", 0.01, 0.5, offload="evict")

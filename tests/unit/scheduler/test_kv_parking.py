@@ -78,7 +78,7 @@ def setup(policy=None, moves=None):
     registry.register(status("d1", Role.DECODE, 7001))
     timer, hints, moves = Timer(), FakeHints(), moves or FakeMoves()
     parking = KVParking(
-        policy or AgentServeLifecycle(reload_s_per_block=0.01, min_wait_s=0.5),
+        policy or AgentServeLifecycle(reload_s_per_block=0.01, min_wait_s=0.5, drop=True),
         ToolDurationModel(default_s=1.0),
         registry,
         moves,
@@ -296,5 +296,53 @@ def test_tokencake_whose_engine_died_loads_on_demand():
         await settle()
         assert [kind for kind, *_ in moves.calls] == ["drop", "prefetch"]  # no other engine tried
         assert session.kv_holder == "d0" and parking.stats.uploads == 0
+
+    asyncio.run(main())
+
+
+def test_agentserve_demotes_rather_than_drops_and_uploads_where_the_kv_still_is():
+    async def main():
+        parking, session, moves, hints, timer = setup(
+            AgentServeLifecycle(reload_s_per_block=0.01, min_wait_s=0.5, drop=False)
+        )
+        parking.registry.register(status("d0", Role.DECODE, 7000))  # the holder is no busier now
+        started = call(predicted=10.0)
+        session.tools.started(started)
+        parking.started(session, started)
+        await settle()
+        # Left resident on d0, hinted with its return: evicted first, and only if d0 needs the room.
+        ((kind, address, ids, hint),) = moves.calls
+        assert (kind, address, ids, hint) == ("hint", "127.0.0.1:7000", IDS, KVHint(7, 10.0))
+        assert hints.hints == [(IDS, 7, 10.0)]
+        timer.release.set()
+        await settle()
+        # The upload goes to the engine that still holds it (only what it lost moves), pinned there.
+        assert moves.calls[1] == ("prefetch", "127.0.0.1:7000", IDS)
+        kind, address, _, pin = moves.calls[2]
+        assert (kind, address, pin.priority) == ("hint", "127.0.0.1:7000", 7)
+        assert pin.pin_s == pytest.approx(10.0, abs=0.05)
+        stats = parking.stats
+        assert (stats.offloads, stats.demoted, stats.dropped_blocks, stats.uploads) == (1, 1, 0, 1)
+        assert session.kv_holder == "d0"
+
+    asyncio.run(main())
+
+
+def test_a_demoted_sessions_upload_goes_to_the_routers_pick_when_its_engine_is_busier():
+    async def main():
+        parking, session, moves, _, timer = setup(
+            AgentServeLifecycle(reload_s_per_block=0.01, min_wait_s=0.5, drop=False)
+        )
+        started = call(predicted=10.0)  # d0, the holder, runs 3 sequences; d1 none
+        session.tools.started(started)
+        parking.started(session, started)
+        timer.release.set()
+        await settle()
+        assert [c[:2] for c in moves.calls] == [
+            ("hint", "127.0.0.1:7000"),
+            ("prefetch", "127.0.0.1:7001"),
+            ("hint", "127.0.0.1:7001"),
+        ]
+        assert session.kv_holder == "d1"
 
     asyncio.run(main())

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.bench.agentaware import ratios
-from agentserve.bench.agentaware.runs import PolicyRuns, lifecycle_policy, run_policy
+from agentserve.bench.agentaware.runs import PolicyRuns, run_policy
+from agentserve.bench.agentaware.stacks import lifecycle_policy
 from agentserve.bench.agentaware.workload import AgentAwareSpec, describe, generate, read_tool_sample
 from agentserve.bench.dualpath.cluster import ClusterSpec
 from agentserve.bench.dualpath.policies import unsupported

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.bench.agentaware.bench import BenchSpec, run_bench
+from agentserve.bench.agentaware.cli_args import WALL_BUDGET_S, add_arguments
 from agentserve.bench.agentaware.report import write_report
 from agentserve.bench.agentaware.workload import AgentAwareSpec
 from agentserve.bench.dualpath.cluster import ClusterSpec
@@ -20,6 +21,14 @@ def _floats(text: str, name: str) -> tuple[float, ...]:
         return tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise ValueError(f"--{name} takes comma-separated numbers, got {text!r}") from None
+
+
+def args_differing_from_defaults(args: argparse.Namespace) -> dict[str, Any]:
+    """The arguments this run set away from the default invocation's (output paths aside)."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    defaults = vars(parser.parse_args([]))
+    return {k: v for k, v in vars(args).items() if k in defaults and k not in ("out", "json") and defaults[k] != v}
 
 
 def block_bytes(target_model: str, block_size: int) -> int:
@@ -76,6 +85,9 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
             "target_gpu": args.target_gpu,
             "kv_pool_tokens_per_engine": args.kv_pool_tokens,
             "kv_blocks_per_engine": kv_blocks,
+            # The default invocation's scale and wall budget on the 2-core machine (cli_args).
+            "default_wall_budget_s": WALL_BUDGET_S,
+            "default_scale": args_differing_from_defaults(args) == {},
         },
     )
 

@@ -9,9 +9,12 @@ services' /metrics. Definitions:
   (`handoff_held_blocks` x block >= the reusable tokens the workload allowed).
 - recomputed tokens: prompt tokens the workload allowed to reuse (its own earlier context) that
   were computed again; computed tokens: every prompt token not served from cache.
-- KV occupancy: the decode engines' pool slots in use by running sequences (`used`) and resident
-  but idle (`cached`) over their total, sampled from `agentserve_engine_kv_slots`; effective KV
-  utilisation is the time-mean of used over total: the share of KV memory doing work.
+- KV occupancy: the decode engines' pool slots in use by running sequences (`used`), held idle for
+  a parked session's return (`held`: the lifecycle's pins) and resident but evictable (`cached`)
+  over their total, sampled from `agentserve_engine_kv_slots`; effective KV utilisation is the
+  time-mean of used over total: the share of KV memory doing work (a pinned block is not).
+- retries: turns (or their sessions) the server refused for now (429 / RESOURCE_EXHAUSTED, KV
+  admission) and the replayer sent again after Retry-After, and the time spent waiting on them.
 - offload / upload bytes: blocks the lifecycle dropped from and uploaded into decode pools
   (`agentserve_scheduler_kv_parking_blocks_total`) times the target's bytes per block.
 """
@@ -113,22 +116,26 @@ def _decode(scrape: Scrape) -> dict[str, dict[str, float]]:
 
 def occupancy(scrapes: Sequence[Scrape], start_unix_s: float) -> dict:
     """The decode pools over time (summed over engines) and the time-means of used and resident."""
-    t_s, used, resident = [], [], []
+    t_s, used, held, resident = [], [], [], []
     for scrape in scrapes:
         engines = _decode(scrape)
         total = sum(sum(e.values()) for e in engines.values())
         if not total:
             continue
         u = sum(e.get("used", 0.0) for e in engines.values())
+        h = sum(e.get("held", 0.0) for e in engines.values())
         c = sum(e.get("cached", 0.0) for e in engines.values())
         t_s.append(round(scrape.unix_s - start_unix_s, 3))
         used.append(u / total)
-        resident.append((u + c) / total)
+        held.append(h / total)
+        resident.append((u + h + c) / total)
     return {
         "t_s": t_s,
         "used_share": used,
+        "held_share": held,
         "occupied_share": resident,
         "kv_utilization": _time_mean(t_s, used),
+        "kv_held": _time_mean(t_s, held),
         "kv_occupancy": _time_mean(t_s, resident),
     }
 
@@ -175,6 +182,8 @@ def run_figures(
         "jobs_done": len(jobs),
         "turns_ok": sum(t.ok for t in turns),
         "turns_failed": sum(not t.ok for t in turns),
+        "turn_retries": sum(t.retries for t in turns),
+        "busy_wait_s": round(sum(t.busy_s for t in turns), 3),
         "failures": sorted({t.error for t in turns if not t.ok})[:5],
         "job_latency_mean_s": _mean(jobs),
         "job_latency_p50_s": _pct(jobs, 0.5),

@@ -43,25 +43,27 @@ def headline(result: dict) -> list[str]:
 
 def policy_rows(result: dict) -> list[str]:
     lines = [
-        "| policy | jobs/s | jobs done | turns failed | mean job s | p90 job s | critical JCT s | prefetch hits "
-        "| moved returns (resident) "
-        "| recomputed tok | computed tok | offload MB | upload MB | store-loaded MB | KV in use | KV resident |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| policy | jobs/s | jobs done | turns failed | 429 retries | mean job s | p90 job s | critical JCT s "
+        "| prefetch hits | moved returns (resident) | recomputed tok | computed tok "
+        "| offload MB | upload MB | store-loaded MB | KV in use | KV held | KV resident |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, p in result["policies"].items():
         if p.get("unavailable"):
-            lines.append(f"| {name} | unavailable: {'; '.join(p['unavailable'])} |" + " |" * 14)
+            lines.append(f"| {name} | unavailable: {'; '.join(p['unavailable'])} |" + " |" * 16)
             continue
         for rate, r in p["runs"].items():
             kv = r.get("kv") or {}
             lines.append(
-                f"| {name} | {rate} | {r['jobs_done']} | {r['turns_failed']} | {_f(r['job_latency_mean_s'], 2)} "
+                f"| {name} | {rate} | {r['jobs_done']} | {r['turns_failed']} | {r.get('turn_retries', '-')} "
+                f"| {_f(r['job_latency_mean_s'], 2)} "
                 f"| {_f(r['job_latency_p90_s'], 2)} | {_f(r['critical_path_jct_mean_s'], 2)} "
                 f"| {r['resident_at_first_token']}/{r['returning_turns']} "
                 f"| {r.get('returning_turns_on_another_engine', '-')} ({r.get('resident_on_another_engine', '-')}) "
                 f"| {r['recomputed_tokens']} "
                 f"| {r['computed_prompt_tokens']} | {_mb(r['offload_bytes'])} | {_mb(r['upload_bytes'])} "
-                f"| {_mb(r['store_loaded_bytes'])} | {_f(kv.get('kv_utilization'))} | {_f(kv.get('kv_occupancy'))} |"
+                f"| {_mb(r['store_loaded_bytes'])} | {_f(kv.get('kv_utilization'))} | {_f(kv.get('kv_held'))} "
+                f"| {_f(kv.get('kv_occupancy'))} |"
             )
     return lines
 

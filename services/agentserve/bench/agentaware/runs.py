@@ -34,10 +34,6 @@ def _log(text: str) -> None:
     print(f"agentserve bench agentaware: {text}", file=sys.stderr, flush=True)
 
 
-def lifecycle_policy(name: str, scheduler_settings: dict[str, Any]) -> Policy:
-    return Policy(name, f"kv_lifecycle={name}", {"kv_lifecycle": name, **scheduler_settings})
-
-
 async def run_rate(
     workload: Workload, target, rate: float, speedup: float, block_tokens: int, block_bytes: int, seed: int
 ) -> dict[str, Any]:
@@ -92,7 +88,8 @@ async def run_policy(
             runs.by_rate[rate] = figures
             _log(
                 f"{policy.name} at {rate:g} jobs/s: mean job latency {figures['job_latency_mean_s'] or 0:.1f} s, "
-                f"{figures['jobs_done']} jobs, {figures['turns_failed']} turns failed, prefetch hits "
+                f"{figures['jobs_done']} jobs, {figures['turns_failed']} turns failed, "
+                f"{figures['turn_retries']} retried after 429, prefetch hits "
                 f"{figures['resident_at_first_token']}/{figures['returning_turns']} "
                 f"({figures['resident_on_another_engine']}/{figures['returning_turns_on_another_engine']} moved), "
                 f"offloaded {figures['offload_blocks']} uploaded {figures['upload_blocks']} blocks"

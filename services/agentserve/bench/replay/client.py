@@ -8,6 +8,20 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agentserve.sdk import AsyncClient
+from agentserve.sdk.errors import RetryableError
+
+
+class ServerBusy(Exception):
+    """The server refused the request for now (HTTP 429 / RESOURCE_EXHAUSTED) and said when to
+    come back: the replayer waits `retry_after_s` and sends it again, as a client should."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+def _busy(exc: RetryableError) -> ServerBusy | None:
+    return None if exc.retry_after_s is None else ServerBusy(str(exc), exc.retry_after_s)
 
 
 @dataclass(frozen=True)
@@ -23,7 +37,8 @@ class Chunk:
 
 class ServerSession(Protocol):
     def turn(self, token_ids: list[int], max_tokens: int) -> AsyncIterator[Chunk]:
-        """Append `token_ids` to the session and stream exactly `max_tokens` generated tokens."""
+        """Append `token_ids` to the session and stream exactly `max_tokens` generated tokens.
+        Raises `ServerBusy`, before any chunk, when the server refused the turn for now."""
         ...
 
     async def call_tool(self, name: str, args: dict[str, Any], predicted_s: float | None = None) -> dict[str, Any]:
@@ -34,7 +49,9 @@ class ServerSession(Protocol):
 
 
 class ServingClient(Protocol):
-    async def open_session(self, tenant: str, agent: str, critical: bool = False) -> ServerSession: ...
+    async def open_session(self, tenant: str, agent: str, critical: bool = False) -> ServerSession:
+        """Raises `ServerBusy` when the server refused the session with a time to retry after."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -44,17 +61,27 @@ class _SDKSession:
         self._session = session
 
     async def turn(self, token_ids: list[int], max_tokens: int) -> AsyncIterator[Chunk]:
-        async for chunk in self._session.turn(token_ids=token_ids, max_tokens=max_tokens, ignore_eos=True):
-            m = chunk.metadata
-            yield Chunk(
-                tuple(chunk.token_ids),
-                m.cached_tokens if m else None,
-                m.prompt_tokens if m else None,
-                m.prefill_engine if m else "",
-                m.decode_engine if m else "",
-                m.handoff_held_blocks if m else 0,
-                m.loaded_blocks if m else 0,
-            )
+        try:
+            async for chunk in self._session.turn(token_ids=token_ids, max_tokens=max_tokens, ignore_eos=True):
+                yield self._chunk(chunk)
+        except RetryableError as exc:
+            busy = _busy(exc)
+            if busy is None:
+                raise
+            raise busy from exc
+
+    @staticmethod
+    def _chunk(chunk) -> Chunk:
+        m = chunk.metadata
+        return Chunk(
+            tuple(chunk.token_ids),
+            m.cached_tokens if m else None,
+            m.prompt_tokens if m else None,
+            m.prefill_engine if m else "",
+            m.decode_engine if m else "",
+            m.handoff_held_blocks if m else 0,
+            m.loaded_blocks if m else 0,
+        )
 
     async def call_tool(self, name: str, args: dict[str, Any], predicted_s: float | None = None) -> dict[str, Any]:
         return await self._session.call_tool(name, args, predicted_s=predicted_s)
@@ -71,7 +98,13 @@ class SDKClient:
         self._client = AsyncClient(address, toolproxy_url, timeout_s=60.0)
 
     async def open_session(self, tenant: str, agent: str, critical: bool = False) -> ServerSession:
-        return _SDKSession(await self._client.open_session(tenant=tenant, agent=agent, critical=critical))
+        try:
+            return _SDKSession(await self._client.open_session(tenant=tenant, agent=agent, critical=critical))
+        except RetryableError as exc:
+            busy = _busy(exc)
+            if busy is None:
+                raise
+            raise busy from exc
 
     async def close(self) -> None:
         await self._client.close()

@@ -28,6 +28,8 @@ class TurnRecord:
     decode_engine: str = ""
     handoff_held_blocks: int = 0  # full prompt blocks the decode engine held when the turn reached it
     loaded_blocks: int = 0  # store hits the prefill engine loaded
+    retries: int = 0  # times the server refused the turn or its session for now (429) and it was sent again
+    busy_s: float = 0.0  # time spent waiting out those refusals' Retry-After
     error: str = ""
 
     @property

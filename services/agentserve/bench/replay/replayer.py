@@ -22,12 +22,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agentserve.bench.replay.client import ServerSession, ServingClient
+from agentserve.bench.replay.client import ServerBusy, ServerSession, ServingClient
 from agentserve.bench.replay.prompts import PromptPlanner, SessionState
 from agentserve.bench.replay.records import SessionRecord, TurnRecord
 from agentserve.bench.workloads.model import Session, ToolCall, Turn, Workload, components, turn_prerequisites
 from agentserve.bench.workloads.reuse import servable
 from agentserve.bench.workloads.tokens import TokenSynth
+
+# A refused turn is sent again after the server's Retry-After at most this many times (then it
+# fails): overload that lasts longer is a result to report, not to wait out.
+MAX_BUSY_RETRIES = 100
 
 
 @dataclass(frozen=True)
@@ -220,33 +224,68 @@ class Replayer:
                 if server is not None:
                     await _close_quietly(server)
                     server = None
-                server = await self.client.open_session(self.tenant(session), session.agent, session.critical)
+                server = await self._open(session, record)
                 send = plan.tokens
             record.sent_s = self._now()
-            async for chunk in server.turn(send, turn.output_tokens):
-                now = self._now()
-                if chunk.cached_tokens is not None:
-                    record.cached_tokens = chunk.cached_tokens
-                    record.prefill_engine, record.decode_engine = chunk.prefill_engine, chunk.decode_engine
-                    record.handoff_held_blocks, record.loaded_blocks = chunk.handoff_held_blocks, chunk.loaded_blocks
-                    if chunk.prompt_tokens is not None and chunk.prompt_tokens != len(plan.tokens):
-                        raise RuntimeError(
-                            f"the server's prompt has {chunk.prompt_tokens} tokens, the replay's "
-                            f"{len(plan.tokens)}: histories diverged"
-                        )
-                if chunk.token_ids:
-                    if not output:
-                        record.first_token_s = now
-                    if len(output) < 2 <= len(output) + len(chunk.token_ids):
-                        record.second_token_s = now
-                    output.extend(chunk.token_ids)
-                    record.last_token_s = now
+            while True:
+                try:
+                    await self._stream(server, send, turn.output_tokens, len(plan.tokens), record, output)
+                    break
+                except ServerBusy as exc:
+                    if output:
+                        raise
+                    await self._wait_busy(record, exc)
         except Exception as exc:  # noqa: BLE001 - any failure is this turn's outcome, recorded not raised
             record.error = f"{type(exc).__name__}: {exc}"
         record.output_tokens = len(output)
         if record.ok:
             self.planner.finished(state, index, plan.tokens, output)
         return record, server
+
+    async def _open(self, session: Session, record: TurnRecord) -> ServerSession:
+        while True:
+            try:
+                return await self.client.open_session(self.tenant(session), session.agent, session.critical)
+            except ServerBusy as exc:
+                await self._wait_busy(record, exc)
+
+    async def _wait_busy(self, record: TurnRecord, busy: ServerBusy) -> None:
+        """Wait out a refusal's Retry-After before sending again; past MAX_BUSY_RETRIES it fails the turn."""
+        if record.retries >= MAX_BUSY_RETRIES:
+            raise busy
+        record.retries += 1
+        started = self._now()
+        await asyncio.sleep(busy.retry_after_s)
+        record.busy_s += self._now() - started
+
+    async def _stream(
+        self,
+        server: ServerSession,
+        send: list[int],
+        max_tokens: int,
+        prompt_tokens: int,
+        record: TurnRecord,
+        output: list[int],
+    ) -> None:
+        """One attempt at the turn: its chunks into `record` and `output`."""
+        async for chunk in server.turn(send, max_tokens):
+            now = self._now()
+            if chunk.cached_tokens is not None:
+                record.cached_tokens = chunk.cached_tokens
+                record.prefill_engine, record.decode_engine = chunk.prefill_engine, chunk.decode_engine
+                record.handoff_held_blocks, record.loaded_blocks = chunk.handoff_held_blocks, chunk.loaded_blocks
+                if chunk.prompt_tokens is not None and chunk.prompt_tokens != prompt_tokens:
+                    raise RuntimeError(
+                        f"the server's prompt has {chunk.prompt_tokens} tokens, the replay's "
+                        f"{prompt_tokens}: histories diverged"
+                    )
+            if chunk.token_ids:
+                if not output:
+                    record.first_token_s = now
+                if len(output) < 2 <= len(output) + len(chunk.token_ids):
+                    record.second_token_s = now
+                output.extend(chunk.token_ids)
+                record.last_token_s = now
 
     async def _tools(self, server: ServerSession, turn: Turn, record: TurnRecord) -> None:
         speedup = self.options.speedup
