@@ -278,6 +278,7 @@ class SchedulerCore:
         session = self.sessions.close(session_id, owner)
         self.dag.remove(session)
         self.kv_admission.forget(session_id)
+        self.parking.closed(session)
         self._kv_gauges()
         return session.turns, len(session.history)
 

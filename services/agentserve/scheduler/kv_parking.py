@@ -103,7 +103,7 @@ class KVParking:
         self._sleep = sleep
         self.priority_of = priority_of or (lambda session: session.info.priority)
         self._parked: dict[str, _Parked] = {}  # by session id
-        self._pins: set[asyncio.Task] = set()  # pin requests in flight (a reference keeps each alive)
+        self._pins: set[asyncio.Task] = set()  # pin and hint requests in flight (a reference keeps each alive)
         self.stats = ParkingStats()
 
     def parked(self, session_id: str) -> bool:
@@ -144,6 +144,29 @@ class KVParking:
             parked.task.cancel()  # early: the next turn loads on demand
             self.stats.uploads_cancelled += 1
             metrics.KV_PARKING.labels("upload_cancelled").inc()
+
+    def closed(self, session: Session) -> None:
+        """`session` was closed: its KV has no future turn. A parking plan is moot, and the holder
+        is told its blocks no longer carry the session's priority (HintKV priority 0): engines hint
+        a finished sequence's blocks with it, and a `hinted` pool would otherwise keep a closed
+        critical session's KV ahead of every live lower-priority session's."""
+        parked = self._parked.pop(session.session_id, None)
+        if parked is not None and parked.task is not None:
+            parked.task.cancel()
+        holder = self._holder(session)
+        ids = self._block_ids(session)
+        if self.moves is None or holder is None or not ids:
+            return
+        task = asyncio.get_running_loop().create_task(self._forget(session, holder, ids))
+        self._pins.add(task)
+        task.add_done_callback(self._pins.discard)
+
+    async def _forget(self, session: Session, holder: Engine, block_ids: list[bytes]) -> None:
+        assert self.moves is not None  # closed() checked
+        try:
+            await self.moves.hint_kv(holder.status.address, block_ids, KVHint(priority=0))
+        except Exception as exc:  # noqa: BLE001 - a stale priority costs pool space, never tokens
+            log.warning("KV hint for closed session %s failed: %s", session.session_id, exc)
 
     async def aclose(self) -> None:
         tasks = [p.task for p in self._parked.values() if p.task is not None] + list(self._pins)
