@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from agentserve.bench.dualpath.workload import AgentWorkloadSpec, appends, generate, shape
+from agentserve.bench.dualpath.workload import AgentWorkloadSpec, appends, generate, late_turns, shape
 from agentserve.bench.workloads.model import Session, Turn, Workload
 
 pytestmark = pytest.mark.unit
@@ -108,3 +108,25 @@ def test_pool_plan_gives_each_role_whole_blocks_within_the_target():
     assert plan("deepseek-v3.2", "h800", 64, 16, 2, 4, 32768, pool_tokens=100).prefill_blocks == 2
     with pytest.raises(ValueError, match="--kv-pool-tokens .* is outside what h800 holds for deepseek-v3.2"):
         plan("deepseek-v3.2", "h800", 64, 16, 2, 4, 32768, pool_tokens=10**9)
+
+
+def test_online_agents_are_late_turns_of_the_offline_trajectories():
+    offline = AgentWorkloadSpec(agents=4)  # 30 turns, 16K to 32K, ~549-token appends
+    online = late_turns(offline, agents=10, turns=5)
+    assert (online.agents, online.turns, online.final_context) == (10, 5, 32768)
+    # Each turn grows the context as an offline turn does on average: 4 appends of ~549 + 16.
+    assert online.first_context == 32768 - round(4 * (offline.mean_append + 16)) == 30508
+    assert online.first_context - online.shared_prefix == round(offline.mean_append) == 549
+    s = shape(generate(online))
+    assert s.min_turns_per_agent == 5 and s.max_context == s.min_final_context == 32768
+    assert s.hit_ratio >= 0.98  # every turn reads ~30K cached tokens and adds ~550
+    assert late_turns(offline, agents=3, turns=30) == AgentWorkloadSpec(agents=3, seed=1)
+
+
+def test_agents_under_different_labels_differ_only_by_id():
+    spec = AgentWorkloadSpec(
+        agents=2, turns=3, first_context=256, final_context=512, output_tokens=4, shared_prefix=128
+    )
+    a, b = generate(spec), generate(spec, label="probe1-agent")
+    assert [s.id for s in b.sessions] == ["probe1-agent0000", "probe1-agent0001"]
+    assert [s.turns for s in a.sessions] == [s.turns for s in b.sessions]

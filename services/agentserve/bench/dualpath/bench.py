@@ -1,15 +1,21 @@
 """`agentserve bench dualpath`: every policy on the same agent workload, one invocation.
 
-Policies run one after another, each on a fresh cluster of its own (same engines, profile, block
-size and compute), so they never share a cache or a CPU. The result states its regime (profile,
-time dilation, scale, budgets) beside the figures, and what limits any figure that misses its
-target, measured in the same run.
+Each policy runs on a fresh cluster of its own (same engines, profile, block size and compute), so
+no policy hits another's cache. By default the policies (and the CPU floor) run at the same time:
+at time dilation 10 a policy's offline run is bound by its agents' 30-turn chains of modelled time
+(~5 s local a later turn, ~170 s an agent even on free CPUs), not by the CPU, so one after another
+they alone took longer than the 20-minute budget, while side by side they share the machine's
+background load alike. `concurrent=False` runs them one after another (a quiet machine, the sweep).
+The result states its regime (profile, time dilation, scale, budgets, how the policies were run)
+beside the figures, and what limits any figure that misses its target, measured in the same run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,6 +38,7 @@ class BenchSpec:
     # what the processes themselves cost. None: no floor run.
     floor_settings: dict[str, Any] | None = None
     regime: dict[str, Any] = field(default_factory=dict)  # compute mode, time dilation, SLO in target terms
+    concurrent: bool = True  # every policy's cluster (and the floor's) at once; False: one after another
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.policies if p not in POLICY_NAMES]
@@ -44,6 +51,7 @@ async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     catalogue = policies()
     results: dict[str, PolicyResult] = {}
+    runs: dict[str, Coroutine[Any, Any, PolicyResult]] = {}
     for name in spec.policies:
         policy = catalogue[name]
         problems = unsupported(policy)
@@ -51,8 +59,10 @@ async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
             results[name] = PolicyResult(policy, unavailable=problems)
             continue
         online = spec.online if name in ONLINE_POLICIES else None
-        results[name] = await run_policy(policy, spec.cluster, spec.workload, online, progress)
-    floor = await _floor(spec, catalogue, progress) if spec.floor_settings is not None else None
+        runs[name] = run_policy(policy, spec.cluster, spec.workload, online, progress)
+    floor_run = _floor(spec, catalogue, progress) if spec.floor_settings is not None else None
+    done, floor = await _run_all(runs, floor_run, spec.concurrent)
+    results.update(done)
     offline = {n: r.offline for n, r in results.items()}
     capacity = {n: (r.capacity or {}).get("capacity_agents_per_s") for n, r in results.items()}
     figures = ratios.must_show(offline, capacity)
@@ -77,7 +87,12 @@ async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
                 "turns_per_agent": spec.online.turns or spec.workload.turns,
                 "tolerance": spec.online.tolerance,
                 "agents_available": spec.online.agents_needed,
+                "workload": spec.online.workload(spec.workload).to_dict(),
+                "workload_shape": shape(generate(spec.online.workload(spec.workload))).to_dict(),
             },
+            "policies_run": "at once, each on its own cluster (the CPU floor's beside them)"
+            if spec.concurrent
+            else "one after another, each on its own cluster",
         },
         "policies": {n: _policy_json(r) for n, r in results.items()},
         "cpu_floor": floor,
@@ -85,6 +100,21 @@ async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
         # The machine may be shared: its 1-minute load before and after says how much.
         "machine": {"cpus": os.cpu_count(), "load_avg_1m_start": load_before, "load_avg_1m_end": os.getloadavg()[0]},
     }
+
+
+async def _run_all(
+    runs: dict[str, Coroutine[Any, Any, PolicyResult]],
+    floor: Coroutine[Any, Any, dict[str, Any]] | None,
+    concurrent: bool,
+) -> tuple[dict[str, PolicyResult], dict[str, Any] | None]:
+    """Every policy's run and the floor's, at once or in order; a failure cancels the rest."""
+    if not concurrent:
+        results = {name: await run for name, run in runs.items()}
+        return results, (await floor if floor is not None else None)
+    async with asyncio.TaskGroup() as group:
+        tasks = {name: group.create_task(run) for name, run in runs.items()}
+        floor_task = group.create_task(floor) if floor is not None else None
+    return {name: t.result() for name, t in tasks.items()}, (floor_task.result() if floor_task else None)
 
 
 async def _floor(spec: BenchSpec, catalogue: dict[str, Policy], progress: bool) -> dict[str, Any]:

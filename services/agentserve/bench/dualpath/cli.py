@@ -139,6 +139,7 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
         online=online,
         policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),
         floor_settings=floor,
+        concurrent=args.concurrent,
         regime={
             "compute": args.compute,
             "target_model": args.target_model if args.compute == "emulated" else None,

@@ -85,12 +85,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--slo", default=DEFAULT_TARGET_SLO, help=f"online SLO in target time (default {DEFAULT_TARGET_SLO})"
     )
     r.add_argument("--no-online", dest="online", action="store_false", help="skip the capacity search")
-    r.add_argument("--online-turns", type=int, default=5, help="turns per online agent (default 5)")
+    r.add_argument(
+        "--online-turns",
+        type=int,
+        default=5,
+        help="turns per online agent: the offline agents' last ones, from a cached shared context (default 5; "
+        "0 = whole agents)",
+    )
     r.add_argument("--online-duration", type=float, default=30.0, help="local seconds of arrivals per probe")
-    r.add_argument("--online-start", type=float, default=0.04, help="first probe, agents/s local (default 0.04)")
-    r.add_argument("--online-max", type=float, default=0.16, help="highest probe, agents/s local (default 0.16)")
-    r.add_argument("--online-probes", type=int, default=2, help="probes per policy (default 2)")
+    r.add_argument("--online-start", type=float, default=0.05, help="first probe, agents/s local (default 0.05)")
+    r.add_argument("--online-max", type=float, default=0.2, help="highest probe, agents/s local (default 0.2)")
+    r.add_argument(
+        "--online-probes",
+        type=int,
+        default=3,
+        help="probes per policy (default 3: doubling from --online-start until one fails, then one bisection)",
+    )
     r.add_argument("--no-floor", dest="floor", action="store_false", help="skip the CPU-floor run")
+    r.add_argument(
+        "--one-at-a-time",
+        dest="concurrent",
+        action="store_false",
+        help="run the policies one after another instead of at once (each on its own cluster either way; "
+        "--sweep always does)",
+    )
     r.add_argument("--sweep", action="store_true", help="offline sweep: agents 64/256/1024, contexts 32K/64K/128K")
     r.add_argument("--out", type=Path, help="results directory (default artifacts/bench/dualpath-<time>)")
     r.add_argument("--progress", action="store_true", help="progress bars on stderr")

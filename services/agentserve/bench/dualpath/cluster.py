@@ -5,6 +5,7 @@ and its own Prometheus `/metrics` (the bench reads NIC utilisation from them).""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -82,8 +83,17 @@ async def start(spec: ClusterSpec, policy: Policy, timeout_s: float = 300.0, ben
         f"agentserve bench {bench}: starting {policy.name} ({spec.prefill} prefill, {spec.decoders} decode)...",
         file=sys.stderr,
     )
+    starting = asyncio.ensure_future(asyncio.to_thread(cluster.start, timeout_s))
     try:
-        await asyncio.to_thread(cluster.start, timeout_s)
+        await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        # Another policy's run failed (the bench runs them at once): the start's thread runs on,
+        # so wait for it and stop what it started rather than leave a cluster behind.
+        with contextlib.suppress(Exception):
+            await starting
+        await asyncio.to_thread(cluster.stop)
+        cluster.remove()
+        raise
     except BaseException:
         cluster.remove()
         raise

@@ -7,13 +7,14 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import dataclass, field, replace
+import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentserve.bench.dualpath import cluster
 from agentserve.bench.dualpath.metrics import run_figures
 from agentserve.bench.dualpath.policies import Policy
-from agentserve.bench.dualpath.workload import AgentWorkloadSpec, generate
+from agentserve.bench.dualpath.workload import AgentWorkloadSpec, generate, late_turns
 from agentserve.bench.replay import capacity as cap
 from agentserve.bench.replay.replayer import ReplayOptions
 from agentserve.bench.replay.run import replay_once
@@ -31,13 +32,17 @@ class OnlineSpec:
     max_rate: float = 0.8
     max_probes: int = 4
     tolerance: float = 0.25
-    turns: int = 0  # turns per online agent; 0 = the offline workload's (a long agent outlives a short probe)
+    turns: int = 0  # turns per online agent (the offline agents' last ones); 0 = all of the offline workload's
 
     def __post_init__(self) -> None:
         if self.duration_s <= 0 or self.start_rate <= 0 or self.max_rate < self.start_rate:
             raise ValueError("online search needs duration > 0 and 0 < start_rate <= max_rate")
         if self.turns < 0:
             raise ValueError(f"online turns must be >= 0 (0 = the offline workload's), got {self.turns}")
+
+    def workload(self, offline: AgentWorkloadSpec) -> AgentWorkloadSpec:
+        """What one probe's agents are: the last `turns` turns of the offline agents (`late_turns`)."""
+        return late_turns(offline, self.agents_needed, self.turns or offline.turns)
 
     @property
     def agents_needed(self) -> int:
@@ -105,13 +110,20 @@ async def _capacity(
     spec: cluster.ClusterSpec,
     progress: bool,
 ) -> dict[str, Any]:
-    turns = online.turns or workload.turns
-    agents = generate(replace(workload, agents=online.agents_needed, seed=workload.seed + 1, turns=turns))
+    agents = online.workload(workload)
+    # One tenant for the whole search: the online agents' shared prefix is computed once (its
+    # warm-up is a 30K-token prefill, ~1.5 local minutes at D = 10) and every later probe finds it
+    # in the store, as a deployment would; each probe's agents are its own (their own labels, so
+    # their own tokens), so no probe hits another's sessions.
+    tenant_tag = f"-online-{uuid.uuid4().hex[:8]}"
     probes: list[dict] = []
 
     async def probe(rate: float) -> bool:
-        options = ReplayOptions(rate=rate, duration_s=online.duration_s, kv_block_tokens=spec.block_size)
-        summary, _ = await replay_once(agents, target, options, online.slo, progress=progress)
+        options = ReplayOptions(
+            rate=rate, duration_s=online.duration_s, kv_block_tokens=spec.block_size, tenant_tag=tenant_tag
+        )
+        label = f"probe{len(probes)}-agent"
+        summary, _ = await replay_once(generate(agents, label), target, options, online.slo, progress=progress)
         entry = cap.probe_entry(rate, summary)
         entry["agents_started"] = summary["run"]["jobs_started"]
         probes.append(entry)

@@ -26,7 +26,8 @@ def run_sweep(args: argparse.Namespace, out_dir: Path) -> dict | None:
     from agentserve.bench.dualpath.cli import bench_spec, with_pools
 
     base = bench_spec(args)
-    base = replace(base, online=None, floor_settings=None)
+    # One policy at a time: at hundreds of agents a run is CPU-bound, and runs at once would slow each other.
+    base = replace(base, online=None, floor_settings=None, concurrent=False)
     points = []
     for axis, agents, context in sweep_points(args.agents):
         workload = replace(base.workload, agents=agents, first_context=context // 2, final_context=context)

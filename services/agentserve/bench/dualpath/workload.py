@@ -16,7 +16,7 @@ are arbitrary ints; no tokenizer), so a 32K-token prompt is 32K ids on the wire.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agentserve.bench.workloads.model import Session, Turn, Workload
 
@@ -82,17 +82,34 @@ def appends(spec: AgentWorkloadSpec, rng: random.Random) -> list[int]:
     return out
 
 
-def generate(spec: AgentWorkloadSpec) -> Workload:
+def generate(spec: AgentWorkloadSpec, label: str = "agent") -> Workload:
+    """`spec`'s agents as sessions `<label>0000`, `<label>0001`, ...: a session's token content is
+    drawn from its id, so agents under different labels share nothing but the shared prefix."""
     rng = random.Random(spec.seed)
     sessions = []
     prefix = SHARED_PREFIX if spec.shared_prefix else None
     for a in range(spec.agents):
         first = Turn(output_tokens=spec.output_tokens, new_tokens=spec.first_context - spec.shared_prefix)
         later = [Turn(output_tokens=spec.output_tokens, new_tokens=n) for n in appends(spec, rng)]
-        sessions.append(Session(f"agent{a:04d}", (first, *later), agent="agent", tenant="dualpath", prefix=prefix))
+        sessions.append(Session(f"{label}{a:04d}", (first, *later), agent="agent", tenant="dualpath", prefix=prefix))
     name = f"dualpath-agents-{spec.agents}x{spec.turns}-{spec.first_context}to{spec.final_context}"
     prefixes = {SHARED_PREFIX: spec.shared_prefix} if spec.shared_prefix else {}
     return Workload(name=name, sessions=tuple(sessions), source="bench dualpath", prefixes=prefixes).validate()
+
+
+def late_turns(spec: AgentWorkloadSpec, agents: int, turns: int) -> AgentWorkloadSpec:
+    """Agents that run the last `turns` turns of `spec`'s trajectories, for an online probe that
+    cannot wait for whole ones (at time dilation 10 a 30-turn agent lives ~3 local minutes): every
+    turn appends what a turn of `spec` does on average and the last prompt is `final_context`, so
+    a probe's turns have the hit ratio and context of an offline agent's late turns. The context
+    they start from stands for the history so far and is a prefix every online agent shares,
+    cached before the run (agents differ from their first own message on). `turns >= spec.turns`:
+    `spec`'s own agents."""
+    if turns >= spec.turns:
+        return replace(spec, agents=agents, seed=spec.seed + 1)
+    own = max(1, round(spec.mean_append))  # the first turn's own message: one turn's append
+    first = spec.final_context - round((spec.mean_append + spec.output_tokens) * (turns - 1))
+    return replace(spec, agents=agents, turns=turns, first_context=first, shared_prefix=first - own, seed=spec.seed + 1)
 
 
 @dataclass(frozen=True)
