@@ -9,6 +9,7 @@ from agentserve.bench.dualpath.metrics import nic_figures, run_figures
 from agentserve.bench.dualpath.policies import IMPLICIT, REGIME_PREFILL, flags, policies, unsupported
 from agentserve.bench.dualpath.report import markdown
 from agentserve.bench.dualpath.runs import PolicyResult
+from agentserve.bench.dualpath.workload import late_turns
 
 pytestmark = pytest.mark.unit
 
@@ -178,7 +179,15 @@ def test_markdown_states_regime_targets_and_policies():
             "cluster": spec.cluster.to_dict(),
             "workload": spec.workload.to_dict(),
             "workload_shape": {"hit_ratio": 0.958},
-            "online": None,
+            "online": {
+                "slo_local": "ttft_p90=8000ms",
+                "duration_s": 30.0,
+                "max_probes": 3,
+                "turns_per_agent": 5,
+                "workload": late_turns(spec.workload, 10, 5).to_dict(),
+                "workload_shape": {"hit_ratio": 0.9826},
+            },
+            "policies_run": "at once, each on its own cluster",
         },
         "policies": {
             n: {"offline": f, "capacity": None, "unavailable": None, "settings": {}} for n, f in offline.items()
@@ -192,6 +201,11 @@ def test_markdown_states_regime_targets_and_policies():
     assert "| dualpath | 50.0 | 60/60 | 1.20 | 200 | 51.0 | 0.950 | 0.50 | 0.60 | 0.320 | 0.320 |" in text
     assert "16 agents x 30 turns, context 16,384 -> 32,768 tokens" in text
     assert "time dilation: 2.000" in text
+    assert (
+        "up to 3 probes; agents of 5 turns, context 30,508 -> 32,768 tokens (29,959 of it cached before the run), "
+        "hit ratio 0.983" in text
+    )
+    assert "- policies run at once, each on its own cluster" in text
 
 
 def test_sweep_points_and_table():

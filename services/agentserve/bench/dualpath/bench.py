@@ -121,7 +121,7 @@ async def _floor(spec: BenchSpec, catalogue: dict[str, Policy], progress: bool) 
     """The dualpath policy's offline run with free compute on an unshaped fabric: the time the
     emulation itself (processes, gRPC, Python) takes for this workload."""
     settings = spec.floor_settings or {}
-    policy = catalogue["dualpath"]
+    policy = replace(catalogue["dualpath"], name="dualpath CPU floor")
     for role in ("prefill", "decode"):
         policy = policy.with_settings(role, settings)
     problems = unsupported(policy)
@@ -132,6 +132,7 @@ async def _floor(spec: BenchSpec, catalogue: dict[str, Policy], progress: bool) 
     offline = result.offline or {}
     return {
         "jct_s": offline.get("jct_s"),
+        "wall_s": round(result.wall_s, 1),
         "turns_ok": offline.get("turns_ok"),
         "turns_total": offline.get("turns_total"),
         "settings": {"profile": "local-unshaped", **settings},
@@ -145,4 +146,5 @@ def _policy_json(r: PolicyResult) -> dict[str, Any]:
         "offline": r.offline,
         "capacity": r.capacity,
         "wall_s": round(r.wall_s, 1),
+        "phases_s": {phase: round(s, 1) for phase, s in r.phases_s.items()},
     }

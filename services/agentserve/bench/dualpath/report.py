@@ -91,6 +91,17 @@ def _machine(m: dict | None) -> str:
     )
 
 
+def _online_agents(online: dict) -> str:
+    w, shape = online.get("workload"), online.get("workload_shape")
+    if not w or not shape:
+        return f"agents of {online['turns_per_agent']} turns"
+    return (
+        f"agents of {w['turns_per_agent']} turns, context {w['first_context_tokens']:,} -> "
+        f"{w['final_context_tokens']:,} tokens ({w['shared_prefix_tokens']:,} of it cached before the run), "
+        f"hit ratio {shape['hit_ratio']:.3f}"
+    )
+
+
 def markdown(result: dict) -> str:
     regime = result["regime"]
     w, shape, cl = regime["workload"], regime["workload_shape"], regime["cluster"]
@@ -108,9 +119,11 @@ def markdown(result: dict) -> str:
         f"{w['final_context_tokens']:,} tokens, ~{w['mean_append_tokens']:.0f} new + {w['output_tokens_per_turn']} "
         f"output tokens a turn; hit ratio the workload allows {shape['hit_ratio']:.3f}",
         f"- online: SLO {regime['slo_target']} in target time = `{online['slo_local']}` local; "
-        f"{online['duration_s']:g} s of Poisson agent arrivals per probe, up to {online['max_probes']} probes"
+        f"{online['duration_s']:g} s of Poisson agent arrivals per probe, up to {online['max_probes']} probes; "
+        + _online_agents(online)
         if online
         else "- online: not run",
+        *([f"- policies run {regime['policies_run']}"] if regime.get("policies_run") else []),
         f"- CPU floor: {regime['cpu_floor']}: JCT {_f(floor.get('jct_s'), 1)} s" if floor else "- CPU floor: not run",
         f"- wall time: {result['wall_s']:.0f} s on {_machine(result.get('machine'))}",
         "",

@@ -67,6 +67,8 @@ class PolicyResult:
     turn_records: list = field(default_factory=list)
     unavailable: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+    # Where the wall time went: the cluster's start, the offline run, the capacity search (local s).
+    phases_s: dict[str, float] = field(default_factory=dict)
 
 
 def _log(text: str) -> None:
@@ -84,9 +86,12 @@ async def run_policy(
     started = time.monotonic()
     result = PolicyResult(policy)
     target = await cluster.start(spec, policy)
+    result.phases_s["start"] = time.monotonic() - started
     options = ReplayOptions(kv_block_tokens=spec.block_size)
     try:
+        mark = time.monotonic()
         summary, replay = await replay_once(generate(workload), target, options, None, progress=progress)
+        result.phases_s["offline"] = time.monotonic() - mark
         result.offline_summary = summary
         result.offline = run_figures(summary)
         result.turn_records = replay.turns
@@ -95,9 +100,13 @@ async def run_policy(
             f"{summary['turns_total']} turns, TPOT p90 {summary['tpot_p90_ms'] or 0:.1f} ms"
         )
         if online is not None:
+            mark = time.monotonic()
             result.capacity = await _capacity(policy, target, workload, online, spec, progress)
+            result.phases_s["online"] = time.monotonic() - mark
     finally:
+        mark = time.monotonic()
         await target.close()
+        result.phases_s["stop"] = time.monotonic() - mark
     result.wall_s = time.monotonic() - started
     return result
 
