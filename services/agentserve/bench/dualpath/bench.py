@@ -1,7 +1,8 @@
 """`agentserve bench dualpath`: every policy on the same agent workload, one invocation.
 
 Each policy runs on a fresh cluster of its own (same engines, profile, block size and compute), so
-no policy hits another's cache. By default the policies (and the CPU floor) run at the same time:
+no policy hits another's cache. By default every cluster starts, one at a time, and then all the
+policies (and the CPU floor) are served at the same time:
 at time dilation 10 a policy's offline run is bound by its agents' 30-turn chains of modelled time
 (~5 s local a later turn, ~170 s an agent even on free CPUs), not by the CPU, so one after another
 they alone took longer than the 20-minute budget, while side by side they share the machine's
@@ -22,8 +23,9 @@ from typing import Any
 from agentserve.bench.dualpath import limits, ratios
 from agentserve.bench.dualpath.cluster import ClusterSpec
 from agentserve.bench.dualpath.policies import POLICY_NAMES, Policy, policies, unsupported
-from agentserve.bench.dualpath.runs import OnlineSpec, PolicyResult, run_policy
+from agentserve.bench.dualpath.runs import OnlineSpec, PolicyResult, run_policy, start
 from agentserve.bench.dualpath.workload import AgentWorkloadSpec, generate, shape
+from agentserve.bench.replay.target import Target
 
 ONLINE_POLICIES = ("baseline", "dualpath")
 
@@ -46,23 +48,35 @@ class BenchSpec:
             raise ValueError(f"unknown policies {unknown}; choose from {', '.join(POLICY_NAMES)}")
 
 
+@dataclass(frozen=True)
+class _Run:
+    """One cluster's work: a policy's runs, or the CPU floor's."""
+
+    policy: Policy
+    cluster: ClusterSpec
+    online: OnlineSpec | None = None
+
+
 async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
     started = time.monotonic()
     load_before = os.getloadavg()[0]
     catalogue = policies()
     results: dict[str, PolicyResult] = {}
-    runs: dict[str, Coroutine[Any, Any, PolicyResult]] = {}
+    runs: dict[str, _Run] = {}
     for name in spec.policies:
         policy = catalogue[name]
         problems = unsupported(policy)
         if problems:
             results[name] = PolicyResult(policy, unavailable=problems)
             continue
-        online = spec.online if name in ONLINE_POLICIES else None
-        runs[name] = run_policy(policy, spec.cluster, spec.workload, online, progress)
-    floor_run = _floor(spec, catalogue, progress) if spec.floor_settings is not None else None
-    done, floor = await _run_all(runs, floor_run, spec.concurrent)
+        runs[name] = _Run(policy, spec.cluster, spec.online if name in ONLINE_POLICIES else None)
+    floor, floor_problems = _floor_run(spec, catalogue)
+    if floor is not None:
+        runs[FLOOR] = floor
+    done = await _run_all(runs, spec, progress)
+    floor_result = done.pop(FLOOR, None)
     results.update(done)
+    floor_json = _floor_json(spec, floor_result, floor_problems)
     offline = {n: r.offline for n, r in results.items()}
     capacity = {n: (r.capacity or {}).get("capacity_agents_per_s") for n, r in results.items()}
     figures = ratios.must_show(offline, capacity)
@@ -70,7 +84,7 @@ async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
     return {
         **figures,
         "targets": verdicts,
-        "limits": limits.explain(verdicts, results, floor, spec),
+        "limits": limits.explain(verdicts, results, floor_json, spec),
         "regime": {
             **spec.regime,
             "cluster": spec.cluster.to_dict(),
@@ -95,47 +109,67 @@ async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
             else "one after another, each on its own cluster",
         },
         "policies": {n: _policy_json(r) for n, r in results.items()},
-        "cpu_floor": floor,
+        "cpu_floor": floor_json,
         "wall_s": time.monotonic() - started,
         # The machine may be shared: its 1-minute load before and after says how much.
         "machine": {"cpus": os.cpu_count(), "load_avg_1m_start": load_before, "load_avg_1m_end": os.getloadavg()[0]},
     }
 
 
-async def _run_all(
-    runs: dict[str, Coroutine[Any, Any, PolicyResult]],
-    floor: Coroutine[Any, Any, dict[str, Any]] | None,
-    concurrent: bool,
-) -> tuple[dict[str, PolicyResult], dict[str, Any] | None]:
-    """Every policy's run and the floor's, at once or in order; a failure cancels the rest."""
-    if not concurrent:
-        results = {name: await run for name, run in runs.items()}
-        return results, (await floor if floor is not None else None)
+async def _run_all(runs: dict[str, _Run], spec: BenchSpec, progress: bool) -> dict[str, PolicyResult]:
+    """Every run, one after another, or (`spec.concurrent`) on clusters started one at a time (a
+    start is CPU-bound: a dozen processes importing torch; several at once on two cores only
+    take longer, each) and then all served at once. A failure stops every cluster."""
+
+    def run(key: str, started: tuple[Target, float] | None = None) -> Coroutine[Any, Any, PolicyResult]:
+        r = runs[key]
+        return run_policy(r.policy, r.cluster, spec.workload, r.online, progress, started)
+
+    if not spec.concurrent:
+        return {key: await run(key) for key in runs}
+    clusters: dict[str, tuple[Target, float]] = {}
+    try:
+        for key, r in runs.items():
+            clusters[key] = await start(r.policy, r.cluster)
+    except BaseException:
+        await asyncio.gather(*(target.close() for target, _ in clusters.values()), return_exceptions=True)
+        raise
     async with asyncio.TaskGroup() as group:
-        tasks = {name: group.create_task(run) for name, run in runs.items()}
-        floor_task = group.create_task(floor) if floor is not None else None
-    return {name: t.result() for name, t in tasks.items()}, (floor_task.result() if floor_task else None)
+        tasks = {key: group.create_task(run(key, started)) for key, started in clusters.items()}
+    return {key: t.result() for key, t in tasks.items()}
 
 
-async def _floor(spec: BenchSpec, catalogue: dict[str, Policy], progress: bool) -> dict[str, Any]:
+FLOOR = "cpu-floor"
+
+
+def _floor_run(spec: BenchSpec, catalogue: dict[str, Policy]) -> tuple[_Run | None, list[str]]:
     """The dualpath policy's offline run with free compute on an unshaped fabric: the time the
-    emulation itself (processes, gRPC, Python) takes for this workload."""
-    settings = spec.floor_settings or {}
+    emulation itself (processes, gRPC, Python) takes for this workload. (None, why) when this
+    build cannot run it; (None, []) when not asked for."""
+    if spec.floor_settings is None:
+        return None, []
     policy = replace(catalogue["dualpath"], name="dualpath CPU floor")
     for role in ("prefill", "decode"):
-        policy = policy.with_settings(role, settings)
+        policy = policy.with_settings(role, spec.floor_settings)
     problems = unsupported(policy)
     if problems:
+        return None, problems
+    return _Run(policy, replace(spec.cluster, profile="local-unshaped")), []
+
+
+def _floor_json(spec: BenchSpec, result: PolicyResult | None, problems: list[str]) -> dict[str, Any] | None:
+    if spec.floor_settings is None:
+        return None
+    if result is None:
         return {"jct_s": None, "unavailable": problems}
-    floor_cluster = replace(spec.cluster, profile="local-unshaped")
-    result = await run_policy(policy, floor_cluster, spec.workload, None, progress)
     offline = result.offline or {}
     return {
         "jct_s": offline.get("jct_s"),
         "wall_s": round(result.wall_s, 1),
+        "phases_s": {phase: round(s, 1) for phase, s in result.phases_s.items()},
         "turns_ok": offline.get("turns_ok"),
         "turns_total": offline.get("turns_total"),
-        "settings": {"profile": "local-unshaped", **settings},
+        "settings": {"profile": "local-unshaped", **spec.floor_settings},
     }
 
 

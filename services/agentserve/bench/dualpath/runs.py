@@ -19,6 +19,7 @@ from agentserve.bench.replay import capacity as cap
 from agentserve.bench.replay.replayer import ReplayOptions
 from agentserve.bench.replay.run import replay_once
 from agentserve.bench.replay.slo import SLO
+from agentserve.bench.replay.target import Target
 
 
 @dataclass(frozen=True)
@@ -75,18 +76,27 @@ def _log(text: str) -> None:
     print(f"agentserve bench dualpath: {text}", file=sys.stderr, flush=True)
 
 
+async def start(policy: Policy, spec: cluster.ClusterSpec) -> tuple[Target, float]:
+    """`policy`'s cluster, started, and the seconds its start took."""
+    started = time.monotonic()
+    target = await cluster.start(spec, policy)
+    return target, time.monotonic() - started
+
+
 async def run_policy(
     policy: Policy,
     spec: cluster.ClusterSpec,
     workload: AgentWorkloadSpec,
     online: OnlineSpec | None,
     progress: bool = False,
+    started: tuple[Target, float] | None = None,
 ) -> PolicyResult:
-    """Start `policy`'s cluster, run offline (and the capacity search when `online`), stop it."""
-    started = time.monotonic()
+    """Run `policy` offline (and the capacity search when `online`) on its cluster, then stop it.
+    `started`: the cluster already started (and its start's seconds); None: start it here."""
     result = PolicyResult(policy)
-    target = await cluster.start(spec, policy)
-    result.phases_s["start"] = time.monotonic() - started
+    target, start_s = started or await start(policy, spec)
+    result.phases_s["start"] = start_s
+    began = time.monotonic()
     options = ReplayOptions(kv_block_tokens=spec.block_size)
     try:
         mark = time.monotonic()
@@ -107,7 +117,7 @@ async def run_policy(
         mark = time.monotonic()
         await target.close()
         result.phases_s["stop"] = time.monotonic() - mark
-    result.wall_s = time.monotonic() - started
+    result.wall_s = start_s + time.monotonic() - began
     return result
 
 
