@@ -1,6 +1,8 @@
 """Runs of `bench dualpath`: for each policy, one cluster, the offline run (every agent at once)
 and, for the policies compared online, a capacity search (agents/s at the SLO) on the same
-cluster. Every probe and run is a tenant of its own, so no run hits another's cache."""
+cluster. The offline run and the capacity search are tenants of their own, and every probe's
+agents its own sessions, so no run hits another's cache (a search's probes share only the cached
+context its agents start from)."""
 
 from __future__ import annotations
 
