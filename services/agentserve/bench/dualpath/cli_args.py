@@ -93,8 +93,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "0 = whole agents)",
     )
     r.add_argument("--online-duration", type=float, default=30.0, help="local seconds of arrivals per probe")
-    r.add_argument("--online-start", type=float, default=0.05, help="first probe, agents/s local (default 0.05)")
-    r.add_argument("--online-max", type=float, default=0.2, help="highest probe, agents/s local (default 0.2)")
+    r.add_argument("--online-start", type=float, default=0.2, help="first probe, agents/s local (default 0.2)")
+    r.add_argument("--online-max", type=float, default=0.8, help="highest probe, agents/s local (default 0.8)")
     r.add_argument(
         "--online-probes",
         type=int,
