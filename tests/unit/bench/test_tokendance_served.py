@@ -47,6 +47,7 @@ def test_prefix_caching_computes_each_round_after_the_cached_history(model) -> N
     assert probe.met and [r.round_index for r in probe.rounds] == [1, 2]
     assert [r.computed_tokens for r in probe.rounds] == [3 * new, 3 * new]
     assert [r.recomputed_history_tokens for r in probe.rounds] == [0, 0]
+    assert [r.agents_served for r in probe.rounds] == [3, 3]
     assert [r.kv_tokens for r in probe.rounds] == [
         sum(a.prompt_tokens + SHAPE.output_tokens for a in agents) for agents in rounds(SHAPE)
     ]
@@ -77,6 +78,12 @@ def test_an_evicted_history_is_computed_again(model) -> None:
     assert probe.rounds[0].kv_tokens == budget + 1 - (r1[1].prompt_tokens + SHAPE.output_tokens)
     assert probe.rounds[1].recomputed_history_tokens >= r1[1].prompt_tokens > first[1]
     assert probe.rounds[1].computed_tokens >= 3 * 36 + r1[1].prompt_tokens
+
+
+def test_a_round_stops_at_the_first_agent_past_the_slo(model) -> None:
+    probe = RoundServer(model, SHAPE, "prefix", ServedSpec(), UNBOUNDED).serve(1e-9)
+    assert not probe.met and len(probe.rounds) == 1
+    assert probe.rounds[0].agents_served == 1 and probe.rounds[0].latency_s > 0
 
 
 def test_calibration_sets_the_regime_where_prefix_caching_just_serves_the_workload(model) -> None:

@@ -93,7 +93,12 @@ def _served_markdown(served: dict) -> list[str]:
             f"| {name} | {regime['slo_s']:.3f} | {regime['budget_tokens']:.0f} | {m['prefix']['max_agents']} "
             f"| {m['pic']['max_agents']} | {m['collective']['max_agents']} | {c['ratio']} | {limits} |"
         )
-    lines += ["", "Every probe (worst round latency; rounds past the SLO end a probe):", ""]
+    lines += [
+        "",
+        "Every probe (worst round latency; the first agent past the SLO ends a probe, so a",
+        "missed probe's latency is a lower bound):",
+        "",
+    ]
     lines += ["| workload | policy | agents | met | worst round s | recomputed history tokens | KV at the end |"]
     lines.append("|---|---|---|---|---|---|---|")
     for name, c in served.items():

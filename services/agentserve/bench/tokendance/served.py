@@ -85,13 +85,14 @@ class RoundServed:
     recomputed_history_tokens: int  # of those, history tokens whose KV had been evicted
     kv_tokens: float  # KV resident at the end of the round, full-token equivalents
     evictions: int  # contexts evicted during the round
+    agents_served: int  # a round stops at the agent that takes it past the SLO (its latency: a lower bound)
 
 
 @dataclass(frozen=True)
 class Probe:
     policy: str
     agents: int
-    met: bool  # every round within the SLO (a probe stops at its first round past it)
+    met: bool  # every round within the SLO (a probe stops at the first agent past it)
     rounds: list[RoundServed]
 
     @property
@@ -180,8 +181,10 @@ class RoundServer:
             if self.policy == "pic":
                 self.ledger.fixed = n * shape.output_tokens  # the round's block cache: one master per block
             latency = 0.0
-            computed = recomputed = 0
+            computed = recomputed = agents_served = 0
             for a, plan in enumerate(agent_rounds):
+                if latency > slo_s:
+                    break  # the round has missed the SLO: the agents after would only add to it
                 agent = agents[a]
                 private = list(agent.outputs[-1]) + self.synth.content(
                     f"{shape.name}/agent{a}/r{r}", plan.private_tokens
@@ -202,6 +205,7 @@ class RoundServer:
                 agent.kv = PrefixKV(k, v)
                 agent.outputs.append(tuple(self.synth.content(f"{shape.name}/r{r}/out{a}", shape.output_tokens)))
                 self._admit(a, agents)
+                agents_served += 1
             served.append(
                 RoundServed(
                     r,
@@ -210,6 +214,7 @@ class RoundServer:
                     recomputed,
                     round(self.ledger.used, 1),
                     self.ledger.evictions - evictions_before,
+                    agents_served,
                 )
             )
             if latency > slo_s:
