@@ -11,10 +11,11 @@ in no report yet. So for each NIC of each engine the scheduler keeps, from what 
   compute ends: a prefill engine whose reads are done but that is still computing has an idle
   storage NIC, which is what path choice must see. An unshaped NIC has no rate to drain at, so
   what it holds stands.
-- `recent`: bytes routed here, halved every `RECENT_HALF_LIFE_S`: the read load this NIC carried
-  lately. Policies break ties between equally queued NICs by it (least recently loaded first).
-  Queues are mostly empty when a turn is placed at low load, so without it every tie would go the
-  same way (path A, the turn's decode engine) and the storage NICs would carry very unequal shares.
+- `recent`: bytes routed here (reads, and the writes a turn will make, `note_write`), halved every
+  `RECENT_HALF_LIFE_S`: the load this NIC carried lately. Policies break ties between equally
+  queued NICs by it (least recently loaded first). Queues are mostly empty when a turn is placed at
+  low load, so without it every tie would go the same way (path A, the turn's decode engine) and
+  the storage NICs would carry very unequal shares.
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ class NICLedger:
         self.free_at = max(self.free_at, now) + drain_s
         self.recent = self.recent_bytes(now) + nbytes
         self.recent_at = now
+
+    def note_write(self, nbytes: int, now: float) -> None:
+        """Count `nbytes` a turn will write over this NIC (its prefill persisting the blocks it
+        computed) in the recent load only: the write follows the turn's compute, so it is no read
+        waiting now."""
+        if nbytes > 0:
+            self.recent = self.recent_bytes(now) + nbytes
+            self.recent_at = now
 
     def release(self, nbytes: int, now: float) -> None:
         """The turn that routed `nbytes` here returned: none of them can still be waiting."""

@@ -38,6 +38,7 @@ class Placement:
     plan: LoadPlan
     hit_blocks: int
     new_tokens: int  # prompt tokens left to compute after the store hits
+    persist_blocks: int  # full prompt blocks past the hits: the prefill writes them to the store
     prefill_reason: str
     relay_reason: str  # "" on path A
 
@@ -71,7 +72,8 @@ class Placement:
     def reserve(self, registry: EngineRegistry, block_bytes: int) -> Iterator[None]:
         """Count this turn's work against its engines while the block runs: the tokens to compute
         on the prefill, path A's reads on its snic, path B's reads on the relay's snic and sends on
-        its cnic."""
+        its cnic. The prefill's persist of the blocks it computes goes over its snic too, so it
+        counts in that NIC's recent load (which balances the storage NICs), though not as a read."""
         relayed = self.relay_blocks * block_bytes
         with ExitStack() as stack:
             stack.enter_context(
@@ -79,6 +81,7 @@ class Placement:
                     self.prefill,
                     snic_bytes=(self.hit_blocks - self.relay_blocks) * block_bytes,
                     prefill_tokens=self.new_tokens,
+                    snic_write_bytes=self.persist_blocks * block_bytes,
                 )
             )
             if self.relay is not None:
@@ -113,16 +116,28 @@ class GlobalScheduler:
         prefill = PrefillChoice(pinned, "round") if pinned is not None else self.prefill_policy.pick(alive)
         holder = self._holder(session)
         decode = holder or self.pick(Role.DECODE, session)
-        new_tokens = max(0, prompt_tokens - hit_blocks * (self.registry.block_size or 1))
+        block_size = self.registry.block_size or 1
+        new_tokens = max(0, prompt_tokens - hit_blocks * block_size)
+        persist_blocks = max(0, prompt_tokens // block_size - hit_blocks)
         relay = None
         if hit_blocks:
             nbytes = hit_blocks * (prefill.engine.status.kv_block_bytes or decode.status.kv_block_bytes)
             relay = self.relay_policy.pick(self._alive(Role.DECODE), decode, holder, nbytes)
         plan = self.path_policy.choose(prefill.engine, relay.engine if relay else decode, hit_blocks)
         if relay is None or plan.path is KVPath.A:
-            return Placement(prefill.engine, decode, None, plan, hit_blocks, new_tokens, prefill.reason, "")
+            return Placement(
+                prefill.engine, decode, None, plan, hit_blocks, new_tokens, persist_blocks, prefill.reason, ""
+            )
         return Placement(
-            prefill.engine, decode, relay.engine, plan, hit_blocks, new_tokens, prefill.reason, relay.reason
+            prefill.engine,
+            decode,
+            relay.engine,
+            plan,
+            hit_blocks,
+            new_tokens,
+            persist_blocks,
+            prefill.reason,
+            relay.reason,
         )
 
     def pick(self, role: Role, session: Session | None) -> Engine:

@@ -185,16 +185,23 @@ class EngineRegistry:
 
     @contextmanager
     def plan(
-        self, engine: Engine | None, *, snic_bytes: int = 0, cnic_bytes: int = 0, prefill_tokens: int = 0
+        self,
+        engine: Engine | None,
+        *,
+        snic_bytes: int = 0,
+        cnic_bytes: int = 0,
+        prefill_tokens: int = 0,
+        snic_write_bytes: int = 0,
     ) -> Iterator[None]:
         """Count work routed to `engine` (store reads on its snic, relay bytes on its cnic, tokens to
         prefill) for the duration of the block, so policies see it before the next heartbeat does.
         The bytes count as queued only until the NIC would have moved them (`NICLedger`); the tokens
-        until the block ends."""
+        until the block ends; `snic_write_bytes` (the prefill's persist) only in the snic's recent load."""
         if engine is None:
             yield
             return
         engine.snic.route(snic_bytes, engine.bytes_per_s("snic"), self._clock())
+        engine.snic.note_write(snic_write_bytes, self._clock())
         engine.cnic.route(cnic_bytes, engine.bytes_per_s("cnic"), self._clock())
         engine.prefill_planned_tokens += prefill_tokens
         try:

@@ -48,3 +48,9 @@ def test_recent_load_halves_every_half_life_and_survives_release() -> None:
     assert ledger.recent_bytes(2 * RECENT_HALF_LIFE_S) == 3000
     assert ledger.recent_bytes(3 * RECENT_HALF_LIFE_S) == 1500
     assert NICLedger().recent_bytes(5.0) == 0.0
+
+
+def test_a_noted_write_counts_in_recent_load_but_is_no_read_waiting() -> None:
+    ledger = NICLedger()
+    ledger.note_write(2000, now=0.0)
+    assert (ledger.held, ledger.backlog(MB_PER_S, 0.0), ledger.recent_bytes(0.0)) == (0, 0, 2000)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 import pytest
@@ -84,22 +85,27 @@ def test_reserve_counts_the_turns_work_until_the_prefill_returns() -> None:
     assert (p0.unfinished_prefill_tokens, p0.snic_queue_bytes, d1.snic_queue_bytes, d1.cnic_queue_bytes) == (0, 0, 0, 0)
 
 
-def test_dualpath_at_low_load_spreads_the_reads_evenly_over_every_storage_nic() -> None:
+def test_dualpath_at_low_load_spreads_storage_nic_traffic_evenly_over_every_engine() -> None:
     # One turn at a time, each returning once its 10 ms read is done, so every queue is empty when
     # the next is placed (low load). Prefill choice, relay and path then take turns by the bytes each
-    # storage NIC read lately: the six NICs (2 prefill for path A, 4 decode for path B) read the same.
+    # storage NIC carried lately. Each turn reads 10 hit blocks (path A on its prefill's NIC, B on a
+    # decode's) and its prefill persists the 2 it computes: 720 blocks, 120 on each of the six NICs.
     now = [100.0]
     reg = registry(decode_snic=(0, 0, 0, 0), clock=lambda: now[0])
     placer = GlobalScheduler(reg, LeastLoadedRouter(), DualPathPrefill(), DualPathRelay(), DualPathPolicy())
-    readers = []
+    readers, blocks = [], Counter[str]()
     for _ in range(60):
         placed = placer.place(Session("s"), prompt_tokens=12 * BLOCK_SIZE, hit_blocks=10)
-        readers.append((placed.relay or placed.prefill).engine_id)
+        assert placed.persist_blocks == 2
+        reader = (placed.relay or placed.prefill).engine_id
+        readers.append(reader)
+        blocks[reader] += 10
+        blocks[placed.prefill.engine_id] += 2
         with placed.reserve(reg, BLOCK_BYTES):
             now[0] += 0.02
         now[0] += 0.01
-    assert readers[:6] == ["p0", "p1", "d0", "d1", "d2", "d3"]
-    assert {e: readers.count(e) for e in sorted(set(readers))} == {e: 10 for e in ("d0", "d1", "d2", "d3", "p0", "p1")}
+    assert readers[:12] == ["p0", "p1", "d0", "d1", "d2", "d3", "d0", "d1", "d2", "d3", "p0", "p1"]
+    assert dict(blocks) == {e: 120 for e in ("p0", "p1", "d0", "d1", "d2", "d3")}
 
 
 def test_path_a_has_no_relay_and_a_first_turn_decode_is_the_routers_choice() -> None:
