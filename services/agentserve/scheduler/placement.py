@@ -2,7 +2,8 @@
 
 1. Which prefill engine (`PrefillPolicy`: least-loaded, or DualPath's read-queue/token rule).
 2. Which decode engine: the session's KV holder while it is alive (it already holds the history),
-   else the router's choice.
+   else the router's choice, or the path-B relay when it is as lightly loaded and its policy says
+   the decode engine may follow it.
 3. How store hits reach the prefill: the decode engine that would relay path B (`RelayPolicy`),
    then the path (`PathPolicy`: A, B, the shorter read queue, or a split by free bandwidth).
 
@@ -124,6 +125,17 @@ class GlobalScheduler:
             nbytes = hit_blocks * (prefill.engine.status.kv_block_bytes or decode.status.kv_block_bytes)
             relay = self.relay_policy.pick(self._alive(Role.DECODE), decode, holder, nbytes)
         plan = self.path_policy.choose(prefill.engine, relay.engine if relay else decode, hit_blocks)
+        if (
+            relay is not None
+            and plan.path is not KVPath.A
+            and holder is None
+            and self.relay_policy.decode_follows_relay
+            and relay.engine.load <= decode.load
+        ):
+            # As lightly loaded as the router's choice, the relay decodes the turn as well: it keeps
+            # what it relays, so the handoff after the prefill skips those blocks (the paper's relay
+            # is the turn's decode engine).
+            decode = relay.engine
         if relay is None or plan.path is KVPath.A:
             return Placement(
                 prefill.engine, decode, None, plan, hit_blocks, new_tokens, persist_blocks, prefill.reason, ""

@@ -11,7 +11,8 @@ has one advantage: it keeps the relayed blocks, so the handoff after the prefill
   KV holder already holds the history, so it serves the blocks from its cache: only its send leg
   counts. Ties (at low load mostly every queue empty) go to the storage NIC that carried fewer
   read bytes lately (`Engine.recent_bytes`), so the decode side's NICs share path B evenly, then to
-  the turn's decode engine (no extra handoff), then engine id.
+  the turn's decode engine (no extra handoff), then engine id. A turn without a KV holder is then
+  decoded by its relay if that is as lightly loaded as the router's choice (`GlobalScheduler`).
 - `other-decode`: never the turn's decode engine while another decode engine is alive (the least
   busy storage NIC among the others): the other end of a comparison, and it exercises a relay that
   is not the decode engine (its blocks must then be handed off as well).
@@ -34,6 +35,9 @@ class RelayChoice:
 
 class RelayPolicy(Protocol):
     name: str
+    # Whether a turn without a KV holder may be decoded by its relay when that is as lightly loaded
+    # as the router's choice (the relay keeps what it relays, so the handoff skips those blocks).
+    decode_follows_relay: bool
 
     def pick(self, decodes: Sequence[Engine], turn_decode: Engine, holder: Engine | None, nbytes: int) -> RelayChoice:
         """The relay for `nbytes` of path-B blocks, among `decodes` (alive, never empty, including
@@ -43,6 +47,7 @@ class RelayPolicy(Protocol):
 
 class TurnDecodeRelay:
     name = "turn-decode"
+    decode_follows_relay = False  # the relay is the turn's decode engine already
 
     def pick(self, decodes: Sequence[Engine], turn_decode: Engine, holder: Engine | None, nbytes: int) -> RelayChoice:
         return RelayChoice(turn_decode, "turn-decode")
@@ -50,6 +55,7 @@ class TurnDecodeRelay:
 
 class DualPathRelay:
     name = "dualpath"
+    decode_follows_relay = True
 
     def pick(self, decodes: Sequence[Engine], turn_decode: Engine, holder: Engine | None, nbytes: int) -> RelayChoice:
         def finish_s(d: Engine) -> float:
@@ -70,6 +76,7 @@ class DualPathRelay:
 
 class OtherDecodeRelay:
     name = "other-decode"
+    decode_follows_relay = False  # its point is a relay that is not the decode engine
 
     def pick(self, decodes: Sequence[Engine], turn_decode: Engine, holder: Engine | None, nbytes: int) -> RelayChoice:
         others = [d for d in decodes if d.engine_id != turn_decode.engine_id]

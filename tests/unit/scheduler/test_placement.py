@@ -108,6 +108,30 @@ def test_dualpath_at_low_load_spreads_storage_nic_traffic_evenly_over_every_engi
     assert dict(blocks) == {e: 120 for e in ("p0", "p1", "d0", "d1", "d2", "d3")}
 
 
+def test_without_a_kv_holder_an_equally_loaded_relay_decodes_the_turn_too() -> None:
+    reg = registry(decode_snic=(0, 0, 0))
+    d0, d1, d2 = (reg.get(f"d{i}") for i in range(3))
+    assert d0 is not None and d1 is not None and d2 is not None
+    d0.snic.note_write(5000, now=100.0)  # d0 carried the most lately, d2 less, d1 nothing
+    d2.snic.note_write(1000, now=100.0)
+    placer = GlobalScheduler(reg, LeastLoadedRouter(), DualPathPrefill(), DualPathRelay(), AlwaysB())
+    # The router's choice is d0 (all idle, lowest id); d1 relays (least read lately) and, as idle as
+    # d0, decodes too, so it keeps what it relays.
+    placed = placer.place(Session("s"), prompt_tokens=12 * BLOCK_SIZE, hit_blocks=10)
+    assert placed.relay is not None and (placed.relay.engine_id, placed.decode.engine_id) == ("d1", "d1")
+    assert placed.relay_reason == "least-read"
+    # A busier relay leaves the decode engine to the router.
+    d1.inflight = 1
+    placed = placer.place(Session("s"), prompt_tokens=12 * BLOCK_SIZE, hit_blocks=10)
+    assert placed.relay is not None and (placed.relay.engine_id, placed.decode.engine_id) == ("d1", "d0")
+    # So does a session's KV holder, and a relay policy whose point is a relay that does not decode.
+    placed = placer.place(Session("s", kv_holder="d2"), prompt_tokens=12 * BLOCK_SIZE, hit_blocks=10)
+    assert placed.decode.engine_id == "d2"
+    other = GlobalScheduler(reg, LeastLoadedRouter(), DualPathPrefill(), OtherDecodeRelay(), AlwaysB())
+    placed = other.place(Session("s"), prompt_tokens=12 * BLOCK_SIZE, hit_blocks=10)
+    assert placed.relay is not None and placed.relay.engine_id != placed.decode.engine_id
+
+
 def test_path_a_has_no_relay_and_a_first_turn_decode_is_the_routers_choice() -> None:
     reg = registry()
     placed = GlobalScheduler(reg, LeastLoadedRouter(), path_policy=AlwaysA()).place(Session("s"), 40, hit_blocks=5)
