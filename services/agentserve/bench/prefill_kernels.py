@@ -2,7 +2,7 @@
 
 `PrefillKernels(model, new, cached)` runs, back to back on the model's own weights, exactly the
 matrix kernels a prefill of `new` tokens over `cached` ones runs, with the same shapes and layouts:
-per layer the fused q|k|v, o, gate|up and down projections (`F.linear`, MKL) and the attention
+per layer the fused q|k|v, o, gate|up and down projections (MKL, as `linears` runs them) and the attention
 kernel the engine calls (`attend_with_prefix`'s two flash calls and merge over a cached prefix,
 the causal flash kernel from scratch), then the LM head on the last row. Left out is everything
 that is not one of those kernels: norms, rotary, residual adds, the activation, KV writes,
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from agentserve.engine.engine_config import EngineConfig
-from agentserve.engine.linears import row_invariant_linear
+from agentserve.engine.linears import gate_up_halves, row_invariant_linear
 from agentserve.engine.model import CausalLM
 from agentserve.engine.prefix_attention import attend_with_prefix
 
@@ -32,6 +32,7 @@ class PrefillKernels:
         # The engine's batch-invariant linears pad rows to a whole tile (the LM head's one row to
         # four), so the kernels alone must too to be the same shapes.
         self.linear = row_invariant_linear if batch_invariant else F.linear
+        self.batch_invariant = batch_invariant
         dtype = model.lm_head.weight.dtype
         heads, kv_heads, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.model, self.cached = model, cached
@@ -68,7 +69,7 @@ class PrefillKernels:
                 )[0].transpose(0, 1)
             attended = clock()
             linear(out.reshape(x.shape[0], -1), *plan.o_proj)
-            linear(x, *plan.gate_up)
+            gate_up_halves(x, *plan.gate_up, batch_invariant=self.batch_invariant)
             linear(self.act, *plan.down)
             end = clock()
             spent["linear"] += (mid - start) + (end - attended)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from agentserve.engine.attention import DecodeMetadata, PrefillMetadata, paged_attention
 from agentserve.engine.kv_pool import KVPool
-from agentserve.engine.linears import row_invariant_linear
+from agentserve.engine.linears import gate_up_halves, row_invariant_linear
 from agentserve.engine.rope import RotaryEmbedding
 
 # (weight, bias) of a linear layer, as `F.linear` takes them.
@@ -82,7 +82,6 @@ def run_layer(
     k_rows, v_rows = pool.flat(p.index)
     out = paged_attention(qk[:, :heads], qk[:, heads:], v, k_rows, v_rows, meta, heads // kv_heads)
     x = x + linear(out.reshape(n, heads * d), *p.o_proj)
-    gate_up = linear(p.post_norm(x), *p.gate_up)
-    half = gate_up.shape[-1] // 2
-    gate = F.silu(gate_up[:, :half], inplace=True).mul_(gate_up[:, half:])  # in place: no new buffers
+    gate, up = gate_up_halves(p.post_norm(x), *p.gate_up, batch_invariant=meta.batch_invariant)
+    gate = F.silu(gate, inplace=True).mul_(up)  # in place: no new buffers
     return x + linear(gate, *p.down)

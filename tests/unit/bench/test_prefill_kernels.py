@@ -12,7 +12,8 @@ from agentserve.engine.engine_config import EngineConfig
 
 pytestmark = pytest.mark.unit
 
-KERNELS = ("aten::mm", "aten::addmm", "aten::_scaled_dot_product_flash_attention_for_cpu")
+# A few-row gate|up product runs as one batched matmul over its halves (`linears.gate_up_halves`).
+KERNELS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_dot_product_flash_attention_for_cpu")
 
 
 def _kernel_calls(fn) -> list[tuple[str, list]]:

@@ -8,7 +8,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from agentserve.engine.linears import FusedLinear, column_major, row_invariant_linear, store_column_major
+from agentserve.engine.linears import (
+    FusedLinear,
+    column_major,
+    gate_up_halves,
+    row_invariant_linear,
+    store_column_major,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -97,3 +103,21 @@ def test_row_invariant_linear_gives_a_row_the_same_bits_at_every_row_count_and_t
     finally:
         torch.set_num_threads(threads)
     torch.testing.assert_close(whole, F.linear(x, weight, bias), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_gate_up_halves_are_the_row_invariant_products_halves_at_every_row_count(bias: bool) -> None:
+    torch.manual_seed(1)
+    weight = column_major(torch.randn(1408, 256) * 0.05)
+    b = torch.randn(1408) if bias else None
+    x = torch.randn(300, 256)
+    threads = torch.get_num_threads()
+    try:
+        for num_threads in (threads, 1):
+            torch.set_num_threads(num_threads)
+            for rows in (1, 3, 4, 40, 64, 65, 300):
+                expected = row_invariant_linear(x[:rows], weight, b)
+                gate, up = gate_up_halves(x[:rows], weight, b)
+                assert torch.equal(gate, expected[:, :704]) and torch.equal(up, expected[:, 704:])
+    finally:
+        torch.set_num_threads(threads)
