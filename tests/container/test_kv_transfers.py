@@ -116,7 +116,10 @@ def test_every_kv_transfer_is_one_span_with_the_bytes_moved(stack: Stack):
         made_count.update(after[engine_id].transfers - before[engine_id].transfers)
         made_bytes.update(after[engine_id].bytes - before[engine_id].bytes)
     expected = sum(made_count.values())
-    assert {path for path, _ in made_count} >= {"A", "handoff", "persist"}, made_count
+    # Every turn hands off and persists; the earlier turns' KV reaches the prefill by path A or, when
+    # the scheduler's NIC balance picks the decode side, by path B / a relay.
+    made_paths = {path for path, _ in made_count}
+    assert made_paths >= {"handoff", "persist"} and made_paths & {"A", "B", "relay"}, made_count
 
     trace_ids = [t.trace_id for t in turns]
     spans = wait_for_transfer_spans(stack, trace_ids, expected)
