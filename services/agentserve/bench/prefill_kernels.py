@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from agentserve.engine.engine_config import EngineConfig
-from agentserve.engine.linears import gate_up_halves, row_invariant_linear
+from agentserve.engine.linears import gate_up_halves, head_linear, row_invariant_linear
 from agentserve.engine.model import CausalLM
 from agentserve.engine.prefix_attention import attend_with_prefix
 
@@ -44,7 +44,7 @@ class PrefillKernels:
         # The cached prefix as the pool holds it: `[tokens, kv_heads, d]` rows.
         self.prefix_k = torch.randn(cached, kv_heads, d, dtype=dtype)
         self.prefix_v = torch.randn(cached, kv_heads, d, dtype=dtype)
-        self.head = model.lm_head.weight if model.tied_head_weight is None else model.tied_head_weight
+        self.head = model.head_weight
 
     @torch.inference_mode()
     def run(self) -> dict[str, float]:
@@ -75,6 +75,6 @@ class PrefillKernels:
             spent["linear"] += (mid - start) + (end - attended)
             spent["attention"] += attended - mid
         start = clock()
-        linear(x[-1:], self.head)
+        head_linear(x[-1:], self.head, self.batch_invariant)
         spent["lm_head"] = clock() - start
         return spent

@@ -116,8 +116,7 @@ def blend_prefill(
         k, v = _merged(blend, plan.index, rows, k_new, v_new)
         sink(plan.index, k, v)
         x = _finish_layer(x, plan, _attend(q, k, v, rows, positions))
-    head = model.lm_head.weight if model.tied_head_weight is None else model.tied_head_weight
-    return row_invariant_linear(model.final_norm(x[-tail:]), head).float()
+    return model.logits(x[-tail:])
 
 
 def _after_prefix(blend: BlendInput, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

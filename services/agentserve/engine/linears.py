@@ -25,6 +25,13 @@ the same kernel summing the same terms, so the bits are `row_invariant_linear`'s
 threads the 40-row gate|up product and activation took ~19% less time (min of 400, 1 thread
 unchanged). The other projections gained as much as slabs but lost it re-joining their halves.
 
+**The LM head in slabs** (`head_linear`): MKL's product of a few rows with the tied head (8 MB at
+the default model's 8192 x 256) ran at ~10 GB/s on one thread, ~0.8-1.4 ms, an eighth of a cached
+prefill. Up to `SLAB_MAX_ROWS` rows it runs as one batched matmul over `HEAD_SLABS` column slabs
+of at most 1 MB each (a core's L2 here), which MKL spreads over its threads: ~0.4-0.5 ms at 4 rows
+(median of 400, 2 threads), the same bits (tested). Its output is re-joined (a [rows, vocab] copy,
+~10 us at 4 rows), unlike the projections' (their weights are 4-16x smaller, so the copy ate the gain).
+
 Every other product runs on `F.linear` (MKL). oneDNN's matmul was tried for few-row inputs: it spends
 ~25 us per call before any arithmetic (MKL ~4 us), 16 calls a forward, and is no faster on the
 arithmetic, so a 40-row prefill on a 960-token cached prefix took ~1 ms (10%) longer with it.
@@ -38,8 +45,10 @@ from torch import nn
 
 # Rows a linear's input is padded to a multiple of (see the module docstring).
 ROW_TILE = 4
-# Rows up to which `gate_up_halves` runs its halves as a batch (see the module docstring).
+# Rows up to which `gate_up_halves` and `head_linear` run their slabs as a batch (see the module docstring).
 SLAB_MAX_ROWS = 64
+# Column slabs of the LM head: 8 keeps each slab of the default model's head within 1 MB.
+HEAD_SLABS = 8
 
 
 def row_invariant_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -51,23 +60,45 @@ def row_invariant_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     return F.linear(torch.cat([x, x.new_zeros(pad, x.shape[1])]), weight, bias)[:rows]
 
 
+def column_slabs(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, slabs: int) -> torch.Tensor | None:
+    """`row_invariant_linear(x, weight, bias)` as `[slabs, rows, out / slabs]`, its column slabs side
+    by side, run as one batched matmul that MKL spreads over its threads; None where that does not
+    apply (more than `SLAB_MAX_ROWS` rows, columns that do not split evenly, a row-major weight)."""
+    rows, (n_out, n_in) = x.shape[0], weight.shape
+    if rows > SLAB_MAX_ROWS or n_out % slabs or not weight.t().is_contiguous():
+        return None
+    width = n_out // slabs
+    pad = -rows % ROW_TILE
+    if pad:
+        x = torch.cat([x, x.new_zeros(pad, n_in)])
+    parts = weight.t().view(n_in, slabs, width).transpose(0, 1)  # [slabs, in, width], a view of the weight
+    inputs = x.expand(slabs, *x.shape)
+    out = torch.bmm(inputs, parts) if bias is None else torch.baddbmm(bias.view(slabs, 1, width), inputs, parts)
+    return out[:, :rows]
+
+
 def gate_up_halves(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, batch_invariant: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The fused gate|up product's two halves of columns: `row_invariant_linear`'s (`F.linear`'s if
     not `batch_invariant`), each half run on its own thread when `x` has few rows."""
-    rows, (n_out, n_in) = x.shape[0], weight.shape
-    half = n_out // 2
-    if not batch_invariant or rows > SLAB_MAX_ROWS or n_out % 2 or not weight.t().is_contiguous():
+    halves = column_slabs(x, weight, bias, 2) if batch_invariant else None
+    if halves is None:
         out = (row_invariant_linear if batch_invariant else F.linear)(x, weight, bias)
+        half = weight.shape[0] // 2
         return out[:, :half], out[:, half:]
-    pad = -rows % ROW_TILE
-    if pad:
-        x = torch.cat([x, x.new_zeros(pad, n_in)])
-    slabs = weight.t().view(n_in, 2, half).transpose(0, 1)  # [2, in, half], a view of the weight
-    inputs = x.expand(2, *x.shape)
-    out = torch.bmm(inputs, slabs) if bias is None else torch.baddbmm(bias.view(2, 1, half), inputs, slabs)
-    return out[0, :rows], out[1, :rows]
+    return halves[0], halves[1]
+
+
+def head_linear(x: torch.Tensor, weight: torch.Tensor, batch_invariant: bool = True) -> torch.Tensor:
+    """The LM head's product (no bias): `row_invariant_linear`'s bits, in `HEAD_SLABS` column slabs
+    when `x` has few rows (`F.linear` if not `batch_invariant`)."""
+    if not batch_invariant:
+        return F.linear(x, weight)
+    slabs = column_slabs(x, weight, None, HEAD_SLABS)
+    if slabs is None:
+        return row_invariant_linear(x, weight)
+    return slabs.transpose(0, 1).reshape(x.shape[0], weight.shape[0])
 
 
 def column_major(weight: torch.Tensor) -> torch.Tensor:

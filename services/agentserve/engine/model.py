@@ -20,7 +20,7 @@ from agentserve.engine.attention import DecodeMetadata, PrefillMetadata
 from agentserve.engine.config import ModelConfig
 from agentserve.engine.kv_pool import KVPool
 from agentserve.engine.layer_plan import LayerPlan, Norm, run_layer
-from agentserve.engine.linears import FusedLinear, column_major, row_invariant_linear, store_column_major
+from agentserve.engine.linears import FusedLinear, column_major, head_linear, store_column_major
 from agentserve.engine.rope import RotaryEmbedding
 
 # Called with a layer index just before that layer runs; layerwise KV loading hooks in here.
@@ -161,6 +161,13 @@ class CausalLM(nn.Module):
             x = run_layer(x, plan, cos, sin, pool, meta)
         if logits_rows is not None:
             x = x[logits_rows]
-        head = self.lm_head.weight if self.tied_head_weight is None else self.tied_head_weight
-        linear = row_invariant_linear if meta.batch_invariant else F.linear
-        return linear(self.final_norm(x), head).float()
+        return self.logits(x, meta.batch_invariant)
+
+    def logits(self, x: torch.Tensor, batch_invariant: bool = True) -> torch.Tensor:
+        """Float logits of the last layer's output rows `x` (the final norm, then the LM head)."""
+        return head_linear(self.final_norm(x), self.head_weight, batch_invariant).float()
+
+    @property
+    def head_weight(self) -> torch.Tensor:
+        """The LM head's weight as the forward pass reads it (column-major; a tied head's own copy)."""
+        return self.lm_head.weight if self.tied_head_weight is None else self.tied_head_weight

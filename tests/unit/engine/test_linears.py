@@ -12,6 +12,7 @@ from agentserve.engine.linears import (
     FusedLinear,
     column_major,
     gate_up_halves,
+    head_linear,
     row_invariant_linear,
     store_column_major,
 )
@@ -121,3 +122,23 @@ def test_gate_up_halves_are_the_row_invariant_products_halves_at_every_row_count
                 assert torch.equal(gate, expected[:, :704]) and torch.equal(up, expected[:, 704:])
     finally:
         torch.set_num_threads(threads)
+
+
+def test_head_linear_gives_the_row_invariant_products_bits_at_every_row_and_thread_count() -> None:
+    torch.manual_seed(2)
+    weight = column_major(torch.randn(8192, 256) * 0.05)
+    x = torch.randn(300, 256)
+    threads = torch.get_num_threads()
+    try:
+        for num_threads in (threads, 1):
+            torch.set_num_threads(num_threads)
+            for rows in (1, 3, 4, 40, 64, 65, 300):
+                assert torch.equal(head_linear(x[:rows], weight), row_invariant_linear(x[:rows], weight))
+    finally:
+        torch.set_num_threads(threads)
+    # A vocabulary the slabs do not divide, and a row-major weight, take the plain product.
+    odd = column_major(torch.randn(1001, 256))
+    assert torch.equal(head_linear(x[:5], odd), row_invariant_linear(x[:5], odd))
+    row_major = torch.randn(8192, 256)
+    assert torch.equal(head_linear(x[:5], row_major), row_invariant_linear(x[:5], row_major))
+    assert torch.equal(head_linear(x[:5], weight, batch_invariant=False), F.linear(x[:5], weight))
