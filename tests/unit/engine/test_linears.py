@@ -3,6 +3,8 @@ and the HF parameters stay the loadable source of truth."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -106,36 +108,35 @@ def test_row_invariant_linear_gives_a_row_the_same_bits_at_every_row_count_and_t
     torch.testing.assert_close(whole, F.linear(x, weight, bias), rtol=0, atol=1e-5)
 
 
+def _slab_row_counts_on_default_and_one_thread() -> Iterator[int]:
+    """Row counts either side of the slab limit (`SLAB_MAX_ROWS` = 64), on the default threads, then on one."""
+    threads = torch.get_num_threads()
+    try:
+        for num_threads in (threads, 1):
+            torch.set_num_threads(num_threads)
+            yield from (1, 3, 4, 40, 64, 65, 300)
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("bias", [False, True])
 def test_gate_up_halves_are_the_row_invariant_products_halves_at_every_row_count(bias: bool) -> None:
     torch.manual_seed(1)
     weight = column_major(torch.randn(1408, 256) * 0.05)
     b = torch.randn(1408) if bias else None
     x = torch.randn(300, 256)
-    threads = torch.get_num_threads()
-    try:
-        for num_threads in (threads, 1):
-            torch.set_num_threads(num_threads)
-            for rows in (1, 3, 4, 40, 64, 65, 300):
-                expected = row_invariant_linear(x[:rows], weight, b)
-                gate, up = gate_up_halves(x[:rows], weight, b)
-                assert torch.equal(gate, expected[:, :704]) and torch.equal(up, expected[:, 704:])
-    finally:
-        torch.set_num_threads(threads)
+    for rows in _slab_row_counts_on_default_and_one_thread():
+        expected = row_invariant_linear(x[:rows], weight, b)
+        gate, up = gate_up_halves(x[:rows], weight, b)
+        assert torch.equal(gate, expected[:, :704]) and torch.equal(up, expected[:, 704:])
 
 
 def test_head_linear_gives_the_row_invariant_products_bits_at_every_row_and_thread_count() -> None:
     torch.manual_seed(2)
     weight = column_major(torch.randn(8192, 256) * 0.05)
     x = torch.randn(300, 256)
-    threads = torch.get_num_threads()
-    try:
-        for num_threads in (threads, 1):
-            torch.set_num_threads(num_threads)
-            for rows in (1, 3, 4, 40, 64, 65, 300):
-                assert torch.equal(head_linear(x[:rows], weight), row_invariant_linear(x[:rows], weight))
-    finally:
-        torch.set_num_threads(threads)
+    for rows in _slab_row_counts_on_default_and_one_thread():
+        assert torch.equal(head_linear(x[:rows], weight), row_invariant_linear(x[:rows], weight))
     # A vocabulary the slabs do not divide, and a row-major weight, take the plain product.
     odd = column_major(torch.randn(1001, 256))
     assert torch.equal(head_linear(x[:5], odd), row_invariant_linear(x[:5], odd))
