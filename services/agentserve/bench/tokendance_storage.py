@@ -20,10 +20,10 @@ and checked bit for bit against the KV the prefill had, so the figures are those
 restore exactly.
 
 Side by side, `dense_row_bound` is what no row-level diff can beat: every agent but the leader
-storing exactly its recomputed share of rows, raw, with no header: agents / (1 + (agents - 1) *
-share). A lossless coder only shrinks those rows as far as their bits allow: the first layer's
-rows (a fresh rotation against a re-rotation: the last key bits) to about a tenth, deeper
-layers' fp32 values that moved to about nine tenths. `fraction_for_target` projects, from the
+storing exactly its recomputed share of rows in every layer but the first (a blend hands on the
+re-rotated master's first-layer KV: `engine.blend`), raw, with no header: agents / (1 + (agents -
+1) * share * (layers - 1) / layers). A lossless coder only shrinks those rows as far as their bits
+allow: fp32 values that moved, to about nine tenths. `fraction_for_target` projects, from the
 measured bytes per recomputed row and per diff, the recompute fraction at which the measured
 storage would reach the issue's 11x.
 """
@@ -79,7 +79,7 @@ class StorageFigures:
     storage_reduction: float  # full_copy_bytes / (master_bytes + diff_bytes): the store's accounting
     storage_reduction_on_disk: float  # the same over the file system's allocated bytes
     storage_reduction_rows: float  # with the rows raw
-    dense_row_bound: float  # agents / (1 + (agents - 1) * recomputed_share)
+    dense_row_bound: float  # agents / (1 + (agents - 1) * recomputed_share * stored_layers / layers)
     fraction_for_target: float | None  # projected fraction reaching TARGET (None: not even at 0)
     bytes_per_agent_full: float
     bytes_per_agent_stored: float
@@ -165,7 +165,7 @@ def measure_storage(
         storage_reduction=full_bytes / stored_bytes,
         storage_reduction_on_disk=full_disk / stored_disk,
         storage_reduction_rows=full_bytes / rows_bytes,
-        dense_row_bound=agents / (1 + (agents - 1) * share),
+        dense_row_bound=agents / (1 + (agents - 1) * share * _stored_layer_share(model)),
         fraction_for_target=_fraction_for_target(
             agents, full_bytes, master_bytes, headers, diff_bytes - headers, share, recompute_fraction
         ),
@@ -255,6 +255,13 @@ def _restores_exactly(
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and torch.equal(a.contiguous().view(torch.int32), b.contiguous().view(torch.int32))
+
+
+def _stored_layer_share(model) -> float:
+    """The share of layers whose recomputed rows a diff stores: all but the first (`engine.blend`
+    hands on the re-rotated master's first-layer KV)."""
+    layers = model.config.num_hidden_layers
+    return (layers - 1) / layers
 
 
 def _fraction_for_target(

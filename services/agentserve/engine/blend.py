@@ -4,8 +4,12 @@ which only a chosen subset is recomputed.
 Layer by layer, for a prompt of T tokens:
 
 - layers [0, full_layers) run every token. Layer 0's KV depends only on each token and its
-  position, so a re-rotated master is already exact there; running it anyway gives every token's
-  hidden state, which the selection needs.
+  position, so a re-rotated master is already that KV there (values bit for bit, keys up to the
+  rotation's rounding); running it anyway gives every token's hidden state, which the selection
+  needs. What a blend hands on for layer 0's shared rows is therefore the re-rotated master's,
+  recomputed rows included: a sibling's diff then holds nothing of layer 0 (diff storage compares
+  bits with the master shifted), and a recomputed token's fresh layer-0 key, which differs from the
+  re-rotation only in its last bits, is not worth storing.
 - at layer `full_layers` (the selection layer) every token's q/k/v projection is computed (a
   fraction of the layer's cost, no attention). Each shared token's deviation is the squared
   distance of its fresh K and V from the reused ones: it measures how much the private context
@@ -76,8 +80,9 @@ def blend_prefill(
     (nothing was sunk).
 
     Every layer's K/V sunk is the reused K/V with the chosen rows replaced by fresh ones, the
-    layers run in full included: a shared block's sibling is its master moved, plus the rows
-    recomputed, exactly (what diff storage keeps); a token not chosen keeps its reused KV.
+    layers run in full included, except layer 0, where shared rows keep the reused K/V (see the
+    module docstring): a shared block's sibling is its master moved, plus the rows recomputed in
+    layers 1 and up, exactly (what diff storage keeps); a token not chosen keeps its reused KV.
     """
     plans = model.plans
     if not 0 <= full_layers < len(plans):
@@ -108,7 +113,11 @@ def blend_prefill(
     local = rows - cached  # the chosen tokens' rows among those run
     for layer, (k_fresh, v_fresh) in enumerate(fresh):
         k, v = _merged(blend, layer, rows, k_fresh[local], v_fresh[local])
-        sink(layer, k, v)
+        if layer == 0:  # hands on the reused shared rows (module docstring); attention above used the fresh ones
+            private = (chosen & ~blend.shared).nonzero().flatten()
+            sink(0, *_merged(blend, 0, private, k_fresh[private - cached], v_fresh[private - cached]))
+        else:
+            sink(layer, k, v)
     x, q, cos, sin = x[local], q[local], cos[local], sin[local]
     x = _finish_layer(x, plan, _attend(q, k, v, rows, positions))
     for plan in plans[full_layers + 1 :]:

@@ -29,7 +29,7 @@ def test_recomputed_rows_cost_bytes_and_the_coded_diffs_beat_the_raw_rows():
     assert figures.storage_reduction == figures.full_copy_bytes / (figures.master_bytes + figures.diff_bytes)
     assert figures.storage_reduction_rows == figures.full_copy_bytes / (figures.master_bytes + figures.diff_bytes_rows)
     assert figures.storage_reduction > figures.storage_reduction_rows
-    assert figures.dense_row_bound == 3 / (1 + 2 * 0.25)
+    assert figures.dense_row_bound == 3 / (1 + 2 * 0.25 * 3 / 4)  # rows stored in 3 of the 4 layers
     assert figures.bytes_per_agent_full == figures.full_copy_bytes / 3
     # Three agents can never reach 11x: the master alone is a third of the full copies.
     assert TARGET > 3 and figures.fraction_for_target is None

@@ -69,6 +69,9 @@ def test_a_round_takes_each_master_once_from_its_first_prompt_the_baseline_per_p
 
 
 def test_recomputing_every_token_in_the_blend_is_the_full_prefill_bit_for_bit(model) -> None:
+    """Past layer 0, every recomputed row and the logits are the full prefill's bits. Layer 0's
+    shared rows are handed on as the re-rotated master's (its KV depends on token and position
+    only): values bit for bit the full prefill's, keys its fresh rotation up to rounding."""
     reuse = CollectiveReuse(model, max_deviation=None)
     prompt = _round()[0]
     masters = {b.content_id: reuse.master(b) for b in BLOCKS}
@@ -82,7 +85,11 @@ def test_recomputing_every_token_in_the_blend_is_the_full_prefill_bit_for_bit(mo
     logits = blend_prefill(model, blend, lambda dev, k_, v_: torch.ones(len(prompt.token_ids), dtype=torch.bool), sink)
     full_logits, full_k, full_v = reuse.full(prompt.token_ids)
     assert logits is not None
-    assert torch.equal(logits, full_logits) and torch.equal(k, full_k) and torch.equal(v, full_v)
+    assert torch.equal(logits, full_logits) and torch.equal(k[1:], full_k[1:]) and torch.equal(v, full_v)
+    shared = blend.shared
+    assert torch.equal(k[0, ~shared], full_k[0, ~shared]) and torch.equal(k[0, shared], blend.k[0, shared])
+    assert not torch.equal(k[0, shared], full_k[0, shared])  # a re-rotation is not a fresh rotation's bits
+    torch.testing.assert_close(k[0, shared], full_k[0, shared], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("policy", [EXACT, ReusePolicy(recompute_fraction=1.0)])
