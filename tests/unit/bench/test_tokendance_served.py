@@ -54,7 +54,7 @@ def test_prefix_caching_computes_each_round_after_the_cached_history(model) -> N
 
 
 def test_collective_holds_private_tokens_in_full_and_gathered_ones_at_the_diff_share(model) -> None:
-    spec = ServedSpec(diff_share=0.5)
+    spec = ServedSpec(diff_share=0.5, recompute_fraction=0.15)
     probe = RoundServer(model, SHAPE, "collective", spec, UNBOUNDED).serve(UNBOUNDED)
     gathered = SHAPE.agents * SHAPE.output_tokens
     for r, (served, agents) in enumerate(zip(probe.rounds, rounds(SHAPE), strict=True), start=1):

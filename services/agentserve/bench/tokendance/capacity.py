@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 from agentserve.bench.tokendance.workload import AgentRound, RoundShape, rounds
+from agentserve.contracts.segments import DEFAULT_RECOMPUTE_FRACTION
 from agentserve.costmodel.gpus import target_gpu
 from agentserve.costmodel.kv_capacity import kv_capacity_blocks
 from agentserve.costmodel.models import target_model
@@ -49,7 +50,7 @@ class CapacitySpec:
     target_gpu: str = "h100"
     kv_gpus: int = 8  # the memory budget: this many GPUs' KV capacity
     slo_s: float = 20.0  # every agent's time to first token in every round
-    recompute_fraction: float = 0.15
+    recompute_fraction: float = DEFAULT_RECOMPUTE_FRACTION
     full_layers: int = 1
     diff_share: float = 0.15  # stored bytes of a sibling over its full copy (from the storage measurement)
     max_agents: int = 512
