@@ -113,7 +113,7 @@ def blend_prefill(
     local = rows - cached  # the chosen tokens' rows among those run
     for layer, (k_fresh, v_fresh) in enumerate(fresh):
         k, v = _merged(blend, layer, rows, k_fresh[local], v_fresh[local])
-        if layer == 0:  # hands on the reused shared rows (module docstring); attention above used the fresh ones
+        if layer == 0:  # hand on the reused shared rows (module docstring); attention reads the fresh ones
             private = (chosen & ~blend.shared).nonzero().flatten()
             sink(0, *_merged(blend, 0, private, k_fresh[private - cached], v_fresh[private - cached]))
         else:
