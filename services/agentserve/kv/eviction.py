@@ -104,10 +104,18 @@ class LRUPolicy(EvictionPolicy):
 
 
 class HintedPolicy(EvictionPolicy):
-    """Agent-aware order, the same in the engine's pool and the store's tiers: blocks pinned (until
-    their session's predicted return) go last; the rest by priority, lowest first; then by expected
+    """Agent-aware order, the same in the engine's pool and the store's tiers: blocks pinned until
+    their session's predicted return go last; the rest by priority, lowest first; then by expected
     next use, furthest first (a block overdue or with no expected use counts as furthest: nobody is
     known to be coming for it); then least recently used. Without hints this is exactly LRU.
+
+    A block is pinned while its `pin_until` or its expected next use is ahead: the next use the
+    scheduler gives a parked session's KV is its predicted return, so that KV outlasts every idle
+    block nobody is known to be coming for, whatever that block's priority (an idle critical
+    session's history would otherwise evict a worker's context due back in a second, and the
+    worker would reload it). Pinned is not untouchable: when only pinned blocks are left, they go
+    too, lowest priority and furthest next use first; once the predicted return has passed (a late
+    return), the block is ordered by its priority like any other.
 
     Unhinted blocks stay in one LRU order; a hint only moves its own block. Each eviction compares
     the oldest unhinted block with every hinted one, so it costs O(hinted blocks): the blocks of
@@ -172,8 +180,8 @@ class HintedPolicy(EvictionPolicy):
         hint = self._hints.get(block_id)
         if hint is None:
             return False, 0, -math.inf, self._stamps[block_id]
-        pinned = hint.pin_until is not None and hint.pin_until > now
         upcoming = hint.next_use_at is not None and hint.next_use_at > now
+        pinned = upcoming or (hint.pin_until is not None and hint.pin_until > now)
         next_use = -hint.next_use_at if upcoming else -math.inf  # type: ignore[operator]
         return pinned, hint.priority or 0, next_use, self._stamps[block_id]
 

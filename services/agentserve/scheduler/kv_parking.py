@@ -147,9 +147,10 @@ class KVParking:
 
     def closed(self, session: Session) -> None:
         """`session` was closed: its KV has no future turn. A parking plan is moot, and the holder
-        is told its blocks no longer carry the session's priority (HintKV priority 0): engines hint
-        a finished sequence's blocks with it, and a `hinted` pool would otherwise keep a closed
-        critical session's KV ahead of every live lower-priority session's."""
+        is told its blocks no longer carry the session's priority nor an expected next use (HintKV
+        priority 0, next use now): engines hint a finished sequence's blocks with its priority, a
+        demoted session's with its predicted return, and a `hinted` pool would otherwise keep a
+        closed session's KV ahead of every live lower-priority or parked session's."""
         parked = self._parked.pop(session.session_id, None)
         if parked is not None and parked.task is not None:
             parked.task.cancel()
@@ -164,7 +165,7 @@ class KVParking:
     async def _forget(self, session: Session, holder: Engine, block_ids: list[bytes]) -> None:
         assert self.moves is not None  # closed() checked
         try:
-            await self.moves.hint_kv(holder.status.address, block_ids, KVHint(priority=0))
+            await self.moves.hint_kv(holder.status.address, block_ids, KVHint(priority=0, next_use_in_s=0.0))
         except Exception as exc:  # noqa: BLE001 - a stale priority costs pool space, never tokens
             log.warning("KV hint for closed session %s failed: %s", session.session_id, exc)
 

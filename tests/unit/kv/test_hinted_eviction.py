@@ -1,5 +1,6 @@
-"""The hint-driven policy (`hinted`): pinned until the predicted return, then priority, then
-expected next use, then LRU; exact orders, the same from `victims()` and `pop_victim()`."""
+"""The hint-driven policy (`hinted`): pinned (an explicit pin, or a next use still ahead: the
+predicted return) last, then priority, then expected next use, then LRU; exact orders, the same
+from `victims()` and `pop_victim()`."""
 
 import pytest
 
@@ -51,23 +52,33 @@ def test_without_hints_it_is_lru():
 
 
 def test_pinned_last_then_priority_then_furthest_next_use_then_lru():
-    policy, clock = policy_with("lru-old", "pinned", "high", "soon", "late", "low", "lru-new", "overdue")
+    policy, clock = policy_with("lru-old", "pinned", "high", "soon", "late", "low", "lru-new", "overdue", "high-soon")
     policy.hint(b"pinned", Hint(priority=-50, pin_until=130.0))  # pinned beats any priority
     policy.hint(b"high", Hint(priority=10))
-    policy.hint(b"soon", Hint(next_use_at=105.0))  # same priority as the unhinted: kept, use is known
-    policy.hint(b"late", Hint(next_use_at=160.0))  # used later than "soon": evicted before it
+    policy.hint(b"soon", Hint(next_use_at=105.0))  # expected back: pinned until then, over "high"
+    policy.hint(b"late", Hint(next_use_at=160.0))  # pinned too, but used later than "soon": evicted before it
     policy.hint(b"low", Hint(priority=-1))
     policy.hint(b"overdue", Hint(next_use_at=99.0))  # expected before now: as if unknown
-    expected = ids("low", "lru-old", "lru-new", "overdue", "late", "soon", "high", "pinned")
+    policy.hint(b"high-soon", Hint(priority=10, next_use_at=150.0))  # among the pinned, priority first
+    expected = ids("low", "lru-old", "lru-new", "overdue", "high", "pinned", "late", "soon", "high-soon")
     assert list(policy.victims()) == expected
     assert popped(policy) == expected
+
+
+def test_a_parked_sessions_blocks_outlast_an_idle_critical_sessions_until_the_predicted_return():
+    policy, clock = policy_with("critical", "parked")
+    policy.hint(b"critical", Hint(priority=1000))  # idle history of a critical agent: no known next use
+    policy.hint(b"parked", Hint(priority=0, next_use_at=101.0))  # a worker due back from its tool in 1 s
+    assert list(policy.victims()) == ids("critical", "parked")
+    clock.now = 102.0  # a late return: the parked KV is ordered by its priority again
+    assert popped(policy) == ids("parked", "critical")
 
 
 def test_a_pin_ends_and_a_next_use_passes_on_the_clock():
     policy, clock = policy_with("a", "b", "c")
     policy.hint(b"a", Hint(pin_until=110.0))
-    policy.hint(b"b", Hint(next_use_at=120.0))
-    assert list(policy.victims()) == ids("c", "b", "a")
+    policy.hint(b"b", Hint(next_use_at=120.0))  # pinned until its next use
+    assert list(policy.victims()) == ids("c", "a", "b")  # among the pinned: the one with no known use first
     clock.now = 115.0  # a's pin is over: back in LRU place
     assert list(policy.victims()) == ids("a", "c", "b")
     clock.now = 125.0  # b's expected use has passed: no one is known to be coming

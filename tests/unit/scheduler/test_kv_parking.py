@@ -348,7 +348,7 @@ def test_a_demoted_sessions_upload_goes_to_the_routers_pick_when_its_engine_is_b
     asyncio.run(main())
 
 
-def test_a_closed_session_drops_its_plan_and_its_kv_loses_the_sessions_priority():
+def test_a_closed_session_drops_its_plan_and_its_kv_loses_the_sessions_priority_and_return():
     async def main():
         parking, session, moves, _, timer = setup()
         started = call(predicted=10.0)
@@ -360,7 +360,10 @@ def test_a_closed_session_drops_its_plan_and_its_kv_loses_the_sessions_priority(
         timer.release.set()
         await settle()
         assert not parking.parked("s1")
-        # Dropped at the call's start; on close no upload, only the holder told the priority is gone.
-        assert moves.calls == [("drop", "127.0.0.1:7000", IDS), ("hint", "127.0.0.1:7000", IDS, KVHint(priority=0))]
+        # Dropped at the call's start; on close no upload, only the holder told the priority and return are gone.
+        assert moves.calls == [
+            ("drop", "127.0.0.1:7000", IDS),
+            ("hint", "127.0.0.1:7000", IDS, KVHint(priority=0, next_use_in_s=0.0)),
+        ]
 
     asyncio.run(main())
