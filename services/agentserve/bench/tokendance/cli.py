@@ -19,7 +19,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--agents", type=int, default=32, help="GenerativeAgents-shaped agents (default 32)")
     w.add_argument("--society-agents", type=int, default=64, help="AgentSociety-shaped agents (default 64)")
     w.add_argument("--rounds", type=int, default=5, help="gather rounds (default 5)")
-    w.add_argument("--recompute-fraction", type=float, default=DEFAULT_RECOMPUTE_FRACTION)
+    w.add_argument(
+        "--recompute-fraction",
+        type=float,
+        default=DEFAULT_RECOMPUTE_FRACTION,
+        help=f"share of each shared block recomputed (default {DEFAULT_RECOMPUTE_FRACTION}, the engine's)",
+    )
     s = p.add_argument_group("capacity served on the trained default model")
     s.add_argument(
         "--served-token-scale", type=int, default=ServedSpec.token_scale, help="served rounds' tokens divided by this"
