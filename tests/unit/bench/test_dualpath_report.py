@@ -3,13 +3,15 @@ verdicts, what limits a missed target, policy settings as flags, and the Markdow
 
 import pytest
 
-from agentserve.bench.dualpath import limits, ratios
+from agentserve.bench.dualpath import limits, ratios, regime
 from agentserve.bench.dualpath.bench import BenchSpec
 from agentserve.bench.dualpath.metrics import nic_figures, run_figures
 from agentserve.bench.dualpath.policies import IMPLICIT, REGIME_PREFILL, flags, policies, unsupported
 from agentserve.bench.dualpath.report import markdown
 from agentserve.bench.dualpath.runs import PolicyResult
-from agentserve.bench.dualpath.workload import late_turns
+from agentserve.bench.dualpath.workload import AgentWorkloadSpec, generate, late_turns
+from agentserve.engine.emulation_config import EmulationConfig
+from agentserve.fabric.profiles import load_profile
 
 pytestmark = pytest.mark.unit
 
@@ -194,8 +196,24 @@ def test_markdown_states_regime_targets_and_policies():
         },
         "cpu_floor": None,
         "wall_s": 12.0,
+        "storage_regime": {
+            "modelled": regime.modelled(
+                generate(AgentWorkloadSpec(agents=8, first_context=20480, shared_prefix=16384)),
+                EmulationConfig().cost(),
+                load_profile("dualpath-h800"),
+                2,
+                4,
+            ),
+            "measured": regime.measured(limits.storage_sides(results(offline))),
+        },
     }
     text = markdown(result)
+    assert (
+        "- storage regime (target time): a later turn reads 26,586 cached tokens in 0.204 s over an engine's 50 Gbps "
+        "storage-NIC share and computes 408 new ones in 0.140 s: read/compute 1.47, 23.1 GB/PFLOP (the paper's "
+        "turn: 1.62, 25.6); 4 agents per prefill engine; saturated, the offline ratio could reach 2.46" in text
+    )
+    assert "- baseline's prefill storage NICs saturated (busiest >= 0.8 busy): yes" in text
     assert "| `offline_throughput_ratio` | 2.000 | >= 1.87 | up to 1.87x | yes |" in text
     assert "| `snic_max_over_avg` | 1.143 | <= 1.1 | 1.06 | no |" in text
     assert "| dualpath | 50.0 | 60/60 | 1.20 | 200 | 51.0 | 0.950 | 0.50 | 0.60 | 0.320 | 0.320 |" in text

@@ -20,10 +20,10 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agentserve.bench.dualpath import limits, ratios
+from agentserve.bench.dualpath import limits, ratios, regime
 from agentserve.bench.dualpath.cluster import ClusterSpec
 from agentserve.bench.dualpath.policies import POLICY_NAMES, Policy, policies, unsupported
-from agentserve.bench.dualpath.runs import OnlineSpec, PolicyResult, run_policy, start
+from agentserve.bench.dualpath.runs import OnlineSpec, PolicyResult, Tenants, run_policy, start, warm_prefixes
 from agentserve.bench.dualpath.workload import AgentWorkloadSpec, generate, shape
 from agentserve.bench.replay.target import Target
 
@@ -41,6 +41,9 @@ class BenchSpec:
     floor_settings: dict[str, Any] | None = None
     regime: dict[str, Any] = field(default_factory=dict)  # compute mode, time dilation, SLO in target terms
     concurrent: bool = True  # every policy's cluster (and the floor's) at once; False: one after another
+    # The regime the workload's later turns put the cluster in, in target terms (`regime.modelled`);
+    # None: not modelled (real compute).
+    storage_modelled: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.policies if p not in POLICY_NAMES]
@@ -84,6 +87,11 @@ async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
     return {
         **figures,
         "targets": verdicts,
+        # Whether the run was in DualPath's regime: storage-NIC bound on the prefill side.
+        "storage_regime": {
+            "modelled": spec.storage_modelled,
+            "measured": regime.measured(limits.storage_sides(results)),
+        },
         "limits": limits.explain(verdicts, results, floor_json, spec),
         "regime": {
             **spec.regime,
@@ -119,24 +127,41 @@ async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
 async def _run_all(runs: dict[str, _Run], spec: BenchSpec, progress: bool) -> dict[str, PolicyResult]:
     """Every run, one after another, or (`spec.concurrent`) on clusters started one at a time (a
     start is CPU-bound: a dozen processes importing torch; several at once on two cores only
-    take longer, each) and then all served at once. A failure stops every cluster."""
+    take longer, each), each cluster's shared prefixes computed while the next ones start (that
+    is modelled compute, asleep), and then every run served at once, from the same moment. A
+    failure stops every cluster."""
 
-    def run(key: str, started: tuple[Target, float] | None = None) -> Coroutine[Any, Any, PolicyResult]:
+    def run(
+        key: str, started: tuple[Target, float] | None = None, tenants: Tenants | None = None
+    ) -> Coroutine[Any, Any, PolicyResult]:
         r = runs[key]
-        return run_policy(r.policy, r.cluster, spec.workload, r.online, progress, started)
+        return run_policy(r.policy, r.cluster, spec.workload, r.online, progress, started, tenants)
 
     if not spec.concurrent:
         return {key: await run(key) for key in runs}
     clusters: dict[str, tuple[Target, float]] = {}
+    tenants = {key: Tenants.new() for key in runs}
+    warming: dict[str, asyncio.Task[float]] = {}
     try:
         for key, r in runs.items():
             clusters[key] = await start(r.policy, r.cluster)
+            target = clusters[key][0]
+            warming[key] = asyncio.create_task(
+                warm_prefixes(target, spec.workload, r.online, r.cluster.block_size, tenants[key])
+            )
+        warm_s = dict(zip(warming, await asyncio.gather(*warming.values())))
     except BaseException:
+        for task in warming.values():
+            task.cancel()
+        await asyncio.gather(*warming.values(), return_exceptions=True)
         await asyncio.gather(*(target.close() for target, _ in clusters.values()), return_exceptions=True)
         raise
     async with asyncio.TaskGroup() as group:
-        tasks = {key: group.create_task(run(key, started)) for key, started in clusters.items()}
-    return {key: t.result() for key, t in tasks.items()}
+        tasks = {key: group.create_task(run(key, started, tenants[key])) for key, started in clusters.items()}
+    results = {key: t.result() for key, t in tasks.items()}
+    for key, result in results.items():
+        result.phases_s["warm"] = warm_s[key]  # beside the later starts, not after this one
+    return results
 
 
 FLOOR = "cpu-floor"

@@ -48,12 +48,16 @@ def pool_settings(pool) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def with_pools(spec: BenchSpec, args: argparse.Namespace, agents: int, final_context: int) -> BenchSpec:
-    """`spec` with the pools for another point of a sweep (a longer context needs a larger prefill pool)."""
+    """`spec` with the pools for another point of a sweep (a longer context needs a larger prefill
+    pool), and the storage regime of its workload."""
+    from agentserve.fabric.profiles import load_profile
+
     pool = _pool(args, agents, final_context)
     prefill, decode = pool_settings(pool)
     cluster = dataclasses.replace(spec.cluster, prefill_settings=prefill, decode_settings=decode)
     regime = {**spec.regime, "kv_pool": pool.to_dict() if pool else spec.regime.get("kv_pool")}
-    return dataclasses.replace(spec, cluster=cluster, regime=regime)
+    storage = _storage_modelled(args, spec.workload, load_profile(args.profile))
+    return dataclasses.replace(spec, cluster=cluster, regime=regime, storage_modelled=storage)
 
 
 def _engine_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -116,16 +120,17 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
     from agentserve.fabric.profiles import load_profile
 
     profile = load_profile(args.profile)
+    workload = AgentWorkloadSpec(
+        agents=args.agents,
+        turns=args.turns,
+        first_context=args.first_context,
+        final_context=args.final_context,
+        output_tokens=args.output_tokens,
+        shared_prefix=args.shared_prefix,
+        seed=args.seed,
+    )
     return BenchSpec(
-        workload=AgentWorkloadSpec(
-            agents=args.agents,
-            turns=args.turns,
-            first_context=args.first_context,
-            final_context=args.final_context,
-            output_tokens=args.output_tokens,
-            shared_prefix=args.shared_prefix,
-            seed=args.seed,
-        ),
+        workload=workload,
         cluster=ClusterSpec(
             prefill=args.prefill,
             decoders=args.decoders,
@@ -140,6 +145,7 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
         policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),
         floor_settings=floor,
         concurrent=args.concurrent,
+        storage_modelled=_storage_modelled(args, workload, profile),
         regime={
             "compute": args.compute,
             "target_model": args.target_model if args.compute == "emulated" else None,
@@ -159,6 +165,18 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
             "cpu_floor": f"dualpath offline with time_dilation {FLOOR_TIME_DILATION:g}" if floor else None,
         },
     )
+
+
+def _storage_modelled(args: argparse.Namespace, workload: AgentWorkloadSpec, profile) -> dict[str, Any] | None:
+    """Emulated compute: the storage regime the workload puts the cluster in (`regime.modelled`)."""
+    if args.compute != "emulated":
+        return None
+    from agentserve.bench.dualpath.regime import modelled
+    from agentserve.bench.dualpath.workload import generate
+    from agentserve.engine.emulation_config import EmulationConfig
+
+    cost = EmulationConfig(target_model=args.target_model, target_gpu=TARGET_GPU).cost()
+    return modelled(generate(workload), cost, profile, args.prefill, args.decoders)
 
 
 def _out_dir(args: argparse.Namespace, kind: str) -> Path:

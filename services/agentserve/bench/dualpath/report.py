@@ -102,6 +102,30 @@ def _online_agents(online: dict) -> str:
     )
 
 
+def _storage_regime(storage: dict | None) -> list[str]:
+    """The storage regime, modelled (the later turns' read against compute) and measured (whether
+    the baseline's prefill storage NICs were saturated)."""
+    if not storage:
+        return []
+    lines = []
+    m = storage.get("modelled")
+    if m:
+        t, paper = m["later_turn"], m["paper_turn"]
+        lines.append(
+            f"- storage regime (target time): a later turn reads {t['cached_tokens']:,} cached tokens in "
+            f"{t['read_s']:.3f} s over an engine's {m['snic_gbps_per_engine']:g} Gbps storage-NIC share and "
+            f"computes {t['new_tokens']:,} new ones in {t['compute_s']:.3f} s: read/compute "
+            f"{t['read_over_compute']:.2f}, {t['cache_compute_gb_per_pflop']:.1f} GB/PFLOP (the paper's turn: "
+            f"{paper['read_over_compute']:.2f}, {paper['cache_compute_gb_per_pflop']:.1f}); "
+            f"{m['agents_per_prefill_engine']:g} agents per prefill engine; saturated, the offline ratio "
+            f"could reach {m['ideal_offline_ratio']:.2f}"
+        )
+    bound = (storage.get("measured") or {}).get("baseline_prefill_storage_bound")
+    if bound is not None:
+        lines.append(f"- baseline's prefill storage NICs saturated (busiest >= 0.8 busy): {_f(bound)}")
+    return lines
+
+
 def markdown(result: dict) -> str:
     regime = result["regime"]
     w, shape, cl = regime["workload"], regime["workload_shape"], regime["cluster"]
@@ -123,6 +147,7 @@ def markdown(result: dict) -> str:
         + _online_agents(online)
         if online
         else "- online: not run",
+        *_storage_regime(result.get("storage_regime")),
         *([f"- policies run {regime['policies_run']}"] if regime.get("policies_run") else []),
         f"- CPU floor: {regime['cpu_floor']}: JCT {_f(floor.get('jct_s'), 1)} s" if floor else "- CPU floor: not run",
         f"- wall time: {result['wall_s']:.0f} s on {_machine(result.get('machine'))}",

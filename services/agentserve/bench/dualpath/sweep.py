@@ -12,14 +12,28 @@ from dataclasses import replace
 from pathlib import Path
 
 from agentserve.bench.dualpath.bench import run_bench
+from agentserve.bench.dualpath.workload import AgentWorkloadSpec
 
 AGENTS = (64, 256, 1024)
 CONTEXTS = (32768, 65536, 131072)
 
 
 def sweep_points(agents: int) -> list[tuple[str, int, int]]:
-    """(axis, agents, final context) of every point; a first context of half the final one."""
+    """(axis, agents, final context) of every point (first context and shared prefix in the
+    invocation's proportion to the final one)."""
     return [("agents", a, CONTEXTS[0]) for a in AGENTS] + [("final_context", agents, c) for c in CONTEXTS]
+
+
+def point_workload(base: AgentWorkloadSpec, agents: int, final_context: int) -> AgentWorkloadSpec:
+    """`base` with `agents` agents growing to `final_context`: the first context and the shared
+    prefix keep their share of the final one, so every point's turns have the base's shape."""
+    return replace(
+        base,
+        agents=agents,
+        first_context=round(final_context * base.first_context / base.final_context),
+        shared_prefix=round(final_context * base.shared_prefix / base.final_context),
+        final_context=final_context,
+    )
 
 
 def run_sweep(args: argparse.Namespace, out_dir: Path) -> dict | None:
@@ -30,7 +44,7 @@ def run_sweep(args: argparse.Namespace, out_dir: Path) -> dict | None:
     base = replace(base, online=None, floor_settings=None, concurrent=False)
     points = []
     for axis, agents, context in sweep_points(args.agents):
-        workload = replace(base.workload, agents=agents, first_context=context // 2, final_context=context)
+        workload = point_workload(base.workload, agents, context)
         print(f"agentserve bench dualpath --sweep: {agents} agents, context {context}", file=sys.stderr)
         spec = with_pools(replace(base, workload=workload), args, agents, context)
         result = asyncio.run(run_bench(spec, progress=args.progress))

@@ -82,6 +82,16 @@ async def _settled_transfers(target: Target, start: float, end: float) -> list |
     return await asyncio.to_thread(target.spans.between, start, end)
 
 
+async def warm(workload: Workload, target: Target, options: ReplayOptions) -> dict[str, int]:
+    """Compute `workload`'s shared prefixes on `target` under `options.tenant_tag`, untimed: a
+    replay with the same tag later finds them cached (its own warm-up is then a store read)."""
+    client = SDKClient(target.address, target.toolproxy_url)
+    try:
+        return await Replayer(workload, client, options).warm_prefixes()
+    finally:
+        await client.close()
+
+
 async def replay_once(
     workload: Workload, target: Target, options: ReplayOptions, slo: SLO | None, progress: bool = False
 ) -> tuple[dict, ReplayResult]:

@@ -1,0 +1,126 @@
+"""Whether `bench dualpath` runs in DualPath's regime: prefill bound by its storage NIC.
+
+DualPath's gain comes from a prefill engine that cannot read its turn's cached KV over its share of
+the node's storage NIC as fast as it computes the turn's new tokens (the paper quotes ~22 GB of KV
+per PFLOP for DeepSeek-V3.2 at 98.7% hit, 32.7K context and 429 new tokens a turn), while the
+decode nodes' storage NICs sit idle. Two things decide whether a run is there:
+
+- the turn's shape (`modelled`): a later turn's store read at one engine's storage-NIC share
+  against its prefill compute, from the cost model the emulated engines sleep by. Read over compute
+  above 1 is storage-bound per turn.
+- the load (`measured`): enough agents per prefill engine that its storage NIC always has a read
+  queued. With too few, every agent waits on its own chain of turns (decode, hand-off, the next
+  turn) and the NICs idle however the turn is shaped; each policy's storage-NIC busy shares say
+  which it was.
+
+`ideal_offline_ratio` is what the turn's shape allows a saturated cluster: the baseline's prefill
+loads a turn's hits and then computes it (its pool holds about one context, so turns take their
+turn), read + compute per turn; DualPath overlaps them (layerwise) and reads over every engine's
+storage NIC, max(compute, read x P / (P + D)) per turn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agentserve.bench.dualpath.limits import SATURATED
+from agentserve.bench.workloads.model import Workload
+from agentserve.costmodel.ratio import PAPER_TURN, TurnShape, cache_compute_ratio
+from agentserve.costmodel.timing import ComputeCost
+from agentserve.fabric.profiles import HardwareProfile
+
+
+@dataclass(frozen=True)
+class LaterTurns:
+    """A workload's later turns (those with a cached context), summed: what the store serves."""
+
+    turns: int
+    cached_tokens: int
+    new_tokens: int
+    read_s: float  # target seconds, at one engine's storage-NIC share
+    compute_s: float  # target seconds of prefill
+
+    @property
+    def read_over_compute(self) -> float:
+        return self.read_s / self.compute_s
+
+
+def later_turns(workload: Workload, cost: ComputeCost, snic_gbps: float) -> LaterTurns:
+    """Every turn after a session's first: its context so far is cached, its appended tokens are new."""
+    turns = cached = new = 0
+    read_s = compute_s = 0.0
+    bytes_per_s = snic_gbps * 1e9 / 8
+    for s in workload.sessions:
+        context = workload.prefixes[s.prefix] if s.prefix is not None else 0
+        for i, t in enumerate(s.turns):
+            if i:
+                turns += 1
+                cached += context
+                new += t.new_tokens
+                read_s += context * cost.model.kv_bytes_per_token / bytes_per_s
+                compute_s += cost.prefill_s(context, t.new_tokens)
+            context += t.new_tokens + t.output_tokens
+    if not turns:
+        raise ValueError("the workload has no later turns (every session has one turn)")
+    return LaterTurns(turns, cached, new, read_s, compute_s)
+
+
+def snic_share_gbps(profile: HardwareProfile) -> float:
+    """One prefill engine's storage-NIC bandwidth in target Gbps (its share of the node's)."""
+    if profile.node is not None:
+        return profile.node.snic_share.gbps
+    return profile.engines["prefill"].snic.gbps
+
+
+def modelled(workload: Workload, cost: ComputeCost, profile: HardwareProfile, prefill: int, decode: int) -> dict:
+    """The regime the workload's later turns put the cluster in, in target terms."""
+    gbps = snic_share_gbps(profile)
+    later = later_turns(workload, cost, gbps)
+    read, compute = later.read_s / later.turns, later.compute_s / later.turns
+    mean_turn = cache_compute_ratio(cost.model, _turn(later))
+    paper = cache_compute_ratio(cost.model, PAPER_TURN)
+    paper_read = PAPER_TURN.cached_tokens * cost.model.kv_bytes_per_token / (gbps * 1e9 / 8)
+    agents = len(workload.sessions)
+    return {
+        "snic_gbps_per_engine": gbps,
+        "later_turn": {
+            "cached_tokens": round(later.cached_tokens / later.turns),
+            "new_tokens": round(later.new_tokens / later.turns),
+            "read_s": round(read, 4),
+            "compute_s": round(compute, 4),
+            "read_over_compute": round(later.read_over_compute, 3),
+            "cache_compute_gb_per_pflop": round(mean_turn.gb_per_pflop, 2),
+        },
+        "paper_turn": {
+            **{k: v for k, v in paper.to_dict().items() if k in ("context_tokens", "new_tokens", "hit_ratio")},
+            "read_over_compute": round(paper_read / cost.prefill_s(PAPER_TURN.cached_tokens, PAPER_TURN.new_tokens), 3),
+            "cache_compute_gb_per_pflop": round(paper.gb_per_pflop, 2),
+        },
+        "storage_bound_per_turn": later.read_over_compute > 1,
+        "agents_per_prefill_engine": agents / prefill,
+        "ideal_offline_ratio": round((read + compute) / max(compute, read * prefill / (prefill + decode)), 3),
+    }
+
+
+def _turn(later: LaterTurns) -> TurnShape:
+    cached, new = round(later.cached_tokens / later.turns), max(1, round(later.new_tokens / later.turns))
+    return TurnShape(context_tokens=cached + new, new_tokens=new)
+
+
+def measured(sides: dict[str, dict[str, dict[str, Any] | None]]) -> dict[str, Any]:
+    """Per policy, each side's storage-NIC busy shares (`limits.storage_sides`), and whether the
+    baseline's prefill side, the one DualPath relieves, was saturated."""
+    out: dict[str, Any] = {
+        name: {
+            role: None
+            if side is None
+            else {k: side[k] for k in ("busy_share_max", "busy_share_avg", "gbps_moved", "gbps_ceiling_measured")}
+            for role, side in by_role.items()
+        }
+        for name, by_role in sides.items()
+    }
+    base = (sides.get("baseline") or {}).get("prefill") or {}
+    busy = base.get("busy_share_max")
+    out["baseline_prefill_storage_bound"] = None if busy is None else busy >= SATURATED
+    return out

@@ -1,0 +1,112 @@
+"""bench dualpath's storage regime: a later turn's store read against its compute (modelled from the
+workload and the cost model), whether the baseline's prefill storage NICs were saturated
+(measured), and the bench's defaults being storage-bound per turn with four agents per prefill
+engine."""
+
+import argparse
+
+import pytest
+
+from agentserve.bench.dualpath import cli_args, regime
+from agentserve.bench.dualpath.cli import bench_spec
+from agentserve.bench.dualpath.sweep import point_workload
+from agentserve.bench.dualpath.workload import AgentWorkloadSpec, generate
+from agentserve.bench.workloads.model import Session, Turn, Workload
+from agentserve.engine.emulation_config import EmulationConfig
+from agentserve.fabric.profiles import load_profile
+
+pytestmark = pytest.mark.unit
+
+COST = EmulationConfig().cost()  # DeepSeek-V3.2 on H800
+PROFILE = load_profile("dualpath-h800")
+
+
+def default_args(*extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli_args.add_arguments(parser)
+    return parser.parse_args(list(extra))
+
+
+def test_later_turns_read_their_context_so_far_and_compute_their_appended_tokens():
+    turns = (Turn(output_tokens=10, new_tokens=50), Turn(output_tokens=10, new_tokens=20), Turn(5, new_tokens=30))
+    w = Workload("w", (Session("s", turns, prefix="p"),), source="test", prefixes={"p": 100}).validate()
+    later = regime.later_turns(w, COST, snic_gbps=8.0)  # 1 GB/s
+    # Turn 1 has 100 + 50 + 10 cached and 20 new; turn 2 has 160 + 20 + 10 cached and 30 new.
+    assert (later.turns, later.cached_tokens, later.new_tokens) == (2, 350, 50)
+    assert later.read_s == pytest.approx(350 * COST.model.kv_bytes_per_token / 1e9)
+    assert later.compute_s == pytest.approx(COST.prefill_s(160, 20) + COST.prefill_s(190, 30))
+
+
+def test_a_workload_of_first_turns_only_has_no_regime():
+    w = Workload("w", (Session("s", (Turn(output_tokens=1, new_tokens=8),)),), source="test").validate()
+    with pytest.raises(ValueError, match="no later turns"):
+        regime.later_turns(w, COST, 8.0)
+
+
+def test_the_default_workload_is_storage_bound_per_turn_like_the_papers():
+    spec = bench_spec(default_args())
+    m = spec.storage_modelled
+    assert spec.workload.agents == 8 and spec.cluster.prefill == 2
+    assert m["snic_gbps_per_engine"] == 50.0  # one 400 Gbps storage NIC for 8 GPUs
+    assert m["agents_per_prefill_engine"] == 4.0
+    t = m["later_turn"]
+    assert (t["cached_tokens"], t["new_tokens"]) == (26586, 408)  # the paper's: 32.7K and 429
+    assert t["read_over_compute"] == 1.465 and m["storage_bound_per_turn"] is True
+    assert m["paper_turn"]["read_over_compute"] == 1.62
+    # Saturated: the baseline loads then computes (r + c); DualPath overlaps them and reads over all
+    # six storage NICs, so compute bounds it (c > r x 2/6).
+    r, c = t["read_s"], t["compute_s"]
+    assert c > r * 2 / 6
+    assert m["ideal_offline_ratio"] == pytest.approx((r + c) / c, abs=2e-3)
+
+
+def test_a_turn_that_appends_more_reads_less_per_flop():
+    """The earlier defaults (16K -> 32K: ~549 new tokens a turn on ~24K cached) read about as long
+    as they computed; the paper's shape reads longer."""
+    old = generate(AgentWorkloadSpec(agents=4, first_context=16384, shared_prefix=8192))
+    new = generate(AgentWorkloadSpec(agents=4, first_context=20480, shared_prefix=16384))
+    old_m = regime.modelled(old, COST, PROFILE, 2, 4)["later_turn"]
+    new_m = regime.modelled(new, COST, PROFILE, 2, 4)["later_turn"]
+    assert old_m["read_over_compute"] == 1.015
+    assert new_m["read_over_compute"] > old_m["read_over_compute"]
+    assert new_m["cache_compute_gb_per_pflop"] > old_m["cache_compute_gb_per_pflop"]
+
+
+def test_real_compute_has_no_modelled_regime():
+    assert bench_spec(default_args("--compute", "real")).storage_modelled is None
+
+
+def side(busy_max: float) -> dict:
+    return {
+        "engines": 2,
+        "busy_share_max": busy_max,
+        "busy_share_avg": busy_max - 0.1,
+        "gbps_moved": 1.0,
+        "gbps_ceiling_measured": 10.0,
+    }
+
+
+def test_measured_says_whether_the_baselines_prefill_storage_nics_were_saturated():
+    sides = {
+        "baseline": {"prefill": side(0.85), "decode": side(0.1)},
+        "dualpath": {"prefill": side(0.5), "decode": None},
+    }
+    out = regime.measured(sides)
+    assert out["baseline_prefill_storage_bound"] is True
+    assert out["baseline"]["prefill"] == {
+        "busy_share_max": 0.85,
+        "busy_share_avg": 0.75,
+        "gbps_moved": 1.0,
+        "gbps_ceiling_measured": 10.0,
+    }
+    assert out["dualpath"]["decode"] is None
+    sides["baseline"]["prefill"] = side(0.2)
+    assert regime.measured(sides)["baseline_prefill_storage_bound"] is False
+    assert regime.measured({})["baseline_prefill_storage_bound"] is None
+
+
+def test_sweep_points_keep_the_invocations_turn_shape():
+    base = AgentWorkloadSpec(agents=8, first_context=20480, final_context=32768, shared_prefix=16384)
+    point = point_workload(base, agents=64, final_context=131072)
+    assert (point.agents, point.first_context, point.shared_prefix, point.final_context) == (64, 81920, 65536, 131072)
+    assert point_workload(base, 8, 32768) == base
