@@ -71,6 +71,18 @@ def test_every_policy_serves_every_turn_and_reports_every_key(tmp_path):
     assert regime["workload"]["agents"] == AGENTS and regime["workload"]["turns_per_agent"] == TURNS
     assert regime["cluster"]["prefill_engines"] == 2 and regime["cluster"]["decode_engines"] == 4
     assert result["cpu_floor"]["turns_ok"] == AGENTS * TURNS
+    # The regime the run was in: modelled from the workload, measured per policy on both sides.
+    storage = result["storage_regime"]
+    assert storage["modelled"]["agents_per_prefill_engine"] == AGENTS / 2
+    nics = storage["measured"]["storage_nics"]
+    assert set(nics) == set(POLICY_NAMES)
+    for name, sides in nics.items():
+        assert set(sides) == {"prefill", "decode"} and sides["prefill"]["busy_share_max"] > 0, name
+    assert nics["baseline"]["prefill"]["gbps_moved"] > 0
+    assert storage["measured"]["path_a"]["policy"] == "layerwise"
+    # Every cluster's shared prefixes were computed before the runs, while the next clusters started.
+    for name, p in result["policies"].items():
+        assert set(p["phases_s"]) >= {"start", "warm", "offline", "stop"}, name
     written = json.loads((tmp_path / "dualpath.json").read_text())
     assert written["offline_throughput_ratio"] == result["offline_throughput_ratio"]
     assert "## Must show" in (tmp_path / "dualpath.md").read_text()

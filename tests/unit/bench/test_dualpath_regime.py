@@ -53,6 +53,7 @@ def test_the_default_workload_is_storage_bound_per_turn_like_the_papers():
     assert (t["cached_tokens"], t["new_tokens"]) == (26586, 408)  # the paper's: 32.7K and 429
     assert t["read_over_compute"] == 1.465 and m["storage_bound_per_turn"] is True
     assert m["paper_turn"]["read_over_compute"] == 1.62
+    assert m["baseline_prefill_snic_busy_saturated"] == 0.594  # r / (r + c)
     # Saturated: the baseline loads then computes (r + c); DualPath overlaps them and reads over all
     # six storage NICs, so compute bounds it (c > r x 2/6).
     r, c = t["read_s"], t["compute_s"]
@@ -86,23 +87,25 @@ def side(busy_max: float) -> dict:
     }
 
 
-def test_measured_says_whether_the_baselines_prefill_storage_nics_were_saturated():
+def test_measured_keeps_each_sides_busy_shares_and_reads_path_a_from_layerwise():
     sides = {
-        "baseline": {"prefill": side(0.85), "decode": side(0.1)},
+        "baseline": {"prefill": side(0.6), "decode": side(0.1)},
+        "layerwise": {"prefill": side(0.85), "decode": side(0.1)},
         "dualpath": {"prefill": side(0.5), "decode": None},
     }
     out = regime.measured(sides)
-    assert out["baseline_prefill_storage_bound"] is True
-    assert out["baseline"]["prefill"] == {
-        "busy_share_max": 0.85,
-        "busy_share_avg": 0.75,
+    assert out["path_a"] == {"policy": "layerwise", "prefill_snic_busy_max": 0.85, "storage_bound": True}
+    assert out["storage_nics"]["baseline"]["prefill"] == {
+        "busy_share_max": 0.6,
+        "busy_share_avg": 0.5,
         "gbps_moved": 1.0,
         "gbps_ceiling_measured": 10.0,
     }
-    assert out["dualpath"]["decode"] is None
-    sides["baseline"]["prefill"] = side(0.2)
-    assert regime.measured(sides)["baseline_prefill_storage_bound"] is False
-    assert regime.measured({})["baseline_prefill_storage_bound"] is None
+    assert out["storage_nics"]["dualpath"]["decode"] is None
+    # Without a layerwise run the baseline's prefill side says it, loads and computes in turn included.
+    del sides["layerwise"]
+    assert regime.path_a(sides) == {"policy": "baseline", "prefill_snic_busy_max": 0.6, "storage_bound": False}
+    assert regime.measured({})["path_a"] is None
 
 
 def test_sweep_points_keep_the_invocations_turn_shape():

@@ -113,7 +113,8 @@ def results(offline: dict) -> dict:
 
 def test_limits_name_the_unsaturated_side_and_the_measured_ceilings():
     offline = offline_figures()
-    offline["baseline"] = run_figures(summary(60.0, 50.0, BALANCED))  # not storage-bound
+    offline["baseline"] = run_figures(summary(60.0, 50.0, BALANCED))
+    offline["layerwise"] = run_figures(summary(80.0, 50.0, BALANCED))  # path A at most half busy
     figures = ratios.must_show(offline, {})
     out = limits.explain(ratios.verdicts(figures), results(offline), None, BenchSpec())
     by_key = {x["key"]: x for x in out}
@@ -125,7 +126,10 @@ def test_limits_name_the_unsaturated_side_and_the_measured_ceilings():
         "snic_max_over_avg",
     }
     reasons = by_key["offline_throughput_ratio"]["limited_by"]
-    assert reasons[0].startswith("the baseline's prefill storage NICs were busy at most 0.50")
+    assert reasons[0] == (
+        "the layerwise run's prefill storage NICs (path A) were busy at most 0.50 of its run: path A was not the "
+        "bottleneck, so overlapping or adding reads has little to gain"
+    )
     # dualpath: 1 GB an engine in 50 s = 0.16 Gbps, busy 0.5 (0.6 for decode-1) of the run.
     assert "prefill 0.64, decode 0.59; moved under dualpath: prefill 0.32, decode 0.32" in reasons[1]
     assert by_key["online_capacity_ratio"]["limited_by"] == ["no online capacity search in this invocation"]
@@ -213,7 +217,8 @@ def test_markdown_states_regime_targets_and_policies():
         "storage-NIC share and computes 408 new ones in 0.140 s: read/compute 1.47, 23.1 GB/PFLOP (the paper's "
         "turn: 1.62, 25.6); 4 agents per prefill engine; saturated, the offline ratio could reach 2.46" in text
     )
-    assert "- baseline's prefill storage NICs saturated (busiest >= 0.8 busy): yes" in text
+    assert "- path A the bottleneck (the layerwise run's busiest prefill storage NIC >= 0.8 busy): yes (0.95)" in text
+    assert "- a saturated baseline's prefill storage NICs are busy 0.59 of the run" in text
     assert "| `offline_throughput_ratio` | 2.000 | >= 1.87 | up to 1.87x | yes |" in text
     assert "| `snic_max_over_avg` | 1.143 | <= 1.1 | 1.06 | no |" in text
     assert "| dualpath | 50.0 | 60/60 | 1.20 | 200 | 51.0 | 0.950 | 0.50 | 0.60 | 0.320 | 0.320 |" in text

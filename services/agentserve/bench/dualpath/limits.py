@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# A side whose storage NICs were busy less than this share of the run was not what bound it.
-SATURATED = 0.8
+from agentserve.bench.dualpath.regime import path_a
 
 
 def _side(run: dict | None, role: str) -> dict[str, Any] | None:
@@ -61,7 +60,7 @@ OFFLINE_GAINS = (*PATH_GAINS, "layerwise_jct_reduction", "dualpath_jct_reduction
 
 def explain(verdicts: dict, results: dict, floor: dict | None, spec) -> list[dict[str, Any]]:
     sides = storage_sides(results)
-    base_prefill = (sides.get("baseline") or {}).get("prefill") or {}
+    bound = path_a(sides)
     out = []
     for key, v in verdicts.items():
         if v["met"]:
@@ -74,11 +73,11 @@ def explain(verdicts: dict, results: dict, floor: dict | None, spec) -> list[dic
         if key == "online_capacity_ratio" and spec.online is None:
             reasons.append("no online capacity search in this invocation")
         if v["value"] is not None:
-            busy = base_prefill.get("busy_share_max")
-            if key in OFFLINE_GAINS and busy is not None and busy < SATURATED:
+            if key in OFFLINE_GAINS and bound is not None and not bound["storage_bound"]:
                 reasons.append(
-                    f"the baseline's prefill storage NICs were busy at most {_fmt(busy)} of its run: it is "
-                    f"not storage-bound, so overlapping or adding reads has little to gain"
+                    f"the {bound['policy']} run's prefill storage NICs (path A) were busy at most "
+                    f"{_fmt(bound['prefill_snic_busy_max'])} of its run: path A was not the bottleneck, so "
+                    f"overlapping or adding reads has little to gain"
                 )
             if key in PATH_GAINS:
                 dp = sides.get("dualpath") or {}

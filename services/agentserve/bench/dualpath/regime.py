@@ -11,7 +11,8 @@ decode nodes' storage NICs sit idle. Two things decide whether a run is there:
 - the load (`measured`): enough agents per prefill engine that its storage NIC always has a read
   queued. With too few, every agent waits on its own chain of turns (decode, hand-off, the next
   turn) and the NICs idle however the turn is shaped; each policy's storage-NIC busy shares say
-  which it was.
+  which it was, and the layerwise run's prefill side (path A only, reads overlapped with compute)
+  whether path A was the bottleneck.
 
 `ideal_offline_ratio` is what the turn's shape allows a saturated cluster: the baseline's prefill
 loads a turn's hits and then computes it (its pool holds about one context, so turns take their
@@ -24,11 +25,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentserve.bench.dualpath.limits import SATURATED
 from agentserve.bench.workloads.model import Workload
 from agentserve.costmodel.ratio import PAPER_TURN, TurnShape, cache_compute_ratio
 from agentserve.costmodel.timing import ComputeCost
 from agentserve.fabric.profiles import HardwareProfile
+
+# A side whose busiest storage NIC was busy at least this share of the run was what bound it.
+SATURATED = 0.8
+# The policy whose prefill storage NICs say whether path A is the bottleneck: it reads over them
+# only and overlaps the reads with compute (layerwise), so it waits on nothing else. The baseline
+# loads a turn's hits and then computes it, so even saturated its NICs rest while it computes.
+PATH_A_PROBES = ("layerwise", "baseline")
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,8 @@ def modelled(workload: Workload, cost: ComputeCost, profile: HardwareProfile, pr
             "cache_compute_gb_per_pflop": round(paper.gb_per_pflop, 2),
         },
         "storage_bound_per_turn": later.read_over_compute > 1,
+        # A saturated baseline's prefill storage NICs are busy this share: it loads, then computes.
+        "baseline_prefill_snic_busy_saturated": round(read / (read + compute), 3),
         "agents_per_prefill_engine": agents / prefill,
         "ideal_offline_ratio": round((read + compute) / max(compute, read * prefill / (prefill + decode)), 3),
     }
@@ -108,19 +117,25 @@ def _turn(later: LaterTurns) -> TurnShape:
     return TurnShape(context_tokens=cached + new, new_tokens=new)
 
 
+def path_a(sides: dict[str, dict[str, dict[str, Any] | None]]) -> dict[str, Any] | None:
+    """Whether path A (the prefill side's storage NICs) bound the run, read from the first of
+    `PATH_A_PROBES` that ran; None when neither did."""
+    for name in PATH_A_PROBES:
+        prefill = (sides.get(name) or {}).get("prefill")
+        if prefill and prefill.get("busy_share_max") is not None:
+            busy = prefill["busy_share_max"]
+            return {"policy": name, "prefill_snic_busy_max": busy, "storage_bound": busy >= SATURATED}
+    return None
+
+
 def measured(sides: dict[str, dict[str, dict[str, Any] | None]]) -> dict[str, Any]:
-    """Per policy, each side's storage-NIC busy shares (`limits.storage_sides`), and whether the
-    baseline's prefill side, the one DualPath relieves, was saturated."""
-    out: dict[str, Any] = {
-        name: {
-            role: None
-            if side is None
-            else {k: side[k] for k in ("busy_share_max", "busy_share_avg", "gbps_moved", "gbps_ceiling_measured")}
-            for role, side in by_role.items()
-        }
-        for name, by_role in sides.items()
+    """Per policy, each side's storage-NIC busy shares and Gbps (`limits.storage_sides`), and
+    whether path A bound the run (`path_a`)."""
+    keep = ("busy_share_max", "busy_share_avg", "gbps_moved", "gbps_ceiling_measured")
+    return {
+        "storage_nics": {
+            name: {role: None if side is None else {k: side[k] for k in keep} for role, side in by_role.items()}
+            for name, by_role in sides.items()
+        },
+        "path_a": path_a(sides),
     }
-    base = (sides.get("baseline") or {}).get("prefill") or {}
-    busy = base.get("busy_share_max")
-    out["baseline_prefill_storage_bound"] = None if busy is None else busy >= SATURATED
-    return out

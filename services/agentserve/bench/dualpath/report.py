@@ -120,9 +120,17 @@ def _storage_regime(storage: dict | None) -> list[str]:
             f"{m['agents_per_prefill_engine']:g} agents per prefill engine; saturated, the offline ratio "
             f"could reach {m['ideal_offline_ratio']:.2f}"
         )
-    bound = (storage.get("measured") or {}).get("baseline_prefill_storage_bound")
-    if bound is not None:
-        lines.append(f"- baseline's prefill storage NICs saturated (busiest >= 0.8 busy): {_f(bound)}")
+    bound = (storage.get("measured") or {}).get("path_a")
+    if bound:
+        lines.append(
+            f"- path A the bottleneck (the {bound['policy']} run's busiest prefill storage NIC >= 0.8 busy): "
+            f"{_f(bound['storage_bound'])} ({bound['prefill_snic_busy_max']:.2f})"
+        )
+    if m:
+        lines.append(
+            f"- a saturated baseline's prefill storage NICs are busy {m['baseline_prefill_snic_busy_saturated']:.2f} "
+            "of the run (it loads a turn's hits, then computes it)"
+        )
     return lines
 
 
