@@ -11,6 +11,7 @@ dilation 10) overlaps the starts' CPU work instead of following them."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import sys
 import time
@@ -101,10 +102,12 @@ async def warm_prefixes(
     """Compute the offline workload's and (when `online`) the online agents' shared prefixes on
     `target` under `tenants`; returns the seconds it took."""
     started = time.monotonic()
-    await warm(generate(workload), target, ReplayOptions(kv_block_tokens=block_size, tenant_tag=tenants.offline))
+    # Both at once: two prefills, on the cluster's two prefill engines when the scheduler spreads them.
+    warming = [warm(generate(workload), target, ReplayOptions(kv_block_tokens=block_size, tenant_tag=tenants.offline))]
     if online is not None:
         options = ReplayOptions(kv_block_tokens=block_size, tenant_tag=tenants.online)
-        await warm(generate(online.workload(workload)), target, options)
+        warming.append(warm(generate(online.workload(workload)), target, options))
+    await asyncio.gather(*warming)
     return time.monotonic() - started
 
 
