@@ -2,11 +2,13 @@
 
 Each policy runs on a fresh cluster of its own (same engines, profile, block size and compute), so
 no policy hits another's cache. By default every cluster starts, one at a time, and then all the
-policies (and the CPU floor) are served at the same time:
+policies are served at the same time:
 at time dilation 10 a policy's offline run is bound by its agents' 30-turn chains of modelled time
 (~5 s local a later turn, ~170 s an agent even on free CPUs), not by the CPU, so one after another
 they alone took longer than the 20-minute budget, while side by side they share the machine's
-background load alike. `concurrent=False` runs them one after another (a quiet machine, the sweep).
+background load alike. The CPU floor runs after them, alone: it serves the workload as fast as the
+CPUs allow, so beside them it would take the cores their modelled I/O and compute need.
+`concurrent=False` runs them one after another (a quiet machine, the sweep).
 The result states its regime (profile, time dilation, scale, budgets, how the policies were run)
 beside the figures, and what limits any figure that misses its target, measured in the same run.
 """
@@ -40,7 +42,7 @@ class BenchSpec:
     # what the processes themselves cost. None: no floor run.
     floor_settings: dict[str, Any] | None = None
     regime: dict[str, Any] = field(default_factory=dict)  # compute mode, time dilation, SLO in target terms
-    concurrent: bool = True  # every policy's cluster (and the floor's) at once; False: one after another
+    concurrent: bool = True  # every policy's cluster at once (then the floor's); False: one after another
     # The regime the workload's later turns put the cluster in, in target terms (`regime.modelled`);
     # None: not modelled (real compute).
     storage_modelled: dict[str, Any] | None = None
@@ -53,7 +55,7 @@ class BenchSpec:
 
 @dataclass(frozen=True)
 class _Run:
-    """One cluster's work: a policy's runs, or the CPU floor's."""
+    """One cluster's work: a policy's runs, or the CPU floor's (offline only)."""
 
     policy: Policy
     cluster: ClusterSpec
@@ -74,11 +76,10 @@ async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
             continue
         runs[name] = _Run(policy, spec.cluster, spec.online if name in ONLINE_POLICIES else None)
     floor, floor_problems = _floor_run(spec, catalogue)
+    results.update(await _run_all(runs, spec, progress))
+    floor_result = None
     if floor is not None:
-        runs[FLOOR] = floor
-    done = await _run_all(runs, spec, progress)
-    floor_result = done.pop(FLOOR, None)
-    results.update(done)
+        floor_result = await run_policy(floor.policy, floor.cluster, spec.workload, None, progress)
     floor_json = _floor_json(spec, floor_result, floor_problems)
     offline = {n: r.offline for n, r in results.items()}
     capacity = {n: (r.capacity or {}).get("capacity_agents_per_s") for n, r in results.items()}
@@ -112,7 +113,7 @@ async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
                 "workload": spec.online.workload(spec.workload).to_dict(),
                 "workload_shape": shape(generate(spec.online.workload(spec.workload))).to_dict(),
             },
-            "policies_run": "at once, each on its own cluster (the CPU floor's beside them)"
+            "policies_run": "at once, each on its own cluster (the CPU floor's after them, alone)"
             if spec.concurrent
             else "one after another, each on its own cluster",
         },
@@ -162,9 +163,6 @@ async def _run_all(runs: dict[str, _Run], spec: BenchSpec, progress: bool) -> di
     for key, result in results.items():
         result.phases_s["warm"] = warm_s[key]  # beside the later starts, not after this one
     return results
-
-
-FLOOR = "cpu-floor"
 
 
 def _floor_run(spec: BenchSpec, catalogue: dict[str, Policy]) -> tuple[_Run | None, list[str]]:
