@@ -84,15 +84,23 @@ class PrefillWorker:
             if store_hit_blocks > len(ids):
                 raise ValueError(f"store_hit_blocks {store_hit_blocks} exceeds the prompt's {len(ids)} full blocks")
             first = dataclasses.replace(sampling, max_tokens=1, min_tokens=min(sampling.min_tokens, 1))
-            to_load = ids[resident:store_hit_blocks]
-            plan = request.plan.scaled_to(len(to_load), store_hit_blocks)  # a split's share of what loads
+            layerwise = self.engine.engine.config.layerwise
+            # A prefill computes at least the prompt's last token. A layerwise one streams whole
+            # blocks in front of what it computes, so a prompt of whole blocks that are all stored
+            # (a turn sent again, a shared prefix warmed twice) loads all but its last, which it
+            # recomputes; loaded into the pool (not layerwise), the engine's own prefix cache does.
+            loadable = store_hit_blocks
+            if layerwise:
+                loadable = min(store_hit_blocks, (len(token_ids) - 1) // self.engine.engine.block_size)
+            to_load = ids[resident:loadable]
+            plan = request.plan.scaled_to(len(to_load), loadable)  # a split's share of what loads
             stream, elsewhere = None, None
-            if self.engine.engine.config.layerwise and to_load:
+            if layerwise and to_load:
                 stream = self._stream(len(to_load))
                 elsewhere = _from_stream(stream, to_load, self.engine.engine.fingerprint)
                 async with asyncio.TaskGroup() as both:  # the prefill runs while its KV arrives
                     loading = both.create_task(self._load_into(stream, to_load, plan))
-                    external = stream.external(store_hit_blocks)
+                    external = stream.external(loadable)
                     events = [
                         event
                         async for event in self.engine.generate(token_ids, first, tenant, external, priority=priority)
@@ -111,7 +119,7 @@ class PrefillWorker:
             # be neither persisted nor handed off. Not before: a turn waiting for slots while holding
             # pins could wait on another doing the same, for ever; an evicted hit is only recomputed.
             with self.engine.pinning() as pinned:
-                await self.engine.call(lambda e: pinned.extend(_pin_resident(e, ids, store_hit_blocks)))
+                await self.engine.call(lambda e: pinned.extend(_pin_resident(e, ids, loadable)))
                 persisted = await self.mover.persist(ids[store_hit_blocks:])
                 held, handed = await self._handoff(ids, decode_address, elsewhere) if decode_address else (0, Moved())
             if not self.keep_kv:  # after the unpin (posted at the exit above); blocks other turns use stay
@@ -241,11 +249,11 @@ LoadLeg = Callable[[list[bytes], int], Coroutine[Any, Any, int]]
 RelayLeg = Callable[[list[bytes], int, str], Coroutine[Any, Any, int]]
 
 
-def _pin_resident(engine: LLMEngine, ids: list[bytes], store_hit_blocks: int) -> list[int]:
+def _pin_resident(engine: LLMEngine, ids: list[bytes], loaded_blocks: int) -> list[int]:
     """Pin the prompt's resident blocks: its leading run and, after a layerwise prefill (whose loaded
-    blocks never entered the pool), the run it computed from `store_hit_blocks` on."""
+    blocks never entered the pool), the run it computed from `loaded_blocks` on."""
     leading = engine.blocks.cached_prefix(ids)
-    computed = ids[store_hit_blocks:] if leading < store_hit_blocks else []
+    computed = ids[loaded_blocks:] if leading < loaded_blocks else []
     return engine.blocks.pin(ids[:leading] + computed[: engine.blocks.cached_prefix(computed)])
 
 

@@ -180,3 +180,25 @@ def test_layerwise_concurrent_turns_batched_by_quota_match_recompute(cluster, re
         assert out1 == reference.generate(first, params).output_token_ids
         assert out2 == reference.generate(turn2, params).output_token_ids
         assert pre.cached_tokens == (len(first) + MAX_TOKENS) // BLOCK * BLOCK
+
+
+def test_layerwise_prompt_of_whole_stored_blocks_recomputes_only_its_last(cluster, reference):
+    """A prompt that is whole blocks, all in the store (a turn sent again, a shared prefix warmed
+    twice): the layerwise prefill streams all but the last block and computes that one, since a
+    prefill computes at least the prompt's last token; tokens match a full recompute."""
+    prefill, decode = cluster["prefill-layerwise"].address, cluster["decode"].address
+    tenant = "whole-blocks"
+    _, out1 = asyncio.run(_turn(prefill, decode, TURN1, tenant))
+    prompt = (TURN1 + out1)[: STORED * BLOCK]  # turn 1's 8 stored blocks and nothing more
+    ids = block_ids_for(prompt, BLOCK, reference.fingerprint, tenant)
+
+    async def lookup():
+        async with KVStoreClient(cluster["kvstore"].address) as client:
+            return await client.lookup(ids)
+
+    assert asyncio.run(lookup()) == len(ids) == STORED
+    pre, out2 = asyncio.run(_turn(prefill, decode, prompt, tenant, hits=STORED))
+    # The prefill holds turn 1's 6 prompt blocks; it streams block 7 of 8 and computes the 8th.
+    assert (pre.kv_path, pre.loaded_blocks, pre.cached_tokens) == (prefill_pb2.KV_PATH_A, 1, (STORED - 1) * BLOCK)
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+    assert out2 == reference.generate(prompt, params).output_token_ids
