@@ -77,8 +77,9 @@ def test_every_policy_serves_every_turn_and_reports_every_key(tmp_path):
     nics = storage["measured"]["storage_nics"]
     assert set(nics) == set(POLICY_NAMES)
     for name, sides in nics.items():
-        assert set(sides) == {"prefill", "decode"} and sides["prefill"]["busy_share_max"] > 0, name
-    assert nics["baseline"]["prefill"]["gbps_moved"] > 0
+        assert set(sides) == {"prefill", "decode"} and sides["prefill"]["busy_share_max"] is not None, name
+    # The baseline reads every later turn's history over its prefill side's storage NICs (path A).
+    assert nics["baseline"]["prefill"]["busy_share_max"] > 0 and nics["baseline"]["prefill"]["gbps_moved"] > 0
     assert storage["measured"]["path_a"]["policy"] == "layerwise"
     # Every cluster's shared prefixes were computed before the runs, while the next clusters started.
     for name, p in result["policies"].items():
