@@ -86,13 +86,51 @@ def test_a_round_stops_at_the_first_agent_past_the_slo(model) -> None:
     assert probe.rounds[0].agents_served == 1 and probe.rounds[0].latency_s > 0
 
 
-def test_calibration_sets_the_regime_where_prefix_caching_just_serves_the_workload(model) -> None:
+def test_calibration_sets_the_slo_and_budget_from_prefix_caching_fully_resident(model) -> None:
     spec = ServedSpec()
-    regime, probe = calibrate(model, SHAPE, spec)
-    assert regime.calibrated and probe.met and probe.agents == SHAPE.agents
-    assert regime.slo_s == probe.worst_latency_s and regime.budget_tokens == probe.rounds[-1].kv_tokens
+    calibration = calibrate(model, SHAPE, spec)
+    probe = calibration.probe
+    assert probe.met and probe.agents == SHAPE.agents and not any(r.evictions for r in probe.rounds)
+    scaled = SHAPE.scaled(spec.token_scale)  # calibrate serves at the spec's token scale
+    full = sum(a.prompt_tokens + scaled.output_tokens for a in rounds(scaled)[-1])
+    assert calibration.slo_s == probe.worst_latency_s and calibration.full_kv_tokens == full
+    # The default budget holds half of it, the same SLO at every budget.
+    assert calibration.regime(spec, 0.5) == Regime(probe.worst_latency_s, round(0.5 * full, 1), True, 0.5)
+    assert calibration.regime(spec, 1.0) == Regime(probe.worst_latency_s, full, True, 1.0)
     given = ServedSpec(slo_s=5.0, budget_tokens=1e6)
-    assert calibrate(model, SHAPE, given)[0] == Regime(5.0, 1e6, False)
+    assert calibration.regime(given, 0.5) == Regime(5.0, 1e6, False, None)
+
+
+def test_the_calibration_probe_stands_for_prefix_caching_only_where_the_budget_held_it(model) -> None:
+    calibration = calibrate(model, SHAPE, ServedSpec())
+    full = calibration.regime(ServedSpec(), 1.0)
+    assert calibration.known(full) == calibration.probe  # nothing it kept would be evicted
+    assert calibration.known(calibration.regime(ServedSpec(), 0.5)) is None  # it would have evicted: serve again
+    assert calibration.known(replace(full, slo_s=calibration.slo_s / 2)).met is False
+
+
+def test_a_budget_sweep_measures_every_policy_at_each_fraction_and_heads_with_the_default(model) -> None:
+    from agentserve.bench.tokendance.bench import BenchSpec, _served
+
+    one_round = replace(SHAPE, rounds=1)
+    # An SLO nothing reaches: every search ends at the largest count probed, 4 x the workload's 3.
+    served = ServedSpec(slo_s=1e9, budget_sweep=(1.0, 0.5, 0.25))
+    result = _served(BenchSpec(served=served), one_round, {"diff_share": 0.5}, model, lambda _: None)
+    scaled = one_round.scaled(served.token_scale)
+    full = sum(a.prompt_tokens + scaled.output_tokens for a in rounds(scaled)[-1])
+    assert result["full_kv_tokens"] == full
+    assert [p["budget_fraction"] for p in result["budget_sweep"]] == [1.0, 0.5, 0.25]
+    assert [p["budget_tokens"] for p in result["budget_sweep"]] == [full, round(0.5 * full, 1), round(0.25 * full, 1)]
+    for point in result["budget_sweep"]:
+        assert point["max_agents"] == {"prefix": 12, "pic": 12, "collective": 12} and point["ratio"] == 1.0
+        assert point["limited_by"] == {"prefix": "max probed", "pic": "max probed", "collective": "max probed"}
+    assert result["regime"]["budget_fraction"] == 0.5 and result["regime"]["slo_s"] == 1e9
+    assert result["regime"]["budget_rule"] == "0.5 x prefix caching's full-residency KV at the workload's agent count"
+    # At half the budget prefix caching evicts already at the workload's 3 agents.
+    probes = {p["agents"]: p for p in result["policies"]["prefix"]["probes"]}
+    assert sum(r["evictions"] for r in probes[3]["rounds"]) > 0
+    # At 12 agents even the first turns overflow it: round 1 computes evicted first turns again.
+    assert sum(r["recomputed_history_tokens"] for r in probes[12]["rounds"]) > 0
 
 
 def test_a_search_where_nothing_binds_ends_at_the_largest_count_probed(model) -> None:
@@ -111,6 +149,8 @@ def test_a_search_where_nothing_binds_ends_at_the_largest_count_probed(model) ->
         ("slo_s", 0.0, "slo_s must be positive"),
         ("budget_tokens", -1.0, "budget_tokens must be positive"),
         ("diff_share", 1.5, r"diff_share must be in \[0, 1\]"),
+        ("budget_fraction", 0.0, r"budget_fraction and budget_sweep must be in \(0, 1\], got 0.0"),
+        ("budget_sweep", (1.0, 1.5), r"budget_fraction and budget_sweep must be in \(0, 1\], got 1.5"),
     ],
 )
 def test_bad_specs_are_refused_naming_the_field(field, value, message) -> None:
@@ -128,3 +168,11 @@ def test_the_served_regime_flags_reach_the_spec() -> None:
     spec = bench_spec(parser.parse_args(["--served-token-scale", "8", "--served-slo-s", "2.5"]))
     assert spec.served == ServedSpec(token_scale=8, slo_s=2.5, budget_tokens=None)
     assert bench_spec(parser.parse_args([])).served == ServedSpec()
+    assert ServedSpec().budget_fraction == 0.5 and ServedSpec().budget_fractions() == [0.5]
+    swept = bench_spec(parser.parse_args(["--served-budget-sweep", "--served-budget-fraction", "0.3"])).served
+    assert swept.budget_sweep == (1.0, 0.5, 0.25) and swept.budget_fractions() == [1.0, 0.5, 0.3, 0.25]
+
+
+def test_a_sweep_over_fractions_is_refused_beside_a_budget_in_tokens() -> None:
+    with pytest.raises(ValueError, match="budget_sweep is a sweep over fractions"):
+        ServedSpec(budget_tokens=100.0, budget_sweep=(1.0, 0.5))

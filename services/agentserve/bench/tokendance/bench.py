@@ -115,9 +115,17 @@ def _regime(spec: BenchSpec) -> dict:
     return {
         "served_capacity": (
             f"trained default model (tiny, fp32, one thread), every gather round served at token scale "
-            f"1/{srv.token_scale}, agents prefilled in turn, latency = engine thread CPU time; SLO and KV "
-            f"budget per workload (default: prefix caching's worst round latency and its KV at the workload's "
-            f"own agent count), collective's KV at the storage measurement's diff share"
+            f"1/{srv.token_scale}, agents prefilled in turn, latency = engine thread CPU time; SLO per "
+            f"workload: prefix caching's worst round latency at the workload's own agent count with every "
+            f"context resident; KV budget, the same for every policy: "
+            + (
+                f"{srv.budget_tokens:g} tokens (given)"
+                if srv.budget_tokens is not None
+                else f"{srv.budget_fraction:g} x prefix caching's KV at full residency there (the default, 0.5, "
+                f"holds half the workload's agents' contexts: memory binds for the baseline)"
+            )
+            + (f", swept over {srv.budget_fractions()}" if srv.budget_sweep else "")
+            + "; collective's KV at the storage measurement's diff share"
         ),
         "capacity": (
             f"cost model of the emulated engines: {cap.target_model} on {cap.target_gpu}, KV budget "
@@ -192,26 +200,61 @@ def _model(spec: BenchSpec):
 
 
 def _served(spec: BenchSpec, shape: RoundShape, storage: dict, model, log) -> dict:
+    """Agents per policy at every budget of the sweep; the headline is the one at the spec's
+    `budget_fraction`, chosen before measuring (served.py's docstring)."""
     served = replace(spec.served, recompute_fraction=spec.recompute_fraction, diff_share=storage["diff_share"])
-    regime, known = calibrate(model, shape, served)
-    log(f"{shape.name}: SLO {regime.slo_s:.3f} s per round, KV budget {regime.budget_tokens:.0f} tokens")
-    results = {}
-    for policy in POLICIES:
-        found = served_capacity(
-            model, shape, policy, served, regime, known if policy == "prefix" else None, lambda line: log(line)
+    calibration = calibrate(model, shape, served)
+    log(
+        f"{shape.name}: SLO {calibration.slo_s:.3f} s per round and full-residency KV "
+        f"{calibration.full_kv_tokens:.0f} tokens (prefix caching at {shape.agents} agents, nothing evicted)"
+    )
+    sweep: list[dict] = []
+    for fraction in served.budget_fractions():
+        regime = calibration.regime(served, fraction)
+        log(f"{shape.name}: KV budget {regime.budget_tokens:.0f} tokens ({_budget_rule(regime)})")
+        results = {}
+        for policy in POLICIES:
+            known = calibration.known(regime) if policy == "prefix" else None
+            results[policy] = served_capacity(model, shape, policy, served, regime, known, log).as_dict()
+        prefix = results["prefix"]["max_agents"]
+        ratio = results["collective"]["max_agents"] / prefix if prefix else float("inf")
+        sweep.append(
+            {
+                "regime": {
+                    **dataclasses.asdict(regime),
+                    "budget_rule": _budget_rule(regime),
+                    "token_scale": served.token_scale,
+                    "diff_share": round(served.diff_share, 4),
+                },
+                "policies": results,
+                "ratio": round(ratio, 3),
+            }
         )
-        results[policy] = found.as_dict()
-    prefix = results["prefix"]["max_agents"]
-    ratio = results["collective"]["max_agents"] / prefix if prefix else float("inf")
+        if served.budget_tokens is not None:
+            break  # a budget given in tokens is the only one
+    headline = (
+        sweep[0] if served.budget_tokens is not None else sweep[served.budget_fractions().index(served.budget_fraction)]
+    )
     return {
-        "regime": {
-            **dataclasses.asdict(regime),
-            "token_scale": served.token_scale,
-            "diff_share": round(served.diff_share, 4),
-        },
-        "policies": results,
-        "ratio": round(ratio, 3),
+        **headline,
+        "full_kv_tokens": calibration.full_kv_tokens,
+        "budget_sweep": [
+            {
+                "budget_fraction": point["regime"]["budget_fraction"],
+                "budget_tokens": point["regime"]["budget_tokens"],
+                "max_agents": {p: f["max_agents"] for p, f in point["policies"].items()},
+                "limited_by": {p: f["limited_by"] for p, f in point["policies"].items()},
+                "ratio": point["ratio"],
+            }
+            for point in sweep
+        ],
     }
+
+
+def _budget_rule(regime) -> str:
+    if regime.budget_fraction is None:
+        return "given in tokens"
+    return f"{regime.budget_fraction:g} x prefix caching's full-residency KV at the workload's agent count"
 
 
 def _prefill(spec: BenchSpec, shapes: list[RoundShape], model) -> list[dict]:

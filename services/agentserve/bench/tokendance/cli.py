@@ -10,7 +10,7 @@ from pathlib import Path
 from agentserve.bench.tokendance.bench import BenchSpec, run_bench
 from agentserve.bench.tokendance.capacity import CapacitySpec
 from agentserve.bench.tokendance.report import write_report
-from agentserve.bench.tokendance.served import ServedSpec
+from agentserve.bench.tokendance.served import BUDGET_SWEEP, ServedSpec
 from agentserve.contracts.segments import DEFAULT_RECOMPUTE_FRACTION
 
 
@@ -33,8 +33,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--served-slo-s", type=float, help="round latency SLO (default: prefix caching's at the workload's size)"
     )
     s.add_argument(
-        "--served-budget-tokens", type=float, help="KV budget (default: prefix caching's at the workload's size)"
+        "--served-budget-fraction",
+        type=float,
+        default=ServedSpec.budget_fraction,
+        help="KV budget as a fraction of prefix caching's KV with every agent of the workload resident "
+        f"(default {ServedSpec.budget_fraction}: half the agents' contexts fit, memory binds for the baseline)",
     )
+    s.add_argument(
+        "--served-budget-sweep",
+        action="store_true",
+        help=f"also measure every policy at budget fractions {BUDGET_SWEEP}",
+    )
+    s.add_argument("--served-budget-tokens", type=float, help="KV budget in tokens (instead of a fraction)")
     c = p.add_argument_group("capacity at target scale (cost model)")
     c.add_argument("--target-model", default=CapacitySpec.target_model)
     c.add_argument("--target-gpu", default=CapacitySpec.target_gpu)
@@ -63,7 +73,11 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
         recompute_fraction=args.recompute_fraction,
         capacity=capacity,
         served=ServedSpec(
-            token_scale=args.served_token_scale, slo_s=args.served_slo_s, budget_tokens=args.served_budget_tokens
+            token_scale=args.served_token_scale,
+            slo_s=args.served_slo_s,
+            budget_tokens=args.served_budget_tokens,
+            budget_fraction=args.served_budget_fraction,
+            budget_sweep=BUDGET_SWEEP if args.served_budget_sweep else (),
         ),
         engine_token_scale=args.engine_token_scale,
         engine_round=args.engine_round,

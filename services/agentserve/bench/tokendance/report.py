@@ -95,7 +95,23 @@ def _served_markdown(served: dict) -> list[str]:
         )
     lines += [
         "",
-        "Every probe (worst round latency; the first agent past the SLO ends a probe, so a",
+        "Agents per policy at each KV budget (fraction of prefix caching's full-residency KV; the same",
+        "budget and SLO for every policy; the headline is the row at the default fraction):",
+        "",
+        "| workload | budget fraction | KV budget tokens | prefix | pic | collective | ratio | limited by |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, c in served.items():
+        for point in c["budget_sweep"]:
+            agents, limits = point["max_agents"], point["limited_by"]
+            lines.append(
+                f"| {name} | {point['budget_fraction']} | {point['budget_tokens']:.0f} | {agents['prefix']} "
+                f"| {agents['pic']} | {agents['collective']} | {point['ratio']} "
+                f"| {', '.join(f'{k}: {v}' for k, v in limits.items())} |"
+            )
+    lines += [
+        "",
+        "Every probe at the headline budget (worst round latency; the first agent past the SLO ends a probe, so a",
         "missed probe's latency is a lower bound):",
         "",
     ]

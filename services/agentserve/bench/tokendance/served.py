@@ -24,11 +24,18 @@ When an agent's new context does not fit, whole contexts are evicted, the one us
 the future first (with agents in turn: the most recently served; Belady's choice, the best a
 cache can do), and an evicted agent's next prompt is computed from its first token.
 
-The regime, unless given: the SLO is prefix caching's worst round latency serving the workload's
-own agent count, and the budget is the KV prefix caching holds for it (so it never evicts there).
-The deployment is sized for the baseline at the workload's size; the question is how many agents
-each policy serves on it. Latency is the engine thread's CPU time (equal to wall time on an idle
-core; this machine's cores are shared with other work, and its wall time would measure that).
+The regime, unless given, from prefix caching serving the workload's own agent count with every
+context resident (its calibration): the SLO is its worst round latency, and the KV budget is
+`budget_fraction` of the KV it holds at the end (its full residency), 0.5 by default: the budget
+holds the contexts of half the workload's agents under prefix caching. Why half: TokenDance's
+claim is more agents under an SLO on the same GPU memory, a deployment where KV memory, not
+compute, limits how many agents the baseline keeps resident. At a budget of its full residency
+prefix caching fits every agent by construction and only latency can bind, which does not test
+the claim; half is the first point of the sweep (1, 1/2, 1/4) where memory binds for the
+baseline, fixed before any measurement. The SLO is the same at every budget and for every policy
+(the baseline's latency with nothing evicted), and so is the budget: no side is loosened or
+shrunk alone. Latency is the engine thread's CPU time (equal to wall time on an idle core; this
+machine's cores are shared with other work, and its wall time would measure that).
 """
 
 from __future__ import annotations
@@ -54,6 +61,10 @@ POLICIES = ("prefix", "pic", "collective")
 # Agent counts probed, as multiples of the workload's own count: upward until the SLO breaks,
 # then halfway between the last count met and the first missed.
 GROWTH = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0)
+# KV budgets, as fractions of prefix caching's full-residency KV at the workload's agent count:
+# the default (memory binds for the baseline; the module docstring says why half) and the sweep.
+DEFAULT_BUDGET_FRACTION = 0.5
+BUDGET_SWEEP = (1.0, 0.5, 0.25)
 
 
 @dataclass(frozen=True)
@@ -61,7 +72,9 @@ class ServedSpec:
     token_scale: int = 32  # every token count divided by this, as the round prefill (blocks of 4 and 2 tokens)
     recompute_fraction: float = DEFAULT_RECOMPUTE_FRACTION
     slo_s: float | None = None  # None: prefix caching's worst round latency at the workload's agent count
-    budget_tokens: float | None = None  # None: the KV prefix caching holds at the workload's agent count
+    budget_tokens: float | None = None  # None: budget_fraction x prefix caching's full-residency KV
+    budget_fraction: float = DEFAULT_BUDGET_FRACTION  # the headline budget, of prefix caching's full residency
+    budget_sweep: tuple[float, ...] = ()  # further budget fractions measured and reported beside it
     diff_share: float = 0.2  # a sibling's stored bytes over its full copy
 
     def __post_init__(self) -> None:
@@ -73,8 +86,17 @@ class ServedSpec:
             raise ValueError(f"slo_s must be positive, got {self.slo_s}")
         if self.budget_tokens is not None and not self.budget_tokens > 0:
             raise ValueError(f"budget_tokens must be positive, got {self.budget_tokens}")
+        for fraction in (self.budget_fraction, *self.budget_sweep):
+            if not 0 < fraction <= 1:
+                raise ValueError(f"budget_fraction and budget_sweep must be in (0, 1], got {fraction}")
+        if self.budget_tokens is not None and self.budget_sweep:
+            raise ValueError("budget_sweep is a sweep over fractions: it cannot be given with budget_tokens")
         if not 0 <= self.diff_share <= 1:
             raise ValueError(f"diff_share must be in [0, 1], got {self.diff_share}")
+
+    def budget_fractions(self) -> list[float]:
+        """The budgets measured, largest first (the headline's among them)."""
+        return sorted({self.budget_fraction, *self.budget_sweep}, reverse=True)
 
 
 @dataclass(frozen=True)
@@ -256,6 +278,36 @@ class Regime:
     slo_s: float
     budget_tokens: float
     calibrated: bool  # from prefix caching at the workload's own agent count (else given)
+    budget_fraction: float | None = None  # of prefix caching's full-residency KV (None: given in tokens)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Prefix caching serving the workload's own agent count with every context resident."""
+
+    probe: Probe
+
+    @property
+    def slo_s(self) -> float:
+        return self.probe.worst_latency_s
+
+    @property
+    def full_kv_tokens(self) -> float:
+        return self.probe.rounds[-1].kv_tokens  # contexts only grow: the end is the peak
+
+    def regime(self, spec: ServedSpec, fraction: float) -> Regime:
+        """The SLO and the budget at `fraction` of full residency, unless the spec gives them."""
+        slo = spec.slo_s if spec.slo_s is not None else self.slo_s
+        if spec.budget_tokens is not None:
+            return Regime(slo, spec.budget_tokens, spec.slo_s is None)
+        return Regime(slo, round(fraction * self.full_kv_tokens, 1), True, fraction)
+
+    def known(self, regime: Regime) -> Probe | None:
+        """The calibration's probe as prefix caching's probe in `regime`, when it holds there
+        (nothing it kept would have been evicted under the regime's budget)."""
+        if self.full_kv_tokens > regime.budget_tokens:
+            return None
+        return replace(self.probe, met=self.probe.worst_latency_s <= regime.slo_s)
 
 
 @dataclass(frozen=True)
@@ -280,16 +332,11 @@ def serve(model, shape: RoundShape, policy: str, agents: int, spec: ServedSpec, 
     return RoundServer(model, scaled, policy, spec, regime.budget_tokens).serve(regime.slo_s)
 
 
-def calibrate(model, shape: RoundShape, spec: ServedSpec) -> tuple[Regime, Probe]:
-    """The SLO and budget not given: prefix caching's worst round latency and its KV at the end
-    of the last round, serving the workload's own agent count with nothing evicted."""
+def calibrate(model, shape: RoundShape, spec: ServedSpec) -> Calibration:
+    """Prefix caching serving the workload's own agent count with nothing evicted: the SLO is its
+    worst round latency and the budgets are fractions of its KV at the end of the last round."""
     unbounded = Regime(float("inf"), float("inf"), True)
-    probe = serve(model, shape, "prefix", shape.agents, spec, unbounded)
-    slo = spec.slo_s if spec.slo_s is not None else probe.worst_latency_s
-    budget = spec.budget_tokens if spec.budget_tokens is not None else probe.rounds[-1].kv_tokens
-    regime = Regime(slo, budget, spec.slo_s is None or spec.budget_tokens is None)
-    met = replace(probe, met=probe.worst_latency_s <= slo and probe.rounds[-1].kv_tokens <= budget)
-    return regime, met
+    return Calibration(serve(model, shape, "prefix", shape.agents, spec, unbounded))
 
 
 def served_capacity(
