@@ -230,11 +230,8 @@ def _served(spec: BenchSpec, shape: RoundShape, storage: dict, model, log) -> di
                 "ratio": round(ratio, 3),
             }
         )
-        if served.budget_tokens is not None:
-            break  # a budget given in tokens is the only one
-    headline = (
-        sweep[0] if served.budget_tokens is not None else sweep[served.budget_fractions().index(served.budget_fraction)]
-    )
+    # A budget given in tokens comes without a sweep (`ServedSpec` refuses both): one point.
+    headline = sweep[served.budget_fractions().index(served.budget_fraction)]
     return {
         **headline,
         "full_kv_tokens": calibration.full_kv_tokens,
