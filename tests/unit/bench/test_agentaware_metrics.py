@@ -166,15 +166,29 @@ def test_run_figures_put_bytes_on_blocks():
     scrapes = [slots(0.0, {"decode-0": (0, 0, 10)}, 0, 0), slots(2.0, {"decode-0": (5, 5, 0)}, 4, 3)]
     sessions = [SessionRecord("j001-lead", 0.0, 4.0)]
     turns = [turn("j001-lead", 1, expected=128, held=2, cached=128, prompt=200)]
-    f = run_figures(workload(), turns, sessions, scrapes, 0.0, 4.0, BLOCK, 1000)
+    f = run_figures(workload(), turns, sessions, scrapes, 0.0, 4.0, BLOCK, 1000, NoCompute())
     assert (f["offload_bytes"], f["upload_bytes"]) == (4000, 3000)
     assert f["job_latency_mean_s"] == 4.0 and f["jobs_done"] == 1
     assert f["prefetch_hit_ratio"] == 1.0
     assert f["kv"]["kv_utilization"] == 0.0  # the step function holds the first sample until the second
+    assert f["bound"]["job_latency_bounds_s"] == []  # j001's first turn has no record: no bound
 
 
-def run(latency: float, critical: float, util: float, hits: float | None, offload: int = 0) -> dict:
+class NoCompute:
+    def of(self, record: TurnRecord) -> float:
+        return 0.0
+
+
+def run(
+    latency: float, critical: float, util: float, hits: float | None, offload: int = 0, bound: float | None = None
+) -> dict:
     return {
+        "bound": {
+            "job_latency_bound_mean_s": bound,
+            "chain_tool_share": 0.75 if bound else None,
+            "chain_llm_share": 0.25 if bound else None,
+            "chain_modelled_compute_share": 0.05 if bound else None,
+        },
         "job_latency_mean_s": latency,
         "critical_path_jct_mean_s": critical,
         "kv": {"kv_utilization": util},
@@ -187,7 +201,11 @@ def run(latency: float, critical: float, util: float, hits: float | None, offloa
 
 def test_must_show_compares_with_lru_at_the_middle_rate():
     by_policy = {
-        "lru": {0.2: run(1.0, 1.0, 0.1, 0.5), 0.4: run(20.0, 10.0, 0.2, 0.4), 0.8: run(90.0, 9.0, 0.3, 0.3)},
+        "lru": {
+            0.2: run(1.0, 1.0, 0.1, 0.5),
+            0.4: run(20.0, 10.0, 0.2, 0.4, bound=15.0),
+            0.8: run(90.0, 9.0, 0.3, 0.3),
+        },
         "agentserve": {0.2: run(1.0, 1.0, 0.1, 1.0), 0.4: run(10.0, 8.0, 0.25, 0.95, 400), 0.8: run(1.0, 1.0, 1, 1)},
     }
     figures = ratios.must_show(by_policy)
@@ -199,6 +217,10 @@ def test_must_show_compares_with_lru_at_the_middle_rate():
     assert figures["offload_bytes"] == {"lru": 0, "agentserve": 400}
     assert figures["upload_bytes"] == {"lru": 0, "agentserve": 200}
     assert figures["by_policy"]["lru"]["e2e_latency_reduction"] == 0.0
+    assert figures["e2e_latency_reduction_bound"] == 0.25  # 1 - 15 / 20: lru's own bound and latency
+    assert figures["by_policy"]["lru"]["job_latency_bound_mean_s"] == 15.0
+    assert (figures["lru_chain_tool_share"], figures["lru_chain_llm_share"]) == (0.75, 0.25)
+    assert figures["lru_chain_modelled_compute_share"] == 0.05
     verdicts = ratios.verdicts(figures)
     assert {k: v["met"] for k, v in verdicts.items()} == {
         "e2e_latency_reduction": True,
@@ -214,7 +236,7 @@ def test_must_show_without_the_baseline_says_so():
 
 
 def test_markdown_reports_targets_every_run_and_the_regime():
-    figures = run(10.0, 8.0, 0.25, 0.95, 4_000_000)
+    figures = run(10.0, 8.0, 0.25, 0.95, 4_000_000, bound=9.5)
     figures.update(
         jobs_done=16,
         turns_failed=0,
@@ -230,7 +252,7 @@ def test_markdown_reports_targets_every_run_and_the_regime():
     figures["kv"]["kv_occupancy"] = 0.6
     figures["kv"]["kv_held"] = 0.1
     result = {
-        **ratios.must_show({"lru": {0.4: run(20.0, 10.0, 0.2, 0.4)}, "agentserve": {0.4: figures}}),
+        **ratios.must_show({"lru": {0.4: run(20.0, 10.0, 0.2, 0.4, bound=15.0)}, "agentserve": {0.4: figures}}),
         "policies": {
             "agentserve": {"runs": {"0.4": figures}},
             "ttl-pin": {"unavailable": ["scheduler: kv_lifecycle must be one of lru, agentserve"], "runs": {}},
@@ -261,7 +283,9 @@ def test_markdown_reports_targets_every_run_and_the_regime():
     assert "| `critical_path_jct_reduction` | 0.200 | - | - |" in text
     assert (
         "| agentserve | 0.4 | 16 | 0 | 3 | 10.00 | 12.00 | 8.00 | 19/20 | 4 (3) | 10 | 500 "
-        "| 4.0 | 2.0 | 2.0 | 0.250 | 0.100 | 0.600 |" in text
+        "| 4.0 | 2.0 | 2.0 | 0.250 | 0.100 | 0.600 | 9.50 | 0.750 |" in text
     )
+    assert "| `e2e_latency_reduction_bound` (any policy) | 0.250 | - | - |" in text
+    assert "caps `e2e_latency_reduction` at 0.250. lru's critical chains there were 0.750 tool waits" in text
     assert "| ttl-pin | unavailable: scheduler: kv_lifecycle must be one of lru, agentserve |" in text
     assert "KV budget: {'decode_pool_tokens_total': 32768}" in text

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.bench.agentaware import ratios
+from agentserve.bench.agentaware.bound import TurnCost
 from agentserve.bench.agentaware.runs import PolicyRuns, run_policy
 from agentserve.bench.agentaware.stacks import lifecycle_policy
 from agentserve.bench.agentaware.workload import AgentAwareSpec, describe, generate, read_tool_sample
@@ -50,6 +51,13 @@ class BenchSpec:
         if not self.time_dilation > 0:
             raise ValueError(f"time_dilation must be > 0, got {self.time_dilation}")
 
+    def turn_cost(self) -> TurnCost:
+        """A turn's modelled compute on these engines (their cost model and time dilation)."""
+        from agentserve.engine_service.config import PrefillConfig
+
+        engine = PrefillConfig(**self.cluster.engine_settings)
+        return TurnCost(engine.emulation().cost(), engine.time_dilation)
+
     @property
     def chosen(self) -> tuple[str, ...]:
         names = self.policies or policy_names()
@@ -61,6 +69,7 @@ async def run_bench(spec: BenchSpec) -> dict[str, Any]:
     load_before = os.getloadavg()
     sample = read_tool_sample(spec.trace)
     workload = generate(spec.workload, sample)
+    service = spec.turn_cost()
     results: dict[str, PolicyRuns] = {}
     for name in spec.chosen:
         policy = lifecycle_policy(name, spec.scheduler_settings)
@@ -69,7 +78,14 @@ async def run_bench(spec: BenchSpec) -> dict[str, Any]:
             results[name] = PolicyRuns(policy, unavailable=problems)
             continue
         results[name] = await run_policy(
-            policy, spec.cluster, workload, spec.rates, 1 / spec.time_dilation, spec.block_bytes, spec.workload.seed
+            policy,
+            spec.cluster,
+            workload,
+            spec.rates,
+            1 / spec.time_dilation,
+            spec.block_bytes,
+            spec.workload.seed,
+            service,
         )
     figures = ratios.must_show({n: r.by_rate for n, r in results.items()})
     return {

@@ -17,6 +17,8 @@ services' /metrics. Definitions:
   admission) and the replayer sent again after Retry-After, and the time spent waiting on them.
 - offload / upload bytes: blocks the lifecycle dropped from and uploaded into decode pools
   (`agentserve_scheduler_kv_parking_blocks_total`) times the target's bytes per block.
+- bound: the job latency no policy can beat and the measured critical chains' split into tool
+  and LLM time (`bound.py`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 
+from agentserve.bench.agentaware.bound import ServiceModel, bound_figures
 from agentserve.bench.agentaware.workload import job_of
 from agentserve.bench.replay.prom import Scrape
 from agentserve.bench.replay.records import SessionRecord, TurnRecord
@@ -172,6 +175,7 @@ def run_figures(
     duration_s: float,
     block_tokens: int,
     block_bytes: int,
+    service: ServiceModel,
 ) -> dict:
     e2e, crit = job_latencies(workload, sessions)
     jobs = list(e2e.values())
@@ -199,4 +203,5 @@ def run_figures(
         "offload_bytes": parked["dropped"] * block_bytes,
         "upload_bytes": parked["uploaded"] * block_bytes,
         "kv": occupancy(scrapes, start_unix_s),
+        "bound": bound_figures(workload, turns, sessions, service),
     }

@@ -38,22 +38,41 @@ def headline(result: dict) -> list[str]:
     for key, v in result.get("targets", {}).items():
         lines.append(f"| `{key}` | {_f(v['value'])} | {v['target']} | {_f(v['met'])} |")
     lines.append(f"| `critical_path_jct_reduction` | {_f(result.get('critical_path_jct_reduction'))} | - | - |")
+    lines.append(
+        f"| `e2e_latency_reduction_bound` (any policy) | {_f(result.get('e2e_latency_reduction_bound'))} | - | - |"
+    )
     return lines
+
+
+def limit(result: dict) -> list[str]:
+    """Where lru's job latency went at the middle rate, and what no policy can take off it."""
+    if result.get("lru_chain_tool_share") is None:
+        return []
+    return [
+        f"The physical limit (`bound.py`): with every LLM turn costing only its modelled compute, no queueing and "
+        f"no KV load, on the tool times each run measured, no policy's mean job latency could go below the "
+        f'"bound job s" column; against lru at the middle rate that caps `e2e_latency_reduction` at '
+        f"{_f(result.get('e2e_latency_reduction_bound'))}. lru's critical chains there were "
+        f"{_f(result['lru_chain_tool_share'])} tool waits and {_f(result.get('lru_chain_llm_share'))} LLM turns "
+        f"(of which {_f(result.get('lru_chain_modelled_compute_share'))} the turns' modelled compute).",
+        "",
+    ]
 
 
 def policy_rows(result: dict) -> list[str]:
     lines = [
         "| policy | jobs/s | jobs done | turns failed | 429 retries | mean job s | p90 job s | critical JCT s "
         "| prefetch hits | moved returns (resident) | recomputed tok | computed tok "
-        "| offload MB | upload MB | store-loaded MB | KV in use | KV held | KV resident |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| offload MB | upload MB | store-loaded MB | KV in use | KV held | KV resident | bound job s | tool share |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, p in result["policies"].items():
         if p.get("unavailable"):
-            lines.append(f"| {name} | unavailable: {'; '.join(p['unavailable'])} |" + " |" * 16)
+            lines.append(f"| {name} | unavailable: {'; '.join(p['unavailable'])} |" + " |" * 18)
             continue
         for rate, r in p["runs"].items():
             kv = r.get("kv") or {}
+            bound = r.get("bound") or {}
             lines.append(
                 f"| {name} | {rate} | {r['jobs_done']} | {r['turns_failed']} | {r.get('turn_retries', '-')} "
                 f"| {_f(r['job_latency_mean_s'], 2)} "
@@ -63,7 +82,8 @@ def policy_rows(result: dict) -> list[str]:
                 f"| {r['recomputed_tokens']} "
                 f"| {r['computed_prompt_tokens']} | {_mb(r['offload_bytes'])} | {_mb(r['upload_bytes'])} "
                 f"| {_mb(r['store_loaded_bytes'])} | {_f(kv.get('kv_utilization'))} | {_f(kv.get('kv_held'))} "
-                f"| {_f(kv.get('kv_occupancy'))} |"
+                f"| {_f(kv.get('kv_occupancy'))} | {_f(bound.get('job_latency_bound_mean_s'), 2)} "
+                f"| {_f(bound.get('chain_tool_share'))} |"
             )
     return lines
 
@@ -78,6 +98,7 @@ def markdown(result: dict) -> str:
         "",
         *headline(result),
         "",
+        *limit(result),
         "## Every policy at every rate",
         "",
         *policy_rows(result),

@@ -11,6 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentserve.bench.agentaware.bound import ServiceModel
 from agentserve.bench.agentaware.metrics import run_figures
 from agentserve.bench.dualpath import cluster
 from agentserve.bench.dualpath.policies import Policy
@@ -35,7 +36,14 @@ def _log(text: str) -> None:
 
 
 async def run_rate(
-    workload: Workload, target, rate: float, speedup: float, block_tokens: int, block_bytes: int, seed: int
+    workload: Workload,
+    target,
+    rate: float,
+    speedup: float,
+    block_tokens: int,
+    block_bytes: int,
+    seed: int,
+    service: ServiceModel,
 ) -> dict[str, Any]:
     options = ReplayOptions(
         speedup=speedup, rate=rate, kv_block_tokens=block_tokens, seed=seed, tenant_tag=f"-{uuid.uuid4().hex[:8]}"
@@ -64,6 +72,7 @@ async def run_rate(
         result.duration_s,
         block_tokens,
         block_bytes,
+        service,
     )
     figures["rate_jobs_per_s"] = rate
     figures["jobs_started"] = result.jobs_started
@@ -78,13 +87,14 @@ async def run_policy(
     speedup: float,
     block_bytes: int,
     seed: int,
+    service: ServiceModel,
 ) -> PolicyRuns:
     started = time.monotonic()
     runs = PolicyRuns(policy)
     target = await cluster.start(spec, policy, bench="agentaware")
     try:
         for rate in rates:
-            figures = await run_rate(workload, target, rate, speedup, spec.block_size, block_bytes, seed)
+            figures = await run_rate(workload, target, rate, speedup, spec.block_size, block_bytes, seed, service)
             runs.by_rate[rate] = figures
             _log(
                 f"{policy.name} at {rate:g} jobs/s: mean job latency {figures['job_latency_mean_s'] or 0:.1f} s, "
@@ -92,7 +102,8 @@ async def run_policy(
                 f"{figures['turn_retries']} retried after 429, prefetch hits "
                 f"{figures['resident_at_first_token']}/{figures['returning_turns']} "
                 f"({figures['resident_on_another_engine']}/{figures['returning_turns_on_another_engine']} moved), "
-                f"offloaded {figures['offload_blocks']} uploaded {figures['upload_blocks']} blocks"
+                f"offloaded {figures['offload_blocks']} uploaded {figures['upload_blocks']} blocks, "
+                f"bound {figures['bound']['job_latency_bound_mean_s'] or 0:.1f} s"
             )
     finally:
         await target.close()
