@@ -218,6 +218,7 @@ def test_must_show_compares_with_lru_at_the_middle_rate():
     assert figures["upload_bytes"] == {"lru": 0, "agentserve": 200}
     assert figures["by_policy"]["lru"]["e2e_latency_reduction"] == 0.0
     assert figures["e2e_latency_reduction_bound"] == 0.25  # 1 - 15 / 20: lru's own bound and latency
+    assert figures["e2e_latency_reduction_of_reachable"] == 2.0  # 0.5 of a reachable 0.25 (figures made up)
     assert figures["by_policy"]["lru"]["job_latency_bound_mean_s"] == 15.0
     assert (figures["lru_chain_tool_share"], figures["lru_chain_llm_share"]) == (0.75, 0.25)
     assert figures["lru_chain_modelled_compute_share"] == 0.05
@@ -286,6 +287,7 @@ def test_markdown_reports_targets_every_run_and_the_regime():
         "| 4.0 | 2.0 | 2.0 | 0.250 | 0.100 | 0.600 | 9.50 | 0.750 |" in text
     )
     assert "| `e2e_latency_reduction_bound` (any policy) | 0.250 | - | - |" in text
+    assert "| `e2e_latency_reduction_of_reachable` | 2.000 | - | - |" in text
     assert "caps `e2e_latency_reduction` at 0.250. lru's critical chains there were 0.750 tool waits" in text
     assert "| ttl-pin | unavailable: scheduler: kv_lifecycle must be one of lru, agentserve |" in text
     assert "KV budget: {'decode_pool_tokens_total': 32768}" in text

@@ -1,5 +1,6 @@
 """PNG plots of `bench agentaware` (matplotlib, imported only when plotting): the decode engines'
-KV occupancy over time per policy, and job latency CDFs per policy, one panel per rate."""
+KV occupancy over time per policy, and job latency CDFs per policy, one panel per rate, with the
+CDF of lru's jobs' bounds (no policy's job can finish sooner: `bound.py`) dashed beside them."""
 
 from __future__ import annotations
 
@@ -57,6 +58,10 @@ def latency_cdfs(runs: dict[str, dict[str, dict]], out: Path) -> Path:
             if latencies:
                 ys = [(i + 1) / len(latencies) for i in range(len(latencies))]
                 ax.step(latencies, ys, where="post", color=COLORS.get(name, "#333"), label=name)
+        bounds = sorted(((runs.get("lru") or {}).get(rate) or {}).get("bound", {}).get("job_latency_bounds_s") or [])
+        if bounds:
+            ys = [(i + 1) / len(bounds) for i in range(len(bounds))]
+            ax.step(bounds, ys, where="post", color="black", linestyle="--", label="bound (any policy)")
         ax.set_xlabel("job latency (local s)")
         ax.set_title(f"{rate} jobs/s")
         ax.set_ylim(0, 1.02)

@@ -41,6 +41,9 @@ def headline(result: dict) -> list[str]:
     lines.append(
         f"| `e2e_latency_reduction_bound` (any policy) | {_f(result.get('e2e_latency_reduction_bound'))} | - | - |"
     )
+    lines.append(
+        f"| `e2e_latency_reduction_of_reachable` | {_f(result.get('e2e_latency_reduction_of_reachable'))} | - | - |"
+    )
     return lines
 
 
