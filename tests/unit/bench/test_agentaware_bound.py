@@ -86,6 +86,7 @@ def test_bound_figures_are_means_and_shares_of_the_chains():
     assert figures == {
         "job_latency_bound_mean_s": 13.0,
         "job_latency_bounds_s": [13.0],
+        "jobs_below_bound": 0,
         "chain_tool_share": 5.0 / 17.0,
         "chain_llm_share": 12.0 / 17.0,
         "chain_modelled_compute_share": 8.0 / 17.0,
@@ -102,3 +103,11 @@ def test_a_turns_modelled_compute_is_its_prefill_after_the_cache_and_its_decode_
     assert turn_cost.service_s(100, 500, 1) == cost.prefill_s(100, 0) * 0.5
     rec = TurnRecord("s", 1, False, 0.0, prompt_tokens=2560, expected_cached_tokens=2048, output_tokens=4)
     assert turn_cost.of(rec) == turn_cost.service_s(2560, 2048, 4)
+    rec.cached_tokens = 2304  # the server found a shared block beyond the session's own context
+    assert turn_cost.of(rec) == turn_cost.service_s(2560, 2304, 4)
+
+
+def test_a_job_measured_faster_than_its_bound_is_counted():
+    turns, _ = measured()
+    sessions = [SessionRecord(s.session_id, 15.0, 27.0) for s in measured()[1]]  # 12 s, against a 13 s bound
+    assert bound_figures(workload(), turns, sessions, PromptSeconds())["jobs_below_bound"] == 1

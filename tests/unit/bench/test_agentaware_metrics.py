@@ -289,5 +289,6 @@ def test_markdown_reports_targets_every_run_and_the_regime():
     assert "| `e2e_latency_reduction_bound` (any policy) | 0.250 | - | - |" in text
     assert "| `e2e_latency_reduction_of_reachable` | 2.000 | - | - |" in text
     assert "caps `e2e_latency_reduction` at 0.250. lru's critical chains there were 0.750 tool waits" in text
+    assert "Jobs measured faster than their bound, in all runs: 0." in text
     assert "| ttl-pin | unavailable: scheduler: kv_lifecycle must be one of lru, agentserve |" in text
     assert "KV budget: {'decode_pool_tokens_total': 32768}" in text

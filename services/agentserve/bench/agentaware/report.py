@@ -51,13 +51,19 @@ def limit(result: dict) -> list[str]:
     """Where lru's job latency went at the middle rate, and what no policy can take off it."""
     if result.get("lru_chain_tool_share") is None:
         return []
+    below = sum(
+        (r.get("bound") or {}).get("jobs_below_bound", 0)
+        for p in result["policies"].values()
+        for r in p["runs"].values()
+    )
     return [
         f"The physical limit (`bound.py`): with every LLM turn costing only its modelled compute, no queueing and "
         f"no KV load, on the tool times each run measured, no policy's mean job latency could go below the "
         f'"bound job s" column; against lru at the middle rate that caps `e2e_latency_reduction` at '
         f"{_f(result.get('e2e_latency_reduction_bound'))}. lru's critical chains there were "
         f"{_f(result['lru_chain_tool_share'])} tool waits and {_f(result.get('lru_chain_llm_share'))} LLM turns "
-        f"(of which {_f(result.get('lru_chain_modelled_compute_share'))} the turns' modelled compute).",
+        f"(of which {_f(result.get('lru_chain_modelled_compute_share'))} the turns' modelled compute). "
+        f"Jobs measured faster than their bound, in all runs: {below}.",
         "",
     ]
 
