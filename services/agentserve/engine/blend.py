@@ -24,8 +24,17 @@ held by the prefix cache): those rows' KV is exact already, so they are neither 
 recomputed, only attended to, as a prefix-cache hit is in a plain prefill. Without it a round's
 blend would recompute every agent's whole history, earlier rounds' gathered blocks included.
 
-Each layer's K/V for the whole prompt go to `sink(layer, k, v)`: the caller's pool rows. The return
-value is the last tokens' logits. Linears are row-invariant (`linears.row_invariant_linear`), as the
+When the tokens to recompute are known before the forward (`blend_known`: a selection by position
+only, each block's anchors, and no deviation estimate wanted), nothing needs the deviation, so no
+layer runs the tokens not chosen, layer 0 included: the chosen ones attend there to the reused
+K/V, which for layer 0 is the KV itself (up to the rotation's rounding, as above). At the served
+bench's token scale every block's budget is its anchors, and running layer 0 and the selection
+layer's q/k/v over every token was a third of a blend's time (docs/tokendance.md).
+
+The blend writes in place: `BlendInput.k`/`v` come in holding the reused KV and leave holding the
+prompt's KV, each layer's rows overwritten as the layer runs (no per-layer copy of the prompt's
+KV), and `sink(layer, k, v)`, when given, sees each layer's as it is final (views of them). The
+return value is the last tokens' logits. Linears are row-invariant (`linears.row_invariant_linear`), as the
 engine's batch-invariant forward runs them, so a token recomputed here gets the full prefill's bits.
 """
 
@@ -42,15 +51,16 @@ from agentserve.engine.linears import gate_up_halves, row_invariant_linear
 from agentserve.engine.model import CausalLM
 from agentserve.engine.rope import RotaryEmbedding
 
-# layer, K, V `[T, kv_heads, head_dim]` each: where the prompt's KV of one layer goes.
+# layer, K, V `[T, kv_heads, head_dim]` each: one layer of the prompt's KV, final (views of `BlendInput.k`/`v`).
 KVSink = Callable[[int, torch.Tensor, torch.Tensor], None]
 
 
 @dataclass(frozen=True)
 class BlendInput:
     """One prompt's reused KV: `k`/`v` `[layers, T, kv_heads, head_dim]` hold, in the rows where
-    `shared` is True, each shared token's reused KV (a master re-rotated to the token's position);
-    other rows are never read."""
+    `shared` is True, each shared token's reused KV (a master re-rotated to the token's position),
+    and the cached prefix's in its rows; other rows are never read. A blend overwrites them with
+    the prompt's KV (module docstring)."""
 
     token_ids: torch.Tensor  # [T] long
     k: torch.Tensor
@@ -74,12 +84,17 @@ Chooser = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor | No
 
 @torch.inference_mode()
 def blend_prefill(
-    model: CausalLM, blend: BlendInput, choose: Chooser, sink: KVSink, full_layers: int = 1, tail: int = 1
+    model: CausalLM,
+    blend: BlendInput,
+    choose: Chooser,
+    sink: KVSink | None = None,
+    full_layers: int = 1,
+    tail: int = 1,
 ) -> torch.Tensor | None:
     """The logits of the last `tail` chosen tokens `[tail, vocab]`, or None when `choose` gave up
-    (nothing was sunk).
+    (then nothing was written or sunk).
 
-    Every layer's K/V sunk is the reused K/V with the chosen rows replaced by fresh ones, the
+    Every layer's K/V left in `blend` (and sunk) is the reused K/V with the chosen rows replaced by fresh ones, the
     layers run in full included, except layer 0, where shared rows keep the reused K/V (see the
     module docstring): a shared block's sibling is its master moved, plus the rows recomputed in
     layers 1 and up, exactly (what diff storage keeps); a token not chosen keeps its reused KV.
@@ -112,20 +127,68 @@ def blend_prefill(
     rows = chosen.nonzero().flatten()
     local = rows - cached  # the chosen tokens' rows among those run
     for layer, (k_fresh, v_fresh) in enumerate(fresh):
-        k, v = _merged(blend, layer, rows, k_fresh[local], v_fresh[local])
-        if layer == 0:  # hand on the reused shared rows (module docstring); attention reads the fresh ones
-            private = (chosen & ~blend.shared).nonzero().flatten()
-            sink(0, *_merged(blend, 0, private, k_fresh[private - cached], v_fresh[private - cached]))
-        else:
-            sink(layer, k, v)
+        k, v = _write(blend, layer, rows, k_fresh[local], v_fresh[local], sink)
     x, q, cos, sin = x[local], q[local], cos[local], sin[local]
     x = _finish_layer(x, plan, _attend(q, k, v, rows, positions))
-    for plan in plans[full_layers + 1 :]:
+    return _chosen_layers(model, blend, rows, x, cos, sin, sink, full_layers + 1, tail)
+
+
+@torch.inference_mode()
+def blend_known(
+    model: CausalLM, blend: BlendInput, chosen: torch.Tensor, sink: KVSink | None = None, tail: int = 1
+) -> torch.Tensor:
+    """The logits of the last `tail` chosen tokens `[tail, vocab]`, every layer run over the
+    `chosen` tokens `[T]` bool alone (module docstring), which must include every private token
+    after the cached prefix and the last `tail` tokens. The K/V left (and sunk) is `blend_prefill`'s rule:
+    the reused K/V with the chosen rows fresh, except layer 0's shared rows, which stay reused."""
+    num_tokens, cached = blend.token_ids.shape[0], blend.cached
+    if chosen.shape != (num_tokens,) or chosen.dtype != torch.bool:
+        raise ValueError(f"chosen must be a [{num_tokens}] bool tensor, got {tuple(chosen.shape)} {chosen.dtype}")
+    if not bool(chosen[num_tokens - tail :].all()) or bool((~chosen[cached:] & ~blend.shared[cached:]).any()):
+        raise ValueError("chosen must include every private token after the cached prefix and the last tail tokens")
+    rows = chosen[cached:].nonzero().flatten() + cached
+    x = F.embedding(blend.token_ids[rows], model.model.embed_tokens.weight)
+    cos, sin = model.model.rotary_emb.cos_sin(rows, num_tokens, x.dtype)
+    return _chosen_layers(model, blend, rows, x, cos, sin, sink, 0, tail)
+
+
+def _chosen_layers(
+    model: CausalLM,
+    blend: BlendInput,
+    rows: torch.Tensor,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    sink: KVSink | None,
+    first: int,
+    tail: int,
+) -> torch.Tensor:
+    """Layers [first, ...) over the chosen tokens alone (`rows` of the prompt, `x` their hidden
+    states): each layer's fresh K/V replace the reused in their rows; the last `tail` rows' logits."""
+    positions = torch.arange(blend.token_ids.shape[0])
+    for plan in model.plans[first:]:
         q, k_new, v_new = _qkv(x, plan, cos, sin)
-        k, v = _merged(blend, plan.index, rows, k_new, v_new)
-        sink(plan.index, k, v)
+        k, v = _write(blend, plan.index, rows, k_new, v_new, sink)
         x = _finish_layer(x, plan, _attend(q, k, v, rows, positions))
     return model.logits(x[-tail:])
+
+
+def _write(
+    blend: BlendInput, layer: int, rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: KVSink | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Write the layer's fresh K/V (`k`/`v`, one per row of `rows`) into `blend`, sink the layer,
+    and return the K/V that attention reads: the reused with `rows` fresh. Layer 0's shared rows
+    keep the reused K/V in `blend` (module docstring), so attention reads a copy there."""
+    layer_k, layer_v = blend.k[layer], blend.v[layer]
+    if layer == 0:
+        read = layer_k.index_copy(0, rows, k), layer_v.index_copy(0, rows, v)
+        own = ~blend.shared[rows]
+        rows, k, v = rows[own], k[own], v[own]
+    layer_k.index_copy_(0, rows, k)
+    layer_v.index_copy_(0, rows, v)
+    if sink is not None:
+        sink(layer, layer_k, layer_v)
+    return read if layer == 0 else (layer_k, layer_v)
 
 
 def _after_prefix(blend: BlendInput, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,13 +196,6 @@ def _after_prefix(blend: BlendInput, layer: int, k: torch.Tensor, v: torch.Tenso
     if not blend.cached:
         return k, v
     return torch.cat((blend.k[layer, : blend.cached], k)), torch.cat((blend.v[layer, : blend.cached], v))
-
-
-def _merged(
-    blend: BlendInput, layer: int, rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The layer's reused K/V with `rows` replaced by the fresh `k`/`v`."""
-    return blend.k[layer].index_copy(0, rows, k), blend.v[layer].index_copy(0, rows, v)
 
 
 def _qkv(

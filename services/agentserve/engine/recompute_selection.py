@@ -47,20 +47,33 @@ class RecomputeSelector:
         """Tokens recomputed of a block of `length` (the 1e-9 keeps 0.25 * 8 from rounding up to 3)."""
         return min(length, math.ceil(self.fraction * length - 1e-9))
 
-    def choose(self, deviation: torch.Tensor, spans: Sequence[tuple[int, int]]) -> torch.Tensor:
+    def by_position(self, spans: Sequence[tuple[int, int]]) -> bool:
+        """Whether every block's budget is within its anchors: the choice then reads no deviation."""
+        return all(self.budget(end - start) <= self.anchor_tokens for start, end in spans)
+
+    def choose(
+        self, deviation: torch.Tensor | None, spans: Sequence[tuple[int, int]], num_tokens: int = 0
+    ) -> torch.Tensor:
         """Tokens to compute, `[T]` bool, given each token's `deviation` `[T]` and the shared
         blocks' `[start, end)` spans: every token outside them, the last token, and per block its
-        anchors then its most deviating tokens up to the budget."""
-        chosen = torch.ones(deviation.shape[0], dtype=torch.bool)
+        anchors then its most deviating tokens up to the budget. `deviation` may be None (then
+        `num_tokens` gives T) when the choice is `by_position`."""
+        if deviation is None and not self.by_position(spans):
+            raise ValueError("a deviation is needed: some block's budget goes past its anchors")
+        chosen = torch.ones(deviation.shape[0] if deviation is not None else num_tokens, dtype=torch.bool)
+        # The blocks' rows and anchors as index lists: two tensor writes for any number of blocks.
+        shared: list[int] = []
+        anchors: list[int] = []
         for start, end in spans:
-            chosen[start:end] = False
+            shared.extend(range(start, end))
             budget = self.budget(end - start)
-            anchors = min(budget, self.anchor_tokens)
-            chosen[start : start + anchors] = True
-            rest = budget - anchors
-            if rest:
-                top = deviation[start + anchors : end].topk(rest).indices + start + anchors
-                chosen[top] = True
+            first = min(budget, self.anchor_tokens)
+            anchors.extend(range(start, start + first))
+            if budget > first and deviation is not None:
+                top = deviation[start + first : end].topk(budget - first).indices + start + first
+                anchors.extend(top.tolist())
+        chosen[shared] = False
+        chosen[anchors] = True
         chosen[-1] = True
         return chosen
 

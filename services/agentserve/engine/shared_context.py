@@ -30,6 +30,7 @@ its estimated deviation passes `max_deviation` (the fallback).
 from __future__ import annotations
 
 import dataclasses
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -37,7 +38,7 @@ import torch
 
 from agentserve.contracts.segments import SegmentedPrompt, SharedBlock, Sibling
 from agentserve.engine.attention import PrefillMetadata
-from agentserve.engine.blend import BlendInput, blend_prefill
+from agentserve.engine.blend import BlendInput, blend_known, blend_prefill
 from agentserve.engine.kv_pool import KVPool
 from agentserve.engine.model import CausalLM
 from agentserve.engine.recompute_selection import DEFAULT_MAX_DEVIATION, RecomputeSelector, residual_deviation
@@ -75,7 +76,7 @@ class ReuseStats:
     recomputed_shared_tokens: int  # shared tokens computed in place (all of them when exact)
     exact: bool  # served by full recompute
     fell_back: bool  # exact because the estimated deviation passed the threshold
-    deviation: float  # the estimate; 0 when none was made (exact asked, or fraction 1)
+    deviation: float  # the estimate; 0 when none was made (exact asked, fraction 1, or `estimate=False`)
     led: bool = False  # computed in full to give its round the masters it lacked
 
     @property
@@ -116,17 +117,27 @@ class CollectiveReuse:
         max_deviation: float | None = DEFAULT_MAX_DEVIATION,
         full_layers: int = 1,
         tail_logits: int = 1,
+        estimate: bool = True,
     ):
         """`tail_logits`: how many of a prompt's last tokens to return logits for (the quality
-        measurement scores several); those tokens must be private, at the prompt's end."""
+        measurement scores several); those tokens must be private, at the prompt's end.
+
+        `estimate=False` (only with no `max_deviation`, which needs it): no deviation estimate is
+        made where the selection does not need the deviation either (every block's budget within
+        its anchors): such a prompt's blend runs only its chosen tokens, in every layer
+        (`blend.blend_known`), and reports deviation 0. The timed benches, which serve without the
+        fallback, use it; the quality bench keeps the estimate (it reports the fallback rate)."""
         if max_deviation is not None and max_deviation < 0:
             raise ValueError(f"max_deviation must be >= 0, got {max_deviation}")
+        if max_deviation is not None and not estimate:
+            raise ValueError("estimate=False needs max_deviation=None: the fallback reads the estimate")
         if tail_logits < 1:
             raise ValueError(f"tail_logits must be >= 1, got {tail_logits}")
         self.model = model
         self.max_deviation = max_deviation
         self.full_layers = full_layers
         self.tail_logits = tail_logits
+        self.estimate = estimate
         self.dtype = model.lm_head.weight.dtype
 
     def full(
@@ -225,20 +236,24 @@ class CollectiveReuse:
             estimate = residual_deviation(deviation, k, v, blend.shared, chosen)
             return None if self.max_deviation is not None and estimate > self.max_deviation else chosen
 
-        k_out, v_out = torch.empty_like(blend.k), torch.empty_like(blend.v)
-
-        def sink(layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
-            k_out[layer], v_out[layer] = k, v
-
-        logits = blend_prefill(self.model, blend, choose, sink, self.full_layers, self.tail_logits)
+        logits: torch.Tensor | None
+        if not self.estimate and selector.by_position(bounds):
+            chosen = selector.choose(None, bounds, len(token_ids))
+            logits = blend_known(self.model, blend, chosen, tail=self.tail_logits)
+        else:
+            logits = blend_prefill(self.model, blend, choose, full_layers=self.full_layers, tail=self.tail_logits)
         if logits is None:
             return self._exact(prompt, fell_back=True, deviation=estimate, prefix=prefix)
+        recomputed = chosen.nonzero().flatten().tolist()
         siblings = tuple(
             Sibling(
                 master_id=span.block.content_id,
                 position_offset=span.start - masters[span.block.content_id].start,
                 num_tokens=span.end - span.start,
-                recomputed_rows=tuple(chosen[span.start : span.end].nonzero().flatten().tolist()),
+                recomputed_rows=tuple(
+                    row - span.start
+                    for row in recomputed[bisect_left(recomputed, span.start) : bisect_left(recomputed, span.end)]
+                ),
             )
             for span in spans
         )
@@ -250,7 +265,7 @@ class CollectiveReuse:
             fell_back=False,
             deviation=estimate,
         )
-        return ReusedPrefill(logits, k_out, v_out, siblings, stats)
+        return ReusedPrefill(logits, blend.k, blend.v, siblings, stats)  # the blend wrote the KV there
 
     def _needs_master(self, prompt: SegmentedPrompt) -> bool:
         return not prompt.reuse.exact and prompt.reuse.recompute_fraction < 1.0

@@ -36,6 +36,18 @@ def test_a_budget_smaller_than_the_anchors_is_all_anchors() -> None:
     assert chosen.nonzero().flatten().tolist() == [0, 9]
 
 
+def test_a_choice_by_position_needs_no_deviation() -> None:
+    selector, spans = RecomputeSelector(0.3, anchor_tokens=2), [(2, 10), (12, 16)]
+    assert not selector.by_position(spans)  # the 8-token block's budget is 2 anchors + 1
+    assert selector.by_position([(12, 16)]) and RecomputeSelector(0.0).by_position(spans)
+    positional = RecomputeSelector(0.1, anchor_tokens=2)
+    assert positional.by_position(spans)
+    assert torch.equal(positional.choose(None, spans, 17), positional.choose(torch.arange(17.0), spans))
+    assert positional.choose(None, spans, 17).nonzero().flatten().tolist() == [0, 1, 2, 10, 11, 12, 16]
+    with pytest.raises(ValueError, match="a deviation is needed: some block's budget goes past its anchors"):
+        selector.choose(None, spans, 17)
+
+
 def test_bad_settings_are_rejected() -> None:
     with pytest.raises(ValueError, match=r"recompute_fraction must be in \[0, 1\], got 1.2"):
         RecomputeSelector(1.2)

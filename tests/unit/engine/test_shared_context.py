@@ -3,11 +3,13 @@ recomputed rows, full recompute when asked, at fraction 1 or past the deviation 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from agentserve.contracts.segments import EXACT, PrivateSegment, ReusePolicy, SegmentedPrompt, SharedBlock
-from agentserve.engine.blend import blend_prefill
+from agentserve.engine.blend import blend_known, blend_prefill
 from agentserve.engine.loader import load_model
 from agentserve.engine.shared_context import CollectiveReuse, PrefixKV
 
@@ -164,3 +166,68 @@ def test_a_cached_prefix_must_end_before_the_first_shared_block(model) -> None:
         reuse.prefill(prompt, masters, PrefixKV(k, v))
     with pytest.raises(ValueError, match="one per prompt: 0 for 1 prompts"):
         reuse.prefill_round([prompt], prefixes=[])
+
+
+def _history_prefix(reuse: CollectiveReuse, prompt: SegmentedPrompt) -> PrefixKV:
+    """The prompt's private history as the prefix cache would hold it."""
+    _, k, v = reuse.full(prompt.token_ids[: len(prompt.segments[0].token_ids)])
+    return PrefixKV(k, v)
+
+
+def test_without_an_estimate_a_choice_by_position_runs_the_chosen_tokens_alone(model) -> None:
+    """At 0.05 a 24-token block's budget is its 2 anchors: with no estimate wanted, no layer runs
+    the other shared tokens. The same tokens are chosen and layer 0's KV handed on is the same
+    bits (the reused rows, the private tokens' fresh ones); past it the chosen tokens differ only
+    by having attended, in layer 0, to the re-rotated master's keys, which are the fresh
+    rotation's up to rounding."""
+    estimating = CollectiveReuse(model, max_deviation=None)
+    leader, prompt = _round(0.05)[0], _round(0.05)[1]
+    masters = estimating.prefill_round([leader]).masters
+    prefix = _history_prefix(estimating, prompt)
+    known = CollectiveReuse(model, max_deviation=None, estimate=False).prefill(prompt, masters, prefix)
+    blended = estimating.prefill(prompt, masters, prefix)
+    assert [s.recomputed_rows for s in known.siblings] == [(0, 1)] * 3 and known.siblings == blended.siblings
+    assert blended.stats.deviation > 0 and known.stats == dataclasses.replace(blended.stats, deviation=0.0)
+    assert torch.equal(known.k[0], blended.k[0]) and torch.equal(known.v[0], blended.v[0])
+    torch.testing.assert_close(known.k, blended.k, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(known.v, blended.v, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(known.logits, blended.logits, rtol=1e-4, atol=1e-4)
+
+
+def test_without_an_estimate_a_budget_past_the_anchors_still_reads_the_deviation(model) -> None:
+    estimating = CollectiveReuse(model, max_deviation=None)
+    leader, prompt = _round(0.25)[0], _round(0.25)[1]
+    masters = estimating.prefill_round([leader]).masters
+    prefix = _history_prefix(estimating, prompt)
+    known = CollectiveReuse(model, max_deviation=None, estimate=False).prefill(prompt, masters, prefix)
+    blended = estimating.prefill(prompt, masters, prefix)
+    assert known.stats == blended.stats and known.stats.deviation > 0 and known.siblings == blended.siblings
+    assert torch.equal(known.logits, blended.logits) and torch.equal(known.k, blended.k)
+
+
+def test_a_known_choice_of_every_token_is_the_full_prefill_bit_for_bit_past_layer_0(model) -> None:
+    reuse = CollectiveReuse(model, max_deviation=None)
+    prompt = _round()[0]
+    masters = {b.content_id: reuse.master(b) for b in BLOCKS}
+    blend = reuse.blend_input(prompt.token_ids, [(s.start, masters[s.block.content_id]) for s in prompt.shared_spans()])
+    reused_k0 = blend.k[0].clone()
+    logits = blend_known(model, blend, torch.ones(len(prompt.token_ids), dtype=torch.bool))
+    full_logits, full_k, full_v = reuse.full(prompt.token_ids)
+    assert torch.equal(logits, full_logits) and torch.equal(blend.k[1:], full_k[1:]) and torch.equal(blend.v, full_v)
+    shared = blend.shared
+    assert torch.equal(blend.k[0, ~shared], full_k[0, ~shared]) and torch.equal(blend.k[0, shared], reused_k0[shared])
+
+
+def test_a_known_choice_must_hold_every_private_token_and_an_estimate_is_refused_off_with_a_threshold(model) -> None:
+    reuse = CollectiveReuse(model, max_deviation=None)
+    prompt = _round()[0]
+    masters = {b.content_id: reuse.master(b) for b in BLOCKS}
+    blend = reuse.blend_input(prompt.token_ids, [(s.start, masters[s.block.content_id]) for s in prompt.shared_spans()])
+    chosen = torch.ones(len(prompt.token_ids), dtype=torch.bool)
+    chosen[3] = False  # a private token of the history
+    with pytest.raises(ValueError, match="chosen must include every private token after the cached prefix"):
+        blend_known(model, blend, chosen)
+    with pytest.raises(ValueError, match=r"chosen must be a \[86\] bool tensor, got \(85,\) torch.bool"):
+        blend_known(model, blend, chosen[1:])
+    with pytest.raises(ValueError, match="estimate=False needs max_deviation=None"):
+        CollectiveReuse(model, max_deviation=0.2, estimate=False)

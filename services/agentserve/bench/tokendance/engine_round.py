@@ -69,8 +69,8 @@ def time_round(shape: RoundShape, round_index: int, recompute_fraction: float, m
         raise ValueError(f"round_index must be in [1, {len(all_rounds)}], got {round_index}")
     agents = all_rounds[round_index - 1]
     prompts = round_prompts(shape, agents, ReusePolicy(recompute_fraction=recompute_fraction))
-    # No fallback: both ways must do the reuse they are timed for.
-    reuse = CollectiveReuse(model, max_deviation=None)
+    # No fallback: both ways must do the reuse they are timed for (and so no unused estimate).
+    reuse = CollectiveReuse(model, max_deviation=None, estimate=False)
     started = time.perf_counter()
     per_request = reuse.prefill_round(prompts, share_masters=False)
     per_request_s = time.perf_counter() - started

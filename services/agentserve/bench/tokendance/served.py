@@ -175,9 +175,9 @@ class RoundServer:
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         self.shape, self.policy, self.spec = shape, policy, spec
-        self.reuse = CollectiveReuse(
-            model, max_deviation=None
-        )  # no fallback: every policy does the reuse it is timed for
+        # No fallback: every policy does the reuse it is timed for, so no deviation estimate
+        # either where the selection does not read the deviation (`CollectiveReuse`'s `estimate`).
+        self.reuse = CollectiveReuse(model, max_deviation=None, estimate=False)
         self.ledger = KVLedger(budget, shape.agents)
         self.clock = clock
         self.synth = TokenSynth()
