@@ -102,12 +102,12 @@ def serialize_blocks(
     offset = header_bound(fields, extents)
     out = bytearray(offset + (num_layers - 1) * layout.stride + layout.length)
     payload = memoryview(out)[offset:]
+    if layout.scales is None:  # every layer's K, then every layer's V, in one copy each
+        _write_layers(payload, layout.stride, layout.k, k)
+        _write_layers(payload, layout.stride, layout.v, v)
     for i in range(num_layers):
         base = i * layout.stride
-        if layout.scales is None:
-            _write(payload, base + layout.k, k[i])
-            _write(payload, base + layout.v, v[i])
-        else:
+        if layout.scales is not None:
             qk, k_scales = quantize_per_block(k[i])
             qv, v_scales = quantize_per_block(v[i])
             _write(payload, base + layout.k, qk)
@@ -197,6 +197,14 @@ def _check_inputs(
         raise ValueError(f"{len(block_ids)} block ids for {k.shape[1]} blocks")
     if not isinstance(fingerprint, str):
         raise ValueError(f"fingerprint must be str, got {type(fingerprint).__name__}")
+
+
+def _write_layers(payload: memoryview, stride: int, offset: int, tensor: torch.Tensor) -> None:
+    """Layer i of `tensor` at byte `offset + i * stride` of `payload`, for every layer at once: a
+    block of a 61-layer model is one copy, not 61 (a handoff serializes every block of a turn)."""
+    src = tensor.contiguous().view(torch.uint8).reshape(tensor.shape[0], -1)
+    dst = torch.frombuffer(payload, dtype=torch.uint8).as_strided(tuple(src.shape), (stride, 1), offset)
+    dst.copy_(src)
 
 
 def _write(payload: memoryview, offset: int, tensor: torch.Tensor) -> None:
