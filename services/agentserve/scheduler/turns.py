@@ -52,6 +52,7 @@ from agentserve.contracts.segments import SegmentedPrompt
 from agentserve.contracts.turn_segments import TurnSegments
 from agentserve.kv.block_hash import block_ids_for
 from agentserve.scheduler import metrics
+from agentserve.scheduler.decode_claims import DecodeClaims
 from agentserve.scheduler.engine_clients import Metadata
 from agentserve.scheduler.paths import DualPathPolicy, PathPolicy
 from agentserve.scheduler.placement import GlobalScheduler, Placement
@@ -105,6 +106,8 @@ class _Turn:
     decode_engine: str = ""  # the decode engine the turn's KV went to (the session's next KV holder)
     segments: SegmentedPrompt | None = None  # the prompt's shared blocks (an all-gather round's turn)
     decode_address: str = ""
+    prompt_blocks: list[bytes] = field(default_factory=list)  # the prompt's full blocks' ids
+    claim: tuple[str, list[bytes]] | None = None  # (decode address, blocks) claimed in `DecodeClaims`
 
 
 class TurnRunner:
@@ -138,6 +141,7 @@ class TurnRunner:
         self.placer = GlobalScheduler(registry, router, prefill_policy, relay_policy, paths or DualPathPolicy())
         self.spans = TurnSpans(prompts.tokenizer, model_name)
         self.rounds = rounds or RoundGroups()
+        self.claims = DecodeClaims()  # with `drops`: what turns in flight need on their decode engine
 
     def check(self, message: str | None, token_ids: Sequence[int] | None, role: str) -> None:
         """The request checks that need no history; `run` repeats them, callers may run them early."""
@@ -228,6 +232,14 @@ class TurnRunner:
             self.spans.end(turn.span, len(turn.prompt), turn.output)
 
     async def _execute(self, turn: _Turn) -> AsyncGenerator[TurnEvent, None]:
+        try:
+            async with aclosing(self._steps(turn)) as events:
+                async for event in events:
+                    yield event
+        finally:
+            self._unclaim(turn)
+
+    async def _steps(self, turn: _Turn) -> AsyncGenerator[TurnEvent, None]:
         hits = await self._store_hits(turn)
         placed, response = await self._prefill(turn, hits)
         prefill, decode = placed.prefill, placed.decode
@@ -289,6 +301,7 @@ class TurnRunner:
         if block_size is None or fingerprint is None:  # no engine ever registered: nothing can be stored
             return 0
         ids = block_ids_for(turn.prompt, block_size, fingerprint, turn.session.tenant)
+        turn.prompt_blocks = ids
         if not ids:
             return 0
         try:
@@ -312,6 +325,7 @@ class TurnRunner:
             if key is not None:
                 self.rounds.placed(key, placed.prefill.engine_id)
             prefill, decode = placed.prefill, placed.decode
+            self._claim(turn, decode.address)  # before the prefill asks the decode engine what it holds
             turn.span.set_attributes(placed.attributes())
             metrics.record_placement(placed)
             request = PrefillRequest(
@@ -402,6 +416,7 @@ class TurnRunner:
                     raise RetryableError(f"decode engine {decode.engine_id} failed mid-turn; retry the turn") from exc
                 self._use_retry(turn, exc)
                 decode = self.placer.pick(Role.DECODE, turn.session)
+                self._claim(turn, decode.address)
                 turn.decode_engine, turn.decode_address = decode.engine_id, decode.address
                 turn.span.set_attribute("turn.decode_engine", decode.engine_id)
 
@@ -437,10 +452,28 @@ class TurnRunner:
         if self.drops is None or not turn.decode_address or block_size is None or fingerprint is None:
             return
         ids = block_ids_for(turn.prompt + turn.output, block_size, fingerprint, turn.session.tenant)
+        self._unclaim(turn)
+        # Blocks other turns on this engine still need (every agent's prompt starts with the same
+        # ones) stay: dropped, the engine would recompute them (`DecodeClaims`).
+        ids = self.claims.unclaimed(turn.decode_address, ids)
         try:
             await self.drops.drop_kv(turn.decode_address, ids)
         except Exception as exc:  # noqa: BLE001 - a block left behind costs pool space, never tokens
             log.warning("dropping turn %s's KV from %s failed: %s", turn.turn_id, turn.decode_address, exc)
+
+    def _claim(self, turn: _Turn, address: str) -> None:
+        """With `drops`: the turn's prompt blocks are claimed on the decode engine at `address`
+        (moved there from an earlier one), so other turns' drops leave them alone."""
+        if self.drops is None:
+            return
+        self._unclaim(turn)
+        turn.claim = (address, turn.prompt_blocks)
+        self.claims.claim(address, turn.prompt_blocks)
+
+    def _unclaim(self, turn: _Turn) -> None:
+        if turn.claim is not None:
+            self.claims.release(*turn.claim)
+            turn.claim = None
 
     def _use_retry(self, turn: _Turn, exc: Exception) -> None:
         if turn.retries_left <= 0:

@@ -563,3 +563,41 @@ def test_session_kv_store_needs_engine_calls_that_drop(tokenizer, store, engines
         SchedulerCore(SchedulerConfig(http_port=0, session_kv="store"), tokenizer, store=store, engines=engines)
     with pytest.raises(ValueError, match="session_kv must be one of decode, store, got 'hbm'"):
         SchedulerConfig(session_kv="hbm")
+
+
+def test_session_kv_store_drop_leaves_the_blocks_a_turn_in_flight_needs(tokenizer, store) -> None:
+    # Two sessions whose prompts start with the same two blocks decode on one engine. The first
+    # turn ends while the second is being prefilled (its prefill asked the decode engine what it
+    # holds already): the first turn's drop leaves the shared blocks, the second's takes them.
+    engines = DroppingEngines()
+    core = SchedulerCore(SchedulerConfig(http_port=0, session_kv="store"), tokenizer, store=store, engines=engines)
+    core.register(status("p0", Role.PREFILL, 6000))
+    core.register(status("d0", Role.DECODE, 7000))
+    shared = [10, 11, 12, 13, 14, 15, 16, 17]  # two blocks of BLOCK_SIZE
+    first_prompt, second_prompt = shared + [20, 21, 22, 23], shared + [30, 31, 32, 33]
+    second_placed, first_done = asyncio.Event(), asyncio.Event()
+    prefill = engines.prefill
+
+    async def prefill_waiting_for_the_first_turn(address, request, metadata):
+        if list(request.token_ids) == second_prompt:
+            second_placed.set()
+            await first_done.wait()
+        return await prefill(address, request, metadata)
+
+    engines.prefill = prefill_waiting_for_the_first_turn
+
+    async def go():
+        one, two = await core.open_session(tenant="acme"), await core.open_session(tenant="acme")
+        second = asyncio.create_task(collect(core.turn(two, token_ids=second_prompt, sampling=GREEDY)))
+        await second_placed.wait()
+        await collect(core.turn(one, token_ids=first_prompt, sampling=GREEDY))
+        first_done.set()
+        await second
+        return core.sessions.get(one).history, core.sessions.get(two).history
+
+    first_history, second_history = run(go())
+    first_ids = block_ids_for(first_history, BLOCK_SIZE, FINGERPRINT, "acme")
+    second_ids = block_ids_for(second_history, BLOCK_SIZE, FINGERPRINT, "acme")
+    assert first_ids[:2] == second_ids[:2]
+    assert engines.drops == [("127.0.0.1:7000", first_ids[2:]), ("127.0.0.1:7000", second_ids)]
+    assert core.turns.claims.claimed("127.0.0.1:7000") == 0
