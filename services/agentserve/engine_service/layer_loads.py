@@ -3,8 +3,10 @@
 Path A reads the store layer-major (`store_by_layer`): one read of layer l of every block, then
 layer l+1, so layer 0 of the whole prefix is in hand after ~1/num_layers of the bytes and the
 forward starts while the rest arrives. Layers too small to read alone are read in groups
-(`layers_per_read`): with the tiny model (16 KB a layer of a block) that is whole blocks, and the
-overlap is gone; the loaded blocks still stay out of the pool.
+(`layers_per_read`): with the tiny model (16 KB a layer of a block) or an emulated engine's stand-in
+blocks (~1 KB a layer) that is whole blocks in one read. The read's bytes still pass the storage NIC
+layer by layer, each layer put as soon as its share is paced, so the overlap is the NIC's, as on
+the target, for the price of one store read per block.
 
 Path B (`relay_by_layer`) takes what the decode engine sends: runs of `RELAY_RUN_BLOCKS` blocks,
 layer-major within a run, so a layer is complete only when the last run's part of it has arrived:
@@ -41,7 +43,11 @@ async def store_by_layer(mover: KVMover, ids: Sequence[bytes], stream: LayerStre
     """Path A into `stream` (blocks `ids` at index `first` on), `group` layers per read; returns the
     blocks delivered whole.
 
-    A block missing from the store ends the run there: later layers are read for the blocks before it."""
+    A read's bytes pass the storage NIC layer by layer, layer l of every block before layer l+1,
+    and each layer is put as soon as its share is paced: layer 0 of the prefix is in hand after
+    1/num_layers of the NIC time even when one read carries every layer (small layers, see
+    `layers_per_read`), as a layer-major read of the target's KV would deliver it. A block missing
+    from the store ends the run there: later layers are read for the blocks before it."""
     count = len(ids)
     if not count:
         return 0
@@ -49,11 +55,9 @@ async def store_by_layer(mover: KVMover, ids: Sequence[bytes], stream: LayerStre
         async with mover.snic.transfer(count * mover.charge.per_block) as transfer:
             for start in range(0, mover.num_layers, group):
                 layers = range(start, min(start + group, mover.num_layers))
-                ks, vs = [], []
+                ks, vs, charged = [], [], 0
                 async for read in mover.kvstore.read(mover.fingerprint, list(ids[:count]), layers):
-                    charged = mover.charge.blocks(len(read.data), layers=len(read.layers))
-                    await transfer.pace(charged)
-                    record.add(charged, blocks=0)
+                    charged += mover.charge.blocks(len(read.data), layers=len(read.layers))
                     view = memoryview(read.data)
                     kv = decode_layers(
                         read_header(view), view[read.header_size :], read.layers, stream.dtype, mover.fingerprint
@@ -61,8 +65,14 @@ async def store_by_layer(mover: KVMover, ids: Sequence[bytes], stream: LayerStre
                     ks.append(kv.k)
                     vs.append(kv.v)
                 count = len(ks)
-                if count:  # a layer is ready only once every block has it: one put per read
-                    stream.put(first, layers, torch.cat(ks, 1), torch.cat(vs, 1))
+                if not count:
+                    break
+                k, v = torch.cat(ks, 1), torch.cat(vs, 1)
+                for i, layer in enumerate(layers):  # a layer is ready once every block has it
+                    share = charged * (i + 1) // len(layers) - charged * i // len(layers)
+                    await transfer.pace(share)
+                    record.add(share, blocks=0)
+                    stream.put(first, range(layer, layer + 1), k[i : i + 1], v[i : i + 1])
             record.blocks = count
         record.queue_wait_s = transfer.queue_wait_s
     return count
