@@ -172,10 +172,25 @@ class AsyncEngine:
         self._wake.set()
 
     def serve_commands(self, seconds: float) -> None:
-        """Engine thread only: run `call`/`post` commands for up to `seconds` while a step waits
-        mid-forward (a layerwise prefill waiting for its next layer: `LayerStream.while_waiting`),
-        under the same rule as an emulated forward's sleep (module docstring)."""
-        self._sleep_serving_commands(seconds)
+        """Engine thread only: while a step waits mid-forward (a layerwise prefill waiting for its
+        next layer: `LayerStream.while_waiting`), wait up to `seconds` for `call`/`post` commands
+        and run those queued, under the same rule as an emulated forward's sleep (module
+        docstring); returns once it ran any (or was woken, `wake`), so the caller looks again."""
+        try:
+            command = self._commands.get(timeout=seconds)
+        except queue.Empty:
+            return
+        command()
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            command()
+
+    def wake(self) -> None:
+        """Any thread: end a `serve_commands` wait now (or the next one, if none is waiting)."""
+        self._commands.put(_nothing)
 
     def _sleep_serving_commands(self, seconds: float) -> None:
         """An emulated forward's sleep that runs `call`/`post` commands as they come."""
@@ -239,6 +254,10 @@ class AsyncEngine:
             target = self._subscribers.pop(seq.request_id, None)
             if target is not None:
                 target[0].call_soon_threadsafe(target[1].put_nowait, RuntimeError(f"engine step failed: {exc}"))
+
+
+def _nothing() -> None:
+    pass
 
 
 def _set_result(future: asyncio.Future, result: Any) -> None:

@@ -162,6 +162,7 @@ class PrefillWorker:
             block_shape,
             self.engine.engine.dtype,
             while_waiting=self.engine.serve_commands,
+            wake=self.engine.wake,
         )
 
     async def _load_into(self, stream: LayerStream, ids: list[bytes], plan: LoadPlan) -> tuple[KVPath, int, int]:

@@ -93,3 +93,27 @@ def test_the_engine_thread_serves_commands_while_it_waits_for_a_layer():
     loader.join()
     assert torch.equal(k, _kv(1, BLOCKS, 0)[0])
     assert len(served) >= 5 and max(served) <= 0.002  # in slices: the layer is looked at every 2 ms
+
+
+def test_with_a_wake_the_engine_thread_waits_until_a_loader_puts_or_fails():
+    woken = threading.Event()
+    waits: list[float] = []
+
+    def wait(seconds: float) -> None:  # as AsyncEngine.serve_commands: returns once woken
+        waits.append(seconds)
+        woken.wait(seconds)
+        woken.clear()
+
+    stream = LayerStream(LAYERS, BLOCKS, SHAPE, torch.float32, timeout_s=5.0, while_waiting=wait, wake=woken.set)
+    loader = threading.Timer(0.05, lambda: stream.put(0, range(0, 1), _kv(1, BLOCKS, 0), _kv(1, BLOCKS, 0)))
+    loader.start()
+    k, _ = stream.layer(0)
+    loader.join()
+    assert torch.equal(k, _kv(1, BLOCKS, 0)[0])
+    assert len(waits) == 1 and waits[0] > 4.9  # one wait, ended by the put, not 2 ms slices
+    failing = threading.Timer(0.05, lambda: stream.fail(RuntimeError("store down")))
+    failing.start()
+    with pytest.raises(LayerLoadError, match="store down"):
+        stream.layer(1)
+    failing.join()
+    assert len(waits) == 2
