@@ -49,6 +49,15 @@ class DecodeClaims:
             return list(block_ids)
         return [block_id for block_id in block_ids if block_id not in claims]
 
+    def held_prefix(self, address: str, block_ids: Sequence[bytes]) -> int:
+        """How many leading `block_ids` turns in flight claim on `address`: blocks that engine holds
+        (or is about to, from a handoff), which it relays from HBM rather than reading the store."""
+        claims = self._claims.get(address)
+        held = 0
+        while claims and held < len(block_ids) and block_ids[held] in claims:
+            held += 1
+        return held
+
     def claimed(self, address: str) -> int:
         """Distinct blocks claimed on `address` (0 once every claim there is released)."""
         return len(self._claims.get(address, ()))

@@ -14,7 +14,7 @@ heartbeat does.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -42,6 +42,14 @@ class Placement:
     persist_blocks: int  # full prompt blocks past the hits: the prefill writes them to the store
     prefill_reason: str
     relay_reason: str  # "" on path A
+    relay_held_blocks: int = 0  # leading hit blocks the relay holds already: relayed from its HBM
+
+    @property
+    def relay_store_blocks(self) -> int:
+        """Path-B blocks the relay reads from the store: the relayed ones (the last of the hits)
+        it does not hold."""
+        relayed_from = self.hit_blocks - self.relay_blocks
+        return self.relay_blocks - max(0, min(self.relay_held_blocks, self.hit_blocks) - relayed_from)
 
     @property
     def relay_blocks(self) -> int:
@@ -74,7 +82,8 @@ class Placement:
         """Count this turn's work against its engines while the block runs: the tokens to compute
         on the prefill, path A's reads on its snic, path B's reads on the relay's snic and sends on
         its cnic. The prefill's persist of the blocks it computes goes over its snic too, so it
-        counts in that NIC's recent load (which balances the storage NICs), though not as a read."""
+        counts in that NIC's recent load (which balances the storage NICs), though not as a read.
+        The relay's snic counts only the blocks it does not hold already."""
         relayed = self.relay_blocks * block_bytes
         with ExitStack() as stack:
             stack.enter_context(
@@ -86,7 +95,9 @@ class Placement:
                 )
             )
             if self.relay is not None:
-                stack.enter_context(registry.plan(self.relay, snic_bytes=relayed, cnic_bytes=relayed))
+                stack.enter_context(
+                    registry.plan(self.relay, snic_bytes=self.relay_store_blocks * block_bytes, cnic_bytes=relayed)
+                )
             yield
 
 
@@ -106,12 +117,18 @@ class GlobalScheduler:
         self.path_policy = path_policy or DualPathPolicy()
 
     def place(
-        self, session: Session, prompt_tokens: int, hit_blocks: int, prefill_engine: str | None = None
+        self,
+        session: Session,
+        prompt_tokens: int,
+        hit_blocks: int,
+        prefill_engine: str | None = None,
+        held: Callable[[Engine], int] | None = None,
     ) -> Placement:
         """Engines and load plan for a turn of `prompt_tokens` whose first `hit_blocks` blocks are
         in the store. `prefill_engine` (an all-gather round's engine, which holds the round's
-        shared masters) is taken while alive, else the policy picks. RetryableError when a role
-        has no alive engine."""
+        shared masters) is taken while alive, else the policy picks. `held(d)`: how many leading
+        hit blocks decode engine `d` holds already (a relay serves those from HBM). RetryableError
+        when a role has no alive engine."""
         alive = self._alive(Role.PREFILL)
         pinned = next((e for e in alive if e.engine_id == prefill_engine), None)
         prefill = PrefillChoice(pinned, "round") if pinned is not None else self.prefill_policy.pick(alive)
@@ -120,10 +137,14 @@ class GlobalScheduler:
         block_size = self.registry.block_size or 1
         new_tokens = max(0, prompt_tokens - hit_blocks * block_size)
         persist_blocks = max(0, prompt_tokens // block_size - hit_blocks)
-        relay = None
+        relay, held_blocks = None, {}
         if hit_blocks:
-            nbytes = hit_blocks * (prefill.engine.status.kv_block_bytes or decode.status.kv_block_bytes)
-            relay = self.relay_policy.pick(self._alive(Role.DECODE), decode, holder, nbytes)
+            block_bytes = prefill.engine.status.kv_block_bytes or decode.status.kv_block_bytes
+            decodes = self._alive(Role.DECODE)
+            if held is not None:
+                held_blocks = {d.engine_id: min(hit_blocks, held(d)) for d in decodes}
+            held_bytes = {engine_id: blocks * block_bytes for engine_id, blocks in held_blocks.items()}
+            relay = self.relay_policy.pick(decodes, decode, holder, hit_blocks * block_bytes, held_bytes)
         plan = self.path_policy.choose(prefill.engine, relay.engine if relay else decode, hit_blocks)
         if (
             relay is not None
@@ -150,6 +171,7 @@ class GlobalScheduler:
             persist_blocks,
             prefill.reason,
             relay.reason,
+            held_blocks.get(relay.engine.engine_id, 0),
         )
 
     def pick(self, role: Role, session: Session | None) -> Engine:

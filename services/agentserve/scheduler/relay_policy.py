@@ -9,7 +9,9 @@ has one advantage: it keeps the relayed blocks, so the handoff after the prefill
   takes `max((snic_queue(d) + n) / snic_rate(d), (cnic_queue(d) + n) / cnic_rate(d))`: the store
   read and the compute-network send overlap, so the slower of the two legs decides. The session's
   KV holder already holds the history, so it serves the blocks from its cache: only its send leg
-  counts. Ties (at low load mostly every queue empty) go to the storage NIC that carried fewer
+  counts; likewise a decode engine that holds a leading part of them (`held_bytes`: blocks another
+  turn in flight there brought, such as a shared system prompt) reads only the rest from the store.
+  Ties (at low load mostly every queue empty) go to the storage NIC that carried fewer
   read bytes lately (`Engine.recent_bytes`), so the decode side's NICs share path B evenly, then to
   the turn's decode engine (no extra handoff), then engine id. A turn without a KV holder is then
   decoded by its relay if that is as lightly loaded as the router's choice (`GlobalScheduler`).
@@ -20,7 +22,7 @@ has one advantage: it keeps the relayed blocks, so the handoff after the prefill
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -39,9 +41,17 @@ class RelayPolicy(Protocol):
     # as the router's choice (the relay keeps what it relays, so the handoff skips those blocks).
     decode_follows_relay: bool
 
-    def pick(self, decodes: Sequence[Engine], turn_decode: Engine, holder: Engine | None, nbytes: int) -> RelayChoice:
+    def pick(
+        self,
+        decodes: Sequence[Engine],
+        turn_decode: Engine,
+        holder: Engine | None,
+        nbytes: int,
+        held_bytes: Mapping[str, int] | None = None,
+    ) -> RelayChoice:
         """The relay for `nbytes` of path-B blocks, among `decodes` (alive, never empty, including
-        `turn_decode`); `holder` is the session's KV holder if alive. On the event loop; no blocking."""
+        `turn_decode`); `holder` is the session's KV holder if alive; `held_bytes`, by engine id,
+        the bytes of those blocks a decode engine holds already. On the event loop; no blocking."""
         ...
 
 
@@ -49,7 +59,14 @@ class TurnDecodeRelay:
     name = "turn-decode"
     decode_follows_relay = False  # the relay is the turn's decode engine already
 
-    def pick(self, decodes: Sequence[Engine], turn_decode: Engine, holder: Engine | None, nbytes: int) -> RelayChoice:
+    def pick(
+        self,
+        decodes: Sequence[Engine],
+        turn_decode: Engine,
+        holder: Engine | None,
+        nbytes: int,
+        held_bytes: Mapping[str, int] | None = None,
+    ) -> RelayChoice:
         return RelayChoice(turn_decode, "turn-decode")
 
 
@@ -57,12 +74,22 @@ class DualPathRelay:
     name = "dualpath"
     decode_follows_relay = True
 
-    def pick(self, decodes: Sequence[Engine], turn_decode: Engine, holder: Engine | None, nbytes: int) -> RelayChoice:
+    def pick(
+        self,
+        decodes: Sequence[Engine],
+        turn_decode: Engine,
+        holder: Engine | None,
+        nbytes: int,
+        held_bytes: Mapping[str, int] | None = None,
+    ) -> RelayChoice:
+        held = held_bytes or {}
+
         def finish_s(d: Engine) -> float:
             send_s = (d.cnic_queue_bytes + nbytes) / d.bytes_per_s("cnic")
             if holder is not None and d.engine_id == holder.engine_id:
                 return send_s  # served from its cache: no store read
-            return max((d.snic_queue_bytes + nbytes) / d.bytes_per_s("snic"), send_s)
+            read = nbytes - min(nbytes, held.get(d.engine_id, 0))  # what it holds comes from its cache
+            return max((d.snic_queue_bytes + read) / d.bytes_per_s("snic"), send_s)
 
         best = min(
             decodes,
@@ -78,7 +105,14 @@ class OtherDecodeRelay:
     name = "other-decode"
     decode_follows_relay = False  # its point is a relay that is not the decode engine
 
-    def pick(self, decodes: Sequence[Engine], turn_decode: Engine, holder: Engine | None, nbytes: int) -> RelayChoice:
+    def pick(
+        self,
+        decodes: Sequence[Engine],
+        turn_decode: Engine,
+        holder: Engine | None,
+        nbytes: int,
+        held_bytes: Mapping[str, int] | None = None,
+    ) -> RelayChoice:
         others = [d for d in decodes if d.engine_id != turn_decode.engine_id]
         if not others:
             return RelayChoice(turn_decode, "only-decode")

@@ -30,6 +30,7 @@ import uuid
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from opentelemetry import trace
@@ -321,7 +322,9 @@ class TurnRunner:
             turn.span.set_attribute("turn.round_group_size", group.members)
         while True:
             pinned = self.rounds.engine_for(key) if key is not None else None
-            placed = self.placer.place(turn.session, len(turn.prompt), hits, prefill_engine=pinned)
+            placed = self.placer.place(
+                turn.session, len(turn.prompt), hits, prefill_engine=pinned, held=partial(self._held, turn, hits)
+            )
             if key is not None:
                 self.rounds.placed(key, placed.prefill.engine_id)
             prefill, decode = placed.prefill, placed.decode
@@ -460,6 +463,10 @@ class TurnRunner:
             await self.drops.drop_kv(turn.decode_address, ids)
         except Exception as exc:  # noqa: BLE001 - a block left behind costs pool space, never tokens
             log.warning("dropping turn %s's KV from %s failed: %s", turn.turn_id, turn.decode_address, exc)
+
+    def _held(self, turn: _Turn, hits: int, engine: Engine) -> int:
+        """Leading store hits of `turn` that other turns in flight claim on decode `engine`."""
+        return self.claims.held_prefix(engine.address, turn.prompt_blocks[:hits])
 
     def _claim(self, turn: _Turn, address: str) -> None:
         """With `drops`: the turn's prompt blocks are claimed on the decode engine at `address`

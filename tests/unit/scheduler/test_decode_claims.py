@@ -34,3 +34,11 @@ def test_releasing_what_was_never_claimed_changes_nothing() -> None:
     claims.release("d0", [SHARED])  # once more: no negative count that a later claim would cancel
     claims.claim("d0", [SHARED])
     assert claims.unclaimed("d0", [SHARED]) == []
+
+
+def test_held_prefix_is_the_leading_run_claimed_on_that_engine() -> None:
+    claims = DecodeClaims()
+    claims.claim("d0", [SHARED, A1])
+    assert claims.held_prefix("d0", [SHARED, B1, A1]) == 1  # B1 breaks the run
+    assert claims.held_prefix("d0", [SHARED, A1, B1]) == 2
+    assert claims.held_prefix("d1", [SHARED]) == 0

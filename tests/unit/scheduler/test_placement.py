@@ -27,6 +27,7 @@ def registry(
     prefill_tokens: tuple[int, ...] = (0, 0),
     decode_snic: tuple[int, ...] = (0, 0),
     clock: Callable[[], float] = lambda: 100.0,
+    decode_cnic_gbps: float = 0.008,
 ) -> EngineRegistry:
     """p0.. with these unfinished prefill tokens, d0.. with these storage queues (1 MB/s NICs); by
     default on a clock that stands still (so routed reads stay queued)."""
@@ -39,7 +40,7 @@ def registry(
             )
         )
     for i, queue in enumerate(decode_snic):
-        nics = (NICStatus("snic", 0.008, queue), NICStatus("cnic", 0.008))
+        nics = (NICStatus("snic", 0.008, queue), NICStatus("cnic", decode_cnic_gbps))
         reg.register(status(f"d{i}", Role.DECODE, 7000 + i, nics=nics, kv_block_bytes=BLOCK_BYTES))
     return reg
 
@@ -148,3 +149,29 @@ def test_no_engine_of_a_role_is_retryable() -> None:
         GlobalScheduler(registry(decode_snic=()), LeastLoadedRouter()).place(Session("s"), 8, hit_blocks=0)
     with pytest.raises(RetryableError, match="no healthy prefill engine"):
         GlobalScheduler(registry(prefill_tokens=()), LeastLoadedRouter()).place(Session("s"), 8, hit_blocks=0)
+
+
+def test_a_relay_that_holds_leading_hits_is_charged_only_the_store_reads_it_makes() -> None:
+    # 1 MB/s storage NICs, 8 MB/s compute NICs: the store read is the slower leg of a relay.
+    reg = registry(decode_snic=(0, 0, 0), decode_cnic_gbps=0.064)
+    placer = GlobalScheduler(reg, LeastLoadedRouter(), DualPathPrefill(), DualPathRelay(), AlwaysB())
+    # d2 holds the first 8 of the 10 hits (another turn there claims them): it relays those from
+    # HBM and reads 2 from the store (2 ms) where d0 and d1 would read 10 (10 ms).
+    held = {"d0": 0, "d1": 0, "d2": 8}
+    placed = placer.place(Session("s"), prompt_tokens=12 * BLOCK_SIZE, hit_blocks=10, held=lambda d: held[d.engine_id])
+    assert placed.relay is not None and (placed.relay.engine_id, placed.relay_reason) == ("d2", "earliest-finish")
+    assert (placed.relay_held_blocks, placed.relay_store_blocks) == (8, 2)
+    with placed.reserve(reg, BLOCK_BYTES):
+        assert (placed.relay.snic_queue_bytes, placed.relay.cnic_queue_bytes) == (2000, 10000)
+    no_holds = GlobalScheduler(reg, LeastLoadedRouter(), DualPathPrefill(), DualPathRelay(), AlwaysB())
+    relay = no_holds.place(Session("t"), prompt_tokens=12 * BLOCK_SIZE, hit_blocks=10).relay
+    assert relay is not None and relay.engine_id == "d0"
+
+
+def test_a_split_relays_the_last_hits_so_only_held_ones_among_them_are_not_read() -> None:
+    reg = registry()
+    placer = GlobalScheduler(reg, LeastLoadedRouter(), DualPathPrefill(), OtherDecodeRelay(), SplitPolicy())
+    placed = placer.place(Session("s"), prompt_tokens=12 * BLOCK_SIZE, hit_blocks=10, held=lambda d: 7)
+    # Blocks 5..9 are relayed (the last half); the relay holds 0..6, so it reads 7..9 from the store.
+    assert placed.plan == LoadPlan(KVPath.SPLIT, "127.0.0.1:7001", relay_blocks=5)
+    assert (placed.relay_held_blocks, placed.relay_store_blocks) == (7, 3)

@@ -73,3 +73,12 @@ def test_dualpath_ties_go_to_the_storage_nic_that_read_least_lately_before_the_t
     assert pick(DualPathRelay(), [d0, d1, d2], turn_decode=d0) == ("d1", "least-read")
     # A shorter finish still beats fewer bytes read lately.
     assert pick(DualPathRelay(), [d0, decode("d1", snic=500)], turn_decode=d0) == ("d0", "turn-decode")
+
+
+def test_dualpath_reads_from_the_store_only_what_a_relay_does_not_hold() -> None:
+    # d0's snic has 3 ms queued, d1's 1 ms; d0 holds 3,000 of the 4,000 bytes (a shared prefix
+    # another turn there brought), so it reads 1 ms: max(4, 4) ms against d1's max(5, 4) ms.
+    d0, d1 = decode("d0", snic=3000), decode("d1", snic=1000)
+    choice = DualPathRelay().pick([d0, d1], d1, None, NBYTES, held_bytes={"d0": 3000})
+    assert (choice.engine.engine_id, choice.reason) == ("d0", "earliest-finish")
+    assert pick(DualPathRelay(), [d0, d1], turn_decode=d1) == ("d1", "turn-decode")  # without it, d1
