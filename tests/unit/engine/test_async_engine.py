@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import pytest
 
@@ -90,3 +92,23 @@ def test_pins_taken_under_pinning_are_freed_on_exit_even_by_an_error(base_engine
         return await engine.call(lambda e: (e.blocks.stats()["used"], e.blocks.cached_prefix(ids)))
 
     assert _run(base_engine, main) == (0, 4)  # unpinned, still cached
+
+
+def test_serve_commands_returns_once_it_ran_a_command_or_was_woken(base_engine):
+    # Called on the engine thread mid-forward (a layerwise prefill waiting for a layer): it runs
+    # what is queued and returns, so the caller looks at what it waits for again; `wake` ends a
+    # wait with nothing to run. Not started here: this thread plays the engine thread.
+    engine = AsyncEngine(LLMEngine(base_engine.model, base_engine.fingerprint, EngineConfig(kv_cache_bytes=16 << 20)))
+    ran: list[int] = []
+    engine.post(lambda e: ran.append(1))
+    engine.post(lambda e: ran.append(2))
+    started = time.monotonic()
+    engine.serve_commands(5.0)
+    assert ran == [1, 2] and time.monotonic() - started < 1.0
+    threading.Timer(0.05, engine.wake).start()
+    started = time.monotonic()
+    engine.serve_commands(5.0)
+    assert ran == [1, 2] and 0.04 < time.monotonic() - started < 1.0
+    started = time.monotonic()
+    engine.serve_commands(0.05)  # nothing comes: returns when the time is up
+    assert 0.04 < time.monotonic() - started < 1.0
