@@ -69,7 +69,9 @@ BUDGET_SWEEP = (1.0, 0.5, 0.25)
 
 @dataclass(frozen=True)
 class ServedSpec:
-    token_scale: int = 32  # every token count divided by this, as the round prefill (blocks of 4 and 2 tokens)
+    # Every token count divided by this: blocks of 8 (GenerativeAgents) and 4 (AgentSociety) tokens, so a
+    # block recomputes 1 token of 8 or 4 at the default fraction (at 32: of 4 or 2, whatever the fraction).
+    token_scale: int = 16
     recompute_fraction: float = DEFAULT_RECOMPUTE_FRACTION
     slo_s: float | None = None  # None: prefix caching's worst round latency at the workload's agent count
     budget_tokens: float | None = None  # None: budget_fraction x prefix caching's full-residency KV
