@@ -1,9 +1,9 @@
 """One blended prefill against prefix caching's prefill of the same prompt, as the served bench
 runs them: agent 1's prompt of the last gather round, served collectively at the workload's own
-agent count (token scale 1/32, one thread), after its cached history. CPU time per call, min and
-median of 300.
+agent count (token scale 1/32 unless given, one thread), after its cached history. CPU time per
+call, min and median of 300.
 
-    PYTHONPATH=$PWD/services python docs/tokendance/profile/profile_blend.py [generative-agents|agent-society]
+    PYTHONPATH=$PWD/services python docs/tokendance/profile/profile_blend.py [generative-agents|agent-society] [SCALE]
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ def timed(call, reps: int = 300) -> tuple[float, float]:
     return round(min(times) * 1e3, 2), round(statistics.median(times) * 1e3, 2)
 
 
-def main(workload: str) -> None:
+def main(workload: str, token_scale: int) -> None:
     torch.set_num_threads(1)
     model = load_model(ensure_default_model(), "fp32")[0]
-    shape = (generative_agents() if workload == "generative-agents" else agent_society()).scaled(32)
+    shape = (generative_agents() if workload == "generative-agents" else agent_society()).scaled(token_scale)
     server = RoundServer(model, shape, "collective", ServedSpec(), float("inf"))
     captured = []
     prefill = server._prefill
@@ -68,4 +68,4 @@ def main(workload: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "generative-agents")
+    main(sys.argv[1] if len(sys.argv) > 1 else "generative-agents", int(sys.argv[2]) if len(sys.argv) > 2 else 32)
