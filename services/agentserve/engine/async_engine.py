@@ -181,12 +181,7 @@ class AsyncEngine:
         except queue.Empty:
             return
         command()
-        while True:
-            try:
-                command = self._commands.get_nowait()
-            except queue.Empty:
-                return
-            command()
+        _drain(self._commands)
 
     def wake(self) -> None:
         """Any thread: end a `serve_commands` wait now (or the next one, if none is waiting)."""
@@ -211,12 +206,7 @@ class AsyncEngine:
         engine = self.engine
         while not self._stopped.is_set():
             for lane in (self._commands, self._between_steps):
-                while True:
-                    try:
-                        command = lane.get_nowait()
-                    except queue.Empty:
-                        break
-                    command()
+                _drain(lane)
             if not engine.has_unfinished():
                 self._wake.wait(timeout=0.5)
                 self._wake.clear()
@@ -258,6 +248,16 @@ class AsyncEngine:
 
 def _nothing() -> None:
     pass
+
+
+def _drain(lane: queue.SimpleQueue[Callable[[], None]]) -> None:
+    """Run the commands queued on `lane` now, without waiting for more."""
+    while True:
+        try:
+            command = lane.get_nowait()
+        except queue.Empty:
+            return
+        command()
 
 
 def _set_result(future: asyncio.Future, result: Any) -> None:
