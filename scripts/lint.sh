@@ -23,7 +23,7 @@ check() {
     fi
 }
 
-check ruff-check "$BIN/ruff" check services tests
+check ruff-check "$BIN/ruff" check services tests scripts
 check ruff-format "$BIN/ruff" format --check services tests scripts
 check mypy "$BIN/mypy"
 check import-contracts "$BIN/lint-imports"
