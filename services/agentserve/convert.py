@@ -214,6 +214,7 @@ def prefill_request_to_proto(request: PrefillRequest) -> prefill_pb2.PrefillRequ
         kv_path=kv_path_to_proto(request.plan.path),
         relay_address=request.plan.relay_address,
         relay_blocks=request.plan.relay_blocks,
+        relay_hbm_first=request.plan.relay_hbm_first,
         segments=None if request.segments is None else prompt_segments_to_proto(request.segments),
         priority=request.priority,
     )
@@ -228,7 +229,7 @@ def prefill_request_from_proto(msg: prefill_pb2.PrefillRequest) -> PrefillReques
         sampling=sampling_from_proto(msg.sampling),
         store_hit_blocks=msg.store_hit_blocks,
         decode_address=msg.decode_address,
-        plan=LoadPlan(kv_path_from_proto(msg.kv_path), msg.relay_address, msg.relay_blocks),
+        plan=LoadPlan(kv_path_from_proto(msg.kv_path), msg.relay_address, msg.relay_blocks, msg.relay_hbm_first),
         segments=prompt_segments_from_proto(msg.segments, msg.token_ids) if msg.HasField("segments") else None,
         priority=msg.priority,
     )

@@ -9,7 +9,9 @@
   the baseline (least-loaded, path A), DualPath's (prefill by read queue and unfinished tokens, path
   by the shorter read queue, relay chosen among decode engines) and split reads relayed by a decode
   engine other than the turn's all give the full recompute's greedy tokens, and so does DualPath's
-  regime where a session keeps no KV on its decode engine between turns (`session_kv=store`).
+  regime where a session keeps no KV on its decode engine between turns (`session_kv=store`), and
+  relays that send the blocks they hold from HBM (`relay_source=hbm-first`) rather than reading
+  every relayed block from the store (the default).
 """
 
 from __future__ import annotations
@@ -98,6 +100,11 @@ SCHEDULER_POLICIES = {
     # DualPath's regime: no session KV kept on a decode engine between turns (bench dualpath's).
     "dualpath-session-kv-store": dict(
         prefill_policy="dualpath", kv_path_policy="always-b", relay_policy="dualpath", session_kv="store"
+    ),
+    # Relays that send what they hold from HBM (the session's history on its KV holder) instead of
+    # reading every relayed block from the store.
+    "always-b-hbm-first": dict(
+        prefill_policy="dualpath", kv_path_policy="always-b", relay_policy="turn-decode", relay_source="hbm-first"
     ),
 }
 

@@ -23,6 +23,9 @@ class LoadPlan:
     path: KVPath = KVPath.A
     relay_address: str = ""
     relay_blocks: int = 0  # SPLIT only
+    # The relay sends the leading blocks it holds from its HBM and reads only the rest from the
+    # store; False (DualPath's path B) reads every relayed block from the store.
+    relay_hbm_first: bool = False
 
     def __post_init__(self) -> None:
         if self.relay_blocks < 0:

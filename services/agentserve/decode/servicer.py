@@ -27,7 +27,7 @@ class DecodeServicer(decode_pb2_grpc.DecodeServicer):
             yield generate_chunk_to_proto(chunk)
 
     async def RelayKV(self, request: decode_pb2.RelayRequest, context):
-        async for chunk in self.worker.relay(list(request.block_ids), request.dst):
+        async for chunk in self.worker.relay(list(request.block_ids), request.dst, request.hbm_first):
             yield chunk
 
     async def Lookup(self, request: decode_pb2.HeldBlocksRequest, context) -> decode_pb2.HeldBlocksResponse:

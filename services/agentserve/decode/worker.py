@@ -30,10 +30,11 @@ class DecodeWorker:
         checked_block_ids(block_ids)
         return await self.engine.call(lambda e: [e.blocks.lookup(block_id) is not None for block_id in block_ids])
 
-    def relay(self, block_ids: list[bytes], dst: str) -> AsyncIterator[fabric_pb2.FabricChunk]:
-        """Path B: the chunks of `block_ids` for the prefill engine `dst` (see `RelaySender`)."""
+    def relay(self, block_ids: list[bytes], dst: str, hbm_first: bool = False) -> AsyncIterator[fabric_pb2.FabricChunk]:
+        """Path B: the chunks of `block_ids` for the prefill engine `dst`, read from the store (with
+        `hbm_first`, those past the leading ones held: see `RelaySender`)."""
         checked_block_ids(block_ids)
-        return self.relay_sender.relay(block_ids, dst)
+        return self.relay_sender.relay(block_ids, dst, hbm_first)
 
     async def drop_kv(self, block_ids: list[bytes]) -> int:
         """Drop the cached blocks among `block_ids` from the pool (those in use stay); how many."""

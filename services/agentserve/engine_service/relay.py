@@ -1,14 +1,16 @@
 """Path B of DualPath: store -> a decode engine's storage NIC -> compute network -> a prefill engine.
 
-Decode side (`RelaySender.relay`, behind Decode.RelayKV): the blocks the decode engine already
-holds go straight from its cache; the rest a reader task fetches from the store over the decode's
-snic (span `kv.path=B`, `net.link=snic`) and imports, so the decode keeps them for the suffix-only
-handoff. Meanwhile the sender exports groups of `RELAY_RUN_BLOCKS` blocks as one block-format run
-each and streams them as layer-range chunks paced by the decode's cnic (span `kv.path=relay`,
-`net.link=cnic`): the store read and the compute-network send overlap. Every block is pinned in
-the decode's pool from the moment it is found or imported until the relay ends: a block imported
-now is exported later, and in between the engine keeps stepping, so under load an unpinned block
-could be evicted and the relay would stop short.
+Decode side (`RelaySender.relay`, behind Decode.RelayKV): a reader task fetches every block from
+the store over the decode's snic (span `kv.path=B`, `net.link=snic`) and imports it, so the decode
+keeps it for the suffix-only handoff. That is DualPath's path B: the store's bytes cross the decode
+side's storage NIC, whatever the decode engine holds. With `hbm_first` (scheduler
+`relay_source=hbm-first`) the leading blocks the engine holds go straight from its cache instead,
+and only the rest are read. Meanwhile the sender exports groups of `RELAY_RUN_BLOCKS` blocks as one
+block-format run each and streams them as layer-range chunks paced by the decode's cnic (span
+`kv.path=relay`, `net.link=cnic`): the store read and the compute-network send overlap. Every
+block is pinned in the decode's pool from the moment it is found or imported until the relay ends:
+a block imported now is exported later, and in between the engine keeps stepping, so under load an
+unpinned block could be evicted and the relay would stop short.
 
 Prefill side (`relay_load`): paces every chunk through the prefill's cnic, reassembles and verifies
 each run (`PacedReceiver`) and imports it as soon as it is whole.
@@ -54,8 +56,11 @@ class RelaySender:
         self.mover = mover
         self.max_chunk_bytes = max_chunk_bytes
 
-    async def relay(self, ids: Sequence[bytes], dst: str) -> AsyncIterator[fabric_pb2.FabricChunk]:
-        """Chunks of `ids` for the prefill engine `dst`, held blocks first, then those read from the store."""
+    async def relay(
+        self, ids: Sequence[bytes], dst: str, hbm_first: bool = False
+    ) -> AsyncIterator[fabric_pb2.FabricChunk]:
+        """Chunks of `ids` for the prefill engine `dst`, each read from the store; with `hbm_first`
+        the leading blocks this engine holds go first from its cache, then the rest from the store."""
         mover = self.mover
         ids = list(ids)
         # Entered before the first pin: a relay cancelled while that command waits still frees it.
@@ -66,7 +71,7 @@ class RelaySender:
                 pinned.extend(engine.blocks.pin(ids[:held]))
                 return held
 
-            held = await mover.engine.call(pin_held)
+            held = await mover.engine.call(pin_held) if hbm_first else 0
             ready: asyncio.Queue[list[bytes] | None] = asyncio.Queue()
             for start in range(0, held, RELAY_RUN_BLOCKS):
                 ready.put_nowait(ids[start : min(start + RELAY_RUN_BLOCKS, held)])
@@ -150,14 +155,16 @@ class RelaySender:
         ready.put_nowait(ids)
 
 
-async def relay_load(mover: KVMover, ids: Sequence[bytes], relay_address: str) -> int:
+async def relay_load(mover: KVMover, ids: Sequence[bytes], relay_address: str, hbm_first: bool = False) -> int:
     """The prefill engine's side of path B: receive `ids` from the decode engine at `relay_address`
-    over this engine's cnic and import them; returns how many blocks arrived (may stop short)."""
+    over this engine's cnic and import them; returns how many blocks arrived (may stop short).
+    `hbm_first`: the relay may send the blocks it holds from its HBM (`RelaySender.relay`)."""
     if not ids:
         return 0
     async with mover.peers.calling(relay_address) as channel:
         call = decode_pb2_grpc.DecodeStub(channel).RelayKV(
-            decode_pb2.RelayRequest(block_ids=list(ids), dst=mover.engine_id), timeout=RELAY_TIMEOUT_S
+            decode_pb2.RelayRequest(block_ids=list(ids), dst=mover.engine_id, hbm_first=hbm_first),
+            timeout=RELAY_TIMEOUT_S,
         )
         whole: list[bytearray] = []  # runs reassembled and verified, not yet imported
         blocks = 0
@@ -180,7 +187,7 @@ async def relay_load(mover: KVMover, ids: Sequence[bytes], relay_address: str) -
 
 
 async def relay_by_layer(
-    mover: KVMover, ids: Sequence[bytes], relay_address: str, stream: LayerStream, first: int
+    mover: KVMover, ids: Sequence[bytes], relay_address: str, stream: LayerStream, first: int, hbm_first: bool = False
 ) -> int:
     """`relay_load` for a layerwise prefill: each run's layers go into `stream` (blocks `ids` at
     index `first` on) as they complete, nothing into the engine; returns the blocks delivered whole."""
@@ -188,7 +195,8 @@ async def relay_by_layer(
         return 0
     async with mover.peers.calling(relay_address) as channel:
         call = decode_pb2_grpc.DecodeStub(channel).RelayKV(
-            decode_pb2.RelayRequest(block_ids=list(ids), dst=mover.engine_id), timeout=RELAY_TIMEOUT_S
+            decode_pb2.RelayRequest(block_ids=list(ids), dst=mover.engine_id, hbm_first=hbm_first),
+            timeout=RELAY_TIMEOUT_S,
         )
         blocks = 0
         transfer: Transfer | None = None

@@ -174,7 +174,7 @@ class PrefillWorker:
             return await store_by_layer(mover, part, stream, at, self.layers_per_read)
 
         async def by_b(part: list[bytes], at: int, relay_address: str) -> int:
-            return await relay_by_layer(mover, part, relay_address, stream, at)
+            return await relay_by_layer(mover, part, relay_address, stream, at, plan.relay_hbm_first)
 
         try:
             result = await self._load(ids, plan, by_a, by_b)
@@ -198,7 +198,7 @@ class PrefillWorker:
         index `at` of `ids`; by default into the engine's pool (`load_from_store`, `relay_load`)."""
         mover = self.mover
         load_a = by_a or (lambda part, at: mover.load_from_store(part))
-        load_b = by_b or (lambda part, at, relay_address: relay_load(mover, part, relay_address))
+        load_b = by_b or (lambda part, at, relay_address: relay_load(mover, part, relay_address, plan.relay_hbm_first))
         if not ids:
             return plan.path, 0, 0  # nothing to load: the plan stands, trivially
         by_relay = {KVPath.A: 0, KVPath.B: len(ids), KVPath.SPLIT: min(plan.relay_blocks, len(ids))}[plan.path]

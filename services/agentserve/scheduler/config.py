@@ -44,6 +44,9 @@ class SchedulerConfig:
     prefill_alpha_ms: float = 100.0  # dualpath: a storage read queue draining within this is short
     prefill_beta: float = 1.5  # dualpath: overloaded above beta x the mean unfinished prefill tokens
     relay_policy: str = "turn-decode"  # which decode engine relays path B: turn-decode, dualpath, other-decode
+    # What a relay reads: store (every relayed block from the store, DualPath's path B) or hbm-first
+    # (the leading blocks it holds go from its HBM, only the rest from the store) (relay_policy.py).
+    relay_source: str = "store"
     # Where a session's KV lives between its turns: decode (its decode engine keeps it, and the next
     # turn goes there) or store (DualPath's regime: the decode engine drops it at the turn's end, it
     # is in the store, and the next turn reads every hit from the store by path A or B).
@@ -116,12 +119,13 @@ class SchedulerConfig:
         from agentserve.scheduler.kv_lifecycle import LIFECYCLE_POLICIES, OFFLOAD_MODES
         from agentserve.scheduler.paths import POLICIES
         from agentserve.scheduler.prefill_policy import PREFILL_POLICIES
-        from agentserve.scheduler.relay_policy import RELAY_POLICIES
+        from agentserve.scheduler.relay_policy import RELAY_POLICIES, RELAY_SOURCES
 
         for name, choices in (
             ("kv_path_policy", POLICIES),
             ("prefill_policy", PREFILL_POLICIES),
             ("relay_policy", RELAY_POLICIES),
+            ("relay_source", RELAY_SOURCES),
             ("kv_lifecycle", LIFECYCLE_POLICIES),
             ("kv_offload", OFFLOAD_MODES),
             ("session_kv", SESSION_KV),

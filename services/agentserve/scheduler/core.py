@@ -109,7 +109,7 @@ class SchedulerCore:
             path_policy or make_path_policy(config.kv_path_policy),
             model_name=config.model_name,
             prefill_policy=make_prefill_policy(config.prefill_policy, config.prefill_alpha_ms, config.prefill_beta),
-            relay_policy=make_relay_policy(config.relay_policy),
+            relay_policy=make_relay_policy(config.relay_policy, config.relay_source),
             priority_of=self.priority_of,
             rounds=RoundGroups(config.round_window_ms / 1000),
             drops=moves if config.session_kv == "store" else None,

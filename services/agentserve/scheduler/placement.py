@@ -14,6 +14,7 @@ heartbeat does.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -42,12 +43,14 @@ class Placement:
     persist_blocks: int  # full prompt blocks past the hits: the prefill writes them to the store
     prefill_reason: str
     relay_reason: str  # "" on path A
-    relay_held_blocks: int = 0  # leading hit blocks the relay holds already: relayed from its HBM
+    # Leading hit blocks the relay sends from its HBM (`relay_source=hbm-first` only; else 0: it
+    # reads every block it relays from the store).
+    relay_held_blocks: int = 0
 
     @property
     def relay_store_blocks(self) -> int:
         """Path-B blocks the relay reads from the store: the relayed ones (the last of the hits)
-        it does not hold."""
+        it does not send from its HBM."""
         relayed_from = self.hit_blocks - self.relay_blocks
         return self.relay_blocks - max(0, min(self.relay_held_blocks, self.hit_blocks) - relayed_from)
 
@@ -83,7 +86,7 @@ class Placement:
         on the prefill, path A's reads on its snic, path B's reads on the relay's snic and sends on
         its cnic. The prefill's persist of the blocks it computes goes over its snic too, so it
         counts in that NIC's recent load (which balances the storage NICs), though not as a read.
-        The relay's snic counts only the blocks it does not hold already."""
+        The relay's snic counts the blocks it reads from the store (`relay_store_blocks`)."""
         relayed = self.relay_blocks * block_bytes
         with ExitStack() as stack:
             stack.enter_context(
@@ -127,8 +130,9 @@ class GlobalScheduler:
         """Engines and load plan for a turn of `prompt_tokens` whose first `hit_blocks` blocks are
         in the store. `prefill_engine` (an all-gather round's engine, which holds the round's
         shared masters) is taken while alive, else the policy picks. `held(d)`: how many leading
-        hit blocks decode engine `d` holds already (a relay serves those from HBM). RetryableError
-        when a role has no alive engine."""
+        hit blocks decode engine `d` holds already, besides the session's KV holder, which holds
+        them all; read only under `relay_source=hbm-first` (a relay then sends those from HBM).
+        RetryableError when a role has no alive engine."""
         alive = self._alive(Role.PREFILL)
         pinned = next((e for e in alive if e.engine_id == prefill_engine), None)
         prefill = PrefillChoice(pinned, "round") if pinned is not None else self.prefill_policy.pick(alive)
@@ -141,11 +145,13 @@ class GlobalScheduler:
         if hit_blocks:
             block_bytes = prefill.engine.status.kv_block_bytes or decode.status.kv_block_bytes
             decodes = self._alive(Role.DECODE)
-            if held is not None:
-                held_blocks = {d.engine_id: min(hit_blocks, held(d)) for d in decodes}
+            if self.relay_policy.hbm_first:
+                held_blocks = {d.engine_id: self._held_hits(d, holder, hit_blocks, held) for d in decodes}
             held_bytes = {engine_id: blocks * block_bytes for engine_id, blocks in held_blocks.items()}
-            relay = self.relay_policy.pick(decodes, decode, holder, hit_blocks * block_bytes, held_bytes)
+            relay = self.relay_policy.pick(decodes, decode, hit_blocks * block_bytes, held_bytes)
         plan = self.path_policy.choose(prefill.engine, relay.engine if relay else decode, hit_blocks)
+        if plan.relayed and self.relay_policy.hbm_first:
+            plan = dataclasses.replace(plan, relay_hbm_first=True)
         if (
             relay is not None
             and plan.path is not KVPath.A
@@ -173,6 +179,14 @@ class GlobalScheduler:
             relay.reason,
             held_blocks.get(relay.engine.engine_id, 0),
         )
+
+    @staticmethod
+    def _held_hits(d: Engine, holder: Engine | None, hit_blocks: int, held: Callable[[Engine], int] | None) -> int:
+        """Leading hits decode engine `d` would send from its HBM: all of them on the session's KV
+        holder (it keeps the history between turns), else what `held` says (other turns' claims)."""
+        if holder is not None and d.engine_id == holder.engine_id:
+            return hit_blocks
+        return min(hit_blocks, held(d)) if held is not None else 0
 
     def pick(self, role: Role, session: Session | None) -> Engine:
         """The router's choice among the alive engines of `role`."""

@@ -4,17 +4,24 @@ Path B reads store blocks over a decode engine's storage NIC and sends them to t
 over that decode engine's compute NIC. Any decode engine can do it; the turn's own decode engine
 has one advantage: it keeps the relayed blocks, so the handoff after the prefill skips them.
 
+What a relay reads (`relay_source`, scheduler setting, the policy's `hbm_first`):
+- `store` (default, DualPath's path B): every block it relays, from the store over its storage NIC,
+  whatever it holds already. So path B adds storage bandwidth and nothing else: the baseline's
+  path A cannot use a decode engine's HBM either.
+- `hbm-first`: the leading blocks it holds already (the session's history on its KV holder, or a
+  shared system prompt another turn in flight there brought) go from its HBM; it reads only the
+  rest. Cheaper where decode engines keep sessions' KV, but not the paper's mechanism.
+
+Which engine relays (`relay_policy`):
 - `turn-decode`: always the turn's decode engine (the landed behaviour, and the paper's).
 - `dualpath`: the decode engine that would finish the relay first. Relaying `n` bytes through `d`
-  takes `max((snic_queue(d) + n) / snic_rate(d), (cnic_queue(d) + n) / cnic_rate(d))`: the store
-  read and the compute-network send overlap, so the slower of the two legs decides. The session's
-  KV holder already holds the history, so it serves the blocks from its cache: only its send leg
-  counts; likewise a decode engine that holds a leading part of them (`held_bytes`: blocks another
-  turn in flight there brought, such as a shared system prompt) reads only the rest from the store.
-  Ties (at low load mostly every queue empty) go to the storage NIC that carried fewer
-  read bytes lately (`Engine.recent_bytes`), so the decode side's NICs share path B evenly, then to
-  the turn's decode engine (no extra handoff), then engine id. A turn without a KV holder is then
-  decoded by its relay if that is as lightly loaded as the router's choice (`GlobalScheduler`).
+  takes `max((snic_queue(d) + read(d)) / snic_rate(d), (cnic_queue(d) + n) / cnic_rate(d))`: the
+  store read and the compute-network send overlap, so the slower of the two legs decides. `read(d)`
+  is `n`, less what `d` holds (`held_bytes`) under `hbm-first`. Ties (at low load mostly every
+  queue empty) go to the storage NIC that carried fewer read bytes lately (`Engine.recent_bytes`),
+  so the decode side's NICs share path B evenly, then to the turn's decode engine (no extra
+  handoff), then engine id. A turn without a KV holder is then decoded by its relay if that is as
+  lightly loaded as the router's choice (`GlobalScheduler`).
 - `other-decode`: never the turn's decode engine while another decode engine is alive (the least
   busy storage NIC among the others): the other end of a comparison, and it exercises a relay that
   is not the decode engine (its blocks must then be handed off as well).
@@ -35,27 +42,37 @@ class RelayChoice:
     reason: str  # recorded on the turn's span and in metrics
 
 
+RELAY_SOURCES = ("store", "hbm-first")  # what a relay reads: see the module docstring
+
+
 class RelayPolicy(Protocol):
     name: str
     # Whether a turn without a KV holder may be decoded by its relay when that is as lightly loaded
     # as the router's choice (the relay keeps what it relays, so the handoff skips those blocks).
     decode_follows_relay: bool
+    # `relay_source=hbm-first`: a relay sends the leading blocks it holds from its HBM; else it reads
+    # every block it relays from the store.
+    hbm_first: bool
 
     def pick(
         self,
         decodes: Sequence[Engine],
         turn_decode: Engine,
-        holder: Engine | None,
         nbytes: int,
         held_bytes: Mapping[str, int] | None = None,
     ) -> RelayChoice:
         """The relay for `nbytes` of path-B blocks, among `decodes` (alive, never empty, including
-        `turn_decode`); `holder` is the session's KV holder if alive; `held_bytes`, by engine id,
-        the bytes of those blocks a decode engine holds already. On the event loop; no blocking."""
+        `turn_decode`); `held_bytes`, by engine id, the bytes of those blocks a decode engine would
+        send from its HBM (only under `hbm_first`). On the event loop; no blocking."""
         ...
 
 
-class TurnDecodeRelay:
+class _Relay:
+    def __init__(self, hbm_first: bool = False) -> None:
+        self.hbm_first = hbm_first
+
+
+class TurnDecodeRelay(_Relay):
     name = "turn-decode"
     decode_follows_relay = False  # the relay is the turn's decode engine already
 
@@ -63,14 +80,13 @@ class TurnDecodeRelay:
         self,
         decodes: Sequence[Engine],
         turn_decode: Engine,
-        holder: Engine | None,
         nbytes: int,
         held_bytes: Mapping[str, int] | None = None,
     ) -> RelayChoice:
         return RelayChoice(turn_decode, "turn-decode")
 
 
-class DualPathRelay:
+class DualPathRelay(_Relay):
     name = "dualpath"
     decode_follows_relay = True
 
@@ -78,7 +94,6 @@ class DualPathRelay:
         self,
         decodes: Sequence[Engine],
         turn_decode: Engine,
-        holder: Engine | None,
         nbytes: int,
         held_bytes: Mapping[str, int] | None = None,
     ) -> RelayChoice:
@@ -86,9 +101,9 @@ class DualPathRelay:
 
         def finish_s(d: Engine) -> float:
             send_s = (d.cnic_queue_bytes + nbytes) / d.bytes_per_s("cnic")
-            if holder is not None and d.engine_id == holder.engine_id:
-                return send_s  # served from its cache: no store read
-            read = nbytes - min(nbytes, held.get(d.engine_id, 0))  # what it holds comes from its cache
+            read = nbytes - min(nbytes, held.get(d.engine_id, 0))  # what it holds goes from its HBM
+            if not read:
+                return send_s  # no store read: its storage queue does not hold this relay up
             return max((d.snic_queue_bytes + read) / d.bytes_per_s("snic"), send_s)
 
         best = min(
@@ -101,7 +116,7 @@ class DualPathRelay:
         return RelayChoice(best, "least-read" if finish_s(best) == finish_s(turn_decode) else "earliest-finish")
 
 
-class OtherDecodeRelay:
+class OtherDecodeRelay(_Relay):
     name = "other-decode"
     decode_follows_relay = False  # its point is a relay that is not the decode engine
 
@@ -109,7 +124,6 @@ class OtherDecodeRelay:
         self,
         decodes: Sequence[Engine],
         turn_decode: Engine,
-        holder: Engine | None,
         nbytes: int,
         held_bytes: Mapping[str, int] | None = None,
     ) -> RelayChoice:
@@ -122,9 +136,13 @@ class OtherDecodeRelay:
 RELAY_POLICIES: dict[str, type] = {p.name: p for p in (TurnDecodeRelay, DualPathRelay, OtherDecodeRelay)}
 
 
-def make_relay_policy(name: str) -> RelayPolicy:
-    """The policy called `name` (turn-decode, dualpath, other-decode); ValueError names the choices."""
+def make_relay_policy(name: str, source: str = "store") -> RelayPolicy:
+    """The policy called `name` (turn-decode, dualpath, other-decode) whose relays read `source`
+    (store, hbm-first); ValueError names the choices."""
+    if source not in RELAY_SOURCES:
+        raise ValueError(f"unknown relay source {source!r}; choose one of {', '.join(RELAY_SOURCES)}")
     try:
-        return RELAY_POLICIES[name]()
+        policy = RELAY_POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown relay policy {name!r}; choose one of {', '.join(RELAY_POLICIES)}") from None
+    return policy(hbm_first=source == "hbm-first")

@@ -26,7 +26,7 @@ from agentserve.v1 import common_pb2 as agentserve_dot_v1_dot_common__pb2
 from agentserve.v1 import fabric_pb2 as agentserve_dot_v1_dot_fabric__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x61gentserve/v1/decode.proto\x12\ragentserve.v1\x1a\x1a\x61gentserve/v1/common.proto\x1a\x1a\x61gentserve/v1/fabric.proto\"\x83\x01\n\rHintKVRequest\x12\x11\n\tblock_ids\x18\x01 \x03(\x0c\x12\x15\n\x08priority\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x1a\n\rnext_use_in_s\x18\x03 \x01(\x01H\x01\x88\x01\x01\x12\r\n\x05pin_s\x18\x04 \x01(\x01\x42\x0b\n\t_priorityB\x10\n\x0e_next_use_in_s\"\"\n\x0eHintKVResponse\x12\x10\n\x08resident\x18\x01 \x01(\r\"!\n\x0e\x44ropKVResponse\x12\x0f\n\x07\x64ropped\x18\x01 \x01(\r\"2\n\x12PrefetchKVResponse\x12\x0e\n\x06loaded\x18\x01 \x01(\r\x12\x0c\n\x04held\x18\x02 \x01(\r\".\n\x0cRelayRequest\x12\x11\n\tblock_ids\x18\x01 \x03(\x0c\x12\x0b\n\x03\x64st\x18\x02 \x01(\t\"&\n\x11HeldBlocksRequest\x12\x11\n\tblock_ids\x18\x01 \x03(\x0c\"\"\n\x12HeldBlocksResponse\x12\x0c\n\x04held\x18\x01 \x03(\x08\";\n\x0eLoadKVResponse\x12\x10\n\x08imported\x18\x01 \x01(\r\x12\x17\n\x0f\x61lready_present\x18\x02 \x01(\r\"\xb6\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x11\n\ttoken_ids\x18\x04 \x03(\r\x12\x15\n\rprompt_tokens\x18\x05 \x01(\r\x12/\n\x08sampling\x18\x06 \x01(\x0b\x32\x1d.agentserve.v1.SamplingParams\x12\x10\n\x08priority\x18\x07 \x01(\x05\"\xab\x01\n\rGenerateChunk\x12\x11\n\ttoken_ids\x18\x01 \x03(\r\x12\x10\n\x08\x66inished\x18\x02 \x01(\x08\x12\x15\n\rfinish_reason\x18\x03 \x01(\t\x12\x15\n\rcached_tokens\x18\x04 \x01(\r\x12\x18\n\x10persisted_blocks\x18\x05 \x01(\r\x12-\n\x08logprobs\x18\x06 \x03(\x0b\x32\x1b.agentserve.v1.TokenLogprob2\x91\x04\n\x06\x44\x65\x63ode\x12\x41\n\x06LoadKV\x12\x16.agentserve.v1.KVBlock\x1a\x1d.agentserve.v1.LoadKVResponse(\x01\x12J\n\x08Generate\x12\x1e.agentserve.v1.GenerateRequest\x1a\x1c.agentserve.v1.GenerateChunk0\x01\x12\x44\n\x07RelayKV\x12\x1b.agentserve.v1.RelayRequest\x1a\x1a.agentserve.v1.FabricChunk0\x01\x12M\n\x06Lookup\x12 .agentserve.v1.HeldBlocksRequest\x1a!.agentserve.v1.HeldBlocksResponse\x12I\n\x06\x44ropKV\x12 .agentserve.v1.HeldBlocksRequest\x1a\x1d.agentserve.v1.DropKVResponse\x12Q\n\nPrefetchKV\x12 .agentserve.v1.HeldBlocksRequest\x1a!.agentserve.v1.PrefetchKVResponse\x12\x45\n\x06HintKV\x12\x1c.agentserve.v1.HintKVRequest\x1a\x1d.agentserve.v1.HintKVResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x61gentserve/v1/decode.proto\x12\ragentserve.v1\x1a\x1a\x61gentserve/v1/common.proto\x1a\x1a\x61gentserve/v1/fabric.proto\"\x83\x01\n\rHintKVRequest\x12\x11\n\tblock_ids\x18\x01 \x03(\x0c\x12\x15\n\x08priority\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x1a\n\rnext_use_in_s\x18\x03 \x01(\x01H\x01\x88\x01\x01\x12\r\n\x05pin_s\x18\x04 \x01(\x01\x42\x0b\n\t_priorityB\x10\n\x0e_next_use_in_s\"\"\n\x0eHintKVResponse\x12\x10\n\x08resident\x18\x01 \x01(\r\"!\n\x0e\x44ropKVResponse\x12\x0f\n\x07\x64ropped\x18\x01 \x01(\r\"2\n\x12PrefetchKVResponse\x12\x0e\n\x06loaded\x18\x01 \x01(\r\x12\x0c\n\x04held\x18\x02 \x01(\r\"A\n\x0cRelayRequest\x12\x11\n\tblock_ids\x18\x01 \x03(\x0c\x12\x0b\n\x03\x64st\x18\x02 \x01(\t\x12\x11\n\thbm_first\x18\x03 \x01(\x08\"&\n\x11HeldBlocksRequest\x12\x11\n\tblock_ids\x18\x01 \x03(\x0c\"\"\n\x12HeldBlocksResponse\x12\x0c\n\x04held\x18\x01 \x03(\x08\";\n\x0eLoadKVResponse\x12\x10\n\x08imported\x18\x01 \x01(\r\x12\x17\n\x0f\x61lready_present\x18\x02 \x01(\r\"\xb6\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x11\n\ttoken_ids\x18\x04 \x03(\r\x12\x15\n\rprompt_tokens\x18\x05 \x01(\r\x12/\n\x08sampling\x18\x06 \x01(\x0b\x32\x1d.agentserve.v1.SamplingParams\x12\x10\n\x08priority\x18\x07 \x01(\x05\"\xab\x01\n\rGenerateChunk\x12\x11\n\ttoken_ids\x18\x01 \x03(\r\x12\x10\n\x08\x66inished\x18\x02 \x01(\x08\x12\x15\n\rfinish_reason\x18\x03 \x01(\t\x12\x15\n\rcached_tokens\x18\x04 \x01(\r\x12\x18\n\x10persisted_blocks\x18\x05 \x01(\r\x12-\n\x08logprobs\x18\x06 \x03(\x0b\x32\x1b.agentserve.v1.TokenLogprob2\x91\x04\n\x06\x44\x65\x63ode\x12\x41\n\x06LoadKV\x12\x16.agentserve.v1.KVBlock\x1a\x1d.agentserve.v1.LoadKVResponse(\x01\x12J\n\x08Generate\x12\x1e.agentserve.v1.GenerateRequest\x1a\x1c.agentserve.v1.GenerateChunk0\x01\x12\x44\n\x07RelayKV\x12\x1b.agentserve.v1.RelayRequest\x1a\x1a.agentserve.v1.FabricChunk0\x01\x12M\n\x06Lookup\x12 .agentserve.v1.HeldBlocksRequest\x1a!.agentserve.v1.HeldBlocksResponse\x12I\n\x06\x44ropKV\x12 .agentserve.v1.HeldBlocksRequest\x1a\x1d.agentserve.v1.DropKVResponse\x12Q\n\nPrefetchKV\x12 .agentserve.v1.HeldBlocksRequest\x1a!.agentserve.v1.PrefetchKVResponse\x12\x45\n\x06HintKV\x12\x1c.agentserve.v1.HintKVRequest\x1a\x1d.agentserve.v1.HintKVResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,17 +42,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PREFETCHKVRESPONSE']._serialized_start=306
   _globals['_PREFETCHKVRESPONSE']._serialized_end=356
   _globals['_RELAYREQUEST']._serialized_start=358
-  _globals['_RELAYREQUEST']._serialized_end=404
-  _globals['_HELDBLOCKSREQUEST']._serialized_start=406
-  _globals['_HELDBLOCKSREQUEST']._serialized_end=444
-  _globals['_HELDBLOCKSRESPONSE']._serialized_start=446
-  _globals['_HELDBLOCKSRESPONSE']._serialized_end=480
-  _globals['_LOADKVRESPONSE']._serialized_start=482
-  _globals['_LOADKVRESPONSE']._serialized_end=541
-  _globals['_GENERATEREQUEST']._serialized_start=544
-  _globals['_GENERATEREQUEST']._serialized_end=726
-  _globals['_GENERATECHUNK']._serialized_start=729
-  _globals['_GENERATECHUNK']._serialized_end=900
-  _globals['_DECODE']._serialized_start=903
-  _globals['_DECODE']._serialized_end=1432
+  _globals['_RELAYREQUEST']._serialized_end=423
+  _globals['_HELDBLOCKSREQUEST']._serialized_start=425
+  _globals['_HELDBLOCKSREQUEST']._serialized_end=463
+  _globals['_HELDBLOCKSRESPONSE']._serialized_start=465
+  _globals['_HELDBLOCKSRESPONSE']._serialized_end=499
+  _globals['_LOADKVRESPONSE']._serialized_start=501
+  _globals['_LOADKVRESPONSE']._serialized_end=560
+  _globals['_GENERATEREQUEST']._serialized_start=563
+  _globals['_GENERATEREQUEST']._serialized_end=745
+  _globals['_GENERATECHUNK']._serialized_start=748
+  _globals['_GENERATECHUNK']._serialized_end=919
+  _globals['_DECODE']._serialized_start=922
+  _globals['_DECODE']._serialized_end=1451
 # @@protoc_insertion_point(module_scope)

@@ -41,12 +41,14 @@ class PrefetchKVResponse(_message.Message):
     def __init__(self, loaded: _Optional[int] = ..., held: _Optional[int] = ...) -> None: ...
 
 class RelayRequest(_message.Message):
-    __slots__ = ("block_ids", "dst")
+    __slots__ = ("block_ids", "dst", "hbm_first")
     BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]
     DST_FIELD_NUMBER: _ClassVar[int]
+    HBM_FIRST_FIELD_NUMBER: _ClassVar[int]
     block_ids: _containers.RepeatedScalarFieldContainer[bytes]
     dst: str
-    def __init__(self, block_ids: _Optional[_Iterable[bytes]] = ..., dst: _Optional[str] = ...) -> None: ...
+    hbm_first: bool
+    def __init__(self, block_ids: _Optional[_Iterable[bytes]] = ..., dst: _Optional[str] = ..., hbm_first: _Optional[bool] = ...) -> None: ...
 
 class HeldBlocksRequest(_message.Message):
     __slots__ = ("block_ids",)

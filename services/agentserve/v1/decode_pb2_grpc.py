@@ -98,9 +98,9 @@ class DecodeServicer:
 
     def RelayKV(self, request, context):
         """Called by a prefill engine, path B of DualPath: send it the chained run `block_ids` over the
-        compute network. Blocks this engine holds go from its cache; the rest it reads from the KV
-        store over its storage NIC and imports first, so it keeps them (the prefill's handoff then
-        skips them). The stream is layer-range chunks of block-format runs (the first chunk carries a
+        compute network. It reads them from the KV store over its storage NIC (with `hbm_first`, only
+        those past the leading blocks it holds, which go from its cache) and imports them first, so it
+        keeps them (the prefill's handoff then skips them). The stream is layer-range chunks of block-format runs (the first chunk carries a
         TransferHeader with the declared size); it ends early at the first block neither held nor
         stored, and the prefill computes what did not arrive.
         """

@@ -1,5 +1,8 @@
 """Path B's decode side (`RelaySender`) on a real engine, with a stand-in for the store client.
 
+A relay reads every block it relays from the store (DualPath's path B), whatever the decode engine
+holds; with `hbm_first` the leading blocks it holds go from its HBM and only the rest are read.
+
 The race it guards: the relay imports a run of store blocks into the decode's pool and exports it
 later, while the engine keeps allocating for other sequences. Pinned, no block can be evicted in
 between, so the relay never stops short under load; and every pin is released when it ends.
@@ -21,8 +24,22 @@ from tests.support.engine_pool import CONFIG, Store, evict_everything_evictable
 pytestmark = pytest.mark.unit
 
 
-def run_relay(source, held: int, consume):
-    """Relay the source's blocks from a fresh decode engine holding the first `held` of them."""
+class ReadCountingStore(Store):
+    """`Store` that counts the blocks it served."""
+
+    def __init__(self, blocks, at_end) -> None:
+        super().__init__(blocks, at_end)
+        self.served = 0
+
+    async def get(self, fingerprint, ids):
+        async for block_id, data in super().get(fingerprint, ids):
+            self.served += 1
+            yield block_id, data
+
+
+def run_relay(source, held: int, consume, hbm_first: bool = False):
+    """Relay the source's blocks from a fresh decode engine holding the first `held` of them; the
+    store holds every block. Returns (consume's result, (pool stats, blocks resident), blocks read)."""
     src_engine, ids, datas = source
     decode = AsyncEngine(LLMEngine(src_engine.model, src_engine.fingerprint, CONFIG))
     decode.start()
@@ -36,11 +53,11 @@ def run_relay(source, held: int, consume):
                 await decode.call(evict_everything_evictable)
                 pressure_done.set()
 
-            store = Store({b: datas[b] for b in ids[held:]}, at_end=pressure)
+            store = ReadCountingStore(dict(datas), at_end=pressure)
             sender = RelaySender(KVMover(decode, "decode-0", store, "store:0"))
-            out = await consume(sender.relay(ids, "prefill-0"), pressure_done)
+            out = await consume(sender.relay(ids, "prefill-0", hbm_first), pressure_done)
             stats = await decode.call(lambda e: (e.blocks.stats(), e.blocks.cached_prefix(ids)))
-            return out, stats
+            return out, stats, store.served
 
         return asyncio.run(main())
     finally:
@@ -57,8 +74,8 @@ def runs_of(chunks) -> list[bytes]:
     return [bytes(runs[i].buffer) for i in sorted(runs)]
 
 
-@pytest.mark.parametrize("held", [0, 4])
-def test_a_relay_under_eviction_pressure_delivers_every_block_and_releases_its_pins(source, held):
+@pytest.mark.parametrize(("held", "hbm_first"), [(0, False), (4, False), (4, True)])
+def test_a_relay_under_eviction_pressure_delivers_every_block_and_releases_its_pins(source, held, hbm_first):
     src_engine, ids, datas = source
 
     async def consume(relay, pressure_done):
@@ -69,7 +86,7 @@ def test_a_relay_under_eviction_pressure_delivers_every_block_and_releases_its_p
         chunks += [chunk async for chunk in relay]
         return chunks
 
-    chunks, (stats, resident) = run_relay(source, held, consume)
+    chunks, (stats, resident), read = run_relay(source, held, consume, hbm_first)
     receiver = LLMEngine(src_engine.model, src_engine.fingerprint, CONFIG)
     for run in runs_of(chunks):
         receiver.import_blocks(run)
@@ -77,6 +94,8 @@ def test_a_relay_under_eviction_pressure_delivers_every_block_and_releases_its_p
     assert all(bytes(receiver.export_blocks([b])) == datas[b] for b in ids)  # bit-exact
     assert stats["used"] == 0  # every pin released
     assert resident == len(ids)  # and the decode keeps the blocks for the suffix-only handoff
+    # Every block crossed the storage NIC, the held ones too, unless they may go from HBM.
+    assert read == len(ids) - (held if hbm_first else 0)
 
 
 def test_a_relay_closed_early_releases_its_pins(source):
@@ -85,5 +104,5 @@ def test_a_relay_closed_early_releases_its_pins(source):
         await relay.aclose()  # the store leg is cancelled wherever it is
         return None
 
-    _, (stats, _) = run_relay(source, 4, consume)
+    _, (stats, _), _ = run_relay(source, 4, consume, hbm_first=True)
     assert stats["used"] == 0

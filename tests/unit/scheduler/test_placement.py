@@ -50,8 +50,8 @@ def test_dualpath_placement_answers_the_three_questions_and_says_why() -> None:
     placer = GlobalScheduler(reg, LeastLoadedRouter(), DualPathPrefill(alpha_ms=50), DualPathRelay(), SplitPolicy())
     session = Session("s", kv_holder="d0")
     placed = placer.place(session, prompt_tokens=10 * BLOCK_SIZE + 3, hit_blocks=8)
-    # p1 has fewer unfinished tokens; d0 holds the session's KV so it decodes and, serving the
-    # history from its cache (an 8 ms send vs d1's 11 ms read), relays too; the split is even.
+    # p1 has fewer unfinished tokens; d0 holds the session's KV so it decodes and, with the shorter
+    # store read (8 ms vs d1's 11 ms), relays too; the split is even.
     assert (placed.prefill.engine_id, placed.decode.engine_id) == ("p1", "d0")
     assert placed.relay is not None and placed.relay.engine_id == "d0"
     assert placed.plan == LoadPlan(KVPath.SPLIT, "127.0.0.1:7000", relay_blocks=4)
@@ -151,27 +151,47 @@ def test_no_engine_of_a_role_is_retryable() -> None:
         GlobalScheduler(registry(prefill_tokens=()), LeastLoadedRouter()).place(Session("s"), 8, hit_blocks=0)
 
 
-def test_a_relay_that_holds_leading_hits_is_charged_only_the_store_reads_it_makes() -> None:
+def test_a_relay_reads_and_is_charged_every_block_it_relays_whatever_it_holds() -> None:
+    # relay_source=store (the default, DualPath's path B): d2 holds the first 8 of the 10 hits
+    # (another turn there claims them), yet a relay reads all 10 from the store, so the engines are
+    # alike and the turn's decode engine, d0, relays; its storage NIC is charged all 10 blocks.
+    reg = registry(decode_snic=(0, 0, 0), decode_cnic_gbps=0.064)
+    held = {"d0": 0, "d1": 0, "d2": 8}
+    placer = GlobalScheduler(reg, LeastLoadedRouter(), DualPathPrefill(), DualPathRelay(), AlwaysB())
+    placed = placer.place(Session("s"), prompt_tokens=12 * BLOCK_SIZE, hit_blocks=10, held=lambda d: held[d.engine_id])
+    assert placed.relay is not None and (placed.relay.engine_id, placed.relay_reason) == ("d0", "turn-decode")
+    assert (placed.relay_held_blocks, placed.relay_store_blocks, placed.plan.relay_hbm_first) == (0, 10, False)
+    with placed.reserve(reg, BLOCK_BYTES):
+        assert (placed.relay.snic_queue_bytes, placed.relay.cnic_queue_bytes) == (10000, 10000)
+    # So is the session's KV holder's.
+    placed = placer.place(Session("s", kv_holder="d1"), prompt_tokens=12 * BLOCK_SIZE, hit_blocks=10)
+    assert placed.relay is not None and (placed.relay.engine_id, placed.relay_store_blocks) == ("d1", 10)
+
+
+def test_under_hbm_first_a_relay_that_holds_leading_hits_is_charged_only_the_store_reads_it_makes() -> None:
     # 1 MB/s storage NICs, 8 MB/s compute NICs: the store read is the slower leg of a relay.
     reg = registry(decode_snic=(0, 0, 0), decode_cnic_gbps=0.064)
-    placer = GlobalScheduler(reg, LeastLoadedRouter(), DualPathPrefill(), DualPathRelay(), AlwaysB())
+    placer = GlobalScheduler(reg, LeastLoadedRouter(), DualPathPrefill(), DualPathRelay(hbm_first=True), AlwaysB())
     # d2 holds the first 8 of the 10 hits (another turn there claims them): it relays those from
     # HBM and reads 2 from the store (2 ms) where d0 and d1 would read 10 (10 ms).
     held = {"d0": 0, "d1": 0, "d2": 8}
     placed = placer.place(Session("s"), prompt_tokens=12 * BLOCK_SIZE, hit_blocks=10, held=lambda d: held[d.engine_id])
     assert placed.relay is not None and (placed.relay.engine_id, placed.relay_reason) == ("d2", "earliest-finish")
+    assert placed.plan == LoadPlan(KVPath.B, "127.0.0.1:7002", relay_hbm_first=True)
     assert (placed.relay_held_blocks, placed.relay_store_blocks) == (8, 2)
     with placed.reserve(reg, BLOCK_BYTES):
         assert (placed.relay.snic_queue_bytes, placed.relay.cnic_queue_bytes) == (2000, 10000)
-    no_holds = GlobalScheduler(reg, LeastLoadedRouter(), DualPathPrefill(), DualPathRelay(), AlwaysB())
-    relay = no_holds.place(Session("t"), prompt_tokens=12 * BLOCK_SIZE, hit_blocks=10).relay
-    assert relay is not None and relay.engine_id == "d0"
+    # The session's KV holder holds every hit: it reads none.
+    placed = placer.place(Session("t", kv_holder="d1"), prompt_tokens=12 * BLOCK_SIZE, hit_blocks=10)
+    assert placed.relay is not None and (placed.relay.engine_id, placed.relay_store_blocks) == ("d1", 0)
 
 
-def test_a_split_relays_the_last_hits_so_only_held_ones_among_them_are_not_read() -> None:
+def test_under_hbm_first_a_split_relays_the_last_hits_so_only_held_ones_among_them_are_not_read() -> None:
     reg = registry()
-    placer = GlobalScheduler(reg, LeastLoadedRouter(), DualPathPrefill(), OtherDecodeRelay(), SplitPolicy())
+    placer = GlobalScheduler(
+        reg, LeastLoadedRouter(), DualPathPrefill(), OtherDecodeRelay(hbm_first=True), SplitPolicy()
+    )
     placed = placer.place(Session("s"), prompt_tokens=12 * BLOCK_SIZE, hit_blocks=10, held=lambda d: 7)
     # Blocks 5..9 are relayed (the last half); the relay holds 0..6, so it reads 7..9 from the store.
-    assert placed.plan == LoadPlan(KVPath.SPLIT, "127.0.0.1:7001", relay_blocks=5)
+    assert placed.plan == LoadPlan(KVPath.SPLIT, "127.0.0.1:7001", relay_blocks=5, relay_hbm_first=True)
     assert (placed.relay_held_blocks, placed.relay_store_blocks) == (7, 3)

@@ -17,8 +17,8 @@ def decode(engine_id: str, snic: int = 0, cnic: int = 0, cnic_gbps: float = 0.00
     return loaded_engine(engine_id, Role.DECODE, snic_queue=snic, cnic_queue=cnic, cnic_gbps=cnic_gbps)
 
 
-def pick(policy, decodes, turn_decode, holder=None):
-    choice = policy.pick(decodes, turn_decode, holder, NBYTES)
+def pick(policy, decodes, turn_decode, held_bytes=None):
+    choice = policy.pick(decodes, turn_decode, NBYTES, held_bytes)
     return choice.engine.engine_id, choice.reason
 
 
@@ -33,11 +33,12 @@ def test_dualpath_ties_go_to_the_turn_decode_engine() -> None:
     assert pick(DualPathRelay(), [d0, d1], turn_decode=d1) == ("d1", "turn-decode")
 
 
-def test_dualpath_counts_no_store_read_on_the_sessions_kv_holder() -> None:
-    # The holder's snic is busy (20 ms), but it serves the history from its cache: only its cnic
-    # send counts (4 ms), which beats d1's 5 ms store read.
+def test_dualpath_counts_no_store_read_for_what_a_relay_sends_from_hbm() -> None:
+    # d0's snic is busy (20 ms), but holding all 4,000 bytes (the session's KV holder under
+    # hbm-first) it sends them from its HBM: only its cnic send counts (4 ms), which beats d1's 5 ms
+    # store read. Without held bytes (relay_source=store) d0 reads them too: 24 ms.
     holder, d1 = decode("d0", snic=20000), decode("d1", snic=1000)
-    assert pick(DualPathRelay(), [holder, d1], turn_decode=holder, holder=holder) == ("d0", "turn-decode")
+    assert pick(DualPathRelay(), [holder, d1], turn_decode=holder, held_bytes={"d0": NBYTES}) == ("d0", "turn-decode")
     assert pick(DualPathRelay(), [holder, d1], turn_decode=holder) == ("d1", "earliest-finish")
 
 
@@ -62,6 +63,11 @@ def test_names() -> None:
     ]
     with pytest.raises(ValueError, match="choose one of turn-decode, dualpath, other-decode"):
         make_relay_policy("nearest")
+    # Relays read the store unless asked otherwise by name.
+    assert [make_relay_policy("dualpath", s).hbm_first for s in ("store", "hbm-first")] == [False, True]
+    assert make_relay_policy("dualpath").hbm_first is False
+    with pytest.raises(ValueError, match="unknown relay source 'cache'; choose one of store, hbm-first"):
+        make_relay_policy("dualpath", "cache")
 
 
 def test_dualpath_ties_go_to_the_storage_nic_that_read_least_lately_before_the_turn_decode() -> None:
@@ -79,6 +85,6 @@ def test_dualpath_reads_from_the_store_only_what_a_relay_does_not_hold() -> None
     # d0's snic has 3 ms queued, d1's 1 ms; d0 holds 3,000 of the 4,000 bytes (a shared prefix
     # another turn there brought), so it reads 1 ms: max(4, 4) ms against d1's max(5, 4) ms.
     d0, d1 = decode("d0", snic=3000), decode("d1", snic=1000)
-    choice = DualPathRelay().pick([d0, d1], d1, None, NBYTES, held_bytes={"d0": 3000})
+    choice = DualPathRelay().pick([d0, d1], d1, NBYTES, held_bytes={"d0": 3000})
     assert (choice.engine.engine_id, choice.reason) == ("d0", "earliest-finish")
     assert pick(DualPathRelay(), [d0, d1], turn_decode=d1) == ("d1", "turn-decode")  # without it, d1
