@@ -111,6 +111,7 @@ def test_the_calibration_probe_stands_for_prefix_caching_only_where_the_budget_h
 
 def test_a_budget_sweep_measures_every_policy_at_each_fraction_and_heads_with_the_default(model) -> None:
     from agentserve.bench.tokendance.bench import BenchSpec, _served
+    from agentserve.bench.tokendance.report import _served_markdown
 
     one_round = replace(SHAPE, rounds=1)
     # An SLO nothing reaches: every search ends at the largest count probed, 4 x the workload's 3.
@@ -131,6 +132,13 @@ def test_a_budget_sweep_measures_every_policy_at_each_fraction_and_heads_with_th
     assert sum(r["evictions"] for r in probes[3]["rounds"]) > 0
     # At 12 agents even the first turns overflow it: round 1 computes evicted first turns again.
     assert sum(r["recomputed_history_tokens"] for r in probes[12]["rounds"]) > 0
+    # The bound at the headline budget beside the measured counts, in the JSON and the report.
+    bound = result["bound"]
+    assert bound["compute_bound_agents"] == 12 and bound["compute_bound_limited_by"] == "max probed"
+    assert bound["max_agents"] == min(bound["memory_bound_agents"], 12)
+    assert bound["concurrent_agents_ratio_bound"] == round(bound["max_agents"] / 12, 3)
+    row = f"| t | 12 | {bound['memory_bound_agents']} | 12 (max probed) | {bound['max_agents']} |"
+    assert any(line.startswith(row) for line in _served_markdown({"t": result}))
 
 
 def test_a_search_where_nothing_binds_ends_at_the_largest_count_probed(model) -> None:

@@ -23,6 +23,7 @@ import platform
 import time
 from dataclasses import dataclass, field, replace
 
+from agentserve.bench.tokendance.bound import collective_bound
 from agentserve.bench.tokendance.capacity import METHODS, CapacitySpec, capacity
 from agentserve.bench.tokendance.served import POLICIES, ServedSpec, calibrate, served_capacity
 from agentserve.bench.tokendance.workload import RoundShape, agent_society, generative_agents
@@ -84,6 +85,8 @@ def run_bench(spec: BenchSpec, log=print) -> dict:
     quality = _quality(spec)
     headline = {
         "concurrent_agents_ratio": min(c["ratio"] for c in served.values()),
+        # The most any collective policy could reach in the same regime (bound.py): the headline's bound.
+        "concurrent_agents_ratio_bound": min(c["bound"]["concurrent_agents_ratio_bound"] for c in served.values()),
         "concurrent_agents_ratio_cost_model": min(c["ratio"] for c in capacities.values()),
         "storage_reduction": min(s["default"]["storage_reduction"] for s in storage.values()),
         "prefill_speedup_vs_pic": min(p["prefill_speedup_vs_pic"] for p in prefill),
@@ -232,8 +235,16 @@ def _served(spec: BenchSpec, shape: RoundShape, storage: dict, model, log) -> di
         )
     # A budget given in tokens comes without a sweep (`ServedSpec` refuses both): one point.
     headline = sweep[served.budget_fractions().index(served.budget_fraction)]
+    regime = calibration.regime(served, served.budget_fraction)
+    log(f"{shape.name}: the most a collective policy could serve at this SLO and budget (bound.py) ...")
+    bound = collective_bound(model, shape, served, regime, headline["policies"]["prefix"]["max_agents"], log)
+    log(
+        f"{shape.name}: bound {bound.max_agents} agents ({bound.limited_by}; memory {bound.memory_agents}, "
+        f"compute {bound.compute.max_agents}), ratio bound {bound.ratio:.3f} against {headline['ratio']:.3f} measured"
+    )
     return {
         **headline,
+        "bound": bound.as_dict(),
         "full_kv_tokens": calibration.full_kv_tokens,
         "budget_sweep": [
             {

@@ -18,7 +18,14 @@ def markdown(result: dict) -> str:
     lines = ["# bench tokendance", "", "| figure | this run | target | paper | met |", "|---|---|---|---|---|"]
     for key, v in result["targets"].items():
         lines.append(f"| `{key}` | {v['value']:.3f} | >= {v['target']} | {v['paper']} | {v['met']} |")
-    lines += [f"| `mean_kl` | {result['mean_kl']:.5f} | - | - | - |", "", "## Regime", ""]
+    lines += [f"| `mean_kl` | {result['mean_kl']:.5f} | - | - | - |"]
+    lines += [
+        f"| `concurrent_agents_ratio_bound` | {result['concurrent_agents_ratio_bound']:.3f} | - "
+        "| the most a collective policy could reach at this SLO and budget (bound.py) | - |",
+        "",
+        "## Regime",
+        "",
+    ]
     lines += [f"- {k}: {v}" for k, v in result["regime"].items()]
     lines += _served_markdown(result["served_capacity"])
     lines += [
@@ -93,6 +100,23 @@ def _served_markdown(served: dict) -> list[str]:
             f"| {name} | {regime['slo_s']:.3f} | {regime['budget_tokens']:.0f} | {m['prefix']['max_agents']} "
             f"| {m['pic']['max_agents']} | {m['collective']['max_agents']} | {c['ratio']} | {limits} |"
         )
+    lines += [
+        "",
+        "The most a collective policy could serve in the same regime, measured in this run (bound.py): the memory",
+        "bound (collective's ledger fits the budget) and the compute bound (the blend's floor within the SLO):",
+        "",
+        "| workload | measured collective | memory bound | compute bound | bound | limited by | ratio measured "
+        "| ratio bound |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, c in served.items():
+        b = c["bound"]
+        lines.append(
+            f"| {name} | {c['policies']['collective']['max_agents']} | {b['memory_bound_agents']} "
+            f"| {b['compute_bound_agents']} ({b['compute_bound_limited_by']}) | {b['max_agents']} | {b['limited_by']} "
+            f"| {c['ratio']} | {b['concurrent_agents_ratio_bound']} |"
+        )
+    lines += ["", f"Compute floor: {next(iter(served.values()))['bound']['floor']}." if served else ""]
     lines += [
         "",
         "Agents per policy at each KV budget (fraction of prefix caching's full-residency KV; the same",

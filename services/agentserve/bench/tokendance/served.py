@@ -162,6 +162,14 @@ class KVLedger:
         return evicted
 
 
+def context_cost(policy: str, tokens: int, shared_tokens: int, diff_share: float) -> float:
+    """An agent's context of `tokens` (`shared_tokens` of them gathered blocks) in the ledger,
+    full-token equivalents: collective holds the gathered tokens at the diff share."""
+    if policy == "collective":
+        return tokens - shared_tokens + shared_tokens * diff_share
+    return float(tokens)
+
+
 @dataclass
 class _Agent:
     tokens: list[int]
@@ -267,10 +275,7 @@ class RoundServer:
     def _admit(self, a: int, agents: list[_Agent]) -> None:
         agent = agents[a]
         total = len(agent.tokens) + self.shape.output_tokens  # its output, decoded next, is held too
-        if self.policy == "collective":
-            cost = total - agent.shared_tokens + agent.shared_tokens * self.spec.diff_share
-        else:
-            cost = float(total)
+        cost = context_cost(self.policy, total, agent.shared_tokens, self.spec.diff_share)
         for evicted in self.ledger.admit(a, cost):
             agents[evicted].kv = None  # its KV is gone: the next prompt computes it again
 
