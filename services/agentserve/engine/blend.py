@@ -112,7 +112,7 @@ def blend_prefill(
         q, k, v = _qkv(x, plan, cos, sin)
         fresh.append((k, v))
         k, v = _after_prefix(blend, plan.index, k, v)
-        x = _finish_layer(x, plan, _attend(q, k, v, run, positions))
+        x = _finish_layer(x, plan, _attend(q, k, v, _visible(run, positions, x.dtype)))
     plan = plans[full_layers]
     q, k, v = _qkv(x, plan, cos, sin)
     fresh.append((k, v))
@@ -129,8 +129,9 @@ def blend_prefill(
     for layer, (k_fresh, v_fresh) in enumerate(fresh):
         k, v = _write(blend, layer, rows, k_fresh[local], v_fresh[local], sink)
     x, q, cos, sin = x[local], q[local], cos[local], sin[local]
-    x = _finish_layer(x, plan, _attend(q, k, v, rows, positions))
-    return _chosen_layers(model, blend, rows, x, cos, sin, sink, full_layers + 1, tail)
+    visible = _visible(rows, positions, x.dtype)
+    x = _finish_layer(x, plan, _attend(q, k, v, visible))
+    return _chosen_layers(model, blend, rows, x, cos, sin, sink, full_layers + 1, tail, visible)
 
 
 @torch.inference_mode()
@@ -162,14 +163,17 @@ def _chosen_layers(
     sink: KVSink | None,
     first: int,
     tail: int,
+    visible: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Layers [first, ...) over the chosen tokens alone (`rows` of the prompt, `x` their hidden
-    states): each layer's fresh K/V replace the reused in their rows; the last `tail` rows' logits."""
-    positions = torch.arange(blend.token_ids.shape[0])
+    states): each layer's fresh K/V replace the reused in their rows; the last `tail` rows' logits.
+    The rows' attention mask (`_visible`) is the same in every layer: made once."""
+    if visible is None:
+        visible = _visible(rows, torch.arange(blend.token_ids.shape[0]), x.dtype)
     for plan in model.plans[first:]:
         q, k_new, v_new = _qkv(x, plan, cos, sin)
         k, v = _write(blend, plan.index, rows, k_new, v_new, sink)
-        x = _finish_layer(x, plan, _attend(q, k, v, rows, positions))
+        x = _finish_layer(x, plan, _attend(q, k, v, visible))
     return model.logits(x[-tail:])
 
 
@@ -208,16 +212,24 @@ def _qkv(
     return qk[:, :heads], qk[:, heads:], qkv[:, (heads + kv_heads) * d :].view(n, kv_heads, d)
 
 
-def _attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_positions: torch.Tensor, key_positions: torch.Tensor
-) -> torch.Tensor:
-    """Each query over the keys at or before its position; `[n, heads, d]` out."""
+def _visible(query_positions: torch.Tensor, key_positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """The attention mask of queries at `query_positions` over keys at `key_positions`: additive,
+    0 where a key is at or before the query's position, -inf elsewhere (what the kernel turns a
+    bool mask into on every call: the same bits, made once for a prompt's layers). None when every
+    token is a query: the flash kernel's own causal mask."""
+    if query_positions.shape == key_positions.shape:
+        return None
+    hidden = key_positions[None, :] > query_positions[:, None]
+    return torch.zeros(hidden.shape, dtype=dtype).masked_fill_(hidden, float("-inf"))
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor | None) -> torch.Tensor:
+    """Each query over the keys `visible` allows (`_visible`; None: causal over every token); `[n, heads, d]` out."""
     groups = q.shape[1] // k.shape[1]
     queries, keys, values = q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None]
-    if query_positions.shape == key_positions.shape:  # every token: the flash kernel's own causal mask
+    if visible is None:
         out = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, enable_gqa=groups > 1)
     else:
-        visible = key_positions[None, :] <= query_positions[:, None]
         out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=visible, enable_gqa=groups > 1)
     return out[0].transpose(0, 1)
 

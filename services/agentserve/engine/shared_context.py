@@ -283,10 +283,12 @@ class CollectiveReuse:
         self, token_ids: list[int], placed: list[tuple[int, MasterKV]], prefix: PrefixKV | None = None
     ) -> BlendInput:
         """Each master's KV moved to where the prompt holds its block, the cached prefix's KV in
-        its rows (other rows zero)."""
+        its rows. The other rows are left unset (`torch.empty`: no pass over the prompt's KV to
+        zero it): they are private tokens after the prefix, which every blend runs and writes in
+        each layer before attention reads them (`BlendInput`: never read)."""
         config = self.model.config
         shape = (config.num_hidden_layers, len(token_ids), config.num_key_value_heads, config.head_dim)
-        k, v = torch.zeros(shape, dtype=self.dtype), torch.zeros(shape, dtype=self.dtype)
+        k, v = torch.empty(shape, dtype=self.dtype), torch.empty(shape, dtype=self.dtype)
         shared = torch.zeros(len(token_ids), dtype=torch.bool)
         cached = _cached_tokens(prefix, len(token_ids))
         if prefix is not None:
