@@ -175,6 +175,24 @@ def _served(result: dict, out: Path) -> Path:
                 color=COLORS[policy],
                 label=f"{policy}: {found['max_agents']}",
             )
+        bound = c.get("bound")
+        if bound is not None:
+            floor = bound["compute_probes"]
+            ax.plot(
+                [p["agents"] for p in floor],
+                [p["worst_latency_s"] for p in floor],
+                "x--",
+                color=COLORS["collective"],
+                alpha=0.5,
+                label=f"compute floor: {bound['compute_bound_agents']}",
+            )
+            if bound["memory_bound_agents"] is not None:
+                ax.axvline(
+                    bound["memory_bound_agents"],
+                    color=COLORS["collective"],
+                    linestyle="-.",
+                    label=f"memory bound: {bound['memory_bound_agents']}",
+                )
         ax.axhline(c["regime"]["slo_s"], color="black", linestyle=":", label="SLO")
         ax.set_xlabel("agents")
         ax.set_ylabel("worst round latency (s, engine CPU time)")
