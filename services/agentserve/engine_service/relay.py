@@ -1,16 +1,20 @@
 """Path B of DualPath: store -> a decode engine's storage NIC -> compute network -> a prefill engine.
 
 Decode side (`RelaySender.relay`, behind Decode.RelayKV): a reader task fetches every block from
-the store over the decode's snic (span `kv.path=B`, `net.link=snic`) and imports it, so the decode
-keeps it for the suffix-only handoff. That is DualPath's path B: the store's bytes cross the decode
-side's storage NIC, whatever the decode engine holds. With `hbm_first` (scheduler
-`relay_source=hbm-first`) the leading blocks the engine holds go straight from its cache instead,
-and only the rest are read. Meanwhile the sender exports groups of `RELAY_RUN_BLOCKS` blocks as one
-block-format run each and streams them as layer-range chunks paced by the decode's cnic (span
-`kv.path=relay`, `net.link=cnic`): the store read and the compute-network send overlap. Every
-block is pinned in the decode's pool from the moment it is found or imported until the relay ends:
-a block imported now is exported later, and in between the engine keeps stepping, so under load an
-unpinned block could be evicted and the relay would stop short.
+the store over the decode's snic (span `kv.path=B`, `net.link=snic`), and the sender streams each
+block's bytes as read (the store holds every block as a block-format run of its own) as
+layer-range chunks paced by the decode's cnic (span `kv.path=relay`, `net.link=cnic`): the store
+read and the compute-network send overlap. That is DualPath's path B: the store's bytes cross the
+decode side's storage NIC, whatever the decode engine holds. Neither leg waits for the engine
+thread, which runs commands between decode steps: what the relay reads is imported into the pool
+by a `_Keeper` on the side (so the decode keeps it for the suffix-only handoff), all the blocks
+read while one import waits going in the next command, and nothing is exported.
+
+With `hbm_first` (scheduler `relay_source=hbm-first`) the leading blocks the engine holds go from
+its cache instead, exported in groups of `RELAY_RUN_BLOCKS` as one run each, and only the rest are
+read. Those are pinned in the pool from the moment they are found until the relay ends: the engine
+keeps stepping until they are exported, so under load an unpinned block could be evicted and the
+relay would stop short.
 
 Prefill side (`relay_load`): paces every chunk through the prefill's cnic, reassembles and verifies
 each run (`PacedReceiver`) and imports it as soon as it is whole.
@@ -26,6 +30,7 @@ from contextlib import AsyncExitStack
 from functools import partial
 
 from agentserve.common.telemetry import kv_transfer
+from agentserve.engine.async_engine import AsyncEngine
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.layer_stream import LayerStream
 from agentserve.engine_service.kv_moves import KVMover
@@ -38,7 +43,7 @@ from agentserve.v1 import decode_pb2, decode_pb2_grpc, fabric_pb2
 
 log = logging.getLogger(__name__)
 
-RELAY_RUN_BLOCKS = 16  # blocks per run: layer-major within a run, and the unit the two legs overlap by
+RELAY_RUN_BLOCKS = 16  # held blocks per exported run (hbm_first): layer-major within a run
 RELAY_TIMEOUT_S = 60.0
 
 
@@ -72,12 +77,15 @@ class RelaySender:
                 return held
 
             held = await mover.engine.call(pin_held) if hbm_first else 0
-            ready: asyncio.Queue[list[bytes] | None] = asyncio.Queue()
+            # In sending order: runs of held blocks (their ids: exported from the pool when sent) and
+            # blocks read from the store (their bytes, sent as read); None ends.
+            ready: asyncio.Queue[list[bytes] | bytes | None] = asyncio.Queue()
             for start in range(0, held, RELAY_RUN_BLOCKS):
                 ready.put_nowait(ids[start : min(start + RELAY_RUN_BLOCKS, held)])
+            keeper = _Keeper(mover.engine)
             reader = None
             if held < len(ids):
-                reader = asyncio.create_task(self._read_from_store(ids[held:], ready, pinned), name="relay-store-read")
+                reader = asyncio.create_task(self._read_from_store(ids[held:], ready, keeper), name="relay-store-read")
             else:
                 ready.put_nowait(None)
             try:
@@ -94,11 +102,15 @@ class RelaySender:
                         pacer = mover.charge.run_pacer()
                         run_index = 0
                         first: fabric_pb2.TransferHeader | None = header
-                        while (group := await ready.get()) is not None:
-                            run = await mover.engine.call(partial(_export_run, ids=group))
-                            if run is None:  # pinned, so this is a bug, not load: say so
-                                log.warning("relay to %s stopped short: a pinned block left the pool", dst)
-                                break
+                        while (item := await ready.get()) is not None:
+                            if isinstance(item, list):
+                                run = await mover.engine.call(partial(_export_run, ids=item))
+                                if run is None:  # pinned, so this is a bug, not load: say so
+                                    log.warning("relay to %s stopped short: a pinned block left the pool", dst)
+                                    break
+                                blocks = len(item)
+                            else:
+                                run, blocks = item, 1  # the store holds every block as a run of its own
                             for chunk in split_run(run, self.max_chunk_bytes):
                                 charged = pacer(chunk.header, len(chunk.data))
                                 await transfer.pace(charged)
@@ -111,48 +123,83 @@ class RelaySender:
                                     data=bytes(chunk.data),
                                 )
                                 first = None
-                            record.blocks += len(group)
+                            record.blocks += blocks
                             run_index += 1
                     record.queue_wait_s = transfer.queue_wait_s
                 if reader is not None:
                     await reader  # a failed store read fails the relay: the prefill loads the rest by path A
+                # Kept before the stream ends: the prefill's handoff, which asks what this engine
+                # holds, comes after its load returns.
+                await keeper.wait()
             finally:
                 if reader is not None and not reader.done():
-                    reader.cancel()  # it queues no engine command after this, so the unpin comes last
+                    reader.cancel()
+                keeper.cancel()
 
-    async def _read_from_store(self, ids: list[bytes], ready: asyncio.Queue, pinned: list[int]) -> None:
-        """The store leg: read `ids` over this engine's snic, import them, hand them to the sender by run."""
+    async def _read_from_store(self, ids: list[bytes], ready: asyncio.Queue, keeper: _Keeper) -> None:
+        """The store leg: read `ids` over this engine's snic, hand each block's bytes to the sender
+        as it arrives and to the keeper. Neither waits for the engine thread."""
         mover = self.mover
         try:
             with kv_transfer(
                 "B", "snic", mover.kvstore_address, mover.engine_id, mover.num_layers, mover.snic.gbps
             ) as record:
-                pending: list[tuple[bytes, bytes]] = []
                 async with mover.snic.transfer(len(ids) * mover.charge.per_block) as transfer:
-                    async for block_id, data in mover.kvstore.get(mover.fingerprint, ids):
+                    async for _, data in mover.kvstore.get(mover.fingerprint, ids):
+                        if read_header(data).diff is not None:
+                            # A diff (`kv.block_diff`) needs its master to stand for a block: path A's
+                            # load restores it, so the relay stops short here and the rest go by A.
+                            break
                         charged = mover.charge.blocks(len(data))
                         await transfer.pace(charged)
                         record.add(charged)
-                        pending.append((block_id, data))
-                        if len(pending) == RELAY_RUN_BLOCKS:
-                            await self._import(pending, ready, pinned)
-                            pending = []
-                    if pending:
-                        await self._import(pending, ready, pinned)
+                        ready.put_nowait(bytes(data))
+                        keeper.keep(data)
                 record.queue_wait_s = transfer.queue_wait_s
         finally:
             ready.put_nowait(None)
 
-    async def _import(self, blocks: list[tuple[bytes, bytes]], ready: asyncio.Queue, pinned: list[int]) -> None:
-        ids = [block_id for block_id, _ in blocks]
 
-        def import_and_pin(engine: LLMEngine) -> None:  # one engine command: nothing runs in between
-            for _, data in blocks:
-                engine.import_blocks(data)
-            pinned.extend(engine.blocks.pin(ids))
+class _Keeper:
+    """Imports the blocks a relay read from the store into the decode's pool, so the decode keeps
+    them for the suffix-only handoff. The engine thread runs commands between decode steps, so the
+    imports wait for it off the relay's way: everything read meanwhile goes in one command, and
+    neither the store read nor the send waits. Keeping is best-effort: a block that finds no room
+    was sent all the same, and the prefill's handoff then sends it here as well."""
 
-        await self.mover.engine.call(import_and_pin)
-        ready.put_nowait(ids)
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self._pending: list[bytes] = []
+        self._task: asyncio.Task | None = None
+
+    def keep(self, data: bytes) -> None:
+        self._pending.append(data)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._import(), name="relay-keep")
+
+    async def _import(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            await self.engine.call(partial(_keep_each, blocks=batch))
+
+    async def wait(self) -> None:
+        if self._task is not None:
+            await self._task
+
+    def cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()  # a command already queued still runs: it only imports
+
+
+def _keep_each(engine: LLMEngine, blocks: list[bytes]) -> int:
+    """Import `blocks` into the pool; how many were new. One that fails is left out (see `_Keeper`)."""
+    kept = 0
+    for data in blocks:
+        try:
+            kept += engine.import_blocks(data)
+        except (RuntimeError, ValueError) as exc:  # no room, or a block the prefill refuses too
+            log.debug("relay did not keep a block: %s", exc)
+    return kept
 
 
 async def relay_load(mover: KVMover, ids: Sequence[bytes], relay_address: str, hbm_first: bool = False) -> int:

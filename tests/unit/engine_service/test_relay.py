@@ -1,16 +1,19 @@
 """Path B's decode side (`RelaySender`) on a real engine, with a stand-in for the store client.
 
 A relay reads every block it relays from the store (DualPath's path B), whatever the decode engine
-holds; with `hbm_first` the leading blocks it holds go from its HBM and only the rest are read.
+holds, and sends the bytes as read without waiting for the engine thread; it keeps what it read
+(imported on the side) for the suffix-only handoff. With `hbm_first` the leading blocks it holds
+go from its HBM and only the rest are read.
 
-The race it guards: the relay imports a run of store blocks into the decode's pool and exports it
-later, while the engine keeps allocating for other sequences. Pinned, no block can be evicted in
-between, so the relay never stops short under load; and every pin is released when it ends.
+The race it guards: a held block is exported later than it is found, while the engine keeps
+allocating for other sequences. Pinned, no block can be evicted in between, so the relay never
+stops short under load; and every pin is released when it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -37,13 +40,16 @@ class ReadCountingStore(Store):
             yield block_id, data
 
 
-def run_relay(source, held: int, consume, hbm_first: bool = False):
+def run_relay(source, held: int, consume, hbm_first: bool = False, pressure: bool = True):
     """Relay the source's blocks from a fresh decode engine holding the first `held` of them; the
-    store holds every block. Returns (consume's result, (pool stats, blocks resident), blocks read)."""
+    store holds every block and, with `pressure`, once it served the last one the pool is swept of
+    every block an allocation may evict. Returns (consume's result, (pool stats, blocks resident),
+    blocks read)."""
     src_engine, ids, datas = source
     decode = AsyncEngine(LLMEngine(src_engine.model, src_engine.fingerprint, CONFIG))
     decode.start()
     try:
+        sweep = pressure
 
         async def main():
             await decode.call(lambda e: sum(e.import_blocks(datas[b]) for b in ids[:held]))
@@ -53,7 +59,7 @@ def run_relay(source, held: int, consume, hbm_first: bool = False):
                 await decode.call(evict_everything_evictable)
                 pressure_done.set()
 
-            store = ReadCountingStore(dict(datas), at_end=pressure)
+            store = ReadCountingStore(dict(datas), at_end=pressure if sweep else None)
             sender = RelaySender(KVMover(decode, "decode-0", store, "store:0"))
             out = await consume(sender.relay(ids, "prefill-0", hbm_first), pressure_done)
             stats = await decode.call(lambda e: (e.blocks.stats(), e.blocks.cached_prefix(ids)))
@@ -80,22 +86,59 @@ def test_a_relay_under_eviction_pressure_delivers_every_block_and_releases_its_p
 
     async def consume(relay, pressure_done):
         chunks = [await relay.__anext__()]
-        # The store leg runs on: it imports the second run, then the pool is swept of every block
-        # an allocation may evict, before the sender gets to export that run.
+        # The store leg runs on to its end, then the pool is swept of every block an allocation may
+        # evict, before the sender gets to the rest (held blocks it exports from the pool).
         await pressure_done.wait()
         chunks += [chunk async for chunk in relay]
         return chunks
 
-    chunks, (stats, resident), read = run_relay(source, held, consume, hbm_first)
+    chunks, (stats, _), read = run_relay(source, held, consume, hbm_first)
+    assert_delivered(src_engine, ids, datas, chunks)
+    assert stats["used"] == 0  # every pin released
+    # Every block crossed the storage NIC, the held ones too, unless they may go from HBM.
+    assert read == len(ids) - (held if hbm_first else 0)
+
+
+def assert_delivered(src_engine, ids, datas, chunks) -> None:
     receiver = LLMEngine(src_engine.model, src_engine.fingerprint, CONFIG)
     for run in runs_of(chunks):
         receiver.import_blocks(run)
     assert receiver.blocks.cached_prefix(ids) == len(ids)  # every block arrived, checksums verified
     assert all(bytes(receiver.export_blocks([b])) == datas[b] for b in ids)  # bit-exact
-    assert stats["used"] == 0  # every pin released
-    assert resident == len(ids)  # and the decode keeps the blocks for the suffix-only handoff
-    # Every block crossed the storage NIC, the held ones too, unless they may go from HBM.
-    assert read == len(ids) - (held if hbm_first else 0)
+
+
+@pytest.mark.parametrize(("held", "hbm_first"), [(4, False), (4, True)])
+def test_a_relay_keeps_every_block_it_relays_for_the_suffix_only_handoff(source, held, hbm_first):
+    async def consume(relay, _):
+        return [chunk async for chunk in relay]
+
+    _, (stats, resident), _ = run_relay(source, held, consume, hbm_first, pressure=False)
+    assert (stats["used"], resident) == (0, len(source[1]))
+
+
+def test_a_relay_sends_every_block_while_the_engine_thread_is_busy(source):
+    # The engine thread is held (a decode step that lasts) until the prefill has every block: the
+    # store read and the send never wait for it. Only keeping them does, before the stream ends.
+    src_engine, ids, datas = source
+    decode = AsyncEngine(LLMEngine(src_engine.model, src_engine.fingerprint, CONFIG))
+    decode.start()
+    step_over = threading.Event()
+    try:
+
+        async def main():
+            decode.post(lambda e: step_over.wait(30))
+            relay = RelaySender(KVMover(decode, "decode-0", Store(dict(datas)), "store:0")).relay(ids, "prefill-0")
+            # One run per block, one chunk per run (a block is far below the chunk size).
+            chunks = [await asyncio.wait_for(relay.__anext__(), 10) for _ in ids]
+            assert_delivered(src_engine, ids, datas, chunks)
+            step_over.set()
+            assert [chunk async for chunk in relay] == []
+            return await decode.call(lambda e: e.blocks.cached_prefix(ids))
+
+        assert asyncio.run(main()) == len(ids)
+    finally:
+        step_over.set()
+        decode.stop()
 
 
 def test_a_relay_closed_early_releases_its_pins(source):
