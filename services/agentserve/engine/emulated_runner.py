@@ -46,6 +46,9 @@ class EmulatedRunner:
         self.sleep = sleep
         self.clock = clock
         self.busy_s = 0.0  # local seconds of emulated compute so far
+        # Local seconds a layer-by-layer forward waited for a layer's KV: the engine thread is held
+        # (no other sequence steps) while a streamed prefix arrives more slowly than it computes.
+        self.layer_wait_s = 0.0
 
     def prefill(
         self, seq: Sequence, num_cached: int, external: ExternalPrefix | None = None, external_start: int = 0
@@ -91,7 +94,9 @@ class EmulatedRunner:
         done = self.clock()  # when the previous layer's compute ends
         for layer in range(self.layers):
             load_layer(layer)  # blocks until the layer's KV is in hand (LayerLoadError if it never comes)
-            done = max(done, self.clock()) + per_layer
+            arrived = self.clock()
+            self.layer_wait_s += max(0.0, arrived - done)
+            done = max(done, arrived) + per_layer
             self.busy_s += per_layer
             wait = done - self.clock()
             if wait > 0:

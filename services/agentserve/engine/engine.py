@@ -17,6 +17,7 @@ layers) staging slots beside the new blocks. The external blocks are not cached 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Iterable
 from collections.abc import Sequence as Seq
@@ -295,6 +296,7 @@ class LLMEngine:
         external = plan.external
         segments = self._segments.pop(seq.request_id, None)
         seq.exact_kv = True
+        seq.prefill_started_s = time.monotonic()
         try:
             if segments is not None:
                 assert self.segmented is not None

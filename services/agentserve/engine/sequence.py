@@ -46,6 +46,7 @@ class Sequence:
     # not equal to, a full recompute's, so none of its blocks may enter the exact prefix cache.
     exact_kv: bool = True
     reuse_stats: ReuseStats | None = None  # how a segmented prompt's prefill reused its shared blocks
+    prefill_started_s: float | None = None  # time.monotonic() when its prefill forward began (queue wait ends)
 
     def __len__(self) -> int:
         return len(self.token_ids)

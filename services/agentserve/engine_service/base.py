@@ -17,6 +17,7 @@ from agentserve.engine.emulated_model import EmulatedModel
 from agentserve.engine.emulation_config import EmulationConfig
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
+from agentserve.engine_service.compute_metrics import register_forward_metrics
 from agentserve.engine_service.config import EngineServiceConfig
 from agentserve.engine_service.kv_moves import KVMover
 from agentserve.engine_service.peer_allowlist import PeerAllowList
@@ -69,6 +70,7 @@ class EngineService(Service):
         self.nics = self.fabric.nics(self.role.value, group)
         register_nic_metrics(self.nics.values())
         register_pool_metrics(engine.blocks.stats)
+        register_forward_metrics(engine.runner)
         self.mover = KVMover(self.engine, self.engine_id, self.kvstore, config.kvstore_address, self.nics, self.tls)
         self.registrar: Registrar | None = None
         # The peers this engine may dial (handoff, relay): the decode engines the scheduler registered.

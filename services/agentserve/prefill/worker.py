@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -31,9 +32,11 @@ from agentserve.engine_service.layer_loads import MIN_READ_BYTES, layers_per_rea
 from agentserve.engine_service.peer_allowlist import PeerAllowList
 from agentserve.engine_service.relay import relay_by_layer, relay_load
 from agentserve.kvstore.client import store_down
+from agentserve.prefill.metrics import PHASE_SECONDS, turn_kind
 from agentserve.prefill.pool_budget import PoolBudget
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class PrefillWorker:
@@ -64,13 +67,18 @@ class PrefillWorker:
         if self.peers is not None:  # before any work: a refused address is never dialed
             await self.peers.check("decode_address", request.decode_address)
             await self.peers.check("relay_address", request.plan.relay_address)
+        kind, began = turn_kind(request.store_hit_blocks), time.monotonic()
         if self.budget is None:
-            return await self._prefill(request)
-        # The prompt's blocks and one more (the first output token may open a block).
-        async with self.budget.hold(-(-len(request.token_ids) // self.engine.engine.block_size) + 1):
-            return await self._prefill(request)
+            result = await self._prefill(request, kind)
+        else:
+            # The prompt's blocks and one more (the first output token may open a block).
+            async with self.budget.hold(-(-len(request.token_ids) // self.engine.engine.block_size) + 1):
+                _observe("budget", kind, began)
+                result = await self._prefill(request, kind)
+        _observe("total", kind, began)
+        return result
 
-    async def _prefill(self, request: PrefillRequest) -> PrefillResult:
+    async def _prefill(self, request: PrefillRequest, kind: str) -> PrefillResult:
         token_ids, sampling, tenant, priority = request.token_ids, request.sampling, request.tenant, request.priority
         store_hit_blocks, decode_address = request.store_hit_blocks, request.decode_address
 
@@ -99,31 +107,40 @@ class PrefillWorker:
                 stream = self._stream(len(to_load))
                 elsewhere = _from_stream(stream, to_load, self.engine.engine.fingerprint)
                 async with asyncio.TaskGroup() as both:  # the prefill runs while its KV arrives
-                    loading = both.create_task(self._load_into(stream, to_load, plan))
+                    loading = both.create_task(_timed(self._load_into(stream, to_load, plan), "load", kind))
                     external = stream.external(loadable)
+                    submitted = time.monotonic()
                     events = [
                         event
                         async for event in self.engine.generate(token_ids, first, tenant, external, priority=priority)
                     ]
                 path, loaded, relayed = loading.result()
             else:
-                path, loaded, relayed = await self._load(to_load, plan)
+                path, loaded, relayed = await _timed(self._load(to_load, plan), "load", kind)
                 # Shared blocks are reused here only: a layerwise prefill over streamed store hits
                 # (above) computes on that prefix, exactly.
                 segments = request.segments
+                submitted = time.monotonic()
                 generating = self.engine.generate(token_ids, first, tenant, priority=priority, segments=segments)
                 events = [event async for event in generating]
             seq, first_logprob = events[-1].seq, events[-1].logprob
+            if seq.prefill_started_s is not None:
+                _observe("queue", kind, submitted, seq.prefill_started_s)
+                _observe("forward", kind, seq.prefill_started_s)
             # The prompt's blocks are pinned from the end of the prefill until its persist and handoff
             # have exported them: the engine steps other sequences meanwhile, and an evicted block would
             # be neither persisted nor handed off. Not before: a turn waiting for slots while holding
             # pins could wait on another doing the same, for ever; an evicted hit is only recomputed.
             with self.engine.pinning() as pinned:
                 await self.engine.call(lambda e: pinned.extend(_pin_resident(e, ids, loadable)))
-                persisted = await self.mover.persist(ids[store_hit_blocks:])
-                held, handed = await self._handoff(ids, decode_address, elsewhere) if decode_address else (0, Moved())
+                persisted = await _timed(self.mover.persist(ids[store_hit_blocks:]), "persist", kind)
+                held, handed = (
+                    await _timed(self._handoff(ids, decode_address, elsewhere), "handoff", kind)
+                    if decode_address
+                    else (0, Moved())
+                )
             if not self.keep_kv:  # after the unpin (posted at the exit above); blocks other turns use stay
-                await self.engine.call(lambda e: e.blocks.drop(ids))
+                await _timed(self.engine.call(lambda e: e.blocks.drop(ids)), "drop", kind)
             handoff_failed, handed = handed is None, handed or Moved()
             reason = seq.finish_reason or "length"
             finished = sampling.max_tokens == 1 or reason == "stop"
@@ -244,6 +261,18 @@ class PrefillWorker:
             detail = exc.code().name if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
             log.warning("KV handoff to %s failed (%s); decode will recompute", decode_address, detail)
             return 0, None
+
+
+def _observe(phase: str, kind: str, since: float, until: float | None = None) -> None:
+    PHASE_SECONDS.labels(phase, kind).observe((time.monotonic() if until is None else until) - since)
+
+
+async def _timed(step: Awaitable[T], phase: str, kind: str) -> T:
+    began = time.monotonic()
+    try:
+        return await step
+    finally:
+        _observe(phase, kind, began)
 
 
 LoadLeg = Callable[[list[bytes], int], Coroutine[Any, Any, int]]

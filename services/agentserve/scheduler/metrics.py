@@ -19,6 +19,15 @@ TIME_TO_FIRST_TOKEN = Histogram(
     ["turn"],
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
+# Where a turn's time went in the scheduler (local seconds): waiting for the session's previous
+# turn, the store lookup, the prefill call (placement to its first token: its engine's own phases
+# are `agentserve_prefill_phase_seconds`), the decode stream after it, and the KV drop at its end.
+TURN_PHASE_SECONDS = Histogram(
+    "agentserve_scheduler_turn_phase_seconds",
+    "Turn phases in the scheduler: session_wait, lookup, prefill, decode, release; by first or later turn",
+    ["phase", "turn"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60),
+)
 ENGINE_FAILURES = Counter("agentserve_scheduler_engine_failures_total", "Engine calls that failed", ["role"])
 STORE_HIT_BLOCKS = Counter("agentserve_scheduler_store_hit_blocks_total", "Prompt blocks found in the KV store")
 KV_PATHS = Counter(

@@ -167,6 +167,7 @@ class TurnRunner:
         try:
             self.check(message, token_ids, role)
             await session.lock.acquire()
+            _phase("session_wait", session.turns, started)
             try:
                 turn = await self._start(session, sampling, message, token_ids, role, segments)
                 async with aclosing(self._traced(turn)) as events:
@@ -241,8 +242,11 @@ class TurnRunner:
             self._unclaim(turn)
 
     async def _steps(self, turn: _Turn) -> AsyncGenerator[TurnEvent, None]:
+        mark = time.perf_counter()
         hits = await self._store_hits(turn)
+        mark = _phase("lookup", turn.index, mark)
         placed, response = await self._prefill(turn, hits)
+        mark = _phase("prefill", turn.index, mark)
         prefill, decode = placed.prefill, placed.decode
         first = response.first_token
         turn.output.append(first)
@@ -293,8 +297,11 @@ class TurnRunner:
             yield self._finish(turn, [first], delta, reason, meta, logprobs)
             return
         yield TurnEvent(token_ids=[first], text=delta, metadata=meta, logprobs=logprobs)
+        mark = time.perf_counter()  # the caller's time with the first token is not the decode's
         async with aclosing(self._decode(turn, decode, text)) as events:
             async for event in events:
+                if event.finished:
+                    _phase("decode", turn.index, mark)
                 yield event
 
     async def _store_hits(self, turn: _Turn) -> int:
@@ -459,10 +466,12 @@ class TurnRunner:
         # Blocks other turns on this engine still need (every agent's prompt starts with the same
         # ones) stay: dropped, the engine would recompute them (`DecodeClaims`).
         ids = self.claims.unclaimed(turn.decode_address, ids)
+        began = time.perf_counter()
         try:
             await self.drops.drop_kv(turn.decode_address, ids)
         except Exception as exc:  # noqa: BLE001 - a block left behind costs pool space, never tokens
             log.warning("dropping turn %s's KV from %s failed: %s", turn.turn_id, turn.decode_address, exc)
+        _phase("release", turn.index, began)
 
     def _held(self, turn: _Turn, hits: int, engine: Engine) -> int:
         """Leading store hits of `turn` that other turns in flight claim on decode `engine`."""
@@ -498,6 +507,13 @@ class TurnRunner:
         # current across this generator's yields would leak into the caller's context.
         with trace.use_span(turn.span, end_on_exit=False):
             return outgoing_metadata()
+
+
+def _phase(phase: str, turn_index: int, since: float) -> float:
+    """Observe `phase` of a turn as the time since `since` (perf_counter); returns now."""
+    now = time.perf_counter()
+    metrics.TURN_PHASE_SECONDS.labels(phase, "first" if turn_index == 0 else "later").observe(now - since)
+    return now
 
 
 def _stop_id_at(turn: _Turn, tokens: Sequence[int], before: int) -> int | None:

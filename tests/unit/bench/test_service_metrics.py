@@ -4,7 +4,7 @@ honest gaps where a service does not export one."""
 import pytest
 
 from agentserve.bench.replay.prom import Scrape, parse_metrics
-from agentserve.bench.replay.service_metrics import kv_bytes, nic_utilization, tier_hits
+from agentserve.bench.replay.service_metrics import kv_bytes, nic_utilization, phase_seconds, tier_hits
 from agentserve.bench.replay.spans import KVTransfer
 
 pytestmark = pytest.mark.unit
@@ -94,3 +94,34 @@ def test_unshaped_nics_have_no_utilisation():
     out = nic_utilization(scrapes)
     assert out["per_nic"] == {"prefill/cnic": None, "prefill/snic": None} and out["max"] is None
     assert "unshaped" in out["reason"]
+
+
+def _phases(session_wait: float, prefill: float, count: int, compute: float, wait: float) -> str:
+    return (
+        "# TYPE agentserve_scheduler_turn_phase_seconds histogram\n"
+        f'agentserve_scheduler_turn_phase_seconds_sum{{phase="session_wait",turn="later"}} {session_wait}\n'
+        f'agentserve_scheduler_turn_phase_seconds_count{{phase="session_wait",turn="later"}} {count}\n'
+        f'agentserve_scheduler_turn_phase_seconds_bucket{{phase="session_wait",turn="later",le="+Inf"}} {count}\n'
+        "# TYPE agentserve_prefill_phase_seconds histogram\n"
+        f'agentserve_prefill_phase_seconds_sum{{phase="forward",turn="later"}} {prefill}\n'
+        f'agentserve_prefill_phase_seconds_count{{phase="forward",turn="later"}} {count}\n'
+        "# TYPE agentserve_engine_forward_seconds counter\n"
+        f'agentserve_engine_forward_seconds_total{{kind="compute"}} {compute}\n'
+        f'agentserve_engine_forward_seconds_total{{kind="layer_wait"}} {wait}\n'
+    )
+
+
+def test_phase_seconds_are_deltas_over_the_run_summed_over_services_and_forwards_per_engine():
+    scrapes = [
+        _scrape(100.0, **{"prefill-0": _phases(0, 2.0, 1, 5.0, 1.0), "prefill-1": _phases(0, 0.0, 0, 0.0, 0.0)}),
+        _scrape(110.0, **{"prefill-0": _phases(0, 6.0, 3, 9.0, 1.5), "prefill-1": _phases(0, 3.0, 1, 2.0, 0.0)}),
+    ]
+    out = phase_seconds(scrapes)
+    assert out["elapsed_s"] == 10.0
+    assert out["phases"]["prefill"] == {"later": {"forward": {"sum_s": 7.0, "count": 3.0}}}
+    assert out["phases"]["scheduler"] == {"later": {"session_wait": {"sum_s": 0.0, "count": 3.0}}}
+    assert out["forward_s"] == {
+        "prefill-0": {"compute": 4.0, "layer_wait": 0.5},
+        "prefill-1": {"compute": 2.0, "layer_wait": 0.0},
+    }
+    assert phase_seconds(scrapes[:1]) == {"phases": {}, "forward_s": {}, "elapsed_s": None}

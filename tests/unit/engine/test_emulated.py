@@ -103,6 +103,7 @@ def test_layerwise_prefill_loads_each_layer_before_its_share_and_waits_only_for_
     assert [at for _, at in calls][:31] == pytest.approx([i * per_layer for i in range(31)])
     assert fake.now == pytest.approx(71 * per_layer)  # 61 layers of compute + the 10-layer stall
     assert runner.busy_s == pytest.approx(61 * per_layer)
+    assert runner.layer_wait_s == pytest.approx(10 * per_layer)  # the stall, and only it
 
 
 def test_tokens_are_a_function_of_position_and_never_eos(engine):

@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentserve.bench.dualpath import cluster
+from agentserve.bench.dualpath import cluster, phases
 from agentserve.bench.dualpath.metrics import run_figures
 from agentserve.bench.dualpath.policies import Policy
 from agentserve.bench.dualpath.workload import AgentWorkloadSpec, generate, late_turns
@@ -145,6 +145,7 @@ async def run_policy(
         result.phases_s["offline"] = time.monotonic() - mark
         result.offline_summary = summary
         result.offline = run_figures(summary)
+        result.offline["turn_phases"] = phases.breakdown(summary, replay.turns, result.offline["snic"])
         result.turn_records = replay.turns
         _log(
             f"{policy.name} offline: JCT {summary['duration_s']:.1f} s, {summary['turns_ok']}/"

@@ -14,7 +14,7 @@ from agentserve.bench.replay.cli_args import DEFAULT_TOKEN_SCALE
 from agentserve.bench.replay.client import SDKClient
 from agentserve.bench.replay.prom import PromSampler
 from agentserve.bench.replay.replayer import Replayer, ReplayOptions, ReplayResult
-from agentserve.bench.replay.service_metrics import kv_bytes, nic_utilization, tier_hits
+from agentserve.bench.replay.service_metrics import kv_bytes, nic_utilization, phase_seconds, tier_hits
 from agentserve.bench.replay.slo import SLO
 from agentserve.bench.replay.spans import OtlpSink
 from agentserve.bench.replay.summary import summarize
@@ -136,6 +136,7 @@ async def replay_once(
             "hit_ratio_by_tier": tiers["by_tier"],
             "hit_ratio_by_tier_note": tiers.get("note") or tiers.get("reason"),
             "nic_utilization": nic_utilization(sampler.scrapes),
+            "service_seconds": phase_seconds(sampler.scrapes),
             "metrics_unreachable": sorted(sampler.unreachable),
             "run": {
                 "load_model": options.load_model,

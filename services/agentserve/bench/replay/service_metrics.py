@@ -13,6 +13,12 @@ NIC_BUSY = "agentserve_nic_busy_seconds_total"  # counters: the sample names end
 NIC_BYTES = "agentserve_nic_bytes_total"
 NIC_GBPS = "agentserve_nic_configured_gbps"  # a gauge; 0 = unshaped
 TIER_HITS = "agentserve_kvstore_tier_hits"
+# Phase histograms (local seconds): a turn's phases in the scheduler, a prefill request's in its engine.
+PHASE_HISTOGRAMS = {
+    "scheduler": "agentserve_scheduler_turn_phase_seconds",
+    "prefill": "agentserve_prefill_phase_seconds",
+}
+FORWARD_SECONDS = "agentserve_engine_forward_seconds_total"  # emulated engines: compute, layer_wait
 
 
 def _path_counters(scrape: Scrape) -> dict[str, float]:
@@ -144,6 +150,34 @@ def nic_utilization(scrapes: Sequence[Scrape]) -> dict:
         "avg": sum(values) / len(values) if values else None,
         "reason": reason,
     }
+
+
+def phase_seconds(scrapes: Sequence[Scrape]) -> dict:
+    """What the services' phase histograms and emulated forwards recorded during the run.
+
+    {"phases": {"scheduler" | "prefill": {turn kind: {phase: {"sum_s", "count"}}}} summed over the
+    services, "forward_s": {service: {"compute" | "layer_wait": seconds}} per emulated engine,
+    "elapsed_s": the scrapes' span}; empty maps where no service exports them."""
+    if len(scrapes) < 2:
+        return {"phases": {}, "forward_s": {}, "elapsed_s": None}
+    first, last = scrapes[0], scrapes[-1]
+    phases: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
+    forward: dict[str, dict[str, float]] = {}
+    for target, sample in last.by_target.items():
+        before = first.by_target.get(target, {})
+        for side, name in PHASE_HISTOGRAMS.items():
+            for (sample_name, labels), value in sample.items():
+                field = {f"{name}_sum": "sum_s", f"{name}_count": "count"}.get(sample_name)
+                if field is None:
+                    continue
+                ls = dict(labels)
+                entry = phases.setdefault(side, {}).setdefault(ls["turn"], {}).setdefault(ls["phase"], {})
+                entry[field] = entry.get(field, 0.0) + value - before.get((sample_name, labels), 0.0)
+        for kind in sorted(label_values(sample, FORWARD_SECONDS, "kind")):
+            seconds = delta(before, sample, FORWARD_SECONDS, kind=kind)
+            if seconds is not None:
+                forward.setdefault(target, {})[kind] = seconds
+    return {"phases": phases, "forward_s": forward, "elapsed_s": last.unix_s - first.unix_s}
 
 
 def _merged(scrape: Scrape) -> dict:
