@@ -5,7 +5,9 @@ schedule: prefill first keeps time to first token low, and a decode batch of any
 lengths runs as one forward pass. Which waiting sequences one step prefills is the config's
 `prefill_batching` policy (`engine.prefill_batch`): the oldest alone, or the oldest up to a compute
 quota; a batch stops at the first sequence the pool cannot admit and passes over one whose external
-KV has not delivered layer 0 yet; its members are admitted (slots taken) before the first forward.
+KV has not delivered layer 0 yet (or, while another waiting prefill needs no KV still arriving, one
+whose external KV has not all arrived); its members are admitted (slots taken) before the first
+forward.
 
 Layerwise prefill (`layerwise: true`): a prefill-only sequence (max_tokens 1, a prefill engine's
 request) whose cached prefix comes from outside (`ExternalPrefix`) gives the external blocks no
@@ -232,13 +234,19 @@ class LLMEngine:
         and their KV allow."""
         batch: list[tuple[Sequence, PrefillPlan]] = []
         taken_cost = 0.0
-        for seq in list(self.waiting):
+        plans = [(seq, self._plan(seq)) for seq in self.waiting]
+        # A forward over a prefix still arriving holds the engine (no other sequence steps) until
+        # its last layer is in: while a waiting prefill can run without waiting, those whose
+        # prefix is still arriving are passed over too, keeping their place.
+        arrived_only = any(plan.external is None or plan.external.arrived() for _, plan in plans)
+        for seq, plan in plans:
             if len(self.running) + len(batch) >= self.config.max_batch_size:
                 break
-            plan = self._plan(seq)
-            if plan.external is not None and not plan.external.ready():
-                # Its layer 0 has not arrived: the forward would only wait. Those behind it go
-                # first, as they would if it were still loading outside the engine; it keeps its place.
+            external = plan.external
+            if external is not None and not (external.arrived() if arrived_only else external.ready()):
+                # Its layer 0 has not arrived (or, above, its last): the forward would only wait.
+                # Those behind it go first, as they would if it were still loading outside the
+                # engine; it keeps its place.
                 continue
             cached = plan.cached_tokens(self.block_size)
             cost = self.batch_policy.cost(len(seq) - cached, cached)

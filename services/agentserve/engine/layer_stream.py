@@ -96,6 +96,10 @@ class LayerStream:
     def complete(self) -> bool:
         return all(self._ready)
 
+    def arrived(self) -> bool:
+        """Every layer is in hand (or the stream failed): a forward over it never waits."""
+        return self.complete or self._error is not None
+
     def layer(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer `layer` of every block, `[num_blocks, block_size, heads, d]` each, once it has arrived."""
         deadline = time.monotonic() + self.timeout_s
@@ -119,7 +123,9 @@ class LayerStream:
 
     def external(self, num_blocks: int) -> ExternalPrefix:
         """The prefix this stream delivers: the sequence's blocks [num_blocks - self.num_blocks, num_blocks)."""
-        return ExternalPrefix(num_blocks, self.layer, first_block=num_blocks - self.num_blocks, ready=self.started)
+        return ExternalPrefix(
+            num_blocks, self.layer, first_block=num_blocks - self.num_blocks, ready=self.started, arrived=self.arrived
+        )
 
     def serialize_block(self, index: int, block_id: bytes, fingerprint: str) -> bytearray:
         """Block `index` (all layers, which must have arrived) in the block format."""

@@ -36,13 +36,15 @@ class ExternalPrefix:
     block_size, kv_heads, head_dim]` each); it is called just before layer l runs and may block
     until the layer has arrived (layerwise loading): a streaming loader can still be receiving
     later layers while earlier ones compute. It raises `LayerLoadError` if the layer never comes.
-    `ready()` says whether layer 0 is in hand, i.e. whether a forward may start without waiting.
+    `ready()` says whether layer 0 is in hand, i.e. whether a forward may start without waiting;
+    `arrived()` whether every layer is (or the load failed): a forward over it then never waits.
     """
 
     num_blocks: int
     load_layer: LayerKVSource
     first_block: int = 0
     ready: Callable[[], bool] = _always_ready
+    arrived: Callable[[], bool] = _always_ready
 
 
 class ModelRunner:

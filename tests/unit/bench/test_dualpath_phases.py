@@ -54,13 +54,12 @@ def test_breakdown_means_over_later_turns_and_bounds():
         "prefill-0": {"compute_share": 0.4, "layer_wait_share": 0.1, "other_share": 0.5},
         "prefill-1": {"compute_share": 0.3, "layer_wait_share": 0.0, "other_share": 0.7},
     }
-    # One agent: a first turn (forward 4, decode 1) and two later ones (forward 1, decode 1.25),
-    # each followed by the mean gap 0.75.
+    # Three turns an agent, each its mean forward (1.0), decode (1.25) and gap (0.75).
     assert out["bounds"] == {
         "jct_s": 20.0,
         "prefill_compute_s": 8.0,
         "prefill_snic_s": 10.0,
-        "agent_chain_s": (4.0 + 1.0 + 0.75) + 2 * (1.0 + 1.25 + 0.75),
+        "agent_chain_s": 3 * (1.0 + 1.25 + 0.75),
     }
 
 

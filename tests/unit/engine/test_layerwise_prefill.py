@@ -8,6 +8,7 @@ times more cached context than a pool that must hold every cached block."""
 from __future__ import annotations
 
 import random
+import threading
 
 import pytest
 import torch
@@ -133,3 +134,22 @@ def test_a_prefill_whose_layer_0_has_not_arrived_is_passed_over(tiny_model_dir, 
     arriving.put(0, range(4), full.k, full.v)
     assert engine.step() == [waiting]
     assert waiting.output_token_ids == source.firsts[0] and waiting.num_cached_tokens == CACHED_BLOCKS * BS
+
+
+def test_a_prefill_whose_prefix_is_still_arriving_waits_while_one_with_its_prefix_in_hand_runs(
+    tiny_model_dir, source, prompts
+):
+    engine = _engine(tiny_model_dir, layerwise=True)
+    first, second = _stream(source, prompts[0]), _stream(source, prompts[1])
+    arriving = LayerStream(4, CACHED_BLOCKS, (BS, 2, 64), torch.float32)
+    arriving.put(0, range(2), first.k[:2], first.v[:2])  # layers 0 and 1 in hand, 2 and 3 still loading
+    partial = engine.add_request(prompts[0], FIRST, external_prefix=arriving.external(CACHED_BLOCKS))
+    loaded = engine.add_request(prompts[1], FIRST, external_prefix=second.external(CACHED_BLOCKS))
+    assert engine.step() == [loaded]  # its forward never waits; the other's would hold the engine
+    assert list(engine.waiting) == [partial]
+    # Alone, a prefill whose layer 0 is in hand runs, waiting per layer as before: here the rest
+    # arrives from another thread while the forward waits for layer 2.
+    threading.Timer(0.05, lambda: arriving.put(0, range(2, 4), first.k[2:], first.v[2:])).start()
+    assert engine.step() == [partial]
+    assert partial.output_token_ids == source.firsts[0] and partial.num_cached_tokens == CACHED_BLOCKS * BS
+    assert loaded.output_token_ids == source.firsts[1]

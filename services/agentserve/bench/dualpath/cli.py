@@ -176,7 +176,7 @@ def _storage_modelled(args: argparse.Namespace, workload: AgentWorkloadSpec, pro
     from agentserve.engine.emulation_config import EmulationConfig
 
     cost = EmulationConfig(target_model=args.target_model, target_gpu=TARGET_GPU).cost()
-    return modelled(generate(workload), cost, profile, args.prefill, args.decoders)
+    return modelled(generate(workload), cost, profile, args.prefill, args.decoders, args.block_size)
 
 
 def _out_dir(args: argparse.Namespace, kind: str) -> Path:

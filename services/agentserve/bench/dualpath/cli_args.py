@@ -16,8 +16,11 @@ from agentserve.bench.dualpath.policies import POLICY_NAMES
 DEFAULT_AGENTS = 8
 # The paper's turn (DualPath: 98.7% hit, 32.7K context, 429 new tokens a turn): 30 turns growing
 # from 20K to 32K append ~408 new tokens a turn to ~26.6K cached (hit 0.984), which an engine's
-# 50 Gbps storage-NIC share reads in 1.46x the time the turn computes (`regime.modelled`). The
-# first turn computes only the agent's own 4K tokens; the 16K every agent shares is cached.
+# 50 Gbps storage-NIC share reads in 1.46x the time those tokens compute; the store keeps whole
+# 256-token blocks, so a turn also recomputes its context's partial last block (~125 tokens) and
+# reads 1.12x as long as it computes (`regime.modelled`, measured 04:46 UTC: prefill engines
+# computing 0.81 of the run under both layerwise and dualpath). The first turn computes only the
+# agent's own 4K tokens; the 16K every agent shares is cached.
 DEFAULT_FIRST_CONTEXT = 20480
 DEFAULT_FINAL_CONTEXT = 32768
 DEFAULT_SHARED_PREFIX = 16384

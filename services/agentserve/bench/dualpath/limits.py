@@ -58,6 +58,49 @@ PATH_GAINS = ("offline_throughput_ratio", "split_throughput_ratio", "online_capa
 OFFLINE_GAINS = (*PATH_GAINS, "layerwise_jct_reduction", "dualpath_jct_reduction_over_layerwise")
 
 
+def _physical_limits(results: dict, names: tuple[str, ...]) -> list[str]:
+    """Each policy's JCT beside the bounds its run measured (`phases.breakdown`): its busiest
+    prefill engine's compute and its busiest prefill storage NIC's busy time, each the JCT that
+    limit alone allows, and where its prefill engines' time went."""
+    out = []
+    for name in names:
+        r = results.get(name)
+        phases = (r.offline or {}).get("turn_phases") if r is not None else None
+        if not phases:
+            continue
+        b = phases["bounds"]
+        engines = phases["prefill_engines"].values()
+        share = {k: max((e[k] for e in engines), default=None) for k in ("compute_share", "layer_wait_share")}
+        out.append(
+            f"{name}: JCT {_fmt(b['jct_s'], 1)} s; bounds: prefill compute {_fmt(b['prefill_compute_s'], 1)} s, "
+            f"prefill storage NIC {_fmt(b['prefill_snic_s'], 1)} s, one agent's chain {_fmt(b['agent_chain_s'], 1)} s; "
+            f"prefill engines computing up to {_fmt(share['compute_share'])} of the run, held by layer waits up to "
+            f"{_fmt(share['layer_wait_share'])}"
+        )
+    return out
+
+
+def _bound(results: dict, name: str) -> float | None:
+    """The largest of `name`'s measured bounds: the JCT its prefill side allows at best."""
+    r = results.get(name)
+    phases = (r.offline or {}).get("turn_phases") if r is not None else None
+    if not phases:
+        return None
+    values = [phases["bounds"][k] for k in ("prefill_compute_s", "prefill_snic_s")]
+    return max((v for v in values if v is not None), default=None)
+
+
+def _best_reduction(results: dict) -> list[str]:
+    layerwise, dualpath = _bound(results, "layerwise"), _bound(results, "dualpath")
+    if not layerwise or dualpath is None:
+        return []
+    return [
+        f"were each at its largest bound (layerwise {layerwise:.1f} s, dualpath {dualpath:.1f} s), the reduction "
+        f"would be {1 - dualpath / layerwise:.3f}: layerwise overlaps its reads with compute, so dualpath can only "
+        f"gain where a turn reads longer than it computes"
+    ]
+
+
 def explain(verdicts: dict, results: dict, floor: dict | None, spec) -> list[dict[str, Any]]:
     sides = storage_sides(results)
     bound = path_a(sides)
@@ -94,6 +137,10 @@ def explain(verdicts: dict, results: dict, floor: dict | None, spec) -> list[dic
                         f"the CPU floor (free compute, unshaped fabric) takes {share:.0%} of dualpath's JCT: the "
                         f"emulation's own processes, not the modelled I/O, bound the run"
                     )
+            if key in OFFLINE_GAINS:
+                reasons += _physical_limits(results, NEEDS[key])
+            if key == "dualpath_jct_reduction_over_layerwise":
+                reasons += _best_reduction(results)
             if key == "snic_max_over_avg":
                 util = results["dualpath"].offline["snic"]["utilization"]
                 reasons.append(

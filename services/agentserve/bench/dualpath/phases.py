@@ -9,15 +9,18 @@ run's later turns: every turn after an agent's first, the regime the figures are
   session's previous turn, the store lookup, the prefill call; then the decode stream (with the
   KV drop at its end, also given alone as `release`).
 - `prefill`: the prefill call inside its engine: pool-room wait (no layerwise), the load, the
-  queue behind other prefills, its own forward (layer waits included), persist, handoff, drop.
-  Under layerwise the load runs beside queue and forward, so the phases do not add up.
+  queue behind other prefills, its own forward (layer waits included; a compute-quota batch's
+  first tokens come out together, so a member's runs to its batch's end), persist, handoff, drop.
+  Under layerwise the load runs beside queue and forward, so the phases do not add up. The engine
+  knows a turn only by its store hits: with a shared prefix cached, first turns have hits too,
+  and these means are then over every turn.
 - `prefill_engines`: each prefill engine's share of the run spent computing, held by a layerwise
   forward waiting for its next layer's KV, and neither (idle or CPU work).
 - `bounds`: the JCT each limit alone would allow: `prefill_compute_s` (the busiest prefill
   engine's compute: every turn served back to back, reads free), `prefill_snic_s` (the busiest
-  prefill storage NIC's busy time: path A's reads alone), and `agent_chain_s` (one agent's turns
-  one after another, each taking only its own forward, decode and the client's gap: the closed
-  loop with no queue anywhere). The largest bound is the physical limit; the JCT over it is what
+  prefill storage NIC's busy time: path A's reads alone), and `agent_chain_s` (an agent's turns
+  one after another, each taking only the mean forward, decode and client gap: the closed loop
+  with no queue anywhere). The largest bound is the physical limit; the JCT over it is what
   the run lost to queueing and stalls beyond it.
 """
 
@@ -81,11 +84,11 @@ def breakdown(summary: dict[str, Any], turns: Sequence[TurnRecord], snic: dict[s
         }
     scheduler = _means(phases.get("scheduler", {}).get(LATER, {}))
     prefill = _means(phases.get("prefill", {}).get(LATER, {}))
-    first_prefill = _means(phases.get("prefill", {}).get("first", {}))
-    first_scheduler = _means(phases.get("scheduler", {}).get("first", {}))
     agents = len({t.session_id for t in turns})
-    later_per_agent = (len(turns) - agents) / agents if agents else 0.0
-    chain = _chain([(1.0, first_prefill, first_scheduler), (later_per_agent, prefill, scheduler)], client.get("gap_s"))
+    chain = None
+    forward, decode, gap = prefill.get("forward"), scheduler.get("decode"), client.get("gap_s")
+    if agents and forward is not None and decode is not None and gap is not None:
+        chain = len(turns) / agents * (forward + decode + gap)
     computes = [s.get("compute", 0.0) for n, s in (service.get("forward_s") or {}).items() if n.startswith("prefill")]
     prefill_snics = [u for n, u in (snic.get("utilization") or {}).items() if n.startswith("prefill") and u is not None]
     return {
@@ -100,17 +103,3 @@ def breakdown(summary: dict[str, Any], turns: Sequence[TurnRecord], snic: dict[s
             "agent_chain_s": chain,
         },
     }
-
-
-def _chain(
-    kinds: list[tuple[float, dict[str, float | None], dict[str, float | None]]], gap: float | None
-) -> float | None:
-    """One agent's turns back to back, each its own forward, decode and the client's gap:
-    `kinds` is (turns per agent, prefill means, scheduler means) for first and later turns."""
-    total = 0.0
-    for count, prefill, scheduler in kinds:
-        forward, decode = prefill.get("forward"), scheduler.get("decode")
-        if forward is None or decode is None or gap is None:
-            return None
-        total += count * (forward + decode + gap)
-    return total

@@ -53,8 +53,10 @@ class LaterTurns:
         return self.read_s / self.compute_s
 
 
-def later_turns(workload: Workload, cost: ComputeCost, snic_gbps: float) -> LaterTurns:
-    """Every turn after a session's first: its context so far is cached, its appended tokens are new."""
+def later_turns(workload: Workload, cost: ComputeCost, snic_gbps: float, block_size: int = 1) -> LaterTurns:
+    """Every turn after a session's first: its context so far is cached in whole KV blocks of
+    `block_size` tokens (the store keeps full blocks only), the rest of it (the partial last
+    block) and its appended tokens are new: what the engine reads and computes."""
     turns = cached = new = 0
     read_s = compute_s = 0.0
     bytes_per_s = snic_gbps * 1e9 / 8
@@ -62,11 +64,13 @@ def later_turns(workload: Workload, cost: ComputeCost, snic_gbps: float) -> Late
         context = workload.prefixes[s.prefix] if s.prefix is not None else 0
         for i, t in enumerate(s.turns):
             if i:
+                hit = context // block_size * block_size
+                computed = context - hit + t.new_tokens
                 turns += 1
-                cached += context
-                new += t.new_tokens
-                read_s += context * cost.model.kv_bytes_per_token / bytes_per_s
-                compute_s += cost.prefill_s(context, t.new_tokens)
+                cached += hit
+                new += computed
+                read_s += hit * cost.model.kv_bytes_per_token / bytes_per_s
+                compute_s += cost.prefill_s(hit, computed)
             context += t.new_tokens + t.output_tokens
     if not turns:
         raise ValueError("the workload has no later turns (every session has one turn)")
@@ -80,10 +84,13 @@ def snic_share_gbps(profile: HardwareProfile) -> float:
     return profile.engines["prefill"].snic.gbps
 
 
-def modelled(workload: Workload, cost: ComputeCost, profile: HardwareProfile, prefill: int, decode: int) -> dict:
-    """The regime the workload's later turns put the cluster in, in target terms."""
+def modelled(
+    workload: Workload, cost: ComputeCost, profile: HardwareProfile, prefill: int, decode: int, block_size: int = 1
+) -> dict:
+    """The regime the workload's later turns put the cluster in, in target terms, at KV blocks of
+    `block_size` tokens (a turn recomputes its context's partial last block)."""
     gbps = snic_share_gbps(profile)
-    later = later_turns(workload, cost, gbps)
+    later = later_turns(workload, cost, gbps, block_size)
     read, compute = later.read_s / later.turns, later.compute_s / later.turns
     mean_turn = cache_compute_ratio(cost.model, _turn(later))
     paper = cache_compute_ratio(cost.model, PAPER_TURN)
@@ -91,6 +98,7 @@ def modelled(workload: Workload, cost: ComputeCost, profile: HardwareProfile, pr
     agents = len(workload.sessions)
     return {
         "snic_gbps_per_engine": gbps,
+        "kv_block_tokens": block_size,
         "later_turn": {
             "cached_tokens": round(later.cached_tokens / later.turns),
             "new_tokens": round(later.new_tokens / later.turns),

@@ -64,6 +64,34 @@ def policy_table(result: dict) -> list[str]:
     return lines
 
 
+def phases_table(result: dict) -> list[str]:
+    """Where a later turn's time went per policy (local seconds, means), and the JCT beside the
+    bounds each limit alone allows (`phases.breakdown`)."""
+    lines = [
+        "| policy | TTFT | of it: prefill queue / load / forward / persist + handoff | decode | gap | "
+        "prefill engines: compute / layer wait / other (max) | JCT | bounds: prefill compute / prefill SNIC / "
+        "one agent's chain |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, p in result["policies"].items():
+        tp = (p.get("offline") or {}).get("turn_phases")
+        if not tp:
+            continue
+        c, pre, b = tp["client"], tp["prefill"], tp["bounds"]
+        engines = tp["prefill_engines"].values()
+        shares = " / ".join(
+            _f(max((e[k] for e in engines), default=None)) for k in ("compute_share", "layer_wait_share", "other_share")
+        )
+        moves = None if pre.get("persist") is None else pre["persist"] + (pre.get("handoff") or 0.0)
+        lines.append(
+            f"| {name} | {_f(c['ttft_s'])} | {_f(pre.get('queue'))} / {_f(pre.get('load'))} / "
+            f"{_f(pre.get('forward'))} / {_f(moves)} | {_f(tp['scheduler'].get('decode'))} | {_f(c['gap_s'])} | "
+            f"{shares} | {_f(b['jct_s'], 1)} | {_f(b['prefill_compute_s'], 1)} / {_f(b['prefill_snic_s'], 1)} / "
+            f"{_f(b['agent_chain_s'], 1)} |"
+        )
+    return lines
+
+
 def capacity_table(result: dict) -> list[str]:
     lines = [
         "| policy | agents/s at SLO (local) | lowest failing | probes (agents/s: attainment) |",
@@ -167,6 +195,10 @@ def markdown(result: dict) -> str:
         "## Offline (every agent at once)",
         "",
         *policy_table(result),
+        "",
+        "## Where a later turn's time went (local seconds, means)",
+        "",
+        *phases_table(result),
         "",
     ]
     if any(p.get("capacity") for p in result["policies"].values()):

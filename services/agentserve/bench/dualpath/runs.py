@@ -16,6 +16,7 @@ import math
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,13 +98,21 @@ class Tenants:
 
 
 async def warm_prefixes(
-    target: Target, workload: AgentWorkloadSpec, online: OnlineSpec | None, block_size: int, tenants: Tenants
+    target: Target,
+    workload: AgentWorkloadSpec,
+    online: OnlineSpec | None,
+    block_size: int,
+    tenants: Tenants,
+    offline: bool = True,
 ) -> float:
-    """Compute the offline workload's and (when `online`) the online agents' shared prefixes on
-    `target` under `tenants`; returns the seconds it took."""
+    """Compute the offline workload's (when `offline`) and the online agents' (when `online`)
+    shared prefixes on `target` under `tenants`; returns the seconds it took."""
     started = time.monotonic()
     # Both at once: two prefills, on the cluster's two prefill engines when the scheduler spreads them.
-    warming = [warm(generate(workload), target, ReplayOptions(kv_block_tokens=block_size, tenant_tag=tenants.offline))]
+    warming = []
+    if offline:
+        options = ReplayOptions(kv_block_tokens=block_size, tenant_tag=tenants.offline)
+        warming.append(warm(generate(workload), target, options))
     if online is not None:
         options = ReplayOptions(kv_block_tokens=block_size, tenant_tag=tenants.online)
         warming.append(warm(generate(online.workload(workload)), target, options))
@@ -126,11 +135,14 @@ async def run_policy(
     progress: bool = False,
     started: tuple[Target, float] | None = None,
     tenants: Tenants | None = None,
+    offline: bool = True,
+    before_online: Callable[[], Awaitable[object]] | None = None,
 ) -> PolicyResult:
     """Run `policy` offline (and the capacity search when `online`) on its cluster, then stop it.
     `started`: the cluster already started (and its start's seconds); None: start it here.
     `tenants`: the runs' tenants, whose shared prefixes `warm_prefixes` computed (and its
-    seconds); None: new ones, warmed here."""
+    seconds); None: new ones, warmed here. `offline` False: the capacity search alone, begun
+    once `before_online` (if given) returns; its wait is `phases_s["slot_wait"]`."""
     result = PolicyResult(policy)
     target, start_s = started or await start(policy, spec)
     result.phases_s["start"] = start_s
@@ -138,20 +150,14 @@ async def run_policy(
     try:
         if tenants is None:
             tenants = Tenants.new()
-            result.phases_s["warm"] = await warm_prefixes(target, workload, online, spec.block_size, tenants)
-        options = ReplayOptions(kv_block_tokens=spec.block_size, tenant_tag=tenants.offline)
-        mark = time.monotonic()
-        summary, replay = await replay_once(generate(workload), target, options, None, progress=progress)
-        result.phases_s["offline"] = time.monotonic() - mark
-        result.offline_summary = summary
-        result.offline = run_figures(summary)
-        result.offline["turn_phases"] = phases.breakdown(summary, replay.turns, result.offline["snic"])
-        result.turn_records = replay.turns
-        _log(
-            f"{policy.name} offline: JCT {summary['duration_s']:.1f} s, {summary['turns_ok']}/"
-            f"{summary['turns_total']} turns, TPOT p90 {summary['tpot_p90_ms'] or 0:.1f} ms"
-        )
+            result.phases_s["warm"] = await warm_prefixes(target, workload, online, spec.block_size, tenants, offline)
+        if offline:
+            await _offline(result, target, workload, spec, tenants, progress)
         if online is not None:
+            if before_online is not None:
+                mark = time.monotonic()
+                await before_online()
+                result.phases_s["slot_wait"] = time.monotonic() - mark
             mark = time.monotonic()
             result.capacity = await _capacity(policy, target, workload, online, spec, tenants.online, progress)
             result.phases_s["online"] = time.monotonic() - mark
@@ -161,6 +167,28 @@ async def run_policy(
         result.phases_s["stop"] = time.monotonic() - mark
     result.wall_s = start_s + time.monotonic() - began
     return result
+
+
+async def _offline(
+    result: PolicyResult,
+    target: Target,
+    workload: AgentWorkloadSpec,
+    spec: cluster.ClusterSpec,
+    tenants: Tenants,
+    progress: bool,
+) -> None:
+    options = ReplayOptions(kv_block_tokens=spec.block_size, tenant_tag=tenants.offline)
+    mark = time.monotonic()
+    summary, replay = await replay_once(generate(workload), target, options, None, progress=progress)
+    result.phases_s["offline"] = time.monotonic() - mark
+    result.offline_summary = summary
+    result.offline = run_figures(summary)
+    result.offline["turn_phases"] = phases.breakdown(summary, replay.turns, result.offline["snic"])
+    result.turn_records = replay.turns
+    _log(
+        f"{result.policy.name} offline: JCT {summary['duration_s']:.1f} s, {summary['turns_ok']}/"
+        f"{summary['turns_total']} turns, TPOT p90 {summary['tpot_p90_ms'] or 0:.1f} ms"
+    )
 
 
 async def _capacity(
