@@ -145,7 +145,7 @@ class RelaySender:
                 "B", "snic", mover.kvstore_address, mover.engine_id, mover.num_layers, mover.snic.gbps
             ) as record:
                 async with mover.snic.transfer(len(ids) * mover.charge.per_block) as transfer:
-                    async for _, data in mover.kvstore.get(mover.fingerprint, ids):
+                    async for block_id, data in mover.kvstore.get(mover.fingerprint, ids):
                         if read_header(data).diff is not None:
                             # A diff (`kv.block_diff`) needs its master to stand for a block: path A's
                             # load restores it, so the relay stops short here and the rest go by A.
@@ -154,7 +154,7 @@ class RelaySender:
                         await transfer.pace(charged)
                         record.add(charged)
                         ready.put_nowait(bytes(data))
-                        keeper.keep(data)
+                        keeper.keep(block_id, data)
                 record.queue_wait_s = transfer.queue_wait_s
         finally:
             ready.put_nowait(None)
@@ -169,11 +169,11 @@ class _Keeper:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self._pending: list[bytes] = []
+        self._pending: list[tuple[bytes, bytes]] = []
         self._task: asyncio.Task | None = None
 
-    def keep(self, data: bytes) -> None:
-        self._pending.append(data)
+    def keep(self, block_id: bytes, data: bytes) -> None:
+        self._pending.append((block_id, data))
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._import(), name="relay-keep")
 
@@ -191,10 +191,14 @@ class _Keeper:
             self._task.cancel()  # a command already queued still runs: it only imports
 
 
-def _keep_each(engine: LLMEngine, blocks: list[bytes]) -> int:
-    """Import `blocks` into the pool; how many were new. One that fails is left out (see `_Keeper`)."""
+def _keep_each(engine: LLMEngine, blocks: list[tuple[bytes, bytes]]) -> int:
+    """Import the (id, bytes) `blocks` the pool lacks; how many. One that fails is left out (see
+    `_Keeper`). Those it holds already (a shared prefix another turn here claims) cost a lookup,
+    not a decode of their bytes: the engine thread runs this between decode steps."""
     kept = 0
-    for data in blocks:
+    for block_id, data in blocks:
+        if engine.blocks.lookup(block_id) is not None:
+            continue
         try:
             kept += engine.import_blocks(data)
         except (RuntimeError, ValueError) as exc:  # no room, or a block the prefill refuses too

@@ -22,6 +22,7 @@ from agentserve.engine.engine import LLMEngine
 from agentserve.engine_service.kv_moves import KVMover
 from agentserve.engine_service.relay import RelaySender
 from agentserve.fabric.chunks import RunAssembler
+from agentserve.kv.block_header import read_header
 from tests.support.engine_pool import CONFIG, Store, evict_everything_evictable
 
 pytestmark = pytest.mark.unit
@@ -40,13 +41,22 @@ class ReadCountingStore(Store):
             yield block_id, data
 
 
-def run_relay(source, held: int, consume, hbm_first: bool = False, pressure: bool = True):
+def run_relay(source, held: int, consume, hbm_first: bool = False, pressure: bool = True, imported=None):
     """Relay the source's blocks from a fresh decode engine holding the first `held` of them; the
     store holds every block and, with `pressure`, once it served the last one the pool is swept of
     every block an allocation may evict. Returns (consume's result, (pool stats, blocks resident),
-    blocks read)."""
+    blocks read). `imported`, a list: gets the block ids of every buffer the decode engine imports."""
     src_engine, ids, datas = source
-    decode = AsyncEngine(LLMEngine(src_engine.model, src_engine.fingerprint, CONFIG))
+    engine = LLMEngine(src_engine.model, src_engine.fingerprint, CONFIG)
+    if imported is not None:
+        import_blocks = engine.import_blocks
+
+        def recording(data):
+            imported.extend(read_header(data).block_ids)
+            return import_blocks(data)
+
+        engine.import_blocks = recording  # type: ignore[method-assign]
+    decode = AsyncEngine(engine)
     decode.start()
     try:
         sweep = pressure
@@ -112,8 +122,12 @@ def test_a_relay_keeps_every_block_it_relays_for_the_suffix_only_handoff(source,
     async def consume(relay, _):
         return [chunk async for chunk in relay]
 
-    _, (stats, resident), _ = run_relay(source, held, consume, hbm_first, pressure=False)
-    assert (stats["used"], resident) == (0, len(source[1]))
+    imported: list[bytes] = []
+    _, (stats, resident), _ = run_relay(source, held, consume, hbm_first, pressure=False, imported=imported)
+    ids = source[1]
+    assert (stats["used"], resident) == (0, len(ids))
+    # The blocks it held already are not imported again (their bytes are not even decoded).
+    assert imported == ids  # the setup's import of the held ones, then the relay's of the rest
 
 
 def test_a_relay_sends_every_block_while_the_engine_thread_is_busy(source):
