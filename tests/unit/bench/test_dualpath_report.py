@@ -269,3 +269,30 @@ def test_each_sweep_point_gets_pools_for_its_context_and_agents():
     # ceil(1.25 * 64 / 4) = 20 contexts of 128K are more than the target's HBM: capped at all of it.
     assert point.cluster.decode_settings == {"kv_blocks": 4578} and 4578 * 256 < 20 * 131072
     assert point.regime["kv_pool"]["prefill_pool_tokens_per_engine"] == 163840
+
+
+def _phases(jct: float, compute: float, snic_busy: float, layer_wait: float) -> dict:
+    """`phases.breakdown`'s `turn_phases` with what `limits` reads."""
+    engines = {"prefill-0": {"compute_share": compute / jct, "layer_wait_share": layer_wait, "other_share": 0.0}}
+    bounds = {"jct_s": jct, "prefill_compute_s": compute, "prefill_snic_s": snic_busy * jct, "agent_chain_s": 50.0}
+    return {"client": {}, "scheduler": {}, "prefill": {}, "prefill_engines": engines, "bounds": bounds}
+
+
+def test_a_missed_dualpath_gain_over_layerwise_names_both_bounds_and_the_reduction_they_allow():
+    offline = offline_figures()
+    offline["layerwise"] = run_figures(summary(100.0, 50.0, PREFILL_BOUND))
+    offline["dualpath"] = run_figures(summary(95.0, 51.0, BALANCED))
+    offline["layerwise"]["turn_phases"] = _phases(100.0, 80.0, 0.9, 0.15)  # reads 90 s, computes 80 s
+    offline["dualpath"]["turn_phases"] = _phases(95.0, 81.0, 0.2, 0.05)
+    figures = ratios.must_show(offline, {})
+    by_key = {x["key"]: x for x in limits.explain(ratios.verdicts(figures), results(offline), None, BenchSpec())}
+    reasons = by_key["dualpath_jct_reduction_over_layerwise"]["limited_by"]
+    assert (
+        "layerwise: JCT 100.0 s; bounds: prefill compute 80.0 s, prefill storage NIC 90.0 s, one agent's chain "
+        "50.0 s; prefill engines computing up to 0.80 of the run, held by layer waits up to 0.15"
+    ) in reasons
+    assert reasons[-1] == (
+        "were each at its largest bound (layerwise 90.0 s, dualpath 81.0 s), the reduction would be 0.100: "
+        "layerwise overlaps its reads with compute, so dualpath can only gain where a turn reads longer than it "
+        "computes"
+    )
