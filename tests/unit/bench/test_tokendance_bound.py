@@ -65,15 +65,17 @@ def test_the_compute_floor_recomputes_no_shared_token(model) -> None:
     assert [r.computed_tokens for r in probe.rounds] == [36 + 2 * 13, 36 + 2 * 13]
 
 
-def test_the_bound_is_the_smaller_of_memory_and_compute(model) -> None:
+def test_the_bound_is_the_floor_served_in_the_regime_past_the_memory_bound_where_the_slo_allows(model) -> None:
     spec = ServedSpec(token_scale=1, diff_share=0.5)
     budget = collective_kv_tokens(replace(SHAPE, agents=5), 0.5)
-    # An SLO nothing reaches: the floor's search ends at the largest count probed, 4 x 3 = 12.
+    # An SLO nothing reaches: the floor's search ends at the largest count probed, 4 x 3 = 12, past
+    # the memory bound (5), computing evicted histories again.
     found = collective_bound(model, SHAPE, spec, Regime(1e9, budget, False), prefix_agents=2)
-    assert found.memory_agents == 5 and found.compute.max_agents == 12
-    assert found.max_agents == 5 and found.limited_by == "memory" and found.ratio == 2.5
-    assert found.as_dict()["concurrent_agents_ratio_bound"] == 2.5
-    # Every probe of the floor ran with nothing evicted (its budget is unbounded).
-    assert not any(r.evictions for p in found.compute.probes for r in p.rounds)
-    unbounded = collective_bound(model, SHAPE, spec, Regime(1e9, math.inf, False), prefix_agents=3)
-    assert unbounded.memory_agents is None and unbounded.max_agents == 12 and unbounded.limited_by == "max probed"
+    assert found.memory_agents == 5 and found.max_agents == 12 and found.ratio == 6.0
+    assert found.as_dict()["limited_by"] == "max probed" and found.as_dict()["concurrent_agents_ratio_bound"] == 6.0
+    probes = {p.agents: p for p in found.floor.probes}
+    assert not any(r.evictions for r in probes[4].rounds)  # within the memory bound nothing is evicted
+    assert sum(r.recomputed_history_tokens for r in probes[12].rounds) > 0  # past it, histories computed again
+    # An SLO no count meets: the bound is 0, limited by the SLO, whatever the memory allows.
+    none = collective_bound(model, SHAPE, spec, Regime(1e-9, budget, False), prefix_agents=3)
+    assert none.max_agents == 0 and none.as_dict()["limited_by"] == "slo" and none.memory_agents == 5

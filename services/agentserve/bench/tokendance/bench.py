@@ -239,8 +239,8 @@ def _served(spec: BenchSpec, shape: RoundShape, storage: dict, model, log) -> di
     log(f"{shape.name}: the most a collective policy could serve at this SLO and budget (bound.py) ...")
     bound = collective_bound(model, shape, served, regime, headline["policies"]["prefix"]["max_agents"], log)
     log(
-        f"{shape.name}: bound {bound.max_agents} agents ({bound.limited_by}; memory {bound.memory_agents}, "
-        f"compute {bound.compute.max_agents}), ratio bound {bound.ratio:.3f} against {headline['ratio']:.3f} measured"
+        f"{shape.name}: bound {bound.max_agents} agents ({bound.floor.limited_by}; nothing evicted up to "
+        f"{bound.memory_agents}), ratio bound {bound.ratio:.3f} against {headline['ratio']:.3f} measured"
     )
     return {
         **headline,

@@ -2,23 +2,25 @@
 measured in the same run as the served capacity (served.py), so the measured ratio reads
 against what this model, machine, SLO and budget allow:
 
-    memory bound   the largest agent count whose collective KV ledger at the end of the last
-                   round fits the budget: every agent's private tokens in full, its gathered
-                   tokens at the diff share, every round's masters (`served.context_cost` in a
-                   `served.KVLedger`, the ledger the served search keeps). Contexts and masters
-                   only grow, so the end is the peak; past this count some context is evicted
-                   and its history computed again.
-    compute bound  the largest count served within the SLO when every later agent's blended
-                   prefill recomputes no shared token (recompute fraction 0: only its private new
-                   tokens and the prompt's last token run, in every layer, attending to the whole
-                   prompt's reused KV), the round's leader still computed in full, agents in turn,
-                   with an unbounded budget. The floor of the blend as served: whatever a
-                   selection repairs costs more than nothing; what it does not cover is serving a
-                   round's agents other than in turn.
-    bound          the smaller of the two; `ratio` = bound / prefix caching's measured count.
+    memory bound  the largest agent count whose collective KV ledger at the end of the last
+                  round fits the budget: every agent's private tokens in full, its gathered
+                  tokens at the diff share, every round's masters (`served.context_cost` in a
+                  `served.KVLedger`, the ledger the served search keeps). Contexts and masters
+                  only grow, so the end is the peak; past this count contexts are evicted and
+                  their histories computed again, which costs time, not a refusal.
+    bound         the count served within the SLO at the regime's budget by the blend's floor:
+                  every later agent's blended prefill recomputes no shared token (recompute
+                  fraction 0: only its private new tokens and the prompt's last token run, in
+                  every layer, attending to the whole prompt's reused KV), the round's leader
+                  computed in full, agents in turn, the same ledger and eviction as every policy.
+                  Whatever a selection repairs costs more than nothing, so no collective policy
+                  served this way reaches more; what it does not cover is serving a round's agents
+                  other than in turn. Below the memory bound it is SLO-bound; it may pass the
+                  memory bound where the SLO leaves time to compute evicted histories again.
+    ratio         bound / prefix caching's measured count.
 
-Both searches keep the served search's granularity (the compute bound is within an eighth of
-the workload's count, served.served_capacity), the memory bound is exact to one agent.
+The bound keeps the served search's granularity (within an eighth of the workload's count,
+served.served_capacity); the memory bound is exact to one agent.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from agentserve.bench.tokendance.workload import RoundShape, first_turn_tokens, 
 FLOOR = (
     "every later agent's blend runs only its private new tokens and the last token (recompute fraction 0), "
     "attending to the whole prompt's reused KV; the round's leader computed in full; agents in turn; "
-    "unbounded budget"
+    "the regime's SLO and budget"
 )
 
 
@@ -80,21 +82,13 @@ def memory_bound(shape: RoundShape, token_scale: int, diff_share: float, budget_
 
 @dataclass(frozen=True)
 class CollectiveBound:
-    memory_agents: int | None  # None: the budget is unbounded
-    compute: ServedCapacity  # the floor's search (module docstring)
+    memory_agents: int | None  # nothing evicted up to this count (None: the budget is unbounded)
+    floor: ServedCapacity  # the blend's floor served in the regime (module docstring): the bound
     prefix_agents: int  # prefix caching's measured count in the same regime
 
     @property
     def max_agents(self) -> int:
-        if self.memory_agents is None:
-            return self.compute.max_agents
-        return min(self.memory_agents, self.compute.max_agents)
-
-    @property
-    def limited_by(self) -> str:
-        if self.memory_agents is not None and self.memory_agents < self.compute.max_agents:
-            return "memory"
-        return "slo" if self.compute.limited_by == "slo" else self.compute.limited_by
+        return self.floor.max_agents
 
     @property
     def ratio(self) -> float:
@@ -103,13 +97,11 @@ class CollectiveBound:
     def as_dict(self) -> dict:
         return {
             "max_agents": self.max_agents,
-            "limited_by": self.limited_by,
+            "limited_by": self.floor.limited_by,
             "concurrent_agents_ratio_bound": round(self.ratio, 3),
             "memory_bound_agents": self.memory_agents,
-            "compute_bound_agents": self.compute.max_agents,
-            "compute_bound_limited_by": self.compute.limited_by,
             "floor": FLOOR,
-            "compute_probes": self.compute.as_dict()["probes"],
+            "floor_probes": self.floor.as_dict()["probes"],
         }
 
 
@@ -121,11 +113,14 @@ def collective_bound(
     prefix_agents: int,
     log: Callable[[str], None] = lambda _: None,
 ) -> CollectiveBound:
-    """Both bounds for `shape` in `regime` (the served search's SLO and budget)."""
+    """The memory bound and the floor's count for `shape` in `regime` (the served search's SLO and budget)."""
     memory = memory_bound(shape, spec.token_scale, spec.diff_share, regime.budget_tokens)
-    floor_spec = replace(spec, recompute_fraction=0.0)
-    unbounded = replace(regime, budget_tokens=math.inf)
-    compute = served_capacity(
-        model, shape, "collective", floor_spec, unbounded, log=lambda line: log(f"{line} (compute floor)")
+    floor = served_capacity(
+        model,
+        shape,
+        "collective",
+        replace(spec, recompute_fraction=0.0),
+        regime,
+        log=lambda line: log(f"{line} (the blend's floor)"),
     )
-    return CollectiveBound(memory, compute, prefix_agents)
+    return CollectiveBound(memory, floor, prefix_agents)

@@ -102,19 +102,18 @@ def _served_markdown(served: dict) -> list[str]:
         )
     lines += [
         "",
-        "The most a collective policy could serve in the same regime, measured in this run (bound.py): the memory",
-        "bound (collective's ledger fits the budget) and the compute bound (the blend's floor within the SLO):",
+        "The most a collective policy could serve in the same regime, measured in this run (bound.py): the blend's",
+        "floor served at the SLO and budget (the bound), and the memory bound (collective's ledger fits the budget:",
+        "nothing evicted up to it):",
         "",
-        "| workload | measured collective | memory bound | compute bound | bound | limited by | ratio measured "
-        "| ratio bound |",
-        "|---|---|---|---|---|---|---|---|",
+        "| workload | measured collective | memory bound | bound | limited by | ratio measured | ratio bound |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, c in served.items():
         b = c["bound"]
         lines.append(
             f"| {name} | {c['policies']['collective']['max_agents']} | {b['memory_bound_agents']} "
-            f"| {b['compute_bound_agents']} ({b['compute_bound_limited_by']}) | {b['max_agents']} | {b['limited_by']} "
-            f"| {c['ratio']} | {b['concurrent_agents_ratio_bound']} |"
+            f"| {b['max_agents']} | {b['limited_by']} | {c['ratio']} | {b['concurrent_agents_ratio_bound']} |"
         )
     lines += ["", f"Compute floor: {next(iter(served.values()))['bound']['floor']}." if served else ""]
     lines += [
@@ -177,14 +176,14 @@ def _served(result: dict, out: Path) -> Path:
             )
         bound = c.get("bound")
         if bound is not None:
-            floor = bound["compute_probes"]
+            floor = bound["floor_probes"]
             ax.plot(
                 [p["agents"] for p in floor],
                 [p["worst_latency_s"] for p in floor],
                 "x--",
                 color=COLORS["collective"],
                 alpha=0.5,
-                label=f"compute floor: {bound['compute_bound_agents']}",
+                label=f"blend's floor (the bound): {bound['max_agents']}",
             )
             if bound["memory_bound_agents"] is not None:
                 ax.axvline(
