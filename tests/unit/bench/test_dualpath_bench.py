@@ -1,10 +1,12 @@
-"""How `bench dualpath` folds a capacity search run on a cluster of its own into its policy's result."""
+"""How `bench dualpath` folds a capacity search run on a cluster of its own into its policy's result, and refuses
+a search it could not run when it is specified."""
 
 import pytest
 
 from agentserve.bench.dualpath.bench import APART, _merge_apart
 from agentserve.bench.dualpath.policies import policies
-from agentserve.bench.dualpath.runs import PolicyResult
+from agentserve.bench.dualpath.runs import OnlineSpec, PolicyResult
+from agentserve.bench.replay.slo import SLO
 
 pytestmark = pytest.mark.unit
 
@@ -32,3 +34,10 @@ def test_a_search_apart_is_folded_into_its_policy_with_its_clusters_phases():
         "online_stop": 2.0,
     }
     assert merged["dualpath"] is dualpath
+
+
+def test_an_online_search_the_capacity_search_would_refuse_is_refused_when_specified():
+    # --online-probes 1 used to run the offline half of the bench (minutes) before the search refused it.
+    with pytest.raises(ValueError, match="at least 2 probes"):
+        OnlineSpec(SLO.parse("ttft_p90=40s,tpot_p90=500ms"), max_probes=1)
+    assert OnlineSpec(SLO.parse("ttft_p90=40s,tpot_p90=500ms"), max_probes=2).search_spec().max_probes == 2

@@ -49,6 +49,7 @@ class OnlineSpec:
             raise ValueError("online search needs duration > 0 and 0 < start_rate <= max_rate")
         if self.turns < 0:
             raise ValueError(f"online turns must be >= 0 (0 = the offline workload's), got {self.turns}")
+        self.search_spec()  # the search's own checks (probes >= 2, ...) here, not minutes into a run
 
     def workload(self, offline: AgentWorkloadSpec) -> AgentWorkloadSpec:
         """What one probe's agents are: the last `turns` turns of the offline agents (`late_turns`)."""
