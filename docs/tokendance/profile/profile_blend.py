@@ -30,10 +30,9 @@ def timed(call, reps: int = 300) -> tuple[float, float]:
     return round(min(times) * 1e3, 2), round(statistics.median(times) * 1e3, 2)
 
 
-def main(workload: str, token_scale: int) -> None:
-    torch.set_num_threads(1)
-    model = load_model(ensure_default_model(), "fp32")[0]
-    shape = (generative_agents() if workload == "generative-agents" else agent_society()).scaled(token_scale)
+def last_round_blend(model, shape):
+    """Serves `shape` collectively and returns the server (its masters) with agent 1's last-round
+    prompt and cached prefix: a blend (agent 0 led the round). Also the served probe."""
     server = RoundServer(model, shape, "collective", ServedSpec(), float("inf"))
     captured = []
     prefill = server._prefill
@@ -44,8 +43,16 @@ def main(workload: str, token_scale: int) -> None:
         return prefill(prompt, prefix)
 
     server._prefill = capture
-    server.serve(float("inf"))
-    prompt, prefix = captured[1]  # agent 1: a blend (agent 0 led the round)
+    probe = server.serve(float("inf"))
+    prompt, prefix = captured[1]
+    return server, prompt, prefix, probe
+
+
+def main(workload: str, token_scale: int) -> None:
+    torch.set_num_threads(1)
+    model = load_model(ensure_default_model(), "fp32")[0]
+    shape = (generative_agents() if workload == "generative-agents" else agent_society()).scaled(token_scale)
+    server, prompt, prefix, _ = last_round_blend(model, shape)
     masters = server.masters
     estimating = CollectiveReuse(model, max_deviation=None)
     known = CollectiveReuse(model, max_deviation=None, estimate=False)
