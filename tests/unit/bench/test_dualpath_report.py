@@ -296,3 +296,19 @@ def test_a_missed_dualpath_gain_over_layerwise_names_both_bounds_and_the_reducti
         "layerwise overlaps its reads with compute, so dualpath can only gain where a turn reads longer than it "
         "computes"
     )
+
+
+def test_a_missed_tpot_ratio_sets_dualpath_beside_layerwise_which_relays_nothing():
+    offline = offline_figures()
+    offline["baseline"] = run_figures(summary(120.0, 50.0, PREFILL_BOUND))
+    offline["layerwise"] = run_figures(summary(60.0, 54.0, PREFILL_BOUND))
+    offline["dualpath"] = run_figures(summary(60.0, 55.0, BALANCED))
+    figures = ratios.must_show(offline, {})
+    assert figures["tpot_p90_ratio"] == pytest.approx(1.1)
+    by_key = {x["key"]: x for x in limits.explain(ratios.verdicts(figures), results(offline), None, BenchSpec())}
+    assert by_key["tpot_p90_ratio"]["limited_by"] == [
+        "TPOT p90 baseline 50.0 ms at 0.50 turns/s, layerwise 54.0 ms at 1.00 turns/s, "
+        "dualpath 55.0 ms at 1.00 turns/s",
+        "layerwise, which relays nothing, over the baseline 1.080; dualpath over layerwise 1.019: the share of the "
+        "rise path B's relays could account for is the second",
+    ]
