@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from prometheus_client import Histogram
 
-PHASES = ("budget", "load", "queue", "forward", "persist", "handoff", "drop", "total")
-
 PHASE_SECONDS = Histogram(
     "agentserve_prefill_phase_seconds",
     "Prefill request phases: budget (waiting for pool room, without layerwise), load (store hits "

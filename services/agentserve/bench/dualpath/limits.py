@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentserve.bench.dualpath.phases import busiest_engine_share
 from agentserve.bench.dualpath.regime import path_a
 
 
@@ -58,19 +59,23 @@ PATH_GAINS = ("offline_throughput_ratio", "split_throughput_ratio", "online_capa
 OFFLINE_GAINS = (*PATH_GAINS, "layerwise_jct_reduction", "dualpath_jct_reduction_over_layerwise")
 
 
+def _turn_phases(results: dict, name: str) -> dict[str, Any] | None:
+    """`name`'s offline `phases.breakdown`, if it ran and recorded one."""
+    r = results.get(name)
+    return (r.offline or {}).get("turn_phases") if r is not None else None
+
+
 def _physical_limits(results: dict, names: tuple[str, ...]) -> list[str]:
     """Each policy's JCT beside the bounds its run measured (`phases.breakdown`): its busiest
     prefill engine's compute and its busiest prefill storage NIC's busy time, each the JCT that
     limit alone allows, and where its prefill engines' time went."""
     out = []
     for name in names:
-        r = results.get(name)
-        phases = (r.offline or {}).get("turn_phases") if r is not None else None
+        phases = _turn_phases(results, name)
         if not phases:
             continue
         b = phases["bounds"]
-        engines = phases["prefill_engines"].values()
-        share = {k: max((e[k] for e in engines), default=None) for k in ("compute_share", "layer_wait_share")}
+        share = {k: busiest_engine_share(phases, k) for k in ("compute_share", "layer_wait_share")}
         out.append(
             f"{name}: JCT {_fmt(b['jct_s'], 1)} s; bounds: prefill compute {_fmt(b['prefill_compute_s'], 1)} s, "
             f"prefill storage NIC {_fmt(b['prefill_snic_s'], 1)} s, one agent's chain {_fmt(b['agent_chain_s'], 1)} s; "
@@ -82,8 +87,7 @@ def _physical_limits(results: dict, names: tuple[str, ...]) -> list[str]:
 
 def _bound(results: dict, name: str) -> float | None:
     """The largest of `name`'s measured bounds: the JCT its prefill side allows at best."""
-    r = results.get(name)
-    phases = (r.offline or {}).get("turn_phases") if r is not None else None
+    phases = _turn_phases(results, name)
     if not phases:
         return None
     values = [phases["bounds"][k] for k in ("prefill_compute_s", "prefill_snic_s")]

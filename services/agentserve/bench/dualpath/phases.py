@@ -72,10 +72,9 @@ def breakdown(summary: dict[str, Any], turns: Sequence[TurnRecord], snic: dict[s
     phases = service.get("phases") or {}
     duration = summary["duration_s"]
     client = _client(turns)
+    forward = {n: s for n, s in sorted((service.get("forward_s") or {}).items()) if n.startswith("prefill")}
     engines: dict[str, dict[str, float]] = {}
-    for name, seconds in sorted((service.get("forward_s") or {}).items()):
-        if not name.startswith("prefill") or not duration:
-            continue
+    for name, seconds in forward.items() if duration else ():
         compute, wait = seconds.get("compute", 0.0), seconds.get("layer_wait", 0.0)
         engines[name] = {
             "compute_share": compute / duration,
@@ -86,10 +85,10 @@ def breakdown(summary: dict[str, Any], turns: Sequence[TurnRecord], snic: dict[s
     prefill = _means(phases.get("prefill", {}).get(LATER, {}))
     agents = len({t.session_id for t in turns})
     chain = None
-    forward, decode, gap = prefill.get("forward"), scheduler.get("decode"), client.get("gap_s")
-    if agents and forward is not None and decode is not None and gap is not None:
-        chain = len(turns) / agents * (forward + decode + gap)
-    computes = [s.get("compute", 0.0) for n, s in (service.get("forward_s") or {}).items() if n.startswith("prefill")]
+    turn_forward, decode, gap = prefill.get("forward"), scheduler.get("decode"), client.get("gap_s")
+    if agents and turn_forward is not None and decode is not None and gap is not None:
+        chain = len(turns) / agents * (turn_forward + decode + gap)
+    computes = [s.get("compute", 0.0) for s in forward.values()]
     prefill_snics = [u for n, u in (snic.get("utilization") or {}).items() if n.startswith("prefill") and u is not None]
     return {
         "client": client,
@@ -103,3 +102,9 @@ def breakdown(summary: dict[str, Any], turns: Sequence[TurnRecord], snic: dict[s
             "agent_chain_s": chain,
         },
     }
+
+
+def busiest_engine_share(turn_phases: dict[str, Any], share: str) -> float | None:
+    """The largest `share` (compute_share, layer_wait_share, other_share) among the run's prefill
+    engines (`breakdown`'s `prefill_engines`); None without any."""
+    return max((e[share] for e in turn_phases["prefill_engines"].values()), default=None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from agentserve.bench.dualpath.phases import busiest_engine_share
 from agentserve.bench.report_files import write_report_files
 
 
@@ -78,9 +79,8 @@ def phases_table(result: dict) -> list[str]:
         if not tp:
             continue
         c, pre, b = tp["client"], tp["prefill"], tp["bounds"]
-        engines = tp["prefill_engines"].values()
         shares = " / ".join(
-            _f(max((e[k] for e in engines), default=None)) for k in ("compute_share", "layer_wait_share", "other_share")
+            _f(busiest_engine_share(tp, k)) for k in ("compute_share", "layer_wait_share", "other_share")
         )
         moves = None if pre.get("persist") is None else pre["persist"] + (pre.get("handoff") or 0.0)
         lines.append(

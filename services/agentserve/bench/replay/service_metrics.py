@@ -18,6 +18,12 @@ PHASE_HISTOGRAMS = {
     "scheduler": "agentserve_scheduler_turn_phase_seconds",
     "prefill": "agentserve_prefill_phase_seconds",
 }
+# A histogram's samples this reads: its name + _sum / _count -> (side, field).
+_PHASE_FIELDS = {
+    f"{name}_{suffix}": (side, field)
+    for side, name in PHASE_HISTOGRAMS.items()
+    for suffix, field in (("sum", "sum_s"), ("count", "count"))
+}
 FORWARD_SECONDS = "agentserve_engine_forward_seconds_total"  # emulated engines: compute, layer_wait
 
 
@@ -165,14 +171,13 @@ def phase_seconds(scrapes: Sequence[Scrape]) -> dict:
     forward: dict[str, dict[str, float]] = {}
     for target, sample in last.by_target.items():
         before = first.by_target.get(target, {})
-        for side, name in PHASE_HISTOGRAMS.items():
-            for (sample_name, labels), value in sample.items():
-                field = {f"{name}_sum": "sum_s", f"{name}_count": "count"}.get(sample_name)
-                if field is None:
-                    continue
-                ls = dict(labels)
-                entry = phases.setdefault(side, {}).setdefault(ls["turn"], {}).setdefault(ls["phase"], {})
-                entry[field] = entry.get(field, 0.0) + value - before.get((sample_name, labels), 0.0)
+        for (sample_name, labels), value in sample.items():
+            if sample_name not in _PHASE_FIELDS:
+                continue
+            side, field = _PHASE_FIELDS[sample_name]
+            ls = dict(labels)
+            entry = phases.setdefault(side, {}).setdefault(ls["turn"], {}).setdefault(ls["phase"], {})
+            entry[field] = entry.get(field, 0.0) + value - before.get((sample_name, labels), 0.0)
         for kind in sorted(label_values(sample, FORWARD_SECONDS, "kind")):
             seconds = delta(before, sample, FORWARD_SECONDS, kind=kind)
             if seconds is not None:
