@@ -16,7 +16,9 @@ from agentserve.fabric.profiles import load_profile
 pytestmark = pytest.mark.unit
 
 
-def summary(duration_s: float, tpot_ms: float, snic: dict[str, tuple[float, int]], failed: int = 0) -> dict:
+def summary(
+    duration_s: float, tpot_ms: float, snic: dict[str, tuple[float, int]], failed: int = 0, itl_ms: float = 40.0
+) -> dict:
     """A replay summary with what run_figures reads; `snic`: engine -> (busy share, bytes)."""
     return {
         "duration_s": duration_s,
@@ -35,6 +37,8 @@ def summary(duration_s: float, tpot_ms: float, snic: dict[str, tuple[float, int]
         "ttft_p90_ms": 200.0,
         "tpot_p50_ms": tpot_ms,
         "tpot_p90_ms": tpot_ms,
+        "itl_p50_ms": itl_ms,
+        "itl_p90_ms": itl_ms,
         "session_completion_s": {},
         "engines": {},
         "nic_utilization": {
@@ -221,7 +225,7 @@ def test_markdown_states_regime_targets_and_policies():
     assert "- a saturated baseline's prefill storage NICs are busy 0.59 of the run" in text
     assert "| `offline_throughput_ratio` | 2.000 | >= 1.87 | up to 1.87x | yes |" in text
     assert "| `snic_max_over_avg` | 1.143 | <= 1.1 | 1.06 | no |" in text
-    assert "| dualpath | 50.0 | 60/60 | 1.20 | 200 | 51.0 | 0.950 | 0.50 | 0.60 | 0.320 | 0.320 |" in text
+    assert "| dualpath | 50.0 | 60/60 | 1.20 | 200 | 51.0 | 40.0 | 0.950 | 0.50 | 0.60 | 0.320 | 0.320 |" in text
     assert "16 agents x 30 turns, context 16,384 -> 32,768 tokens" in text
     assert "time dilation: 2.000" in text
     assert (
@@ -302,7 +306,7 @@ def test_a_missed_tpot_ratio_sets_dualpath_beside_layerwise_which_relays_nothing
     offline = offline_figures()
     offline["baseline"] = run_figures(summary(120.0, 50.0, PREFILL_BOUND))
     offline["layerwise"] = run_figures(summary(60.0, 54.0, PREFILL_BOUND))
-    offline["dualpath"] = run_figures(summary(60.0, 55.0, BALANCED))
+    offline["dualpath"] = run_figures(summary(60.0, 55.0, BALANCED, itl_ms=41.0))
     figures = ratios.must_show(offline, {})
     assert figures["tpot_p90_ratio"] == pytest.approx(1.1)
     by_key = {x["key"]: x for x in limits.explain(ratios.verdicts(figures), results(offline), None, BenchSpec())}
@@ -311,4 +315,6 @@ def test_a_missed_tpot_ratio_sets_dualpath_beside_layerwise_which_relays_nothing
         "dualpath 55.0 ms at 1.00 turns/s",
         "layerwise, which relays nothing, over the baseline 1.080; dualpath over layerwise 1.019: the share of the "
         "rise path B's relays could account for is the second",
+        "ITL p90 (the gaps after the second token, the decode step's own pace) dualpath 41.0 ms over the "
+        "baseline's 40.0: 1.025; the rest of TPOT is the first token's hand-off to the decode engine",
     ]

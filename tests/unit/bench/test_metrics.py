@@ -99,3 +99,15 @@ def test_summary_splits_first_and_later_turns_and_counts_goodput_and_cache():
     assert s["engines"] == {"prefill": {"p0": 4}, "decode": {"d1": 4}}
     assert s["failures"] == {"RetryableError: gone": 1}
     assert summarize([], [], 1.0, None)["goodput"]["reason"] == "no --slo given"
+
+
+def test_itl_is_the_gap_after_the_second_token_and_tpot_carries_the_hand_off():
+    r = _turn("s", 0, True, ttft=0.5, n=16)
+    r.second_token_s = r.first_token_s + 0.46  # the hand-off to the decode engine and its first step
+    r.last_token_s = r.second_token_s + 14 * 0.09
+    assert r.itl_s == pytest.approx(0.09)
+    assert r.tpot_s == pytest.approx((0.46 + 14 * 0.09) / 15)
+    two = _turn("s", 1, False, ttft=0.5, n=2)
+    assert two.itl_s is None and two.tpot_s == pytest.approx(0.01)
+    summary = summarize([r], [], 10.0, None)
+    assert summary["itl_p50_ms"] == pytest.approx(90.0)

@@ -73,6 +73,7 @@ class _Run:
 
 async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
     started = time.monotonic()
+    started_unix = time.time()
     load_before = os.getloadavg()[0]
     catalogue = policies()
     results: dict[str, PolicyResult] = {}
@@ -132,6 +133,8 @@ async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
         "policies": {n: _policy_json(r) for n, r in results.items()},
         "cpu_floor": floor_json,
         "wall_s": time.monotonic() - started,
+        # When the run began and ended on the wall clock, to place it inside the command's own time.
+        "wall_clock": {"start_unix": started_unix, "end_unix": time.time()},
         # The machine may be shared: its 1-minute load before and after says how much.
         "machine": {"cpus": os.cpu_count(), "load_avg_1m_start": load_before, "load_avg_1m_end": os.getloadavg()[0]},
     }

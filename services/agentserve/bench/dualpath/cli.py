@@ -192,7 +192,11 @@ def dualpath(args: argparse.Namespace) -> dict | None:
     out_dir = _out_dir(args, "dualpath")
     result = asyncio.run(run_bench(spec, progress=args.progress))
     write_report(result, out_dir)
-    print(f"agentserve bench dualpath: results in {out_dir}/ (dualpath.md, dualpath.json, plots)", file=sys.stderr)
+    print(
+        f"agentserve bench dualpath: results in {out_dir}/ (dualpath.md, dualpath.json, plots) at "
+        f"{time.strftime('%H:%M:%S')}",
+        file=sys.stderr,
+    )
     if args.json:
         return result
     print((out_dir / "dualpath.md").read_text())

@@ -171,4 +171,12 @@ def _tpot(results: dict) -> list[str]:
             f"dualpath over layerwise {_fmt(dp['tpot_p90_ms'] / lw['tpot_p90_ms'], 3)}: the share of the rise "
             f"path B's relays could account for is the second"
         )
+    if dp and base and dp.get("itl_p90_ms") and base.get("itl_p90_ms"):
+        # With a few output tokens a turn, TPOT is mostly the hand-off: see `itl_s`.
+        out.append(
+            f"ITL p90 (the gaps after the second token, the decode step's own pace) dualpath "
+            f"{_fmt(dp['itl_p90_ms'], 1)} ms over the baseline's {_fmt(base['itl_p90_ms'], 1)}: "
+            f"{_fmt(dp['itl_p90_ms'] / base['itl_p90_ms'], 3)}; the rest of TPOT is the first token's hand-off "
+            "to the decode engine"
+        )
     return out

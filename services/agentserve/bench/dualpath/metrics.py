@@ -64,6 +64,9 @@ def run_figures(summary: dict) -> dict[str, Any]:
         "ttft_p90_ms": summary["ttft_p90_ms"],
         "tpot_p50_ms": summary["tpot_p50_ms"],
         "tpot_p90_ms": summary["tpot_p90_ms"],
+        # TPOT less the first token's hand-off to the decode engine: the decode step's own pace.
+        "itl_p50_ms": summary["itl_p50_ms"],
+        "itl_p90_ms": summary["itl_p90_ms"],
         "agent_completion_s": summary["session_completion_s"],
         "snic": snic,
         "cnic": nic_figures(nic, CNIC, duration),

@@ -45,20 +45,21 @@ def busiest(util: dict[str, float | None], role: str) -> float | None:
 
 def policy_table(result: dict) -> list[str]:
     lines = [
-        "| policy | JCT s | turns ok | turns/s | TTFT p90 ms | TPOT p90 ms | hit | prefill SNIC busy (max) "
-        "| decode SNIC busy (max) | prefill SNIC Gbps | decode SNIC Gbps |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| policy | JCT s | turns ok | turns/s | TTFT p90 ms | TPOT p90 ms | ITL p90 ms | hit | prefill SNIC busy "
+        "(max) | decode SNIC busy (max) | prefill SNIC Gbps | decode SNIC Gbps |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, p in result["policies"].items():
         run = p["offline"]
         if run is None:
-            lines.append(f"| {name} | not run: {'; '.join(p['unavailable'] or ['—'])} |||||||||| ")
+            lines.append(f"| {name} | not run: {'; '.join(p['unavailable'] or ['—'])} ||||||||||| ")
             continue
         util = run["snic"]["utilization"]
         by_role = run["snic"]["bytes_by_role"]
         lines.append(
             f"| {name} | {_f(run['jct_s'], 1)} | {run['turns_ok']}/{run['turns_total']} | {_f(run['turns_per_s'])} | "
-            f"{_f(run['ttft_p90_ms'], 0)} | {_f(run['tpot_p90_ms'], 1)} | {_f(run['hit_ratio'], 3)} | "
+            f"{_f(run['ttft_p90_ms'], 0)} | {_f(run['tpot_p90_ms'], 1)} | {_f(run.get('itl_p90_ms'), 1)} | "
+            f"{_f(run['hit_ratio'], 3)} | "
             f"{_f(busiest(util, 'prefill'))} | {_f(busiest(util, 'decode'))} | "
             f"{_f(by_role.get('prefill', {}).get('gbps'), 3)} | {_f(by_role.get('decode', {}).get('gbps'), 3)} |"
         )

@@ -51,12 +51,21 @@ class TurnRecord:
         return (self.last_token_s - self.first_token_s) / (self.output_tokens - 1)
 
     @property
+    def itl_s(self) -> float | None:
+        """Mean gap between tokens after the second: the decode engine's own pace. TPOT also
+        carries the gap from the first token to the second, which under disaggregation is the
+        hand-off from the prefill engine to the decode engine."""
+        if self.second_token_s is None or self.last_token_s is None or self.output_tokens < 3:
+            return None
+        return (self.last_token_s - self.second_token_s) / (self.output_tokens - 2)
+
+    @property
     def e2e_s(self) -> float | None:
         return None if self.last_token_s is None else self.last_token_s - self.sent_s
 
     def to_json(self) -> dict:
         out = asdict(self)
-        out.update(ttft_s=self.ttft_s, tt2t_s=self.tt2t_s, tpot_s=self.tpot_s, e2e_s=self.e2e_s)
+        out.update(ttft_s=self.ttft_s, tt2t_s=self.tt2t_s, tpot_s=self.tpot_s, itl_s=self.itl_s, e2e_s=self.e2e_s)
         return out
 
 

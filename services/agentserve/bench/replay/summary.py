@@ -10,7 +10,7 @@ from agentserve.bench.replay.records import SessionRecord, TurnRecord
 from agentserve.bench.replay.slo import SLO
 from agentserve.bench.replay.stats import PERCENTILES, distribution
 
-LATENCIES = ("ttft", "tt2t", "tpot", "e2e")
+LATENCIES = ("ttft", "tt2t", "tpot", "itl", "e2e")
 SCOPES = {"all": None, "first_turn": True, "later_turns": False}
 
 
