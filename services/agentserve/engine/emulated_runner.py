@@ -66,7 +66,7 @@ class EmulatedRunner:
         self, seq: Sequence, resident_slots: list[int], new_slots: list[int], external: ExternalPrefix
     ) -> torch.Tensor:
         """`ModelRunner.prefill_staged`'s timing: layer by layer over a prefix of `external.num_blocks`."""
-        num_cached = external.num_blocks * self.pool.block_size
+        num_cached = external.num_tokens(self.pool.block_size)
         total = len(seq.token_ids)
         self._layer_by_layer(
             self.cost.prefill_s(num_cached, total - num_cached) * self.dilation / self.layers, external.load_layer

@@ -64,7 +64,7 @@ class PrefillPlan:
     staging: list[int] = field(default_factory=list)  # staged: slots charged for one layer of the prefix
 
     def cached_tokens(self, block_size: int) -> int:
-        return (self.external.num_blocks if self.external is not None else self.hits) * block_size
+        return self.external.num_tokens(block_size) if self.external is not None else self.hits * block_size
 
 
 class LLMEngine:
@@ -162,24 +162,33 @@ class LLMEngine:
         generated: int = 0,
         segments: SegmentedPrompt | None = None,
         priority: int = 0,
+        seal_tail: bool = False,
     ) -> Sequence:
         """Queue a request, after the waiting ones of its `priority` or higher. The last `generated`
         prompt tokens are output another engine already produced (a decode after its prefill): a
         grammar replays them before constraining more. `segments` (the same tokens as the prompt)
         lets the prefill reuse its shared blocks (`segmented_prefill`); an EXACT one, or one the
-        engine cannot reuse on, is a plain prompt."""
+        engine cannot reuse on, is a plain prompt. `seal_tail`: when the sequence finishes, its
+        partial last block is cached under its tail id (`Sequence.tail_id`), for the caller to
+        persist before it is evicted."""
         tokens = list(prompt_token_ids)
         self.validate(tokens, params)
         if segments is not None and segments.token_ids != tokens:
             raise ValueError("segments must hold exactly the prompt's tokens")
         if segments is not None and (external_prefix is not None or generated):
             raise ValueError("segments cannot be combined with an external prefix or generated tokens")
-        if external_prefix is not None and external_prefix.num_blocks * self.block_size >= len(tokens):
+        if external_prefix is not None and external_prefix.num_tokens(self.block_size) >= len(tokens):
             raise ValueError("external prefix must leave at least one prompt token to compute")
         if not 0 <= generated < len(tokens):
             raise ValueError(f"generated must be in [0, {len(tokens)}), got {generated}")
         seq = Sequence(
-            tokens, len(tokens), params, tenant_salt=tenant_salt, generator=make_generator(params), priority=priority
+            tokens,
+            len(tokens),
+            params,
+            tenant_salt=tenant_salt,
+            generator=make_generator(params),
+            priority=priority,
+            seal_tail=seal_tail,
         )
         if params.structured is not None:
             seq.grammar = self._grammars().matcher(params.structured, tokens[len(tokens) - generated :])
@@ -265,7 +274,9 @@ class LLMEngine:
         external = self._external.get(seq.request_id)
         # An external prefix helps only past the resident hits, and only if it starts at or before
         # them (blocks evicted since it was planned are recomputed instead: output stays exact).
-        if external is None or external.num_blocks <= hits or external.first_block > hits:
+        if external is None or external.num_tokens(self.block_size) <= hits * self.block_size:
+            return PrefillPlan(hits)
+        if external.first_block > hits:
             return PrefillPlan(hits)
         staged = self.config.layerwise and seq.params.max_tokens == 1
         return PrefillPlan(hits, external, staged)
@@ -280,7 +291,7 @@ class LLMEngine:
             seq.slots = self.blocks.allocate(seq.block_ids, len(seq), plan.hits).slots
             return True
         assert plan.external is not None
-        num_new = -(-len(seq) // self.block_size) - plan.external.num_blocks
+        num_new = -(-len(seq) // self.block_size) - plan.external.full_blocks
         num_staging = -(-plan.external.num_blocks // self.model_config.num_hidden_layers)
         if num_new + num_staging + keep > self.blocks.available_after(seq.block_ids[: plan.hits]):
             return False
@@ -314,7 +325,7 @@ class LLMEngine:
                 resident, new = plan.slots[: plan.hits], plan.slots[plan.hits :]
                 logits = self.runner.prefill_staged(seq, resident, new, external)
             elif external is not None:
-                logits = self.runner.prefill(seq, external.num_blocks * self.block_size, external, plan.hits)
+                logits = self.runner.prefill(seq, external.num_tokens(self.block_size), external, plan.hits)
             else:
                 logits = self.runner.prefill(seq, plan.hits * self.block_size)
         except LayerLoadError as exc:
@@ -339,7 +350,7 @@ class LLMEngine:
         """Seal a staged prefill's computed full blocks and free everything it held: it ends with
         this step (max_tokens 1), so it never runs with its external blocks missing from the pool."""
         assert plan.external is not None
-        first_new = plan.external.num_blocks
+        first_new = plan.external.full_blocks  # a tail's block is computed in the pool: a new block
         if self.config.prefix_cache:
             for i in range(first_new, len(seq) // self.block_size):
                 self.blocks.seal(plan.slots[plan.hits + i - first_new], seq.block_ids[i])
@@ -412,6 +423,8 @@ class LLMEngine:
             self.runner.decode([seq])
             seq.num_computed = len(seq)
             self._seal_full_blocks(seq)
+        if free and seq.seal_tail:
+            self._seal_tail(seq)
         if free and seq in self.running:
             self.running.remove(seq)
             if seq.priority:
@@ -451,6 +464,22 @@ class LLMEngine:
         for i in range(seq.num_sealed, full):
             self.blocks.seal(seq.slots[i], seq.block_ids[i])
         seq.num_sealed = full
+
+    def _seal_tail(self, seq: Sequence) -> None:
+        """Cache the KV of `seq`'s computed tokens past its last full block under their tail id, so
+        the next turn over this context need not recompute them. Only the tail's id names the block:
+        its other rows are no KV of any sequence, so no full block's id may."""
+        bs = self.block_size
+        full, tail = divmod(seq.num_computed, bs)
+        if not self.config.prefix_cache or not seq.exact_kv or not tail or len(seq.slots) <= full:
+            return
+        self._extend_block_ids(seq)
+        parent = seq.block_ids[full - 1] if full else None
+        tail_id = block_hash.tail_block_id(
+            parent, self.fingerprint, seq.tenant_salt, seq.token_ids[full * bs : seq.num_computed], bs
+        )
+        self.blocks.seal(seq.slots[full], tail_id)
+        seq.tail_id = tail_id
 
     def block_ids_for(self, token_ids: Seq[int], tenant_salt: str = "") -> list[bytes]:
         seq = Sequence(list(token_ids), len(token_ids), SamplingParams(), tenant_salt=tenant_salt)

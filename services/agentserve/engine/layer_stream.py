@@ -121,10 +121,16 @@ class LayerStream:
                 raise LayerLoadError(f"layer {layer} of the cached prefix: {reason}")
         return self.k[layer], self.v[layer]
 
-    def external(self, num_blocks: int) -> ExternalPrefix:
-        """The prefix this stream delivers: the sequence's blocks [num_blocks - self.num_blocks, num_blocks)."""
+    def external(self, num_blocks: int, tail_tokens: int = 0) -> ExternalPrefix:
+        """The prefix this stream delivers: the sequence's blocks [num_blocks - self.num_blocks,
+        num_blocks), the last of them a tail of `tail_tokens` tokens if that is not 0."""
         return ExternalPrefix(
-            num_blocks, self.layer, first_block=num_blocks - self.num_blocks, ready=self.started, arrived=self.arrived
+            num_blocks,
+            self.layer,
+            first_block=num_blocks - self.num_blocks,
+            ready=self.started,
+            arrived=self.arrived,
+            tail_tokens=tail_tokens,
         )
 
     def serialize_block(self, index: int, block_id: bytes, fingerprint: str) -> bytearray:

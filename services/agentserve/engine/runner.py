@@ -30,7 +30,7 @@ def _always_ready() -> bool:
 
 @dataclass
 class ExternalPrefix:
-    """KV of a sequence's full blocks [first_block, num_blocks) that lives outside this engine's pool.
+    """KV of a sequence's blocks [first_block, num_blocks) that lives outside this engine's pool.
 
     `load_layer(l)` returns that layer's K and V of those blocks (`[num_blocks - first_block,
     block_size, kv_heads, head_dim]` each); it is called just before layer l runs and may block
@@ -38,6 +38,10 @@ class ExternalPrefix:
     later layers while earlier ones compute. It raises `LayerLoadError` if the layer never comes.
     `ready()` says whether layer 0 is in hand, i.e. whether a forward may start without waiting;
     `arrived()` whether every layer is (or the load failed): a forward over it then never waits.
+
+    With `tail_tokens` > 0 the last block is a context's partial last block (a stored tail, see
+    `kv.block_hash.tail_block_id`): only its first `tail_tokens` rows are KV of the sequence, the
+    prefill computes the block's other rows, and the block is then a full block of the sequence.
     """
 
     num_blocks: int
@@ -45,6 +49,22 @@ class ExternalPrefix:
     first_block: int = 0
     ready: Callable[[], bool] = _always_ready
     arrived: Callable[[], bool] = _always_ready
+    tail_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.tail_tokens < 0 or (self.tail_tokens and self.num_blocks <= self.first_block):
+            raise ValueError(f"tail_tokens must be >= 0 and need a block to sit in, got {self.tail_tokens}")
+
+    @property
+    def full_blocks(self) -> int:
+        """Leading blocks of the sequence the prefix covers whole (all of them without a tail)."""
+        return self.num_blocks - (1 if self.tail_tokens else 0)
+
+    def num_tokens(self, block_size: int) -> int:
+        """Leading tokens of the sequence whose KV the prefix (with the blocks before it) holds."""
+        if self.tail_tokens >= block_size:
+            raise ValueError(f"tail_tokens must be below the block size {block_size}, got {self.tail_tokens}")
+        return self.full_blocks * block_size + self.tail_tokens
 
 
 class ModelRunner:
@@ -65,7 +85,9 @@ class ModelRunner:
         """Compute KV for seq.token_ids[num_cached:] and return the last position's logits [vocab].
 
         With `external`, blocks [external_start, external.num_blocks) are filled layer by layer from
-        it before each layer runs; they must lie inside the first `num_cached` tokens.
+        it before each layer runs; they must lie inside the first `num_cached` tokens, but for a
+        tail's rows past `num_cached`, which this forward overwrites with the KV it computes.
+        `num_cached` need not be a whole number of blocks.
         """
         total = len(seq.token_ids)
         bs = self.pool.block_size
@@ -95,15 +117,18 @@ class ModelRunner:
         pool; returns the last position's logits [vocab].
 
         `resident_slots` hold the prefix's first blocks (at least `external.first_block` of them),
-        `new_slots` the blocks from `external.num_blocks` on. Before layer l runs, that layer's
+        `new_slots` the blocks from `external.full_blocks` on. Before layer l runs, that layer's
         whole prefix (resident blocks read from the pool, the rest from `external`) is put in a
         one-layer staging buffer the attention reads: the prefill holds one layer of the prefix.
+        A tail (`external.tail_tokens`) is also written into `new_slots[0]`, whose other rows this
+        forward computes: that block is then whole in the pool, like every new block.
         """
         bs = self.pool.block_size
-        num_cached = external.num_blocks * bs
+        num_cached = external.num_tokens(bs)
         num_new = len(seq.token_ids) - num_cached
+        tail = external.tail_tokens
         meta = PrefillMetadata(
-            write_rows=token_rows(torch.as_tensor(new_slots, dtype=torch.long), 0, num_new, bs),
+            write_rows=token_rows(torch.as_tensor(new_slots, dtype=torch.long), tail, tail + num_new, bs),
             total=len(seq.token_ids),
             num_cached=num_cached,
             block_size=bs,
@@ -115,10 +140,16 @@ class ModelRunner:
         skip = len(resident_slots) - external.first_block
         staging: tuple[torch.Tensor, torch.Tensor] | None = None
 
+        external_tokens = num_cached - len(resident_slots) * bs
+
         def stage(layer: int) -> None:
             nonlocal staging
-            # [tokens, heads, d]
-            k, v = (t[skip:].flatten(0, 1).to(self.pool.dtype) for t in external.load_layer(layer))
+            blocks_k, blocks_v = external.load_layer(layer)
+            if tail:
+                layers = range(layer, layer + 1)
+                self.pool.write_blocks(new_slots[:1], blocks_k[-1:][None], blocks_v[-1:][None], layers)
+            # [tokens, heads, d]; a tail's rows past its tokens are not the prefix's
+            k, v = (t[skip:].flatten(0, 1)[:external_tokens].to(self.pool.dtype) for t in (blocks_k, blocks_v))
             if not resident_slots:
                 meta.staged_prefix = (k, v)  # the loader's buffer is the layer's whole prefix: no copy
                 return

@@ -47,6 +47,8 @@ class Sequence:
     exact_kv: bool = True
     reuse_stats: ReuseStats | None = None  # how a segmented prompt's prefill reused its shared blocks
     prefill_started_s: float | None = None  # time.monotonic() when its prefill forward began (queue wait ends)
+    seal_tail: bool = False  # cache its partial last block under its tail id when it finishes
+    tail_id: bytes | None = None  # that block's id, once cached
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -57,6 +57,22 @@ def compute_block_id(
     return _hash(_parent_field(parent), _text_field(fingerprint), _text_field(tenant_salt), _pack_tokens(token_ids))
 
 
+def tail_block_id(
+    parent: bytes | None,
+    fingerprint: str,
+    tenant_salt: str,
+    token_ids: Sequence[int],
+    block_size: int,
+) -> bytes:
+    """The id of a context's partial last block (its tail): the `token_ids` after the full block
+    `parent`, fewer than a block. The token count is hashed in, so a tail's id is never a full
+    block's, nor another tail's of more or fewer tokens; the tail is stored as a whole block
+    buffer whose rows past its tokens nobody reads."""
+    if not 0 < len(token_ids) < block_size:
+        raise ValueError(f"a tail holds 1 to {block_size - 1} tokens, got {len(token_ids)}")
+    return compute_block_id(parent, fingerprint, tenant_salt, token_ids)
+
+
 def block_ids_for(
     token_ids: Sequence[int],
     block_size: int,

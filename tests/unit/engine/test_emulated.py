@@ -177,6 +177,21 @@ def test_staged_prefill_takes_the_same_time_layer_by_layer(engine):
     assert fake.now == pytest.approx(EMULATION.cost().prefill_s(40 * 16, 7) * D)
 
 
+@pytest.mark.parametrize("staged", [True, False])
+def test_a_prefill_over_a_tail_costs_only_the_tokens_after_it(engine, staged):
+    # 40 full blocks and a tail of 9 tokens cached: 7 + 16 - 9 = 14 tokens to compute.
+    runner, fake = fake_runner(engine)
+    seq = Sequence(list(range(5, 5 + 41 * 16 + 7)), 41 * 16 + 7, SamplingParams(max_tokens=1))
+    loaded: list[int] = []
+    external = ExternalPrefix(41, lambda layer: loaded.append(layer), tail_tokens=9)
+    if staged:
+        runner.prefill_staged(seq, [], [0, 1], external)
+    else:
+        runner.prefill(seq, external.num_tokens(16), external)
+    assert loaded == list(range(61))
+    assert fake.now == pytest.approx(EMULATION.cost().prefill_s(40 * 16 + 9, 14) * D)
+
+
 def test_kv_commands_run_during_an_emulated_forward_not_after_it(tiny_model_dir):
     import asyncio
     import time
