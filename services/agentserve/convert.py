@@ -217,6 +217,7 @@ def prefill_request_to_proto(request: PrefillRequest) -> prefill_pb2.PrefillRequ
         relay_hbm_first=request.plan.relay_hbm_first,
         segments=None if request.segments is None else prompt_segments_to_proto(request.segments),
         priority=request.priority,
+        store_tail_tokens=request.store_tail_tokens,
     )
 
 
@@ -232,6 +233,7 @@ def prefill_request_from_proto(msg: prefill_pb2.PrefillRequest) -> PrefillReques
         plan=LoadPlan(kv_path_from_proto(msg.kv_path), msg.relay_address, msg.relay_blocks, msg.relay_hbm_first),
         segments=prompt_segments_from_proto(msg.segments, msg.token_ids) if msg.HasField("segments") else None,
         priority=msg.priority,
+        store_tail_tokens=msg.store_tail_tokens,
     )
 
 
@@ -275,6 +277,7 @@ def generate_request_to_proto(request: GenerateRequest) -> decode_pb2.GenerateRe
         prompt_tokens=request.prompt_tokens,
         sampling=sampling_to_proto(request.sampling),
         priority=request.priority,
+        persist_tail=request.persist_tail,
     )
 
 
@@ -287,6 +290,7 @@ def generate_request_from_proto(msg: decode_pb2.GenerateRequest) -> GenerateRequ
         prompt_tokens=msg.prompt_tokens,
         sampling=sampling_from_proto(msg.sampling),
         priority=msg.priority,
+        persist_tail=msg.persist_tail,
     )
 
 

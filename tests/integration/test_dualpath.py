@@ -2,7 +2,9 @@
 
 - path-B parity: the same multi-turn session with the scheduler forced to path A and to path B
   gives tokens identical to each other and to a single-process full recompute, and the B run
-  really relayed its store hits through the decode engine;
+  really relayed its store hits through the decode engine; both cached each history whole, its
+  partial last block too (a stored tail, `scheduler/tail_blocks.py`), and so does the A run with
+  tails off, where each turn computes that block again;
 - suffix-only handoff: over a 5-turn session the decode engine keeps the session's KV (the
   scheduler routes the session back to it), so turns 2-5 hand off at most 10% of a full handoff;
 - the global scheduler's policies (two prefill engines, two decode engines, concurrent sessions):
@@ -30,6 +32,7 @@ from tests.support.cluster import local_cluster as support_cluster
 pytestmark = pytest.mark.integration
 
 MAX_TOKENS = 22
+BLOCK_SIZE = 16  # the engines' default
 _rng = random.Random(23)
 TURNS = [[_rng.randrange(5, 8000) for _ in range(n)] for n in (90, 37, 52, 18)]
 
@@ -67,6 +70,9 @@ def test_path_b_session_matches_path_a_and_full_recompute(tmp_path_factory, path
         assert a.token_ids == b.token_ids, f"turn {i + 1}: path A and path B differ"
         assert b.token_ids == reference.generate(prompt, params).output_token_ids, f"turn {i + 1}"
         assert a.cached_tokens == b.cached_tokens
+        # Every token of the history but one its decode engine did not compute (the last it sampled,
+        # unless that completed a block) is cached: its full blocks and its stored tail.
+        assert b.cached_tokens == (len(history) - 1 if len(history) % BLOCK_SIZE else len(history))
         history = prompt + b.token_ids
         if i > 0:
             # Turn i's hits include the previous turn's output blocks, which only the decode engine

@@ -38,6 +38,8 @@ class PrefillRequest:
     plan: LoadPlan = PATH_A
     segments: SegmentedPrompt | None = None  # shared blocks and their reuse; its tokens are token_ids
     priority: int = 0  # the session's scheduling priority (higher first; see agent_priority.py)
+    # The context's stored tail after the hits: its tokens (0: none), loaded by the plan's path too.
+    store_tail_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class GenerateRequest:
     prompt_tokens: int
     sampling: SamplingParams
     priority: int = 0
+    persist_tail: bool = False  # also persist the partial last block under its tail id at the end
 
 
 @dataclass(frozen=True)

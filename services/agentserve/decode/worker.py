@@ -95,14 +95,22 @@ class DecodeWorker:
         # The tokens after the prompt were generated already (the prefill's first): a grammar replays them.
         generated = len(token_ids) - prompt_tokens
         async for event in self.engine.generate(
-            token_ids, sampling, request.tenant, generated=generated, priority=request.priority
+            token_ids,
+            sampling,
+            request.tenant,
+            generated=generated,
+            priority=request.priority,
+            seal_tail=request.persist_tail,
         ):
             persisted = 0
             if event.finished:
                 seq = event.seq
                 bs = self.engine.engine.block_size
-                # The prompt's blocks were persisted by the prefill engine; this turn adds the rest.
+                # The prompt's blocks were persisted by the prefill engine; this turn adds the rest,
+                # and the partial last block when asked (the session's next turn loads it).
                 ids = seq.block_ids[prompt_tokens // bs : seq.num_computed // bs]
+                if seq.tail_id is not None:
+                    ids.append(seq.tail_id)
                 persisted = await self.mover.persist(ids)
             yield GenerateChunk(
                 [event.token_id],

@@ -121,9 +121,10 @@ class AsyncEngine:
         generated: int = 0,
         priority: int = 0,
         segments: SegmentedPrompt | None = None,
+        seal_tail: bool = False,
     ) -> AsyncIterator[TokenEvent]:
         """Stream each sampled token; cancelling the iteration aborts the request. `generated`,
-        `priority` and `segments`: see `LLMEngine.add_request`."""
+        `priority`, `segments` and `seal_tail`: see `LLMEngine.add_request`."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
 
@@ -136,6 +137,7 @@ class AsyncEngine:
                 generated=generated,
                 segments=segments,
                 priority=priority,
+                seal_tail=seal_tail,
             )
             self._subscribers[seq.request_id] = (loop, events)
             return seq

@@ -8,6 +8,11 @@ handoff leaves the decode engine to recompute. Greedy output is the same on ever
 With the engine's `layerwise` on, the loads stream into a `LayerStream` while the prefill already
 runs (the engine starts once layer 0 of every block is in hand and waits per layer); the loaded
 blocks never enter the pool, so the handoff sends the ones the decode engine lacks from the stream.
+
+A request may name the context's stored tail after its hits (`store_tail_tokens`): one more stored
+block, loaded by the plan's path behind the hits, whose first rows are KV of the prompt's next
+tokens (`ExternalPrefix.tail_tokens`). It only ever enters the engine as an external prefix: the
+block it completes is computed in the pool and cached, persisted and handed off under its full id.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from typing import Any, TypeVar
 
 import grpc
@@ -26,11 +32,12 @@ from agentserve.contracts import KVPath, LoadPlan, PrefillRequest, PrefillResult
 from agentserve.engine.async_engine import AsyncEngine
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.layer_stream import LayerStream
-from agentserve.engine.runner import LayerLoadError
+from agentserve.engine.runner import ExternalPrefix, LayerLoadError
 from agentserve.engine_service.kv_moves import HeldElsewhere, KVMover, Moved
 from agentserve.engine_service.layer_loads import MIN_READ_BYTES, layers_per_read, store_by_layer
 from agentserve.engine_service.peer_allowlist import PeerAllowList
 from agentserve.engine_service.relay import relay_by_layer, relay_load
+from agentserve.kv.block_hash import tail_block_id
 from agentserve.kvstore.client import store_down
 from agentserve.prefill.metrics import PHASE_SECONDS, turn_kind
 from agentserve.prefill.pool_budget import PoolBudget
@@ -81,16 +88,17 @@ class PrefillWorker:
     async def _prefill(self, request: PrefillRequest, kind: str) -> PrefillResult:
         token_ids, sampling, tenant, priority = request.token_ids, request.sampling, request.tenant, request.priority
         store_hit_blocks, decode_address = request.store_hit_blocks, request.decode_address
+        tail_tokens = request.store_tail_tokens
 
-        def prepare(engine: LLMEngine) -> tuple[list[bytes], int]:
+        def prepare(engine: LLMEngine) -> tuple[list[bytes], int, bytes | None]:
             engine.validate(token_ids, sampling)  # ValueError before any KV moves
             ids = engine.block_ids_for(token_ids, tenant)
-            return ids, engine.blocks.cached_prefix(ids)
-
-        with tracer().start_as_current_span("prefill") as span:
-            ids, resident = await self.engine.call(prepare)
             if store_hit_blocks > len(ids):
                 raise ValueError(f"store_hit_blocks {store_hit_blocks} exceeds the prompt's {len(ids)} full blocks")
+            return ids, engine.blocks.cached_prefix(ids), _tail_id(engine, request, ids)
+
+        with tracer().start_as_current_span("prefill") as span:
+            ids, resident, tail_id = await self.engine.call(prepare)
             first = dataclasses.replace(sampling, max_tokens=1, min_tokens=min(sampling.min_tokens, 1))
             layerwise = self.engine.engine.config.layerwise
             # A prefill computes at least the prompt's last token. A layerwise one streams whole
@@ -101,14 +109,21 @@ class PrefillWorker:
             if layerwise:
                 loadable = min(store_hit_blocks, (len(token_ids) - 1) // self.engine.engine.block_size)
             to_load = ids[resident:loadable]
-            plan = request.plan.scaled_to(len(to_load), loadable)  # a split's share of what loads
+            # The tail extends the hits only where the engine would otherwise compute from them on
+            # (not past a block it holds whole, not beside shared blocks it reuses).
+            tail = tail_id if resident <= loadable == store_hit_blocks and request.segments is None else None
+            if tail is not None:
+                to_load.append(tail)
+            tail_tokens = tail_tokens if tail is not None else 0
+            stored = loadable + (1 if tail is not None else 0)
+            plan = request.plan.scaled_to(len(to_load), stored)  # a split's share of what loads
             stream, elsewhere = None, None
             if layerwise and to_load:
                 stream = self._stream(len(to_load))
                 elsewhere = _from_stream(stream, to_load, self.engine.engine.fingerprint)
                 async with asyncio.TaskGroup() as both:  # the prefill runs while its KV arrives
                     loading = both.create_task(_timed(self._load_into(stream, to_load, plan), "load", kind))
-                    external = stream.external(loadable)
+                    external = stream.external(stored, tail_tokens)
                     submitted = time.monotonic()
                     events = [
                         event
@@ -117,11 +132,18 @@ class PrefillWorker:
                 path, loaded, relayed = loading.result()
             else:
                 path, loaded, relayed = await _timed(self._load(to_load, plan), "load", kind)
+                tail_prefix = None
+                if tail is not None and loaded == len(to_load):
+                    tail_prefix = await self.engine.call(
+                        partial(_take_tail, tail_id=tail, at=loadable, tokens=tail_tokens)
+                    )
                 # Shared blocks are reused here only: a layerwise prefill over streamed store hits
                 # (above) computes on that prefix, exactly.
                 segments = request.segments
                 submitted = time.monotonic()
-                generating = self.engine.generate(token_ids, first, tenant, priority=priority, segments=segments)
+                generating = self.engine.generate(
+                    token_ids, first, tenant, tail_prefix, priority=priority, segments=segments
+                )
                 events = [event async for event in generating]
             seq, first_logprob = events[-1].seq, events[-1].logprob
             if seq.prefill_started_s is not None:
@@ -277,6 +299,35 @@ async def _timed(step: Awaitable[T], phase: str, kind: str) -> T:
 
 LoadLeg = Callable[[list[bytes], int], Coroutine[Any, Any, int]]
 RelayLeg = Callable[[list[bytes], int, str], Coroutine[Any, Any, int]]
+
+
+def _tail_id(engine: LLMEngine, request: PrefillRequest, ids: list[bytes]) -> bytes | None:
+    """The id of the stored tail `request` names, None if it names none; ValueError if it cannot be
+    one of its prompt's (a tail holds fewer than a block, and at least one token follows it)."""
+    tokens, hits, bs = request.store_tail_tokens, request.store_hit_blocks, engine.block_size
+    if not tokens:
+        return None
+    if tokens >= bs or hits * bs + tokens >= len(request.token_ids):
+        raise ValueError(
+            f"store_tail_tokens {tokens} must be below the block size {bs} and leave a prompt token after "
+            f"store_hit_blocks {hits}"
+        )
+    parent = ids[hits - 1] if hits else None
+    return tail_block_id(
+        parent, engine.fingerprint, request.tenant, request.token_ids[hits * bs : hits * bs + tokens], bs
+    )
+
+
+def _take_tail(engine: LLMEngine, tail_id: bytes, at: int, tokens: int) -> ExternalPrefix | None:
+    """The loaded tail (block `at` of the prompt, `tokens` of it valid) as an external prefix, taken
+    out of the pool, which it entered under its own id as loads do: only its copy goes on, into the
+    block it completes. None if it was evicted meanwhile (its tokens are then computed)."""
+    slot = engine.blocks.lookup(tail_id)
+    if slot is None:
+        return None
+    k, v = engine.pool.read_blocks([slot])
+    engine.blocks.drop([tail_id])
+    return ExternalPrefix(at + 1, lambda layer: (k[layer], v[layer]), first_block=at, tail_tokens=tokens)
 
 
 def _pin_resident(engine: LLMEngine, ids: list[bytes], loaded_blocks: int) -> list[int]:

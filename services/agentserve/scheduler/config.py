@@ -51,6 +51,10 @@ class SchedulerConfig:
     # turn goes there) or store (DualPath's regime: the decode engine drops it at the turn's end, it
     # is in the store, and the next turn reads every hit from the store by path A or B).
     session_kv: str = "decode"
+    # Tail blocks (tail_blocks.py): a turn's decode engine also persists its context's partial last
+    # block, and the session's next turn loads it instead of recomputing those tokens. Off: the
+    # store holds whole blocks only (the A/B baseline of `bench dualpath --no-tail-blocks`).
+    tail_blocks: bool = True
     # KV lifecycle over tool waits (kv_lifecycle.py, kv_parking.py): lru (nothing moves) or agentserve.
     kv_lifecycle: str = "lru"
     # How `agentserve` offloads a parked session's KV: drop it at the tool's start, or demote it
@@ -132,6 +136,8 @@ class SchedulerConfig:
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+        if not isinstance(self.tail_blocks, bool):
+            raise ValueError(f"tail_blocks must be true or false, got {self.tail_blocks!r}")
         if not 0 <= self.prefill_alpha_ms < float("inf"):
             raise ValueError(f"prefill_alpha_ms must be a finite number >= 0, got {self.prefill_alpha_ms}")
         if not 1 <= self.prefill_beta < float("inf"):

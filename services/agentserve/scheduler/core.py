@@ -113,6 +113,7 @@ class SchedulerCore:
             priority_of=self.priority_of,
             rounds=RoundGroups(config.round_window_ms / 1000),
             drops=moves if config.session_kv == "store" else None,
+            tail_blocks=config.tail_blocks,
         )
         self.parking = KVParking(
             make_lifecycle_policy(

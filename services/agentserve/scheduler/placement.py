@@ -38,7 +38,7 @@ class Placement:
     decode: Engine
     relay: Engine | None  # the path-B reader; None on path A
     plan: LoadPlan
-    hit_blocks: int
+    hit_blocks: int  # store blocks the prefill reads: the leading hits, and a stored tail after them
     new_tokens: int  # prompt tokens left to compute after the store hits
     persist_blocks: int  # full prompt blocks past the hits: the prefill writes them to the store
     prefill_reason: str
@@ -126,10 +126,13 @@ class GlobalScheduler:
         hit_blocks: int,
         prefill_engine: str | None = None,
         held: Callable[[Engine], int] | None = None,
+        tail_tokens: int = 0,
     ) -> Placement:
         """Engines and load plan for a turn of `prompt_tokens` whose first `hit_blocks` blocks are
-        in the store. `prefill_engine` (an all-gather round's engine, which holds the round's
-        shared masters) is taken while alive, else the policy picks. `held(d)`: how many leading
+        in the store, and after them, if `tail_tokens`, a stored tail of that many tokens: one more
+        block to read, by the same path (the placement's `hit_blocks` counts it). `prefill_engine`
+        (an all-gather round's engine, which holds the round's shared masters) is taken while
+        alive, else the policy picks. `held(d)`: how many leading
         hit blocks decode engine `d` holds already, besides the session's KV holder, which holds
         them all; read only under `relay_source=hbm-first` (a relay then sends those from HBM).
         RetryableError when a role has no alive engine."""
@@ -139,8 +142,9 @@ class GlobalScheduler:
         holder = self._holder(session)
         decode = holder or self.pick(Role.DECODE, session)
         block_size = self.registry.block_size or 1
-        new_tokens = max(0, prompt_tokens - hit_blocks * block_size)
+        new_tokens = max(0, prompt_tokens - hit_blocks * block_size - tail_tokens)
         persist_blocks = max(0, prompt_tokens // block_size - hit_blocks)
+        hit_blocks += 1 if tail_tokens else 0  # from here on: the blocks read from the store
         relay, held_blocks = None, {}
         if hit_blocks:
             block_bytes = prefill.engine.status.kv_block_bytes or decode.status.kv_block_bytes

@@ -1,7 +1,8 @@
 """TurnRunner: one turn of a session, from the new message to the last streamed token.
 
 1. Build the prompt: the committed history plus this turn's tokens (`PromptBuilder`).
-2. Ask the KV store how many leading blocks of it are stored.
+2. Ask the KV store how many leading blocks of it are stored, and, when they are all of the
+   history's full blocks, whether the history's partial last block is stored too (`tail_blocks`).
 3. Place the turn (`GlobalScheduler`): the prefill engine, the decode engine (the session's KV
    holder if alive, else the router's choice), and the path store hits take to the prefill engine
    (A over its own storage NIC, B relayed by a decode engine, or split over both). Prefill on one
@@ -31,7 +32,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Protocol
+from typing import Protocol, cast
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
@@ -65,6 +66,7 @@ from agentserve.scheduler.rounds import RoundGroups, RoundKey
 from agentserve.scheduler.router import Router
 from agentserve.scheduler.segments import segment_prompt
 from agentserve.scheduler.sessions import Session
+from agentserve.scheduler.tail_blocks import Tail, context_tail
 from agentserve.scheduler.tracing import TurnSpans
 from agentserve.scheduler.turn_text import TurnText
 
@@ -74,6 +76,12 @@ log = logging.getLogger(__name__)
 class StoreLookup(Protocol):
     async def lookup(self, block_ids: list[bytes]) -> int:
         """How many leading ids of the chain are stored."""
+        ...
+
+
+class StoreDeletes(Protocol):
+    async def delete(self, block_ids: list[bytes]) -> int:
+        """Remove `block_ids` from the store; how many it held."""
         ...
 
 
@@ -109,6 +117,8 @@ class _Turn:
     decode_address: str = ""
     prompt_blocks: list[bytes] = field(default_factory=list)  # the prompt's full blocks' ids
     claim: tuple[str, list[bytes]] | None = None  # (decode address, blocks) claimed in `DecodeClaims`
+    context_tail: Tail | None = None  # the history's stored tail: loaded if `tail_tokens`, garbage after the turn
+    tail_tokens: int = 0  # prompt tokens after the store hits that the prefill loads with the tail
 
 
 class TurnRunner:
@@ -127,12 +137,17 @@ class TurnRunner:
         rounds: RoundGroups | None = None,
         drops: KVDrops | None = None,
         priority_of: Callable[[Session], int] | None = None,
+        tail_blocks: bool = False,
     ) -> None:
         """`drops`: set when sessions keep no KV on their decode engine between turns
         (`SchedulerConfig.session_kv = "store"`); each turn's decode engine then drops it at the end.
         `priority_of` gives the scheduling priority a session's requests carry to the engines
-        (`agent_priority.priority_of`); by default the caller's own."""
+        (`agent_priority.priority_of`); by default the caller's own. `tail_blocks`: a turn's decode
+        engine persists its context's partial last block, the next turn loads it (`tail_blocks`
+        module), and the one before is deleted from the store (when `store` can delete)."""
         self.prompts = prompts
+        self.tail_blocks = tail_blocks
+        self.tail_store = cast(StoreDeletes, store) if tail_blocks and hasattr(store, "delete") else None
         self.drops = drops
         self.priority_of = priority_of or (lambda session: session.info.priority)
         self.registry = registry
@@ -320,7 +335,26 @@ class TurnRunner:
             return 0
         metrics.PROMPT_BLOCKS.inc(len(ids))
         metrics.STORE_HIT_BLOCKS.inc(hits)
+        turn.context_tail = tail = self._context_tail(turn, ids, block_size, fingerprint)
+        if tail is not None and hits == tail.full_blocks and await self._stored(turn, tail):
+            turn.tail_tokens = tail.tokens
+            turn.span.set_attribute("turn.store_tail_tokens", tail.tokens)
         return hits
+
+    def _context_tail(self, turn: _Turn, ids: list[bytes], block_size: int, fingerprint: str) -> Tail | None:
+        """The session history's tail, when the turn may load one (not beside reused shared blocks)."""
+        if not self.tail_blocks or turn.segments is not None:
+            return None
+        history = len(turn.session.history)
+        return context_tail(turn.prompt, history, ids, block_size, fingerprint, turn.session.tenant)
+
+    async def _stored(self, turn: _Turn, tail: Tail) -> bool:
+        try:
+            with trace.use_span(turn.span, end_on_exit=False):
+                return await self.store.lookup([tail.block_id]) == 1
+        except Exception as exc:  # noqa: BLE001 - like the hits' lookup: without it, the tail is computed
+            log.warning("KV store lookup of a tail failed, computing it: %s", exc)
+            return False
 
     async def _prefill(self, turn: _Turn, hits: int) -> tuple[Placement, PrefillResult]:
         key = self._round_key(turn)
@@ -330,7 +364,12 @@ class TurnRunner:
         while True:
             pinned = self.rounds.engine_for(key) if key is not None else None
             placed = self.placer.place(
-                turn.session, len(turn.prompt), hits, prefill_engine=pinned, held=partial(self._held, turn, hits)
+                turn.session,
+                len(turn.prompt),
+                hits,
+                prefill_engine=pinned,
+                held=partial(self._held, turn, hits),
+                tail_tokens=turn.tail_tokens,
             )
             if key is not None:
                 self.rounds.placed(key, placed.prefill.engine_id)
@@ -349,6 +388,7 @@ class TurnRunner:
                 plan=placed.plan,
                 segments=turn.segments,
                 priority=self.priority_of(turn.session),
+                store_tail_tokens=turn.tail_tokens,
             )
             # The turn's work counts against its engines until the prefill returns: the decode engine
             # too, or a burst of new sessions all picks the same idle one (and stays on it, sticky).
@@ -395,6 +435,7 @@ class TurnRunner:
                 min_tokens=max(0, turn.sampling.min_tokens - len(turn.output)),
             ),
             priority=self.priority_of(turn.session),
+            persist_tail=self.tail_blocks,
         )
         while True:
             streamed = False
@@ -456,22 +497,39 @@ class TurnRunner:
         )
 
     async def _release_kv(self, turn: _Turn) -> None:
-        """With `drops`: the decode engine drops the turn's KV (its engine persisted it to the store
-        before the last token), awaited so the session's next turn finds it gone and reads the store."""
+        """The history's tail is deleted from the store: the turn's decode engine persisted the new
+        context's before its last token. With `drops`: the decode engine drops the turn's KV (its
+        engine persisted it to the store before the last token) and both tails, awaited so the
+        session's next turn finds it gone and reads the store."""
+        await self._delete_context_tail(turn)
         block_size, fingerprint = self.registry.block_size, self.registry.fingerprint
         if self.drops is None or not turn.decode_address or block_size is None or fingerprint is None:
             return
-        ids = block_ids_for(turn.prompt + turn.output, block_size, fingerprint, turn.session.tenant)
+        context = turn.prompt + turn.output
+        ids = block_ids_for(context, block_size, fingerprint, turn.session.tenant)
         self._unclaim(turn)
         # Blocks other turns on this engine still need (every agent's prompt starts with the same
         # ones) stay: dropped, the engine would recompute them (`DecodeClaims`).
         ids = self.claims.unclaimed(turn.decode_address, ids)
+        if self.tail_blocks:  # the one a relay kept there, and the one the decode engine cached
+            new_tail = context_tail(context, len(context), ids, block_size, fingerprint, turn.session.tenant)
+            ids += [tail.block_id for tail in (turn.context_tail, new_tail) if tail is not None]
         began = time.perf_counter()
         try:
             await self.drops.drop_kv(turn.decode_address, ids)
         except Exception as exc:  # noqa: BLE001 - a block left behind costs pool space, never tokens
             log.warning("dropping turn %s's KV from %s failed: %s", turn.turn_id, turn.decode_address, exc)
         _phase("release", turn.index, began)
+
+    async def _delete_context_tail(self, turn: _Turn) -> None:
+        """The history's tail is garbage once the turn completes (the next turn extends the new
+        context); a delete that fails leaves it to the store's eviction."""
+        if self.tail_store is None or turn.context_tail is None:
+            return
+        try:
+            await self.tail_store.delete([turn.context_tail.block_id])
+        except Exception as exc:  # noqa: BLE001 - a stale tail costs store space, never tokens
+            log.warning("deleting session %s's old tail from the store failed: %s", turn.session.session_id, exc)
 
     def _held(self, turn: _Turn, hits: int, engine: Engine) -> int:
         """Leading store hits of `turn` that other turns in flight claim on decode `engine`."""

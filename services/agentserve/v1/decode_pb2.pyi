@@ -71,7 +71,7 @@ class LoadKVResponse(_message.Message):
     def __init__(self, imported: _Optional[int] = ..., already_present: _Optional[int] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "session_id", "tenant", "token_ids", "prompt_tokens", "sampling", "priority")
+    __slots__ = ("request_id", "session_id", "tenant", "token_ids", "prompt_tokens", "sampling", "priority", "persist_tail")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +79,7 @@ class GenerateRequest(_message.Message):
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    PERSIST_TAIL_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     session_id: str
     tenant: str
@@ -86,7 +87,8 @@ class GenerateRequest(_message.Message):
     prompt_tokens: int
     sampling: _common_pb2.SamplingParams
     priority: int
-    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., prompt_tokens: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., priority: _Optional[int] = ...) -> None: ...
+    persist_tail: bool
+    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., prompt_tokens: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., priority: _Optional[int] = ..., persist_tail: _Optional[bool] = ...) -> None: ...
 
 class GenerateChunk(_message.Message):
     __slots__ = ("token_ids", "finished", "finish_reason", "cached_tokens", "persisted_blocks", "logprobs")

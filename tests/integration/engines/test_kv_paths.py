@@ -40,7 +40,9 @@ async def _turn(
     kv_path: int = prefill_pb2.KV_PATH_A,
     relay: str = "",
     relay_blocks: int = 0,
+    tail: int = 0,
 ):
+    """One turn; its decode persists the context's tail, which a later turn loads with `tail`."""
     sampling = common_pb2.SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
     async with grpc.aio.insecure_channel(prefill) as pch, grpc.aio.insecure_channel(decode) as dch:
         pre = await prefill_pb2_grpc.PrefillStub(pch).Prefill(
@@ -53,6 +55,7 @@ async def _turn(
                 kv_path=kv_path,
                 relay_address=relay,
                 relay_blocks=relay_blocks,
+                store_tail_tokens=tail,
             )
         )
         out = [pre.first_token]
@@ -61,6 +64,7 @@ async def _turn(
             prompt_tokens=len(tokens),
             tenant=tenant,
             sampling=common_pb2.SamplingParams(max_tokens=MAX_TOKENS - 1, ignore_eos=True),
+            persist_tail=True,
         )
         async for chunk in decode_pb2_grpc.DecodeStub(dch).Generate(request):
             out.extend(chunk.token_ids)
@@ -74,10 +78,18 @@ async def _held(decode: str, ids: list[bytes]) -> list[bool]:
 
 
 def _conversation(
-    cluster, reference, tenant: str, kv_path: int, relay: str = "", relay_blocks: int = 0, prefill_name="prefill"
+    cluster,
+    reference,
+    tenant: str,
+    kv_path: int,
+    relay: str = "",
+    relay_blocks: int = 0,
+    prefill_name="prefill",
+    tail: int = 0,
 ):
     """Turn 1 by path A onto `decode`, turn 2 by `kv_path` onto the cold `decode2` (relayed by
-    `relay`: the scheduler relays through the turn's decode engine). Both turns match recompute."""
+    `relay`: the scheduler relays through the turn's decode engine), loading turn 1's stored tail
+    of `tail` tokens after the hits if not 0. Both turns match recompute."""
     prefill, decode, decode2 = (cluster[n].address for n in (prefill_name, "decode", "decode2"))
     _, out1 = asyncio.run(_turn(prefill, decode, TURN1, tenant))
     turn2 = TURN1 + out1 + EXTRA
@@ -89,7 +101,7 @@ def _conversation(
 
     hits = asyncio.run(lookup())
     assert hits == STORED
-    pre, out2 = asyncio.run(_turn(prefill, decode2, turn2, tenant, hits, kv_path, relay, relay_blocks))
+    pre, out2 = asyncio.run(_turn(prefill, decode2, turn2, tenant, hits, kv_path, relay, relay_blocks, tail))
     params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
     assert out1 == reference.generate(TURN1, params).output_token_ids
     assert out2 == reference.generate(turn2, params).output_token_ids
@@ -153,6 +165,28 @@ def test_layerwise_prefill_gives_identical_tokens_on_every_path(cluster, referen
         pre, _, ids = _conversation(cluster, reference, tenant, kv_path, relay, relay_blocks, "prefill-layerwise")
         assert (pre.kv_path, pre.loaded_blocks, pre.relayed_blocks) == expected, tenant
         assert pre.cached_tokens == STORED * BLOCK
+        assert pre.handoff_held_blocks + pre.handoff_blocks == len(ids)
+        assert all(asyncio.run(_held(decode2, ids))), tenant
+
+
+@pytest.mark.parametrize("prefill_name", ["prefill", "prefill-layerwise"])
+def test_a_stored_tail_gives_identical_tokens_on_every_path(cluster, reference, prefill_name):
+    # Turn 1's decode engine computed 139 of its 140 tokens: 8 full blocks and a tail of 11, which it
+    # persisted under the tail's id. Turn 2 loads it behind the hits by the hits' path (a split's
+    # 4 of 9 stored blocks by B is 1 of the 3 it loads) and computes from token 139 on.
+    decode2 = cluster["decode2"].address
+    loaded, tail = STORED - PREFILL_HELD + 1, len(TURN1) + MAX_TOKENS - 1 - STORED * BLOCK
+    cases = [
+        ("a", prefill_pb2.KV_PATH_A, "", 0, (prefill_pb2.KV_PATH_A, loaded, 0)),
+        ("b", prefill_pb2.KV_PATH_B, decode2, 0, (prefill_pb2.KV_PATH_B, loaded, loaded)),
+        ("split", prefill_pb2.KV_PATH_SPLIT, decode2, (STORED + 1) // 2, (prefill_pb2.KV_PATH_SPLIT, loaded, 1)),
+    ]
+    for name, kv_path, relay, relay_blocks, expected in cases:
+        tenant = f"tail-{prefill_name}-{name}"
+        pre, _, ids = _conversation(cluster, reference, tenant, kv_path, relay, relay_blocks, prefill_name, tail)
+        assert (pre.kv_path, pre.loaded_blocks, pre.relayed_blocks) == expected, tenant
+        assert pre.cached_tokens == STORED * BLOCK + tail == len(TURN1) + MAX_TOKENS - 1, tenant
+        # the block the tail sat in went to the decode engine under its full id, like every block
         assert pre.handoff_held_blocks + pre.handoff_blocks == len(ids)
         assert all(asyncio.run(_held(decode2, ids))), tenant
 
