@@ -53,8 +53,29 @@ def test_later_turns_recompute_their_contexts_partial_last_block():
     assert later.compute_s == pytest.approx(COST.prefill_s(128, 52) + COST.prefill_s(128, 92))
 
 
+def test_later_turns_with_tail_blocks_read_the_partial_block_and_compute_only_past_the_context():
+    turns = (Turn(output_tokens=10, new_tokens=50), Turn(output_tokens=10, new_tokens=20), Turn(5, new_tokens=30))
+    w = Workload("w", (Session("s", turns, prefix="p"),), source="test", prefixes={"p": 100}).validate()
+    later = regime.later_turns(w, COST, snic_gbps=8.0, block_size=64, tail_blocks=True)
+    # Turn 1's context of 160 is cached but its last token (159: 2 blocks and a tail of 31), read as
+    # 3 whole blocks; turn 2's 190 the same way (189: a tail of 61). Each computes 1 + its new tokens.
+    assert (later.turns, later.cached_tokens, later.new_tokens) == (2, 159 + 189, 21 + 31)
+    assert later.read_s == pytest.approx(2 * 192 * COST.model.kv_bytes_per_token / 1e9)
+    assert later.compute_s == pytest.approx(COST.prefill_s(159, 21) + COST.prefill_s(189, 31))
+
+
+def test_the_default_workload_with_tail_blocks_reads_the_papers_share_longer_than_it_computes():
+    m = bench_spec(default_args()).storage_modelled
+    assert m["tail_blocks"] is True
+    t = m["later_turn"]
+    # ~408 appended tokens a turn (and each context's last token) on ~26.6K of context: 1.47x.
+    assert (t["cached_tokens"], t["new_tokens"]) == (26585, 409)
+    assert t["read_over_compute"] == 1.469
+
+
 def test_the_default_workload_reads_a_little_longer_than_it_computes_at_its_block_size():
-    spec = bench_spec(default_args())
+    spec = bench_spec(default_args("--no-tail-blocks"))
+    assert spec.cluster.tail_blocks is False and spec.storage_modelled["tail_blocks"] is False
     m = spec.storage_modelled
     assert spec.workload.agents == 8 and spec.cluster.prefill == 2
     assert m["snic_gbps_per_engine"] == 50.0  # one 400 Gbps storage NIC for 8 GPUs

@@ -136,6 +136,7 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
             decoders=args.decoders,
             profile=args.profile,
             block_size=args.block_size,
+            tail_blocks=args.tail_blocks,
             local_prefill_tokens_per_s=args.local_prefill_tokens_per_s,
             engine_settings=engine_settings,
             prefill_settings=prefill_settings,
@@ -176,7 +177,7 @@ def _storage_modelled(args: argparse.Namespace, workload: AgentWorkloadSpec, pro
     from agentserve.engine.emulation_config import EmulationConfig
 
     cost = EmulationConfig(target_model=args.target_model, target_gpu=TARGET_GPU).cost()
-    return modelled(generate(workload), cost, profile, args.prefill, args.decoders, args.block_size)
+    return modelled(generate(workload), cost, profile, args.prefill, args.decoders, args.block_size, args.tail_blocks)
 
 
 def _out_dir(args: argparse.Namespace, kind: str) -> Path:

@@ -16,11 +16,13 @@ from agentserve.bench.dualpath.policies import POLICY_NAMES
 DEFAULT_AGENTS = 8
 # The paper's turn (DualPath: 98.7% hit, 32.7K context, 429 new tokens a turn): 30 turns growing
 # from 20K to 32K append ~408 new tokens a turn to ~26.6K cached (hit 0.984), which an engine's
-# 50 Gbps storage-NIC share reads in 1.46x the time those tokens compute; the store keeps whole
-# 256-token blocks, so a turn also recomputes its context's partial last block (~125 tokens) and
-# reads 1.12x as long as it computes (`regime.modelled`, measured 04:46 UTC: prefill engines
-# computing 0.81 of the run under both layerwise and dualpath). The first turn computes only the
-# agent's own 4K tokens; the 16K every agent shares is cached.
+# 50 Gbps storage-NIC share reads in 1.46x the time those tokens compute. The store keeps 256-token
+# blocks and, with tail blocks (default), each context's partial last block too, so a turn computes
+# only its new tokens (and its context's last token) and reads 1.47x as long as it computes
+# (`regime.modelled`); without them (`--no-tail-blocks`) it also recomputes that block (~125
+# tokens) and reads 1.12x as long (measured 04:46 UTC: prefill engines computing 0.81 of the run
+# under both layerwise and dualpath). The first turn computes only the agent's own 4K tokens; the
+# 16K every agent shares is cached.
 DEFAULT_FIRST_CONTEXT = 20480
 DEFAULT_FINAL_CONTEXT = 32768
 DEFAULT_SHARED_PREFIX = 16384
@@ -69,6 +71,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_BLOCK_SIZE,
         help=f"tokens per KV block (default {DEFAULT_BLOCK_SIZE}: fewer blocks, less Python work per turn)",
+    )
+    c.add_argument(
+        "--no-tail-blocks",
+        dest="tail_blocks",
+        action="store_false",
+        help="store whole KV blocks only: every later turn recomputes its context's partial last block "
+        "(default: the scheduler's tail blocks store and reuse it)",
     )
     c.add_argument(
         "--compute",

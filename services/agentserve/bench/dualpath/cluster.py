@@ -25,6 +25,7 @@ class ClusterSpec:
     decoders: int = 4
     profile: str = "dualpath-h800"
     block_size: int = 256  # tokens per KV block: fewer, larger blocks keep Python's per-block work small
+    tail_blocks: bool = True  # the scheduler's: a context's partial last block is stored and reused
     local_prefill_tokens_per_s: float = 0.0  # what the profile scales against; 0 = each engine measures
     engine_settings: Mapping[str, Any] = field(default_factory=dict)  # every engine (e.g. compute mode)
     prefill_settings: Mapping[str, Any] = field(default_factory=dict)  # prefill engines only (e.g. pool size)
@@ -44,6 +45,7 @@ class ClusterSpec:
             "decode_engines": self.decoders,
             "profile": self.profile,
             "kv_block_tokens": self.block_size,
+            "tail_blocks": self.tail_blocks,
             "local_prefill_tokens_per_s": self.local_prefill_tokens_per_s,
             "engine_settings": dict(self.engine_settings),
             "prefill_settings": dict(self.prefill_settings),
@@ -64,7 +66,10 @@ class PolicyCluster(MeteredCluster):
         engines = {"block_size": spec.block_size, **spec.engine_settings}
         # kv_path_policy already reaches the scheduler through `fabric`.
         self.service_settings = {
-            "scheduler": {k: v for k, v in effective(policy, "scheduler").items() if k != "kv_path_policy"},
+            "scheduler": {
+                **{k: v for k, v in effective(policy, "scheduler").items() if k != "kv_path_policy"},
+                "tail_blocks": spec.tail_blocks,
+            },
             "prefill": {**engines, **spec.prefill_settings, **effective(policy, "prefill")},
             "decode": {**engines, **spec.decode_settings, **effective(policy, "decode")},
         }

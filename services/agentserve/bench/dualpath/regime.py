@@ -53,10 +53,15 @@ class LaterTurns:
         return self.read_s / self.compute_s
 
 
-def later_turns(workload: Workload, cost: ComputeCost, snic_gbps: float, block_size: int = 1) -> LaterTurns:
+def later_turns(
+    workload: Workload, cost: ComputeCost, snic_gbps: float, block_size: int = 1, tail_blocks: bool = False
+) -> LaterTurns:
     """Every turn after a session's first: its context so far is cached in whole KV blocks of
-    `block_size` tokens (the store keeps full blocks only), the rest of it (the partial last
-    block) and its appended tokens are new: what the engine reads and computes."""
+    `block_size` tokens, the rest of it (the partial last block) and its appended tokens are new:
+    what the engine reads and computes. With `tail_blocks` (the scheduler's, default on) the
+    partial last block is stored too (`scheduler/tail_blocks.py`): read as one more whole block,
+    and all of the context but its last token is cached (that token's KV the decode engine never
+    computed, unless it completed a block)."""
     turns = cached = new = 0
     read_s = compute_s = 0.0
     bytes_per_s = snic_gbps * 1e9 / 8
@@ -64,12 +69,15 @@ def later_turns(workload: Workload, cost: ComputeCost, snic_gbps: float, block_s
         context = workload.prefixes[s.prefix] if s.prefix is not None else 0
         for i, t in enumerate(s.turns):
             if i:
-                hit = context // block_size * block_size
+                hit = read = context // block_size * block_size
+                if tail_blocks and context % block_size:
+                    hit = context - 1
+                    read = -(-hit // block_size) * block_size
                 computed = context - hit + t.new_tokens
                 turns += 1
                 cached += hit
                 new += computed
-                read_s += hit * cost.model.kv_bytes_per_token / bytes_per_s
+                read_s += read * cost.model.kv_bytes_per_token / bytes_per_s
                 compute_s += cost.prefill_s(hit, computed)
             context += t.new_tokens + t.output_tokens
     if not turns:
@@ -85,12 +93,18 @@ def snic_share_gbps(profile: HardwareProfile) -> float:
 
 
 def modelled(
-    workload: Workload, cost: ComputeCost, profile: HardwareProfile, prefill: int, decode: int, block_size: int = 1
+    workload: Workload,
+    cost: ComputeCost,
+    profile: HardwareProfile,
+    prefill: int,
+    decode: int,
+    block_size: int = 1,
+    tail_blocks: bool = False,
 ) -> dict:
     """The regime the workload's later turns put the cluster in, in target terms, at KV blocks of
-    `block_size` tokens (a turn recomputes its context's partial last block)."""
+    `block_size` tokens (a turn recomputes its context's partial last block unless `tail_blocks`)."""
     gbps = snic_share_gbps(profile)
-    later = later_turns(workload, cost, gbps, block_size)
+    later = later_turns(workload, cost, gbps, block_size, tail_blocks)
     read, compute = later.read_s / later.turns, later.compute_s / later.turns
     mean_turn = cache_compute_ratio(cost.model, _turn(later))
     paper = cache_compute_ratio(cost.model, PAPER_TURN)
@@ -99,6 +113,7 @@ def modelled(
     return {
         "snic_gbps_per_engine": gbps,
         "kv_block_tokens": block_size,
+        "tail_blocks": tail_blocks,
         "later_turn": {
             "cached_tokens": round(later.cached_tokens / later.turns),
             "new_tokens": round(later.new_tokens / later.turns),
