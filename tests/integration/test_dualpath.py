@@ -28,11 +28,11 @@ from agentserve.cli.up import FabricSettings, LocalCluster
 from agentserve.contracts import SamplingParams
 from agentserve.sdk import Client
 from tests.support.cluster import local_cluster as support_cluster
+from tests.support.tails import cached_history
 
 pytestmark = pytest.mark.integration
 
 MAX_TOKENS = 22
-BLOCK_SIZE = 16  # the engines' default
 _rng = random.Random(23)
 TURNS = [[_rng.randrange(5, 8000) for _ in range(n)] for n in (90, 37, 52, 18)]
 
@@ -72,7 +72,7 @@ def test_path_b_session_matches_path_a_and_full_recompute(tmp_path_factory, path
         assert a.cached_tokens == b.cached_tokens
         # Every token of the history but one its decode engine did not compute (the last it sampled,
         # unless that completed a block) is cached: its full blocks and its stored tail.
-        assert b.cached_tokens == (len(history) - 1 if len(history) % BLOCK_SIZE else len(history))
+        assert b.cached_tokens == cached_history(len(history))
         history = prompt + b.token_ids
         if i > 0:
             # Turn i's hits include the previous turn's output blocks, which only the decode engine

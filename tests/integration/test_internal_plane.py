@@ -33,6 +33,7 @@ from agentserve.v1 import (
     toolproxy_pb2_grpc,
 )
 from tests.support.cluster import local_cluster
+from tests.support.tails import cached_history
 
 pytestmark = pytest.mark.integration
 
@@ -230,7 +231,7 @@ def test_turns_over_the_closed_plane_match_a_full_recompute_and_hit_the_cache(cl
             result = session.turn(token_ids=new_tokens, max_tokens=max_tokens, ignore_eos=True).result()
             assert result.token_ids == reference.generate(prompt, params).output_token_ids
             if i > 0:
-                assert result.cached_tokens == len(history) // BLOCK * BLOCK
+                assert result.cached_tokens == cached_history(len(history), BLOCK)
             history = prompt + result.token_ids
 
 

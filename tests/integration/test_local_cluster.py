@@ -19,6 +19,7 @@ from agentserve.contracts import SamplingParams
 from agentserve.sdk import Client, RetryableError
 from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from tests.support.cluster import local_cluster
+from tests.support.tails import cached_history
 
 pytestmark = pytest.mark.integration
 
@@ -51,8 +52,8 @@ def test_agent_session_with_tool_call_hits_cache_and_matches_recompute(cluster, 
             assert result.prompt_tokens == len(prompt)
             assert result.token_ids == reference.generate(prompt, params).output_token_ids
             if i > 0:
-                # Every full block of the previous turn's prompt and output is a hit.
-                assert result.cached_tokens == len(history) // BLOCK * BLOCK
+                # Every full block of the previous turn's prompt and output is a hit, and its tail.
+                assert result.cached_tokens == cached_history(len(history), BLOCK)
             if i == 0:
                 tool = session.call_tool("sleep", {"seconds": 0.3})
                 assert tool is not None
@@ -64,7 +65,7 @@ def test_text_session_second_turn_hits_first_turn(cluster):
     with _client(cluster) as client, client.open_session(tenant="t2", system_prompt="You are terse.") as session:
         first = session.turn("List three files to inspect.", max_tokens=20, ignore_eos=True).result()
         second = session.turn("Now open the first one.", max_tokens=8, ignore_eos=True).result()
-    assert second.cached_tokens == (first.prompt_tokens + len(first.token_ids)) // BLOCK * BLOCK
+    assert second.cached_tokens == cached_history(first.prompt_tokens + len(first.token_ids), BLOCK)
     assert second.prompt_tokens > first.prompt_tokens + len(first.token_ids)
 
 

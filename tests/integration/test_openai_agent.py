@@ -15,6 +15,7 @@ from agentserve.cli.up import http_health
 from agentserve.engine.default_model import ensure_default_model
 from agentserve.model_files.tokenizer import Tokenizer
 from tests.support.cluster import local_cluster
+from tests.support.tails import cached_history
 
 pytestmark = pytest.mark.integration
 
@@ -191,7 +192,7 @@ def test_agent_loop_in_a_session_feeds_a_tool_proxy_result_back(cluster, client,
     )
     history = len(opening) + 12
     assert second.usage.prompt_tokens == history + len(appended)
-    assert second.usage.prompt_tokens_details.cached_tokens == history // 16 * 16
+    assert second.usage.prompt_tokens_details.cached_tokens == cached_history(history)
 
 
 def _call_tool(cluster, name: str, arguments: dict, headers: dict | None = None) -> dict:

@@ -16,6 +16,7 @@ from agentserve.cli.up import http_health
 from agentserve.sdk import AuthenticationError, Client, RetryableError, SessionNotFound
 from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from tests.support.cluster import local_cluster
+from tests.support.tails import cached_history
 
 pytestmark = pytest.mark.integration
 
@@ -142,7 +143,7 @@ def test_another_tenants_session_is_not_found_exactly_like_an_unknown_one(cluste
             bob.open_session(parent=session.id)
         # Alice's session is intact: its next turn extends the untouched history.
         second = session.turn("Go on.", max_tokens=MAX_TOKENS, ignore_eos=True).result()
-        assert second.cached_tokens == history_tokens // 16 * 16
+        assert second.cached_tokens == cached_history(history_tokens)
         session.close()
 
 
