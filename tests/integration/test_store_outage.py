@@ -6,7 +6,8 @@ computing, persists are skipped (and counted). No engine is blamed for it. The s
 the same data dir serves the blocks it acknowledged before the kill, and turns hit the store again.
 
 Store hits are told from HBM hits by `loaded_blocks`: a session's second turn loads the blocks its
-first turn's output filled (the decode engine persisted them; the prefill engine never held them).
+first turn's output filled (the decode engine persisted them; the prefill engine never held them),
+and the history's partial last block, its tail (`scheduler/tail_blocks.py`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from agentserve.contracts import SamplingParams
 from agentserve.kvstore.client import KVStoreClient
 from agentserve.sdk import Client
 from tests.support.cluster import MeteredCluster, local_cluster
+from tests.support.tails import cached_history
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +88,7 @@ def test_turns_survive_a_killed_store_and_hit_it_again_after_its_restart(cluster
         acked = Conversation(client, reference, "before")
         acked.turn(tokens(1, FIRST))
         meta = acked.turn(tokens(2, NEXT))
-        assert (meta.cached_tokens, meta.loaded_blocks) == ((FIRST + OUTPUT) // BLOCK * BLOCK, 2)
+        assert (meta.cached_tokens, meta.loaded_blocks) == (cached_history(FIRST + OUTPUT), 2 + 1)
         continued = Conversation(client, reference, "continued")
         continued.turn(tokens(3, FIRST))
 
@@ -125,14 +127,16 @@ def test_turns_survive_a_killed_store_and_hit_it_again_after_its_restart(cluster
         cluster.respawn("kvstore")
         ids = reference.block_ids_for(acked.history, "before")
         assert stored_prefix(cluster, reference.fingerprint, ids) == (len(ids), ids)
-        # The prefill engine never held the last output's block: it comes from the restarted store.
+        # The prefill engine never held the last output's block: it comes from the restarted store,
+        # and so does the history's tail.
+        history = len(acked.history)
         meta = acked.turn(tokens(6, NEXT))
-        assert (meta.cached_tokens, meta.loaded_blocks) == (len(ids) * BLOCK, 1)
+        assert (meta.cached_tokens, meta.loaded_blocks) == (cached_history(history), 1 + 1)
         # And a new session persists and hits again.
         again = Conversation(client, reference, "after")
         again.turn(tokens(7, FIRST))
         meta = again.turn(tokens(8, NEXT))
-        assert (meta.cached_tokens, meta.loaded_blocks) == ((FIRST + OUTPUT) // BLOCK * BLOCK, 2)
+        assert (meta.cached_tokens, meta.loaded_blocks) == (cached_history(FIRST + OUTPUT), 2 + 1)
 
     # No engine was blamed for the outage: none dropped, none failed.
     assert counters(cluster.ports.metrics, "agentserve_scheduler_engine_failures_total") == {}
