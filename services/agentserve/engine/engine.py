@@ -62,9 +62,15 @@ class PrefillPlan:
     staged: bool = False
     slots: list[int] = field(default_factory=list)  # staged: resident hits, then the new blocks
     staging: list[int] = field(default_factory=list)  # staged: slots charged for one layer of the prefix
+    # A resident tail (`LLMEngine._resident_tail`) continuing the hits: its id and its tokens, copied
+    # into the sequence's next block at admission (the cached tail stays for others).
+    tail_id: bytes | None = None
+    tail_tokens: int = 0
 
     def cached_tokens(self, block_size: int) -> int:
-        return self.external.num_tokens(block_size) if self.external is not None else self.hits * block_size
+        if self.external is not None:
+            return self.external.num_tokens(block_size)
+        return self.hits * block_size + self.tail_tokens
 
 
 class LLMEngine:
@@ -275,9 +281,9 @@ class LLMEngine:
         # An external prefix helps only past the resident hits, and only if it starts at or before
         # them (blocks evicted since it was planned are recomputed instead: output stays exact).
         if external is None or external.num_tokens(self.block_size) <= hits * self.block_size:
-            return PrefillPlan(hits)
+            return self._resident_plan(seq, hits)
         if external.first_block > hits:
-            return PrefillPlan(hits)
+            return self._resident_plan(seq, hits)
         staged = self.config.layerwise and seq.params.max_tokens == 1
         return PrefillPlan(hits, external, staged)
 
@@ -286,9 +292,16 @@ class LLMEngine:
         the share held for critical sequences against a sequence below the critical priority."""
         keep = 0 if seq.priority >= self.config.critical_priority else self.critical_reserve()
         if not plan.staged:
-            if not self.blocks.can_allocate(len(seq), plan.hits, seq.block_ids, keep_free=keep):
-                return False
-            seq.slots = self.blocks.allocate(seq.block_ids, len(seq), plan.hits).slots
+            # Pinned, a resident tail cannot be evicted by the allocation that makes room for its copy.
+            tail = self.blocks.pin([plan.tail_id]) if plan.tail_id is not None else []
+            try:
+                if not self.blocks.can_allocate(len(seq), plan.hits, seq.block_ids, keep_free=keep):
+                    return False
+                seq.slots = self.blocks.allocate(seq.block_ids, len(seq), plan.hits).slots
+                if tail:
+                    self.pool.write_blocks([seq.slots[plan.hits]], *self.pool.read_blocks(tail))
+            finally:
+                self.blocks.free(tail)
             return True
         assert plan.external is not None
         num_new = -(-len(seq) // self.block_size) - plan.external.full_blocks
@@ -327,7 +340,7 @@ class LLMEngine:
             elif external is not None:
                 logits = self.runner.prefill(seq, external.num_tokens(self.block_size), external, plan.hits)
             else:
-                logits = self.runner.prefill(seq, plan.hits * self.block_size)
+                logits = self.runner.prefill(seq, plan.cached_tokens(self.block_size))
         except LayerLoadError as exc:
             log.warning("external KV of %s failed (%s); recomputing it", seq.request_id, exc)
             self.blocks.free(plan.slots + plan.staging if plan.staged else seq.slots)
@@ -354,6 +367,9 @@ class LLMEngine:
         if self.config.prefix_cache:
             for i in range(first_new, len(seq) // self.block_size):
                 self.blocks.seal(plan.slots[plan.hits + i - first_new], seq.block_ids[i])
+        tail_at = plan.hits + seq.num_computed // self.block_size - first_new  # its last block's slot
+        if seq.seal_tail and tail_at < len(plan.slots):  # freed here, before `_finish` would seal it
+            self._seal_tail(seq, plan.slots[tail_at])
         self.blocks.free(plan.slots + plan.staging)
         seq.slots = []
 
@@ -465,21 +481,53 @@ class LLMEngine:
             self.blocks.seal(seq.slots[i], seq.block_ids[i])
         seq.num_sealed = full
 
-    def _seal_tail(self, seq: Sequence) -> None:
+    def _seal_tail(self, seq: Sequence, slot: int | None = None) -> None:
         """Cache the KV of `seq`'s computed tokens past its last full block under their tail id, so
-        the next turn over this context need not recompute them. Only the tail's id names the block:
-        its other rows are no KV of any sequence, so no full block's id may."""
-        bs = self.block_size
-        full, tail = divmod(seq.num_computed, bs)
-        if not self.config.prefix_cache or not seq.exact_kv or not tail or len(seq.slots) <= full:
+        the next turn over this context (or, handed off, the decode of this prompt) need not
+        recompute them. Only the tail's id names the block: its other rows are no KV of any
+        sequence, so no full block's id may. `slot`: the tail's, if not in `seq.slots`."""
+        full, tail = divmod(seq.num_computed, self.block_size)
+        if slot is None and len(seq.slots) > full:
+            slot = seq.slots[full]
+        if not self.config.prefix_cache or not seq.exact_kv or not tail or slot is None:
             return
         self._extend_block_ids(seq)
+        seq.tail_id = self._tail_id(seq, full, seq.num_computed)
+        self.blocks.seal(slot, seq.tail_id)
+
+    def _tail_id(self, seq: Sequence, full: int, end: int) -> bytes:
+        """The tail id of `seq`'s tokens [full * block_size, end), after its `full` full blocks."""
         parent = seq.block_ids[full - 1] if full else None
-        tail_id = block_hash.tail_block_id(
-            parent, self.fingerprint, seq.tenant_salt, seq.token_ids[full * bs : seq.num_computed], bs
+        return block_hash.tail_block_id(
+            parent, self.fingerprint, seq.tenant_salt, seq.token_ids[full * self.block_size : end], self.block_size
         )
-        self.blocks.seal(seq.slots[full], tail_id)
-        seq.tail_id = tail_id
+
+    def _resident_plan(self, seq: Sequence, hits: int) -> PrefillPlan:
+        tail_id, tail_tokens = self._resident_tail(seq, hits)
+        return PrefillPlan(hits, tail_id=tail_id, tail_tokens=tail_tokens)
+
+    def _resident_tail(self, seq: Sequence, hits: int) -> tuple[bytes | None, int]:
+        """A cached block holding every prompt token after the `hits` full blocks but the last (which
+        must run for its logits): (its id, those tokens), or (None, 0). Either the block those
+        tokens begin, cached whole (a prompt of whole cached blocks: only its last token runs, not
+        its last block), or their tail (what a decode engine finds when its prefill engine handed
+        off the prompt's tail with the full blocks: it then computes only the first output token)."""
+        known = len(seq) - 1
+        tail = known - hits * self.block_size
+        if not self.config.prefix_cache or hits != known // self.block_size or not tail:
+            return None, 0
+        whole = seq.block_ids[hits] if len(seq.block_ids) > hits else None
+        for block_id in (whole, self._tail_id(seq, hits, known)):
+            if block_id is not None and self.blocks.lookup(block_id) is not None:
+                return block_id, tail
+        return None, 0
+
+    def kv_ids(self, seq: Sequence) -> list[bytes]:
+        """Ids of the KV a finished `seq` left cached: its computed full blocks' (the prompt's, and
+        the block its first token completed, if it did) and its tail's (`seal_tail`)."""
+        self._extend_block_ids(seq)
+        full = seq.block_ids[: seq.num_computed // self.block_size]
+        return full + ([seq.tail_id] if seq.tail_id is not None else [])
 
     def block_ids_for(self, token_ids: Seq[int], tenant_salt: str = "") -> list[bytes]:
         seq = Sequence(list(token_ids), len(token_ids), SamplingParams(), tenant_salt=tenant_salt)

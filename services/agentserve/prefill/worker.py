@@ -118,6 +118,9 @@ class PrefillWorker:
             stored = loadable + (1 if tail is not None else 0)
             plan = request.plan.scaled_to(len(to_load), stored)  # a split's share of what loads
             stream, elsewhere = None, None
+            # The prompt's own tail (its partial last block) is handed off with its full blocks: the
+            # decode engine then computes only the first token's KV, not that block again.
+            hand_tail = bool(decode_address)
             if layerwise and to_load:
                 stream = self._stream(len(to_load))
                 elsewhere = _from_stream(stream, to_load, self.engine.engine.fingerprint)
@@ -127,7 +130,9 @@ class PrefillWorker:
                     submitted = time.monotonic()
                     events = [
                         event
-                        async for event in self.engine.generate(token_ids, first, tenant, external, priority=priority)
+                        async for event in self.engine.generate(
+                            token_ids, first, tenant, external, priority=priority, seal_tail=hand_tail
+                        )
                     ]
                 path, loaded, relayed = loading.result()
             else:
@@ -142,7 +147,7 @@ class PrefillWorker:
                 segments = request.segments
                 submitted = time.monotonic()
                 generating = self.engine.generate(
-                    token_ids, first, tenant, tail_prefix, priority=priority, segments=segments
+                    token_ids, first, tenant, tail_prefix, priority=priority, segments=segments, seal_tail=hand_tail
                 )
                 events = [event async for event in generating]
             seq, first_logprob = events[-1].seq, events[-1].logprob
@@ -153,16 +158,18 @@ class PrefillWorker:
             # have exported them: the engine steps other sequences meanwhile, and an evicted block would
             # be neither persisted nor handed off. Not before: a turn waiting for slots while holding
             # pins could wait on another doing the same, for ever; an evicted hit is only recomputed.
+            # The prompt's blocks, then the block its first token completed or the prompt's tail.
+            handed_ids = await self.engine.call(lambda e: e.kv_ids(seq))
             with self.engine.pinning() as pinned:
-                await self.engine.call(lambda e: pinned.extend(_pin_resident(e, ids, loadable)))
+                await self.engine.call(lambda e: pinned.extend(_pin_resident(e, ids, loadable, handed_ids[len(ids) :])))
                 persisted = await _timed(self.mover.persist(ids[store_hit_blocks:]), "persist", kind)
                 held, handed = (
-                    await _timed(self._handoff(ids, decode_address, elsewhere), "handoff", kind)
+                    await _timed(self._handoff(handed_ids, decode_address, elsewhere), "handoff", kind)
                     if decode_address
                     else (0, Moved())
                 )
             if not self.keep_kv:  # after the unpin (posted at the exit above); blocks other turns use stay
-                await _timed(self.engine.call(lambda e: e.blocks.drop(ids)), "drop", kind)
+                await _timed(self.engine.call(lambda e: e.blocks.drop(handed_ids)), "drop", kind)
             handoff_failed, handed = handed is None, handed or Moved()
             reason = seq.finish_reason or "length"
             finished = sampling.max_tokens == 1 or reason == "stop"
@@ -330,12 +337,14 @@ def _take_tail(engine: LLMEngine, tail_id: bytes, at: int, tokens: int) -> Exter
     return ExternalPrefix(at + 1, lambda layer: (k[layer], v[layer]), first_block=at, tail_tokens=tokens)
 
 
-def _pin_resident(engine: LLMEngine, ids: list[bytes], loaded_blocks: int) -> list[int]:
+def _pin_resident(engine: LLMEngine, ids: list[bytes], loaded_blocks: int, after: list[bytes]) -> list[int]:
     """Pin the prompt's resident blocks: its leading run and, after a layerwise prefill (whose loaded
-    blocks never entered the pool), the run it computed from `loaded_blocks` on."""
+    blocks never entered the pool), the run it computed from `loaded_blocks` on; and the resident
+    ones of `after` (the block after the prompt's, or its tail: `LLMEngine.kv_ids`)."""
     leading = engine.blocks.cached_prefix(ids)
     computed = ids[loaded_blocks:] if leading < loaded_blocks else []
-    return engine.blocks.pin(ids[:leading] + computed[: engine.blocks.cached_prefix(computed)])
+    rest = [block_id for block_id in after if engine.blocks.lookup(block_id) is not None]
+    return engine.blocks.pin(ids[:leading] + computed[: engine.blocks.cached_prefix(computed)] + rest)
 
 
 def _from_stream(stream: LayerStream, ids: list[bytes], fingerprint: str) -> HeldElsewhere:

@@ -51,8 +51,9 @@ def test_two_turns_hit_store_and_match_full_recompute(cluster, reference):
 
     pre1, out1, chunks1 = asyncio.run(_turn(cluster, turn1, 0))
     assert out1 == reference.generate(turn1, params).output_token_ids
-    assert pre1.persisted_blocks == 6 and pre1.handoff_blocks == 6  # 100 tokens = 6 full blocks
-    assert chunks1[0].cached_tokens == 96  # decode hit every handed-off block
+    # 100 tokens = 6 full blocks, persisted, and a 4-token tail, handed off with them
+    assert pre1.persisted_blocks == 6 and pre1.handoff_blocks == 7
+    assert chunks1[0].cached_tokens == 100  # decode hit every handed-off block and the tail
     assert chunks1[-1].finished and chunks1[-1].finish_reason == "length"
 
     turn2 = turn1 + out1 + [7, 8, 9, 10]

@@ -66,7 +66,10 @@ async def _turn(
             sampling=common_pb2.SamplingParams(max_tokens=MAX_TOKENS - 1, ignore_eos=True),
             persist_tail=True,
         )
-        async for chunk in decode_pb2_grpc.DecodeStub(dch).Generate(request):
+        chunks = [chunk async for chunk in decode_pb2_grpc.DecodeStub(dch).Generate(request)]
+        # The prompt's full blocks and its tail were handed off: the decode computes the first token only.
+        assert chunks[0].cached_tokens == len(tokens)
+        for chunk in chunks:
             out.extend(chunk.token_ids)
         return pre, out
 
@@ -126,11 +129,11 @@ def test_path_a_b_and_split_give_identical_tokens(cluster, reference):
         assert pre.cached_tokens == STORED * BLOCK
 
     # The cold relay engine read the blocks from the store and kept them: the handoff skipped them
-    # and sent the rest of the prompt's full blocks.
+    # and sent the rest of the prompt's full blocks, and its tail (145 tokens: 9 blocks and 1).
     full = len(ids_b)
-    assert (by_a.handoff_held_blocks, by_a.handoff_blocks) == (0, full)
-    assert (by_b.handoff_held_blocks, by_b.handoff_blocks) == (loaded, full - loaded)
-    assert by_b.handoff_bytes == (full - loaded) * by_a.handoff_bytes // full
+    assert (by_a.handoff_held_blocks, by_a.handoff_blocks) == (0, full + 1)
+    assert (by_b.handoff_held_blocks, by_b.handoff_blocks) == (loaded, full - loaded + 1)
+    assert by_b.handoff_bytes == (full - loaded + 1) * by_a.handoff_bytes // (full + 1)
     assert all(asyncio.run(_held(decode2, ids_b)))
 
 
@@ -147,7 +150,7 @@ def test_second_turn_on_the_same_decode_hands_off_only_the_new_blocks(cluster, r
     ids = block_ids_for(turn2, BLOCK, reference.fingerprint, "sticky")
     pre, out2 = asyncio.run(_turn(prefill, decode, turn2, "sticky", STORED))
     assert out2 == reference.generate(turn2, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)).output_token_ids
-    assert (pre.handoff_held_blocks, pre.handoff_blocks) == (STORED, len(ids) - STORED)
+    assert (pre.handoff_held_blocks, pre.handoff_blocks) == (STORED, len(ids) - STORED + 1)  # and the tail
 
 
 def test_layerwise_prefill_gives_identical_tokens_on_every_path(cluster, reference):
@@ -165,7 +168,7 @@ def test_layerwise_prefill_gives_identical_tokens_on_every_path(cluster, referen
         pre, _, ids = _conversation(cluster, reference, tenant, kv_path, relay, relay_blocks, "prefill-layerwise")
         assert (pre.kv_path, pre.loaded_blocks, pre.relayed_blocks) == expected, tenant
         assert pre.cached_tokens == STORED * BLOCK
-        assert pre.handoff_held_blocks + pre.handoff_blocks == len(ids)
+        assert pre.handoff_held_blocks + pre.handoff_blocks == len(ids) + 1  # the full blocks and the tail
         assert all(asyncio.run(_held(decode2, ids))), tenant
 
 
@@ -187,7 +190,7 @@ def test_a_stored_tail_gives_identical_tokens_on_every_path(cluster, reference, 
         assert (pre.kv_path, pre.loaded_blocks, pre.relayed_blocks) == expected, tenant
         assert pre.cached_tokens == STORED * BLOCK + tail == len(TURN1) + MAX_TOKENS - 1, tenant
         # the block the tail sat in went to the decode engine under its full id, like every block
-        assert pre.handoff_held_blocks + pre.handoff_blocks == len(ids)
+        assert pre.handoff_held_blocks + pre.handoff_blocks == len(ids) + 1  # the full blocks and the tail
         assert all(asyncio.run(_held(decode2, ids))), tenant
 
 

@@ -21,7 +21,8 @@ BLOCKS = 8
 
 
 def prefill_with_a_sweep_before_the_handoff(tiny_model_dir) -> tuple[int, int, int, int]:
-    """(prompt blocks, of them resident when the handoff exports, persisted, slots in use at the end)."""
+    """(blocks handed off: the prompt's full blocks and its 3-token tail, of them resident when the
+    handoff exports, full blocks persisted, slots in use at the end)."""
     engine = AsyncEngine(LLMEngine.from_dir(tiny_model_dir, CONFIG))
     engine.start()
     try:
@@ -51,12 +52,12 @@ def prefill_with_a_sweep_before_the_handoff(tiny_model_dir) -> tuple[int, int, i
 
 
 def test_the_prompt_blocks_are_pinned_until_the_handoff_and_released_after(tiny_model_dir):
-    assert prefill_with_a_sweep_before_the_handoff(tiny_model_dir) == (BLOCKS, BLOCKS, BLOCKS, 0)
+    assert prefill_with_a_sweep_before_the_handoff(tiny_model_dir) == (BLOCKS + 1, BLOCKS + 1, BLOCKS, 0)
 
 
 def test_without_pins_the_sweep_evicts_them(tiny_model_dir, monkeypatch):
     monkeypatch.setattr(BlockManager, "pin", lambda self, ids: [])  # what the pins prevent
-    assert prefill_with_a_sweep_before_the_handoff(tiny_model_dir) == (BLOCKS, 0, BLOCKS, 0)
+    assert prefill_with_a_sweep_before_the_handoff(tiny_model_dir) == (BLOCKS + 1, 0, BLOCKS, 0)
 
 
 def cached_after_two_prefills(tiny_model_dir, keep_kv: bool) -> tuple[int, int]:
