@@ -82,7 +82,7 @@ def test_prefill_and_decode_sleep_the_cost_models_time_dilated(engine):
     assert fake.sleeps == [cost.prefill_s(640, 360) * D]
     seqs = [Sequence(list(range(5, 5 + n)), n, SamplingParams()) for n in (100, 5000)]
     runner.decode(seqs)
-    assert fake.sleeps[1] == cost.decode_step_s([100, 5000]) * D
+    assert fake.sleeps[1] == pytest.approx(cost.decode_step_s([100, 5000]) * D)
     assert runner.busy_s == sum(fake.sleeps)
 
 
@@ -243,3 +243,33 @@ def test_kv_blocks_sets_the_pool_within_what_the_target_holds(tiny_model_dir):
     with pytest.raises(ValueError, match="kv_blocks must be >= 0"):
         PrefillConfig(compute="emulated", kv_blocks=-1)
     PrefillConfig(kv_blocks=10**9)  # real compute reads none of the emulation's settings
+
+
+def test_decode_steps_overlap_the_hosts_work_as_an_overlap_scheduler_does(engine):
+    runner, fake = fake_runner(engine)
+    seqs = [Sequence(list(range(5, 5 + n)), n, SamplingParams()) for n in (100, 5000)]
+    step = EMULATION.cost().decode_step_s([100, 5000]) * D
+    runner.decode(seqs)
+    assert fake.now == pytest.approx(step)
+    # Host work shorter than a step (scheduling, sampling, streaming) ran while the GPU ran the last
+    # step: the next step still ends one modelled step after the last one.
+    fake.now += 0.3 * step
+    runner.decode(seqs)
+    assert fake.now == pytest.approx(2 * step)
+    # Host work longer than a step shows only by what it outlasts the step: a gap of 1.5 steps.
+    fake.now += 1.5 * step
+    runner.decode(seqs)
+    assert fake.now == pytest.approx(3.5 * step)
+    # A new batch after idle is not overlapped with anything: a whole step from now.
+    fake.now += 10 * step
+    others = [Sequence(list(range(5, 5 + n)), n, SamplingParams()) for n in (100, 5000)]
+    runner.decode(others)
+    assert fake.now == pytest.approx(14.5 * step)
+    # A prefill between steps kept the GPU busy: the next step starts after it, not overlapped.
+    fake.now += 0.3 * step
+    prefill_end = fake.now + EMULATION.cost().prefill_s(0, 100) * D
+    runner.prefill(Sequence(list(range(5, 105)), 100, SamplingParams()), num_cached=0)
+    assert fake.now == pytest.approx(prefill_end)
+    runner.decode(others)
+    assert fake.now == pytest.approx(prefill_end + step)
+    assert runner.busy_s == pytest.approx(5 * step + prefill_end - 14.8 * step)
