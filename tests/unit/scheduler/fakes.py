@@ -193,3 +193,15 @@ def run(coro):
 
 async def collect(events) -> list:
     return [event async for event in events]
+
+
+class DroppingEngines(FakeEngines):
+    """Fake engines that also take DropKV (the calls `session_kv=store` makes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drops: list[tuple[str, list[bytes]]] = []
+
+    async def drop_kv(self, address: str, block_ids: list[bytes]) -> int:
+        self.drops.append((address, block_ids))
+        return len(block_ids)

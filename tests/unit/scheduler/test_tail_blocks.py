@@ -15,7 +15,17 @@ from agentserve.scheduler.registry import Role
 from agentserve.scheduler.router import LeastLoadedRouter
 from agentserve.scheduler.sessions import Session
 from agentserve.scheduler.tail_blocks import Tail, context_tail
-from tests.unit.scheduler.fakes import BLOCK_SIZE, EOS, FINGERPRINT, FakeEngines, FakeStore, collect, run, status
+from tests.unit.scheduler.fakes import (
+    BLOCK_SIZE,
+    EOS,
+    FINGERPRINT,
+    DroppingEngines,
+    FakeEngines,
+    FakeStore,
+    collect,
+    run,
+    status,
+)
 from tests.unit.scheduler.test_placement import registry
 
 pytestmark = pytest.mark.unit
@@ -73,16 +83,6 @@ class TailStore(FakeStore):
         gone = self.blocks & set(block_ids)
         self.blocks -= gone
         return len(gone)
-
-
-class DroppingEngines(FakeEngines):
-    def __init__(self) -> None:
-        super().__init__()
-        self.drops: list[tuple[str, list[bytes]]] = []
-
-    async def drop_kv(self, address: str, block_ids: list[bytes]) -> int:
-        self.drops.append((address, block_ids))
-        return len(block_ids)
 
 
 def _core(tokenizer, store, engines, **config) -> SchedulerCore:

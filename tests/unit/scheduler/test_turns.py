@@ -13,7 +13,16 @@ from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.core import SchedulerCore
 from agentserve.scheduler.engine_clients import EngineUnavailable
 from agentserve.scheduler.registry import Role
-from tests.unit.scheduler.fakes import BLOCK_BYTES, BLOCK_SIZE, EOS, FINGERPRINT, FakeEngines, collect, run, status
+from tests.unit.scheduler.fakes import (
+    BLOCK_BYTES,
+    BLOCK_SIZE,
+    EOS,
+    FINGERPRINT,
+    DroppingEngines,
+    collect,
+    run,
+    status,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -524,18 +533,6 @@ def test_a_burst_of_new_sessions_spreads_over_decode_engines(make_core, engines)
 
     turns = run(go())
     assert sorted(t[0].metadata.decode_engine for t in turns) == ["d0", "d0", "d1", "d1"]
-
-
-class DroppingEngines(FakeEngines):
-    """Fake engines that also take DropKV (the calls `session_kv=store` makes)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.drops: list[tuple[str, list[bytes]]] = []
-
-    async def drop_kv(self, address: str, block_ids: list[bytes]) -> int:
-        self.drops.append((address, block_ids))
-        return len(block_ids)
 
 
 def test_session_kv_store_drops_each_turns_kv_and_keeps_no_holder(tokenizer, store) -> None:
