@@ -17,6 +17,7 @@ from agentserve.contracts import SamplingParams
 from agentserve.engine.engine import LLMEngine
 from agentserve.sdk import Client, RetryableError, TurnResult
 from tests.support.compose import Stack, replica_number
+from tests.support.tails import cached_history
 
 pytestmark = pytest.mark.container
 
@@ -56,8 +57,8 @@ def test_three_turn_session_with_tool_call_hits_cache_matches_recompute_and_is_t
             assert result.prompt_tokens == len(prompt)
             assert result.token_ids == reference.generate(prompt, params).output_token_ids, f"turn {i + 1}"
             if i > 0:
-                # Every full block of the previous turn's prompt and output is a hit.
-                assert result.cached_tokens == len(history) // BLOCK * BLOCK
+                # Every full block of the previous turn's prompt and output is a hit, and its tail.
+                assert result.cached_tokens == cached_history(len(history), BLOCK)
             if i == 0:
                 assert session.call_tool("sleep", {"seconds": 0.2}) is not None
             history = prompt + result.token_ids
@@ -86,7 +87,7 @@ def test_text_session_second_turn_reuses_the_first_turns_kv(client: Client):
     first, second = run_turns(client, tenant="cache")
     assert len(first.token_ids) == len(second.token_ids) == MAX_TOKENS
     assert first.cached_tokens == 0
-    assert second.cached_tokens == (first.prompt_tokens + MAX_TOKENS) // BLOCK * BLOCK
+    assert second.cached_tokens == cached_history(first.prompt_tokens + MAX_TOKENS, BLOCK)
     assert second.prompt_tokens > first.prompt_tokens + MAX_TOKENS
 
 
