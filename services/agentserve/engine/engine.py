@@ -292,6 +292,10 @@ class LLMEngine:
         the share held for critical sequences against a sequence below the critical priority."""
         keep = 0 if seq.priority >= self.config.critical_priority else self.critical_reserve()
         if not plan.staged:
+            if plan.tail_id is not None and self.blocks.lookup(plan.tail_id) is None:
+                # Evicted since it was planned (an earlier admission of this step took its slot):
+                # its tokens are computed instead.
+                plan.tail_id, plan.tail_tokens = None, 0
             # Pinned, a resident tail cannot be evicted by the allocation that makes room for its copy.
             tail = self.blocks.pin([plan.tail_id]) if plan.tail_id is not None else []
             try:

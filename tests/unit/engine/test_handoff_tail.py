@@ -103,3 +103,23 @@ def test_without_the_tail_the_decode_recomputes_the_partial_block(tiny_model_dir
     out = decode.generate(seq.token_ids, REST)
     assert out.num_cached_tokens == (PROMPT // BS) * BS
     assert [seq.output_token_ids[0], *out.output_token_ids] == reference
+
+
+def test_a_tail_evicted_between_plan_and_admission_is_computed_instead(tiny_model_dir, prompt_and_reference):
+    prompt, reference = prompt_and_reference
+    prefill = _engine(tiny_model_dir)
+    seq = _prefill(prefill, prompt)
+    decode = _engine(tiny_model_dir)
+    for block_id in [*block_ids_for(prompt, BS, prefill.fingerprint, ""), seq.tail_id]:
+        decode.import_blocks(prefill.export_blocks([block_id]))
+    out = decode.add_request(seq.token_ids, REST, generated=1)
+    plan = decode._plan(out)
+    assert plan.tail_tokens == PROMPT % BS
+    decode.blocks.drop([seq.tail_id])  # what an earlier admission's allocation can do in the same step
+    assert decode._admit(out, plan)
+    assert (plan.tail_id, plan.cached_tokens(BS)) == (None, PROMPT // BS * BS)
+    decode.blocks.free(out.slots)
+    out.slots = []
+    while not out.finished:
+        decode.step()
+    assert [seq.output_token_ids[0], *out.output_token_ids] == reference
