@@ -62,7 +62,7 @@ class PrefillPlan:
     staged: bool = False
     slots: list[int] = field(default_factory=list)  # staged: resident hits, then the new blocks
     staging: list[int] = field(default_factory=list)  # staged: slots charged for one layer of the prefix
-    # A resident tail (`LLMEngine._resident_tail`) continuing the hits: its id and its tokens, copied
+    # A resident tail (`LLMEngine._resident_plan`) continuing the hits: its id and its tokens, copied
     # into the sequence's next block at admission (the cached tail stays for others).
     tail_id: bytes | None = None
     tail_tokens: int = 0
@@ -280,9 +280,11 @@ class LLMEngine:
         external = self._external.get(seq.request_id)
         # An external prefix helps only past the resident hits, and only if it starts at or before
         # them (blocks evicted since it was planned are recomputed instead: output stays exact).
-        if external is None or external.num_tokens(self.block_size) <= hits * self.block_size:
-            return self._resident_plan(seq, hits)
-        if external.first_block > hits:
+        if (
+            external is None
+            or external.num_tokens(self.block_size) <= hits * self.block_size
+            or external.first_block > hits
+        ):
             return self._resident_plan(seq, hits)
         staged = self.config.layerwise and seq.params.max_tokens == 1
         return PrefillPlan(hits, external, staged)
@@ -507,24 +509,20 @@ class LLMEngine:
         )
 
     def _resident_plan(self, seq: Sequence, hits: int) -> PrefillPlan:
-        tail_id, tail_tokens = self._resident_tail(seq, hits)
-        return PrefillPlan(hits, tail_id=tail_id, tail_tokens=tail_tokens)
-
-    def _resident_tail(self, seq: Sequence, hits: int) -> tuple[bytes | None, int]:
-        """A cached block holding every prompt token after the `hits` full blocks but the last (which
-        must run for its logits): (its id, those tokens), or (None, 0). Either the block those
-        tokens begin, cached whole (a prompt of whole cached blocks: only its last token runs, not
-        its last block), or their tail (what a decode engine finds when its prefill engine handed
-        off the prompt's tail with the full blocks: it then computes only the first output token)."""
+        """`hits` resident blocks and, after them, a cached block holding every prompt token but the
+        last (which must run for its logits), if there is one. Either the block those tokens begin,
+        cached whole (a prompt of whole cached blocks: only its last token runs, not its last
+        block), or their tail (what a decode engine finds when its prefill engine handed off the
+        prompt's tail with the full blocks: it then computes only the first output token)."""
         known = len(seq) - 1
         tail = known - hits * self.block_size
         if not self.config.prefix_cache or hits != known // self.block_size or not tail:
-            return None, 0
+            return PrefillPlan(hits)
         whole = seq.block_ids[hits] if len(seq.block_ids) > hits else None
         for block_id in (whole, self._tail_id(seq, hits, known)):
             if block_id is not None and self.blocks.lookup(block_id) is not None:
-                return block_id, tail
-        return None, 0
+                return PrefillPlan(hits, tail_id=block_id, tail_tokens=tail)
+        return PrefillPlan(hits)
 
     def kv_ids(self, seq: Sequence) -> list[bytes]:
         """Ids of the KV a finished `seq` left cached: its computed full blocks' (the prompt's, and

@@ -1,7 +1,7 @@
 """A prompt's tail handed off with its full blocks: the decode engine computes only the first token.
 
 A prefill asked to (`seal_tail`) caches its prompt's partial last block under the tail id; sent to
-a decode engine beside the full blocks, it is found at admission (`LLMEngine._resident_tail`) and
+a decode engine beside the full blocks, it is found at admission (`LLMEngine._resident_plan`) and
 copied into the sequence's block, so the decode's prefill of prompt + first token computes one
 token instead of the whole partial block again. Greedy output equals one engine's generate, on the
 in-pool and the staged (layerwise) prefill.
@@ -47,18 +47,22 @@ def _prefill(engine: LLMEngine, prompt: list[int], **kwargs):
     return seq
 
 
-def _decode_after_handoff(
-    tiny_model_dir, prefill: LLMEngine, seq, prompt: list[int], streamed: LLMEngine | None = None
-):
-    """The decode engine after the handoff of the prompt's full blocks and its tail (those a
+def _handed_off(tiny_model_dir, prefill: LLMEngine, seq, prompt: list[int], tail: bool = True, streamed=None):
+    """A decode engine after the handoff of the prompt's full blocks and (`tail`) its tail (those a
     layerwise prefill streamed, never in its pool, from `streamed`, as the worker's handoff sends
     them from the stream)."""
     decode = _engine(tiny_model_dir)
     ids = block_ids_for(prompt, BS, prefill.fingerprint, "")
     assert seq.tail_id is not None and len(ids) == PROMPT // BS
-    for block_id in [*ids, seq.tail_id]:
+    for block_id in [*ids, seq.tail_id] if tail else ids:
         source = prefill if prefill.blocks.lookup(block_id) is not None or streamed is None else streamed
         decode.import_blocks(source.export_blocks([block_id]))
+    return decode
+
+
+def _decode_after_handoff(tiny_model_dir, prefill: LLMEngine, seq, prompt: list[int], streamed=None):
+    """The decode of prompt + first token after the handoff of its full blocks and its tail."""
+    decode = _handed_off(tiny_model_dir, prefill, seq, prompt, streamed=streamed)
     out = decode.add_request(seq.token_ids, REST, generated=1)
     while not out.finished:
         decode.step()
@@ -97,10 +101,7 @@ def test_without_the_tail_the_decode_recomputes_the_partial_block(tiny_model_dir
     prompt, reference = prompt_and_reference
     prefill = _engine(tiny_model_dir)
     seq = _prefill(prefill, prompt)
-    decode = _engine(tiny_model_dir)
-    for block_id in block_ids_for(prompt, BS, prefill.fingerprint, ""):
-        decode.import_blocks(prefill.export_blocks([block_id]))
-    out = decode.generate(seq.token_ids, REST)
+    out = _handed_off(tiny_model_dir, prefill, seq, prompt, tail=False).generate(seq.token_ids, REST)
     assert out.num_cached_tokens == (PROMPT // BS) * BS
     assert [seq.output_token_ids[0], *out.output_token_ids] == reference
 
@@ -109,9 +110,7 @@ def test_a_tail_evicted_between_plan_and_admission_is_computed_instead(tiny_mode
     prompt, reference = prompt_and_reference
     prefill = _engine(tiny_model_dir)
     seq = _prefill(prefill, prompt)
-    decode = _engine(tiny_model_dir)
-    for block_id in [*block_ids_for(prompt, BS, prefill.fingerprint, ""), seq.tail_id]:
-        decode.import_blocks(prefill.export_blocks([block_id]))
+    decode = _handed_off(tiny_model_dir, prefill, seq, prompt)
     out = decode.add_request(seq.token_ids, REST, generated=1)
     plan = decode._plan(out)
     assert plan.tail_tokens == PROMPT % BS
