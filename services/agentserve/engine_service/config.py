@@ -11,6 +11,7 @@ from agentserve.engine.emulation_config import DEFAULT_KV_MATERIALISE_BYTES, DEF
 from agentserve.engine.engine_config import COMPUTE_MODES
 from agentserve.engine.prefill_batch import make_prefill_batch_policy
 from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, check_eviction_policy
+from agentserve.prefill.load_lanes import check_load_order
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,13 @@ class PrefillConfig(EngineServiceConfig):
     # next turn reads its history from the store (DualPath's regime at scale, where by an agent's
     # next turn the other agents' contexts have pushed its KV out of the prefill engine's HBM).
     keep_kv: bool = True
+    # fifo: the engine's loads take the store (and each relay) one at a time in arrival order, so
+    # the oldest turn's KV arrives at the NIC's full rate; concurrent: all at once (prefill/load_lanes.py).
+    load_order: str = "fifo"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_load_order(self.load_order)
 
 
 @dataclass(frozen=True)

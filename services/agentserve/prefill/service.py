@@ -21,12 +21,14 @@ class PrefillService(EngineService):
     def __init__(self, config: EngineServiceConfig):
         super().__init__(config)
         keep_kv = config.keep_kv if isinstance(config, PrefillConfig) else True
+        load_order = config.load_order if isinstance(config, PrefillConfig) else "fifo"
         worker = PrefillWorker(
             self.engine,
             self.mover,
             config.layerwise_min_read_kb << 10,
             keep_kv,
             peers=self.peer_allowlist if config.peer_allowlist else None,
+            load_order=load_order,
         )
         self.backlog = PrefillBacklog(worker, self.engine.engine.block_size)
 

@@ -39,6 +39,7 @@ from agentserve.engine_service.peer_allowlist import PeerAllowList
 from agentserve.engine_service.relay import relay_by_layer, relay_load
 from agentserve.kv.block_hash import tail_block_id
 from agentserve.kvstore.client import store_down
+from agentserve.prefill.load_lanes import LoadLanes
 from agentserve.prefill.metrics import PHASE_SECONDS, turn_kind
 from agentserve.prefill.pool_budget import PoolBudget
 
@@ -54,16 +55,19 @@ class PrefillWorker:
         min_layer_read_bytes: int = MIN_READ_BYTES,
         keep_kv: bool = True,
         peers: PeerAllowList | None = None,
+        load_order: str = "fifo",
     ):
         """`min_layer_read_bytes`: a layerwise path-A read of a block carries at least this much
         (whole layers), see `layer_loads.MIN_READ_BYTES`. `keep_kv` False: a turn's prompt blocks
         leave the pool after its handoff (`PrefillConfig.keep_kv`). `peers`: the only decode engines
         a request may name to hand off to or relay through (None: any, for an engine run without a
-        scheduler, as benchmarks do)."""
+        scheduler, as benchmarks do). `load_order`: whether this engine's loads take each way in
+        (the store, a relay) one at a time in arrival order, or all at once (`prefill/load_lanes.py`)."""
         self.engine = engine
         self.peers = peers
         self.keep_kv = keep_kv
         self.mover = mover
+        self.lanes = LoadLanes(load_order)
         self.layers_per_read = layers_per_read(mover, min_layer_read_bytes)
         # Without layerwise, loaded blocks sit in the pool until the turn's handoff: turns hold
         # their prompt's blocks from a budget of the pool's size (a layerwise turn's loads never
@@ -242,9 +246,20 @@ class PrefillWorker:
 
         `by_a(part, at)` / `by_b(part, at, relay_address)` move the blocks `part`, which start at
         index `at` of `ids`; by default into the engine's pool (`load_from_store`, `relay_load`)."""
-        mover = self.mover
-        load_a = by_a or (lambda part, at: mover.load_from_store(part))
-        load_b = by_b or (lambda part, at, relay_address: relay_load(mover, part, relay_address, plan.relay_hbm_first))
+        mover, lanes = self.mover, self.lanes
+        into_a = by_a or (lambda part, at: mover.load_from_store(part))
+        into_b = by_b or (lambda part, at, relay_address: relay_load(mover, part, relay_address, plan.relay_hbm_first))
+
+        async def load_a(part: list[bytes], at: int) -> int:
+            if not part:  # a plan with nothing by the store does not queue for it
+                return await into_a(part, at)
+            async with lanes.lane("store"):
+                return await into_a(part, at)
+
+        async def load_b(part: list[bytes], at: int, relay_address: str) -> int:
+            async with lanes.lane(f"relay {relay_address}"):
+                return await into_b(part, at, relay_address)
+
         if not ids:
             return plan.path, 0, 0  # nothing to load: the plan stands, trivially
         by_relay = {KVPath.A: 0, KVPath.B: len(ids), KVPath.SPLIT: min(plan.relay_blocks, len(ids))}[plan.path]

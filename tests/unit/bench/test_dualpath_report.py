@@ -76,8 +76,19 @@ def offline_figures() -> dict:
     }
 
 
+def probe(load: float, meets_slo: bool, tpot_ms: float) -> dict:
+    return {"load": load, "meets_slo": meets_slo, "tpot_p90_ms": tpot_ms}
+
+
+# Both met the SLO at 0.2 and 0.4 agents/s; only dualpath at 0.8.
+PROBES = {
+    "baseline": [probe(0.2, True, 50.0), probe(0.4, True, 52.0), probe(0.8, False, 60.0)],
+    "dualpath": [probe(0.2, True, 51.0), probe(0.4, True, 53.56), probe(0.8, True, 58.0)],
+}
+
+
 def test_must_show_ratios_from_jct_capacity_snic_and_tpot():
-    figures = ratios.must_show(offline_figures(), {"baseline": 1.0, "dualpath": 2.0})
+    figures = ratios.must_show(offline_figures(), {"baseline": 1.0, "dualpath": 2.0}, PROBES)
     assert figures == {
         "offline_throughput_ratio": 2.0,
         "split_throughput_ratio": 2.5,
@@ -85,7 +96,8 @@ def test_must_show_ratios_from_jct_capacity_snic_and_tpot():
         "dualpath_jct_reduction_over_layerwise": pytest.approx(0.375),
         "online_capacity_ratio": 2.0,
         "snic_max_over_avg": pytest.approx(0.6 / 0.525),
-        "tpot_p90_ratio": pytest.approx(1.02),
+        "tpot_p90_ratio": pytest.approx(1.03),  # at 0.4 agents/s, the highest load both met the SLO at
+        "tpot_p90_ratio_offline": pytest.approx(1.02),
     }
     v = ratios.verdicts(figures)
     assert {k: x["met"] for k, x in v.items()} == {
@@ -98,6 +110,18 @@ def test_must_show_ratios_from_jct_capacity_snic_and_tpot():
         "tpot_p90_ratio": True,
     }
     assert v["split_throughput_ratio"]["target_value"] == 2.0  # bound by the offline ratio itself
+    assert "tpot_p90_ratio_offline" not in v  # printed beside the targets, none of its own
+
+
+def test_tpot_is_compared_at_each_load_both_policies_met_the_slo_at():
+    equal = ratios.equal_load_tpot(PROBES)
+    assert equal is not None
+    assert equal["agents_per_s"] == 0.4
+    assert [p["agents_per_s"] for p in equal["per_load"]] == [0.2, 0.4]
+    assert [p["ratio"] for p in equal["per_load"]] == [pytest.approx(1.02), pytest.approx(1.03)]
+    # No load both met the SLO at (the baseline failed its only one): no figure.
+    assert ratios.equal_load_tpot({"baseline": [probe(0.2, False, 50.0)], "dualpath": [probe(0.2, True, 40.0)]}) is None
+    assert ratios.equal_load_tpot({}) is None
 
 
 def test_a_run_that_lost_turns_gives_no_ratio():
@@ -128,6 +152,7 @@ def test_limits_name_the_unsaturated_side_and_the_measured_ceilings():
         "layerwise_jct_reduction",
         "online_capacity_ratio",
         "snic_max_over_avg",
+        "tpot_p90_ratio",  # measured online only
     }
     reasons = by_key["offline_throughput_ratio"]["limited_by"]
     assert reasons[0] == (
@@ -137,6 +162,7 @@ def test_limits_name_the_unsaturated_side_and_the_measured_ceilings():
     # dualpath: 1 GB an engine in 50 s = 0.16 Gbps, busy 0.5 (0.6 for decode-1) of the run.
     assert "prefill 0.64, decode 0.59; moved under dualpath: prefill 0.32, decode 0.32" in reasons[1]
     assert by_key["online_capacity_ratio"]["limited_by"] == ["no online capacity search in this invocation"]
+    assert by_key["tpot_p90_ratio"]["limited_by"] == ["no online capacity search in this invocation"]
     assert "decode-1 0.60" in by_key["snic_max_over_avg"]["limited_by"][0]
 
 
@@ -266,10 +292,11 @@ def test_each_sweep_point_gets_pools_for_its_context_and_agents():
     cli_args.add_arguments(parser)
     args = parser.parse_args([])
     base = bench_spec(args)
-    assert base.cluster.prefill_settings == {"kv_blocks": 40960 // 256}  # 1.25 contexts of 32K
+    # 1.25 contexts of 32K; the prefill's load order rides along
+    assert base.cluster.prefill_settings == {"kv_blocks": 40960 // 256, "load_order": "fifo"}
     assert base.cluster.decode_settings == {"kv_blocks": 4 * 32768 // 256}
     point = with_pools(base, args, agents=64, final_context=131072)
-    assert point.cluster.prefill_settings == {"kv_blocks": 163840 // 256}
+    assert point.cluster.prefill_settings == {"kv_blocks": 163840 // 256, "load_order": "fifo"}
     # ceil(1.25 * 64 / 4) = 20 contexts of 128K are more than the target's HBM: capped at all of it.
     assert point.cluster.decode_settings == {"kv_blocks": 4578} and 4578 * 256 < 20 * 131072
     assert point.regime["kv_pool"]["prefill_pool_tokens_per_engine"] == 163840
@@ -302,16 +329,22 @@ def test_a_missed_dualpath_gain_over_layerwise_names_both_bounds_and_the_reducti
     )
 
 
-def test_a_missed_tpot_ratio_sets_dualpath_beside_layerwise_which_relays_nothing():
+def test_a_missed_tpot_ratio_gives_each_equal_load_then_sets_dualpath_beside_layerwise_offline():
     offline = offline_figures()
     offline["baseline"] = run_figures(summary(120.0, 50.0, PREFILL_BOUND))
     offline["layerwise"] = run_figures(summary(60.0, 54.0, PREFILL_BOUND))
     offline["dualpath"] = run_figures(summary(60.0, 55.0, BALANCED, itl_ms=41.0))
-    figures = ratios.must_show(offline, {})
-    assert figures["tpot_p90_ratio"] == pytest.approx(1.1)
-    by_key = {x["key"]: x for x in limits.explain(ratios.verdicts(figures), results(offline), None, BenchSpec())}
+    probes = {"baseline": [probe(0.2, True, 50.0)], "dualpath": [probe(0.2, True, 53.0), probe(0.4, True, 54.0)]}
+    figures = ratios.must_show(offline, {}, probes)
+    assert figures["tpot_p90_ratio"] == pytest.approx(1.06)
+    assert figures["tpot_p90_ratio_offline"] == pytest.approx(1.1)
+    runs = results(offline)
+    for name, policy_probes in probes.items():
+        runs[name].capacity = {"probes": policy_probes}
+    by_key = {x["key"]: x for x in limits.explain(ratios.verdicts(figures), runs, None, BenchSpec())}
     assert by_key["tpot_p90_ratio"]["limited_by"] == [
-        "TPOT p90 baseline 50.0 ms at 0.50 turns/s, layerwise 54.0 ms at 1.00 turns/s, "
+        "TPOT p90 at the same online load, dualpath over the baseline: 0.20 agents/s 53.0 / 50.0 ms = 1.060",
+        "offline TPOT p90 baseline 50.0 ms at 0.50 turns/s, layerwise 54.0 ms at 1.00 turns/s, "
         "dualpath 55.0 ms at 1.00 turns/s",
         "layerwise, which relays nothing, over the baseline 1.080; dualpath over layerwise 1.019: the share of the "
         "rise path B's relays could account for is the second",

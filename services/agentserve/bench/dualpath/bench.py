@@ -98,11 +98,13 @@ async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
     floor_json = _floor_json(spec, floor_result, floor_problems)
     offline = {n: r.offline for n, r in results.items()}
     capacity = {n: (r.capacity or {}).get("capacity_agents_per_s") for n, r in results.items()}
-    figures = ratios.must_show(offline, capacity)
+    probes = {n: (r.capacity or {}).get("probes") or [] for n, r in results.items()}
+    figures = ratios.must_show(offline, capacity, probes)
     verdicts = ratios.verdicts(figures)
     return {
         **figures,
         "targets": verdicts,
+        "tpot_at_equal_load": ratios.equal_load_tpot(probes),
         # Whether the run was in DualPath's regime: storage-NIC bound on the prefill side.
         "storage_regime": {
             "modelled": spec.storage_modelled,

@@ -42,9 +42,11 @@ def _pool(args: argparse.Namespace, agents: int | None = None, final_context: in
     )
 
 
-def pool_settings(pool) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(prefill, decode) engine settings that give each role its pool."""
-    return ({"kv_blocks": pool.prefill_blocks}, {"kv_blocks": pool.decode_blocks}) if pool else ({}, {})
+def pool_settings(pool, load_order: str = "fifo") -> tuple[dict[str, Any], dict[str, Any]]:
+    """(prefill, decode) engine settings that give each role its pool (and the prefill its load order)."""
+    if not pool:
+        return {"load_order": load_order}, {}
+    return {"kv_blocks": pool.prefill_blocks, "load_order": load_order}, {"kv_blocks": pool.decode_blocks}
 
 
 def with_pools(spec: BenchSpec, args: argparse.Namespace, agents: int, final_context: int) -> BenchSpec:
@@ -53,7 +55,7 @@ def with_pools(spec: BenchSpec, args: argparse.Namespace, agents: int, final_con
     from agentserve.fabric.profiles import load_profile
 
     pool = _pool(args, agents, final_context)
-    prefill, decode = pool_settings(pool)
+    prefill, decode = pool_settings(pool, args.load_order)
     cluster = dataclasses.replace(spec.cluster, prefill_settings=prefill, decode_settings=decode)
     regime = {**spec.regime, "kv_pool": pool.to_dict() if pool else spec.regime.get("kv_pool")}
     storage = _storage_modelled(args, spec.workload, load_profile(args.profile))
@@ -115,7 +117,7 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
     )
     pool = _pool(args)
     engine_settings = _engine_settings(args)
-    prefill_settings, decode_settings = pool_settings(pool)
+    prefill_settings, decode_settings = pool_settings(pool, args.load_order)
     floor = {"time_dilation": FLOOR_TIME_DILATION} if args.floor and args.compute == "emulated" else None
     from agentserve.fabric.profiles import load_profile
 

@@ -80,6 +80,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(default: the scheduler's tail blocks store and reuse it)",
     )
     c.add_argument(
+        "--load-order",
+        default="fifo",
+        choices=["fifo", "concurrent"],
+        help="fifo: a prefill engine's loads take the store (and each relay) one at a time in arrival "
+        "order (default); concurrent: all at once, sharing the NIC (prefill/load_lanes.py). Every policy",
+    )
+    c.add_argument(
         "--compute",
         default="emulated",
         choices=["emulated", "real"],

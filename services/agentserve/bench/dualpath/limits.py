@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentserve.bench.dualpath.phases import busiest_engine_share
+from agentserve.bench.dualpath.ratios import equal_load_tpot
 from agentserve.bench.dualpath.regime import path_a
 
 
@@ -119,6 +120,12 @@ def explain(verdicts: dict, results: dict, floor: dict | None, spec) -> list[dic
                 reasons.append(f"{name} lost {r.offline['turns_failed']} turns ({r.offline['failures']})")
         if key == "online_capacity_ratio" and spec.online is None:
             reasons.append("no online capacity search in this invocation")
+        if key == "tpot_p90_ratio" and v["value"] is None:
+            reasons.append(
+                "no online capacity search in this invocation"
+                if spec.online is None
+                else "no online probe load at which both the baseline and dualpath met the SLO"
+            )
         if v["value"] is not None:
             if key in OFFLINE_GAINS and bound is not None and not bound["storage_bound"]:
                 reasons.append(
@@ -157,13 +164,26 @@ def explain(verdicts: dict, results: dict, floor: dict | None, spec) -> list[dic
 
 
 def _tpot(results: dict) -> list[str]:
-    """TPOT beside each policy's turn rate, and layerwise's: it relays nothing (path A only), so a
-    rise it shares with dualpath is not path B's traffic on the decode engines."""
+    """TPOT at each online load both policies met the SLO at; then offline, beside each policy's turn
+    rate, and layerwise's: it relays nothing (path A only), so a rise it shares with dualpath is not
+    path B's traffic on the decode engines."""
+    probes = {n: (r.capacity or {}).get("probes") or [] for n, r in results.items()}
+    equal = equal_load_tpot(probes)
+    out = []
+    if equal:
+        out.append(
+            "TPOT p90 at the same online load, dualpath over the baseline: "
+            + ", ".join(
+                f"{_fmt(p['agents_per_s'])} agents/s {_fmt(p['dualpath_tpot_p90_ms'], 1)} / "
+                f"{_fmt(p['baseline_tpot_p90_ms'], 1)} ms = {_fmt(p['ratio'], 3)}"
+                for p in equal["per_load"]
+            )
+        )
     runs = {n: results[n].offline for n in ("baseline", "layerwise", "dualpath") if n in results and results[n].offline}
-    out = [
-        "TPOT p90 "
+    out.append(
+        "offline TPOT p90 "
         + ", ".join(f"{n} {_fmt(r['tpot_p90_ms'], 1)} ms at {_fmt(r['turns_per_s'])} turns/s" for n, r in runs.items())
-    ]
+    )
     lw, dp, base = runs.get("layerwise"), runs.get("dualpath"), runs.get("baseline")
     if lw and dp and base and lw["tpot_p90_ms"] and base["tpot_p90_ms"]:
         out.append(

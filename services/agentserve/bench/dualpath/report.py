@@ -34,6 +34,8 @@ def headline_table(result: dict) -> list[str]:
     lines = ["| figure | this run | target | paper | met |", "|---|---|---|---|---|"]
     for key, v in result["targets"].items():
         lines.append(f"| `{key}` | {_f(v['value'], 3)} | {v['target']} | {v['paper']} | {_f(v['met'])} |")
+    if "tpot_p90_ratio_offline" in result:  # TPOT at unequal loads: each policy's own offline pace
+        lines.append(f"| `tpot_p90_ratio_offline` | {_f(result['tpot_p90_ratio_offline'], 3)} | — | — | — |")
     return lines
 
 

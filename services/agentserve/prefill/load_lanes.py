@@ -1,0 +1,54 @@
+"""LoadLanes: the order in which one prefill engine's loads use each way KV comes in.
+
+A prefill engine's store reads all pass its storage NIC, and a path-B relay through a decode engine
+passes that engine's NICs. Started together, several turns' loads share a NIC chunk by chunk, so
+each arrives at a fraction of the rate and the oldest turn's KV is complete only about when the
+last one's is: a layerwise forward then waits on layers that a lone load would already have
+delivered, and the engine has nothing else ready to compute meanwhile.
+
+`fifo` (the default) gives each way in (the store, each relay address) to one load at a time in
+arrival order: the oldest turn's KV arrives at the NIC's full rate and it computes while the next
+one loads, which is how an engine that reads its next batch during the current one's compute
+pipelines (and how the scheduler's own ledger, `scheduler/nic_ledger.py`, already models a NIC: a
+FIFO at its rate). The two ways still run at once, so a split read's legs overlap. `concurrent`:
+every load starts at once and shares the NIC (the order before this module).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+LOAD_ORDERS = ("fifo", "concurrent")
+
+
+def check_load_order(name: str) -> str:
+    if name not in LOAD_ORDERS:
+        raise ValueError(f"load_order must be one of {', '.join(LOAD_ORDERS)}, got {name!r}")
+    return name
+
+
+class LoadLanes:
+    def __init__(self, order: str = "fifo") -> None:
+        self.order = check_load_order(order)
+        self._lanes: dict[str, asyncio.Lock] = {}
+        self.waiting = 0  # loads queued behind another on their lane now
+
+    @asynccontextmanager
+    async def lane(self, way: str) -> AsyncIterator[None]:
+        """Hold the way in named `way` ("store", or "relay <address>") for one load."""
+        if self.order == "concurrent":
+            yield
+            return
+        # asyncio.Lock wakes its waiters first come, first served: loads keep their arrival order.
+        lock = self._lanes.setdefault(way, asyncio.Lock())
+        self.waiting += 1
+        try:
+            await lock.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            yield
+        finally:
+            lock.release()
