@@ -121,9 +121,9 @@ class PrefillConfig(EngineServiceConfig):
     # next turn reads its history from the store (DualPath's regime at scale, where by an agent's
     # next turn the other agents' contexts have pushed its KV out of the prefill engine's HBM).
     keep_kv: bool = True
-    # fifo: the engine's loads take the store (and each relay) one at a time in arrival order, so
-    # the oldest turn's KV arrives at the NIC's full rate; concurrent: all at once (prefill/load_lanes.py).
-    load_order: str = "fifo"
+    # concurrent: the engine's loads all start at once; fifo: they take the store (and each relay)
+    # one at a time in arrival order (measured no faster, see prefill/load_lanes.py).
+    load_order: str = "concurrent"
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -21,7 +21,7 @@ class PrefillService(EngineService):
     def __init__(self, config: EngineServiceConfig):
         super().__init__(config)
         keep_kv = config.keep_kv if isinstance(config, PrefillConfig) else True
-        load_order = config.load_order if isinstance(config, PrefillConfig) else "fifo"
+        load_order = config.load_order if isinstance(config, PrefillConfig) else "concurrent"
         worker = PrefillWorker(
             self.engine,
             self.mover,

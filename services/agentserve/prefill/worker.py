@@ -55,7 +55,7 @@ class PrefillWorker:
         min_layer_read_bytes: int = MIN_READ_BYTES,
         keep_kv: bool = True,
         peers: PeerAllowList | None = None,
-        load_order: str = "fifo",
+        load_order: str = "concurrent",
     ):
         """`min_layer_read_bytes`: a layerwise path-A read of a block carries at least this much
         (whole layers), see `layer_loads.MIN_READ_BYTES`. `keep_kv` False: a turn's prompt blocks

@@ -42,7 +42,7 @@ def _pool(args: argparse.Namespace, agents: int | None = None, final_context: in
     )
 
 
-def pool_settings(pool, load_order: str = "fifo") -> tuple[dict[str, Any], dict[str, Any]]:
+def pool_settings(pool, load_order: str = "concurrent") -> tuple[dict[str, Any], dict[str, Any]]:
     """(prefill, decode) engine settings that give each role its pool (and the prefill its load order)."""
     if not pool:
         return {"load_order": load_order}, {}
