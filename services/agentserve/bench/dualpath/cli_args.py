@@ -12,8 +12,13 @@ from agentserve.bench.dualpath.policies import POLICY_NAMES
 # searches) fits in 20 minutes on a 2-core machine at a dilation where modelled time dwarfs the
 # processes' own. Four agents per prefill engine keep its storage NIC's read queue from running
 # dry: with two, each agent's own chain of turns (decode, hand-off, its next turn) left the
-# baseline's prefill storage NICs idle ~80% of the run however the turns were shaped.
-DEFAULT_AGENTS = 8
+# baseline's prefill storage NICs idle ~80% of the run however the turns were shaped. Six (12
+# agents, since 2 Dec 12:30 UTC) keep dualpath's prefill engines supplied too: at four, a turn
+# reached its engine just after its agent's previous turn decoded, and the engine waited (layer
+# waits 0.11, idle 0.12 of the run; JCT 1.26x its compute bound, `dualpath_jct_reduction_over_layerwise`
+# 0.168); at eight, 1.06x (0.276; docs/dualpath.md, 12:14 and 12:00 UTC). Twelve is what the
+# 20-minute budget holds with room (the baseline's offline run grows with the agents: 458 s at 8).
+DEFAULT_AGENTS = 12
 # The paper's turn (DualPath: 98.7% hit, 32.7K context, 429 new tokens a turn): 30 turns growing
 # from 20K to 32K append ~408 new tokens a turn to ~26.6K cached (hit 0.984), which an engine's
 # 50 Gbps storage-NIC share reads in 1.46x the time those tokens compute. The store keeps 256-token
