@@ -1,6 +1,8 @@
 """bench dualpath's figures: per-run metrics from a replay summary, the must-show ratios and their
 verdicts, what limits a missed target, policy settings as flags, and the Markdown report."""
 
+import argparse
+
 import pytest
 
 from agentserve.bench.dualpath import limits, ratios, regime
@@ -272,6 +274,13 @@ def test_sweep_points_and_table():
         ("final_context", 16, 65536),
         ("final_context", 16, 131072),
     ]
+    assert sweep_points(4, (4, 8), (8192,)) == [("agents", 4, 8192), ("agents", 8, 8192), ("final_context", 4, 8192)]
+    from agentserve.bench.dualpath.cli_args import counts
+
+    assert counts("4, 8") == (4, 8)
+    for bad in ("", "4,x", "0,8"):
+        with pytest.raises(argparse.ArgumentTypeError, match="comma-separated positive integers"):
+            counts(bad)
     point = {
         "agents": 64,
         "final_context": 32768,

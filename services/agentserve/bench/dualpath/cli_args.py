@@ -43,6 +43,17 @@ DEFAULT_BLOCK_SIZE = 256  # measured: a later turn's TTFT 10 s at 256 vs 16.5 s 
 DEFAULT_TARGET_SLO = "ttft_p90=4000ms,tpot_p90=50ms"
 
 
+def counts(text: str) -> tuple[int, ...]:
+    """`"64,256,1024"` -> (64, 256, 1024): an argparse type, so a bad list is a usage error."""
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        values = ()
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    return values
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     w = p.add_argument_group("workload (target tokens)")
     w.add_argument(
@@ -161,6 +172,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--sweep always does)",
     )
     r.add_argument("--sweep", action="store_true", help="offline sweep: agents 64/256/1024, contexts 32K/64K/128K")
+    r.add_argument(
+        "--sweep-agents",
+        type=counts,
+        default=(64, 256, 1024),
+        help="--sweep's agent counts, comma-separated (default 64,256,1024)",
+    )
+    r.add_argument(
+        "--sweep-contexts",
+        type=counts,
+        default=(32768, 65536, 131072),
+        help="--sweep's final contexts, comma-separated (default 32768,65536,131072)",
+    )
     r.add_argument("--out", type=Path, help="results directory (default artifacts/bench/dualpath-<time>)")
     r.add_argument("--progress", action="store_true", help="progress bars on stderr")
     r.add_argument("--json", action="store_true", help="print the result as JSON")

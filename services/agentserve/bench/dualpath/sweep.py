@@ -1,6 +1,7 @@
 """`bench dualpath --sweep`: the offline comparison over agent counts (64, 256, 1024 at a 32K final
 context) and final contexts (32K, 64K, 128K at the invocation's agents), as in the paper's offline
-figure. Each point is a full offline run of every policy; long (hours at 1024 agents), not in CI."""
+figure. Each point is a full offline run of every policy; long (hours at 1024 agents), not in CI.
+`--sweep-agents` / `--sweep-contexts` choose other points (a short sweep on a small machine)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,13 @@ AGENTS = (64, 256, 1024)
 CONTEXTS = (32768, 65536, 131072)
 
 
-def sweep_points(agents: int) -> list[tuple[str, int, int]]:
+def sweep_points(
+    agents: int, agent_counts: tuple[int, ...] = AGENTS, contexts: tuple[int, ...] = CONTEXTS
+) -> list[tuple[str, int, int]]:
     """(axis, agents, final context) of every point (first context and shared prefix in the
-    invocation's proportion to the final one)."""
-    return [("agents", a, CONTEXTS[0]) for a in AGENTS] + [("final_context", agents, c) for c in CONTEXTS]
+    invocation's proportion to the final one): each agent count at the first context, then each
+    context at the invocation's `agents`."""
+    return [("agents", a, contexts[0]) for a in agent_counts] + [("final_context", agents, c) for c in contexts]
 
 
 def point_workload(base: AgentWorkloadSpec, agents: int, final_context: int) -> AgentWorkloadSpec:
@@ -43,7 +47,7 @@ def run_sweep(args: argparse.Namespace, out_dir: Path) -> dict | None:
     # One policy at a time: at hundreds of agents a run is CPU-bound, and runs at once would slow each other.
     base = replace(base, online=None, floor_settings=None, concurrent=False)
     points = []
-    for axis, agents, context in sweep_points(args.agents):
+    for axis, agents, context in sweep_points(args.agents, args.sweep_agents, args.sweep_contexts):
         workload = point_workload(base.workload, agents, context)
         print(f"agentserve bench dualpath --sweep: {agents} agents, context {context}", file=sys.stderr)
         spec = with_pools(replace(base, workload=workload), args, agents, context)
