@@ -2,9 +2,9 @@
 
 A prefill engine's store reads all pass its storage NIC, and a path-B relay through a decode engine
 passes that engine's NICs. Started together, several turns' loads share a NIC chunk by chunk, so
-each arrives at a fraction of the rate and the oldest turn's KV is complete only about when the
-last one's is: a layerwise forward then waits on layers that a lone load would already have
-delivered, and the engine has nothing else ready to compute meanwhile.
+each arrives at a fraction of the rate: the oldest turn's KV could be complete only about when the
+last one's is, and a layerwise forward would wait on layers a lone load had already delivered.
+That was the premise; the measurement below did not bear it out.
 
 `fifo` gives each way in (the store, each relay address) to one load at a time in arrival order:
 the oldest turn's KV arrives at the NIC's full rate and it computes while the next one loads, which

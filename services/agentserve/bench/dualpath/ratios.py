@@ -9,8 +9,8 @@ whose turns meet the SLO.
 TPOT is compared at the same offered load, as the paper's online figures do (TTFT and TPOT per
 agent arrival rate, DualPath's TPOT level with the baseline's): `tpot_p90_ratio` is dualpath's TPOT
 p90 over the baseline's at the highest online probe load at which both met the SLO. Offline, every
-policy serves the same agents as fast as it can, so dualpath's decode engines run ~1.9x the
-baseline's turns per second at once and batch more per step: `tpot_p90_ratio_offline` (printed, no
+policy serves the same agents as fast as it can, so dualpath's decode engines run about twice the
+baseline's turns per second and batch more per step: `tpot_p90_ratio_offline` (printed, no
 target) is that ratio, which measures load as much as path B.
 """
 
