@@ -16,8 +16,9 @@ from agentserve.bench.dualpath.policies import POLICY_NAMES
 # agents, since 2 Dec 12:30 UTC) keep dualpath's prefill engines supplied too: at four, a turn
 # reached its engine just after its agent's previous turn decoded, and the engine waited (layer
 # waits 0.11, idle 0.12 of the run; JCT 1.26x its compute bound, `dualpath_jct_reduction_over_layerwise`
-# 0.168); at eight, 1.06x (0.276; docs/dualpath.md, 12:14 and 12:00 UTC). Twelve is what the
-# 20-minute budget holds with room (the baseline's offline run grows with the agents: 458 s at 8).
+# 0.168); at eight, 1.06x (0.276; docs/dualpath.md, 12:14 and 12:00 UTC); at six, 1.19-1.24x
+# (0.206 and 0.153 in two runs). Twelve is what the 20-minute budget holds (the default invocation
+# took 16.6 and 17.2 minutes; the baseline's offline run grows with the agents: 458 s at 8, 700 at 12).
 DEFAULT_AGENTS = 12
 # The paper's turn (DualPath: 98.7% hit, 32.7K context, 429 new tokens a turn): 30 turns growing
 # from 20K to 32K append ~408 new tokens a turn to ~26.6K cached (hit 0.984), which an engine's
