@@ -11,7 +11,7 @@ from agentserve.engine.emulation_config import DEFAULT_KV_MATERIALISE_BYTES, DEF
 from agentserve.engine.engine_config import COMPUTE_MODES
 from agentserve.engine.prefill_batch import make_prefill_batch_policy
 from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, check_eviction_policy
-from agentserve.prefill.load_lanes import check_load_order
+from agentserve.prefill.load_lanes import DEFAULT_LOAD_ORDER, check_load_order
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class PrefillConfig(EngineServiceConfig):
     keep_kv: bool = True
     # concurrent: the engine's loads all start at once; fifo: they take the store (and each relay)
     # one at a time in arrival order (measured no faster, see prefill/load_lanes.py).
-    load_order: str = "concurrent"
+    load_order: str = DEFAULT_LOAD_ORDER
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 LOAD_ORDERS = ("fifo", "concurrent")
+DEFAULT_LOAD_ORDER = "concurrent"
 
 
 def check_load_order(name: str) -> str:
@@ -38,10 +39,9 @@ def check_load_order(name: str) -> str:
 
 
 class LoadLanes:
-    def __init__(self, order: str = "concurrent") -> None:
+    def __init__(self, order: str = DEFAULT_LOAD_ORDER) -> None:
         self.order = check_load_order(order)
         self._lanes: dict[str, asyncio.Lock] = {}
-        self.waiting = 0  # loads queued behind another on their lane now
 
     @asynccontextmanager
     async def lane(self, way: str) -> AsyncIterator[None]:
@@ -50,13 +50,5 @@ class LoadLanes:
             yield
             return
         # asyncio.Lock wakes its waiters first come, first served: loads keep their arrival order.
-        lock = self._lanes.setdefault(way, asyncio.Lock())
-        self.waiting += 1
-        try:
-            await lock.acquire()
-        finally:
-            self.waiting -= 1
-        try:
+        async with self._lanes.setdefault(way, asyncio.Lock()):
             yield
-        finally:
-            lock.release()

@@ -10,6 +10,7 @@ from agentserve.contracts import EngineStatus, Role
 from agentserve.engine_service.base import EngineService
 from agentserve.engine_service.config import EngineServiceConfig, PrefillConfig
 from agentserve.prefill.backlog import PrefillBacklog
+from agentserve.prefill.load_lanes import DEFAULT_LOAD_ORDER
 from agentserve.prefill.servicer import PrefillServicer
 from agentserve.prefill.worker import PrefillWorker
 from agentserve.v1 import prefill_pb2, prefill_pb2_grpc
@@ -21,7 +22,7 @@ class PrefillService(EngineService):
     def __init__(self, config: EngineServiceConfig):
         super().__init__(config)
         keep_kv = config.keep_kv if isinstance(config, PrefillConfig) else True
-        load_order = config.load_order if isinstance(config, PrefillConfig) else "concurrent"
+        load_order = config.load_order if isinstance(config, PrefillConfig) else DEFAULT_LOAD_ORDER
         worker = PrefillWorker(
             self.engine,
             self.mover,

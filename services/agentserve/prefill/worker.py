@@ -39,7 +39,7 @@ from agentserve.engine_service.peer_allowlist import PeerAllowList
 from agentserve.engine_service.relay import relay_by_layer, relay_load
 from agentserve.kv.block_hash import tail_block_id
 from agentserve.kvstore.client import store_down
-from agentserve.prefill.load_lanes import LoadLanes
+from agentserve.prefill.load_lanes import DEFAULT_LOAD_ORDER, LoadLanes
 from agentserve.prefill.metrics import PHASE_SECONDS, turn_kind
 from agentserve.prefill.pool_budget import PoolBudget
 
@@ -55,7 +55,7 @@ class PrefillWorker:
         min_layer_read_bytes: int = MIN_READ_BYTES,
         keep_kv: bool = True,
         peers: PeerAllowList | None = None,
-        load_order: str = "concurrent",
+        load_order: str = DEFAULT_LOAD_ORDER,
     ):
         """`min_layer_read_bytes`: a layerwise path-A read of a block carries at least this much
         (whole layers), see `layer_loads.MIN_READ_BYTES`. `keep_kv` False: a turn's prompt blocks

@@ -16,6 +16,7 @@ from agentserve.bench.dualpath.report import write_report
 from agentserve.bench.dualpath.runs import OnlineSpec
 from agentserve.bench.dualpath.workload import AgentWorkloadSpec
 from agentserve.bench.replay.slo import SLO
+from agentserve.prefill.load_lanes import DEFAULT_LOAD_ORDER
 
 # Emulated engines at this dilation spend ~nothing in the cost model: the run's time is what the
 # processes themselves take (and the NICs, dilated by it too, are effectively unshaped).
@@ -42,7 +43,7 @@ def _pool(args: argparse.Namespace, agents: int | None = None, final_context: in
     )
 
 
-def pool_settings(pool, load_order: str = "concurrent") -> tuple[dict[str, Any], dict[str, Any]]:
+def pool_settings(pool, load_order: str = DEFAULT_LOAD_ORDER) -> tuple[dict[str, Any], dict[str, Any]]:
     """(prefill, decode) engine settings that give each role its pool (and the prefill its load order)."""
     if not pool:
         return {"load_order": load_order}, {}

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from agentserve.bench.dualpath.policies import POLICY_NAMES
+from agentserve.prefill.load_lanes import DEFAULT_LOAD_ORDER, LOAD_ORDERS
 
 # The default scale: what the default invocation (four offline runs, the CPU floor, two capacity
 # searches) fits in 20 minutes on a 2-core machine at a dilation where modelled time dwarfs the
@@ -104,8 +105,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     c.add_argument(
         "--load-order",
-        default="concurrent",
-        choices=["fifo", "concurrent"],
+        default=DEFAULT_LOAD_ORDER,
+        choices=LOAD_ORDERS,
         help="concurrent: a prefill engine's loads all start at once, sharing its NICs (default); fifo: "
         "they take the store (and each relay) one at a time in arrival order (prefill/load_lanes.py). "
         "Every policy",
