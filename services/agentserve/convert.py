@@ -218,6 +218,7 @@ def prefill_request_to_proto(request: PrefillRequest) -> prefill_pb2.PrefillRequ
         segments=None if request.segments is None else prompt_segments_to_proto(request.segments),
         priority=request.priority,
         store_tail_tokens=request.store_tail_tokens,
+        service_rank=request.service_rank,
     )
 
 
@@ -234,6 +235,7 @@ def prefill_request_from_proto(msg: prefill_pb2.PrefillRequest) -> PrefillReques
         segments=prompt_segments_from_proto(msg.segments, msg.token_ids) if msg.HasField("segments") else None,
         priority=msg.priority,
         store_tail_tokens=msg.store_tail_tokens,
+        service_rank=msg.service_rank,
     )
 
 

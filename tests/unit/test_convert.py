@@ -121,6 +121,7 @@ def test_prefill_request_and_result_round_trip() -> None:
     request = PrefillRequest(
         "r1", "s1", "acme", [1, 2, 3], SAMPLING, store_hit_blocks=2, decode_address="127.0.0.1:9",
         plan=LoadPlan(KVPath.SPLIT, relay_address="127.0.0.1:9", relay_blocks=1, relay_hbm_first=True), priority=1020,
+        store_tail_tokens=7, service_rank=12,
     )  # fmt: skip
     assert convert.prefill_request_from_proto(convert.prefill_request_to_proto(request)) == request
     result = PrefillResult(5, 3, 2, 1, 2, 1, 3, False, "", KVPath.B, 2, 300, 1, True)

@@ -40,6 +40,8 @@ class PrefillRequest:
     priority: int = 0  # the session's scheduling priority (higher first; see agent_priority.py)
     # The context's stored tail after the hits: its tokens (0: none), loaded by the plan's path too.
     store_tail_tokens: int = 0
+    # Among equal priorities, the engine's queue takes the lower rank first (scheduler/turn_order.py).
+    service_rank: int = 0
 
 
 @dataclass(frozen=True)

@@ -122,9 +122,10 @@ class AsyncEngine:
         priority: int = 0,
         segments: SegmentedPrompt | None = None,
         seal_tail: bool = False,
+        rank: int = 0,
     ) -> AsyncIterator[TokenEvent]:
         """Stream each sampled token; cancelling the iteration aborts the request. `generated`,
-        `priority`, `segments` and `seal_tail`: see `LLMEngine.add_request`."""
+        `priority`, `segments`, `seal_tail` and `rank`: see `LLMEngine.add_request`."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
 
@@ -138,6 +139,7 @@ class AsyncEngine:
                 segments=segments,
                 priority=priority,
                 seal_tail=seal_tail,
+                rank=rank,
             )
             self._subscribers[seq.request_id] = (loop, events)
             return seq

@@ -169,8 +169,10 @@ class LLMEngine:
         segments: SegmentedPrompt | None = None,
         priority: int = 0,
         seal_tail: bool = False,
+        rank: int = 0,
     ) -> Sequence:
-        """Queue a request, after the waiting ones of its `priority` or higher. The last `generated`
+        """Queue a request, after the waiting ones of a higher `priority`, or of its own and a
+        `rank` no higher (lower ranks first among equal priorities). The last `generated`
         prompt tokens are output another engine already produced (a decode after its prefill): a
         grammar replays them before constraining more. `segments` (the same tokens as the prompt)
         lets the prefill reuse its shared blocks (`segmented_prefill`); an EXACT one, or one the
@@ -194,6 +196,7 @@ class LLMEngine:
             tenant_salt=tenant_salt,
             generator=make_generator(params),
             priority=priority,
+            rank=rank,
             seal_tail=seal_tail,
         )
         if params.structured is not None:
@@ -206,11 +209,14 @@ class LLMEngine:
         return seq
 
     def _enqueue(self, seq: Sequence, front: bool = False) -> None:
-        """Into `waiting`, ordered by priority (highest first): behind its equals, or before them
-        with `front` (a preempted or failed sequence goes back to the head of its class)."""
+        """Into `waiting`, ordered by priority (highest first), then rank (lowest first): behind
+        its equals, or before them with `front` (a preempted or failed sequence goes back to the
+        head of its class)."""
+        key = (-seq.priority, seq.rank)
         index = len(self.waiting)
         for i, other in enumerate(self.waiting):
-            if other.priority < seq.priority or (front and other.priority == seq.priority):
+            other_key = (-other.priority, other.rank)
+            if other_key > key or (front and other_key == key):
                 index = i
                 break
         self.waiting.insert(index, seq)

@@ -31,6 +31,7 @@ class Sequence:
     params: SamplingParams
     tenant_salt: str = ""
     priority: int = 0  # higher is admitted first; at the engine's critical priority it may use the reserve
+    rank: int = 0  # among equal priorities, lower is admitted first (`PrefillRequest.service_rank`)
     request_id: str = field(default_factory=lambda: f"seq-{next(_ids)}")
     status: SequenceStatus = SequenceStatus.WAITING
     slots: list[int] = field(default_factory=list)

@@ -92,7 +92,7 @@ class PrefillWorker:
     async def _prefill(self, request: PrefillRequest, kind: str) -> PrefillResult:
         token_ids, sampling, tenant, priority = request.token_ids, request.sampling, request.tenant, request.priority
         store_hit_blocks, decode_address = request.store_hit_blocks, request.decode_address
-        tail_tokens = request.store_tail_tokens
+        tail_tokens, rank = request.store_tail_tokens, request.service_rank
 
         def prepare(engine: LLMEngine) -> tuple[list[bytes], int, bytes | None]:
             engine.validate(token_ids, sampling)  # ValueError before any KV moves
@@ -135,7 +135,7 @@ class PrefillWorker:
                     events = [
                         event
                         async for event in self.engine.generate(
-                            token_ids, first, tenant, external, priority=priority, seal_tail=hand_tail
+                            token_ids, first, tenant, external, priority=priority, seal_tail=hand_tail, rank=rank
                         )
                     ]
                 path, loaded, relayed = loading.result()
@@ -151,7 +151,14 @@ class PrefillWorker:
                 segments = request.segments
                 submitted = time.monotonic()
                 generating = self.engine.generate(
-                    token_ids, first, tenant, tail_prefix, priority=priority, segments=segments, seal_tail=hand_tail
+                    token_ids,
+                    first,
+                    tenant,
+                    tail_prefix,
+                    priority=priority,
+                    segments=segments,
+                    seal_tail=hand_tail,
+                    rank=rank,
                 )
                 events = [event async for event in generating]
             seq, first_logprob = events[-1].seq, events[-1].logprob

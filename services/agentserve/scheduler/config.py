@@ -55,6 +55,9 @@ class SchedulerConfig:
     # block, and the session's next turn loads it instead of recomputing those tokens. Off: the
     # store holds whole blocks only (the A/B baseline of `bench dualpath --no-tail-blocks`).
     tail_blocks: bool = True
+    # Which waiting turn of equal priority a prefill engine takes first (turn_order.py): arrival, or
+    # least-served (the session with the fewest completed turns first).
+    turn_order: str = "arrival"
     # KV lifecycle over tool waits (kv_lifecycle.py, kv_parking.py): lru (nothing moves) or agentserve.
     kv_lifecycle: str = "lru"
     # How `agentserve` offloads a parked session's KV: drop it at the tool's start, or demote it
@@ -124,6 +127,7 @@ class SchedulerConfig:
         from agentserve.scheduler.paths import POLICIES
         from agentserve.scheduler.prefill_policy import PREFILL_POLICIES
         from agentserve.scheduler.relay_policy import RELAY_POLICIES, RELAY_SOURCES
+        from agentserve.scheduler.turn_order import TURN_ORDERS
 
         for name, choices in (
             ("kv_path_policy", POLICIES),
@@ -133,6 +137,7 @@ class SchedulerConfig:
             ("kv_lifecycle", LIFECYCLE_POLICIES),
             ("kv_offload", OFFLOAD_MODES),
             ("session_kv", SESSION_KV),
+            ("turn_order", TURN_ORDERS),
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")

@@ -38,6 +38,7 @@ from agentserve.scheduler.router import LeastLoadedRouter, Router
 from agentserve.scheduler.session_journal import SessionJournal
 from agentserve.scheduler.sessions import Session, SessionLimits, SessionStore
 from agentserve.scheduler.tool_durations import ToolDurationModel, parse_seeds
+from agentserve.scheduler.turn_order import make_turn_order
 from agentserve.scheduler.turns import EngineCalls, StoreLookup, TurnRunner
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ class SchedulerCore:
             rounds=RoundGroups(config.round_window_ms / 1000),
             drops=moves if config.session_kv == "store" else None,
             tail_blocks=config.tail_blocks,
+            turn_order=make_turn_order(config.turn_order),
         )
         self.parking = KVParking(
             make_lifecycle_policy(

@@ -68,6 +68,7 @@ from agentserve.scheduler.segments import segment_prompt
 from agentserve.scheduler.sessions import Session
 from agentserve.scheduler.tail_blocks import Tail, context_tail
 from agentserve.scheduler.tracing import TurnSpans
+from agentserve.scheduler.turn_order import ArrivalOrder, TurnOrder
 from agentserve.scheduler.turn_text import TurnText
 
 log = logging.getLogger(__name__)
@@ -138,18 +139,22 @@ class TurnRunner:
         drops: KVDrops | None = None,
         priority_of: Callable[[Session], int] | None = None,
         tail_blocks: bool = False,
+        turn_order: TurnOrder | None = None,
     ) -> None:
         """`drops`: set when sessions keep no KV on their decode engine between turns
         (`SchedulerConfig.session_kv = "store"`); each turn's decode engine then drops it at the end.
         `priority_of` gives the scheduling priority a session's requests carry to the engines
         (`agent_priority.priority_of`); by default the caller's own. `tail_blocks`: a turn's decode
         engine persists its context's partial last block, the next turn loads it (`tail_blocks`
-        module), and the one before is deleted from the store (when `store` can delete)."""
+        module), and the one before is deleted from the store (when `store` can delete).
+        `turn_order` ranks a session's turn among its engine's waiting turns of equal priority
+        (`turn_order` module); by default arrival order."""
         self.prompts = prompts
         self.tail_blocks = tail_blocks
         self.tail_store = cast(StoreDeletes, store) if tail_blocks and hasattr(store, "delete") else None
         self.drops = drops
         self.priority_of = priority_of or (lambda session: session.info.priority)
+        self.turn_order = turn_order or ArrivalOrder()
         self.registry = registry
         self.engines = engines
         self.store = store
@@ -389,6 +394,7 @@ class TurnRunner:
                 segments=turn.segments,
                 priority=self.priority_of(turn.session),
                 store_tail_tokens=turn.tail_tokens,
+                service_rank=self.turn_order.rank(turn.session),
             )
             # The turn's work counts against its engines until the prefill returns: the decode engine
             # too, or a burst of new sessions all picks the same idle one (and stays on it, sticky).

@@ -20,7 +20,7 @@ KV_PATH_B: KVPath
 KV_PATH_SPLIT: KVPath
 
 class PrefillRequest(_message.Message):
-    __slots__ = ("request_id", "session_id", "tenant", "token_ids", "sampling", "store_hit_blocks", "decode_address", "kv_path", "relay_address", "relay_blocks", "segments", "priority", "relay_hbm_first", "store_tail_tokens")
+    __slots__ = ("request_id", "session_id", "tenant", "token_ids", "sampling", "store_hit_blocks", "decode_address", "kv_path", "relay_address", "relay_blocks", "segments", "priority", "relay_hbm_first", "store_tail_tokens", "service_rank")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,7 @@ class PrefillRequest(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     RELAY_HBM_FIRST_FIELD_NUMBER: _ClassVar[int]
     STORE_TAIL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_RANK_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     session_id: str
     tenant: str
@@ -49,7 +50,8 @@ class PrefillRequest(_message.Message):
     priority: int
     relay_hbm_first: bool
     store_tail_tokens: int
-    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., store_hit_blocks: _Optional[int] = ..., decode_address: _Optional[str] = ..., kv_path: _Optional[_Union[KVPath, str]] = ..., relay_address: _Optional[str] = ..., relay_blocks: _Optional[int] = ..., segments: _Optional[_Union[_common_pb2.PromptSegments, _Mapping]] = ..., priority: _Optional[int] = ..., relay_hbm_first: _Optional[bool] = ..., store_tail_tokens: _Optional[int] = ...) -> None: ...
+    service_rank: int
+    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., store_hit_blocks: _Optional[int] = ..., decode_address: _Optional[str] = ..., kv_path: _Optional[_Union[KVPath, str]] = ..., relay_address: _Optional[str] = ..., relay_blocks: _Optional[int] = ..., segments: _Optional[_Union[_common_pb2.PromptSegments, _Mapping]] = ..., priority: _Optional[int] = ..., relay_hbm_first: _Optional[bool] = ..., store_tail_tokens: _Optional[int] = ..., service_rank: _Optional[int] = ...) -> None: ...
 
 class PrefillResponse(_message.Message):
     __slots__ = ("first_token", "prompt_tokens", "cached_tokens", "engine_cached_tokens", "loaded_blocks", "persisted_blocks", "handoff_blocks", "finished", "finish_reason", "kv_path", "relayed_blocks", "handoff_bytes", "handoff_held_blocks", "handoff_failed", "first_logprob")

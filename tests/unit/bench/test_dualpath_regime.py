@@ -146,3 +146,19 @@ def test_sweep_points_keep_the_invocations_turn_shape():
     point = point_workload(base, agents=64, final_context=131072)
     assert (point.agents, point.first_context, point.shared_prefix, point.final_context) == (64, 81920, 65536, 131072)
     assert point_workload(base, 8, 32768) == base
+
+
+def test_every_policys_scheduler_gets_the_benchs_turn_order():
+    from agentserve.bench.dualpath.cluster import ClusterSpec, PolicyCluster
+    from agentserve.bench.dualpath.policies import policies
+
+    assert bench_spec(default_args()).cluster.turn_order == "least-served"
+    spec = bench_spec(default_args("--turn-order", "arrival")).cluster
+    assert spec.turn_order == "arrival" and spec.to_dict()["turn_order"] == "arrival"
+    for policy in policies().values():
+        settings = PolicyCluster(spec, policy).service_settings["scheduler"]
+        assert settings["turn_order"] == "arrival"
+    with pytest.raises(ValueError, match="turn_order must be one of arrival, least-served, got 'fair'"):
+        ClusterSpec(turn_order="fair")
+    with pytest.raises(SystemExit):  # argparse: not a choice
+        default_args("--turn-order", "fair")

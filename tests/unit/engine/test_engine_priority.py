@@ -36,6 +36,20 @@ def test_the_queue_is_ordered_by_priority_then_arrival(base):
     assert [e.waiting.index(s) for s in seqs] == [2, 0, 4, 1, 3]
 
 
+def test_among_equal_priorities_the_lower_rank_goes_first_then_arrival(base):
+    e = engine(base, 64)
+    params = SamplingParams(max_tokens=2)
+    # (priority, rank): rank orders only within a priority; equal keys keep their arrival order
+    keys = [(0, 3), (0, 1), (5, 9), (0, 1), (0, 0), (-1, 0)]
+    seqs = [e.add_request(prompt(4, 10 * i), params, priority=p, rank=r) for i, (p, r) in enumerate(keys)]
+    assert [e.waiting.index(s) for s in seqs] == [4, 2, 0, 3, 1, 5]
+    # a sequence sent back to the front goes before its own (priority, rank) class only
+    front = seqs[3]
+    e.waiting.remove(front)
+    e._enqueue(front, front=True)
+    assert list(e.waiting) == [seqs[2], seqs[4], seqs[3], seqs[1], seqs[0], seqs[5]]
+
+
 def test_a_full_pool_preempts_the_lowest_priority_first_and_outputs_stay_exact(base):
     params = SamplingParams(max_tokens=40, ignore_eos=True)
     prompts = [prompt(30, 100 * i) for i in range(3)]

@@ -95,3 +95,24 @@ def test_without_keep_kv_the_prompt_leaves_the_pool_after_the_handoff(tiny_model
     assert cached_after_two_prefills(tiny_model_dir, keep_kv=True) == (BLOCKS, BLOCKS * block_size)
     # The store has the blocks (persisted); the next turn would load them, the engine holds none.
     assert cached_after_two_prefills(tiny_model_dir, keep_kv=False) == (0, 0)
+
+
+def test_the_requests_priority_and_rank_order_it_in_the_engines_queue(tiny_model_dir, monkeypatch):
+    queued = []
+    add_request = LLMEngine.add_request
+
+    def spy(self, *args, **kwargs):
+        seq = add_request(self, *args, **kwargs)
+        queued.append((seq.priority, seq.rank))
+        return seq
+
+    monkeypatch.setattr(LLMEngine, "add_request", spy)
+    engine = AsyncEngine(LLMEngine.from_dir(tiny_model_dir, CONFIG))
+    engine.start()
+    try:
+        mover = KVMover(engine, "prefill-0", Store(), "store:0")
+        request = PrefillRequest("r", "s", "", [7, 8, 9], SamplingParams(max_tokens=1), priority=3, service_rank=5)
+        asyncio.run(PrefillWorker(engine, mover).prefill(request))
+    finally:
+        engine.stop()
+    assert queued == [(3, 5)]

@@ -140,6 +140,7 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
             profile=args.profile,
             block_size=args.block_size,
             tail_blocks=args.tail_blocks,
+            turn_order=args.turn_order,
             local_prefill_tokens_per_s=args.local_prefill_tokens_per_s,
             engine_settings=engine_settings,
             prefill_settings=prefill_settings,

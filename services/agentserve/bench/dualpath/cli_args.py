@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agentserve.bench.dualpath.policies import POLICY_NAMES
+from agentserve.bench.dualpath.policies import DEFAULT_TURN_ORDER, POLICY_NAMES
 from agentserve.prefill.load_lanes import DEFAULT_LOAD_ORDER, LOAD_ORDERS
+from agentserve.scheduler.turn_order import TURN_ORDERS
 
 # The default scale: what the default invocation (four offline runs, the CPU floor, two capacity
 # searches) fits in 20 minutes on a 2-core machine at a dilation where modelled time dwarfs the
@@ -102,6 +103,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_false",
         help="store whole KV blocks only: every later turn recomputes its context's partial last block "
         "(default: the scheduler's tail blocks store and reuse it)",
+    )
+    c.add_argument(
+        "--turn-order",
+        default=DEFAULT_TURN_ORDER,
+        choices=list(TURN_ORDERS),
+        help=f"the scheduler's order among a prefill engine's waiting turns of equal priority, every policy's "
+        f"(scheduler/turn_order.py): least-served puts the agent with the fewest completed turns first, arrival "
+        f"is first come first served (default {DEFAULT_TURN_ORDER})",
     )
     c.add_argument(
         "--load-order",

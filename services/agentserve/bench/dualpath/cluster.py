@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentserve.bench.dualpath.policies import Policy, effective, flags
+from agentserve.bench.dualpath.policies import DEFAULT_TURN_ORDER, Policy, effective, flags
 from agentserve.bench.replay.target import MeteredCluster, Target
 from agentserve.cli.up import FabricSettings
+from agentserve.scheduler.turn_order import TURN_ORDERS
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class ClusterSpec:
     profile: str = "dualpath-h800"
     block_size: int = 256  # tokens per KV block: fewer, larger blocks keep Python's per-block work small
     tail_blocks: bool = True  # the scheduler's: a context's partial last block is stored and reused
+    turn_order: str = DEFAULT_TURN_ORDER  # the scheduler's, every policy's (policies.DEFAULT_TURN_ORDER)
     local_prefill_tokens_per_s: float = 0.0  # what the profile scales against; 0 = each engine measures
     engine_settings: Mapping[str, Any] = field(default_factory=dict)  # every engine (e.g. compute mode)
     prefill_settings: Mapping[str, Any] = field(default_factory=dict)  # prefill engines only (e.g. pool size)
@@ -36,6 +38,8 @@ class ClusterSpec:
             raise ValueError(f"need >= 1 prefill and decode engine, got {self.prefill} and {self.decoders}")
         if self.block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        if self.turn_order not in TURN_ORDERS:
+            raise ValueError(f"turn_order must be one of {', '.join(TURN_ORDERS)}, got {self.turn_order!r}")
         if self.local_prefill_tokens_per_s < 0:
             raise ValueError(f"local_prefill_tokens_per_s must be >= 0, got {self.local_prefill_tokens_per_s}")
 
@@ -46,6 +50,7 @@ class ClusterSpec:
             "profile": self.profile,
             "kv_block_tokens": self.block_size,
             "tail_blocks": self.tail_blocks,
+            "turn_order": self.turn_order,
             "local_prefill_tokens_per_s": self.local_prefill_tokens_per_s,
             "engine_settings": dict(self.engine_settings),
             "prefill_settings": dict(self.prefill_settings),
@@ -69,6 +74,7 @@ class PolicyCluster(MeteredCluster):
             "scheduler": {
                 **{k: v for k, v in effective(policy, "scheduler").items() if k != "kv_path_policy"},
                 "tail_blocks": spec.tail_blocks,
+                "turn_order": spec.turn_order,
             },
             "prefill": {**engines, **spec.prefill_settings, **effective(policy, "prefill")},
             "decode": {**engines, **spec.decode_settings, **effective(policy, "decode")},

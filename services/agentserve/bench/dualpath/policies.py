@@ -32,6 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 POLICY_NAMES = ("baseline", "layerwise", "dualpath", "dualpath-split")
+# The scheduler's turn order for every policy (scheduler/turn_order.py; the scheduler's own default
+# is arrival): among equal priorities the agent with the fewest completed turns goes first, so the
+# job's last agent is not left to finish alone while the engines idle. `--turn-order` sets another.
+DEFAULT_TURN_ORDER = "least-served"
 SERVICES = ("scheduler", "prefill", "decode")
 
 
