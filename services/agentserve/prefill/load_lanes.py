@@ -18,8 +18,11 @@ Measured side by side (`bench dualpath --policies layerwise,dualpath --agents 8 
 2 Dec 11:48-11:58 UTC): layerwise JCT 162.2 s fifo / 159.1 s concurrent, dualpath 137.9 / 132.2 s,
 dualpath's prefill engines computing 0.84-0.87 / 0.89-0.90 of the run, layer waits 0.03-0.04 /
 0.03. No gain: dualpath's scheduler already spreads a turn's reads over the prefill's and the decode
-engines' NICs, and a layerwise forward starts on layer 0 whichever order the loads take. So the
-default stays `concurrent`; `fifo` is kept as a selectable order.
+engines' NICs, and a layerwise forward starts on layer 0 whichever order the loads take. Again at
+the default workload (`--policies dualpath --no-online --no-floor --load-order fifo|concurrent`,
+two invocations at once, 2 Dec 14:42 UTC): dualpath 279.6 s fifo / 290.0 s concurrent, the other
+way round and by as much as one dualpath run moves between runs. So the default stays
+`concurrent`; `fifo` is kept as a selectable order.
 """
 
 from __future__ import annotations
