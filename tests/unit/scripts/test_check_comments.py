@@ -1,0 +1,100 @@
+"""scripts/check_comments.py: comments and docstrings with a date, a time of day or a time zone are
+found with their line; code, string literals, slices, ratios and addresses are not."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "check_comments.py"
+
+
+def load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("check_comments", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve the module's annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+check = load_script()
+
+DATED = '''"""Loads in fifo order.
+
+Measured 2 Dec 14:42 UTC: fifo 279.6 s.
+"""
+
+import datetime
+
+ZONE = datetime.UTC  # a time zone in code
+STAMP = "2026-12-02T14:42"  # a literal is code, not prose
+
+
+class Lanes:
+    """One lane per NIC."""
+
+    def take(self) -> None:
+        """Takes the lane (run of 2026-12-02)."""
+        ids = [0] * 64
+        return ids[10:20]  # slice ids[10:20], ratio 1:4, address 127.0.0.1:50051
+
+
+# the default since Dec 2, the 08:20 run
+'''
+
+
+def test_dated_lines_are_found_with_their_line_and_kinds():
+    assert check.findings(DATED) == [
+        check.Finding(3, ("time zone", "time of day", "day and month"), "Measured 2 Dec 14:42 UTC: fifo 279.6 s."),
+        check.Finding(16, ("ISO date",), "Takes the lane (run of 2026-12-02)."),
+        check.Finding(21, ("time of day", "day and month"), "# the default since Dec 2, the 08:20 run"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "kinds"),
+    [
+        ("# a ratio of 1:4 and 16:1", []),
+        ("# tokens ids[12:24] of the prompt", []),
+        ("# listens on 127.0.0.1:50051 or localhost:8080", []),
+        ("# a 12 months window, 3 may be taken", []),
+        ("# 2 December", ["day and month"]),
+        ("# 10:30", ["time of day"]),
+        ("# GMT", ["time zone"]),
+    ],
+)
+def test_each_kind_of_date_and_nothing_else_is_matched(text, kinds):
+    assert check.matches(text) == kinds
+
+
+def test_main_prints_each_dated_line_and_fails(tmp_path, capsys):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "dated.py").write_text(DATED)
+    (package / "clean.py").write_text('"""Takes the oldest turn first so its KV arrives at the full rate."""\n')
+    (package / "notes.txt").write_text("2 Dec 14:42 UTC\n")
+
+    assert check.main([str(package)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"{package}/dated.py:3: [time zone, time of day, day and month] Measured 2 Dec 14:42 UTC: fifo 279.6 s.",
+        f"{package}/dated.py:16: [ISO date] Takes the lane (run of 2026-12-02).",
+        f"{package}/dated.py:21: [time of day, day and month] # the default since Dec 2, the 08:20 run",
+        "3 dated comment or docstring line(s): state the mechanism; dates and runs go in docs/",
+    ]
+
+
+def test_main_passes_clean_files_and_asks_for_a_path(tmp_path, capsys):
+    clean = tmp_path / "clean.py"
+    clean.write_text("# the lane is free once its holder leaves\nx = 1\n")
+
+    assert check.main([str(clean)]) == 0
+    assert capsys.readouterr().out == ""
+    assert check.main([]) == 2
+    assert capsys.readouterr().err == "usage: check_comments.py PATH...\n"
