@@ -4,13 +4,13 @@ A turn without layerwise loads its store hits into the pool before the engine ad
 blocks stay there until its handoff has exported them. Loads of several turns at once, started
 without regard to room, can together hold more than the pool: the later imports then evict the
 earlier turns' loaded blocks before those turns run, and each such turn recomputes what it loaded
-(tests/unit/prefill/test_pool_budget.py shows it on a real engine). It is the mechanism behind
-`bench dualpath`'s 16-agent baseline taking 15x as long as at 8 on prefill pools of 4 contexts (8
-agents per prefill engine load up to 8 contexts at once into a pool of 4; at 8 agents, 4 fit), not
-re-measured at 16 agents since. A real engine allocates a request's KV slots before it loads into
-them; this is that check, made before the load: a turn takes its prompt's blocks from the budget
-(in arrival order) and returns them once its handoff is done. A prompt larger than the whole pool
-waits for the pool to be empty and then runs alone (the engine's own admission decides the rest).
+(tests/unit/prefill/test_pool_budget.py shows it on a real engine), so a run slows down many times
+over once a prefill engine's agents load more contexts at once than its pool holds (`bench
+dualpath`'s baseline at 8 agents per engine on pools of 4 contexts; docs/dualpath.md). A real
+engine allocates a request's KV slots before it loads into them; this is that check, made before
+the load: a turn takes its prompt's blocks from the budget (in arrival order) and returns them once
+its handoff is done. A prompt larger than the whole pool waits for the pool to be empty and then
+runs alone (the engine's own admission decides the rest).
 """
 
 from __future__ import annotations

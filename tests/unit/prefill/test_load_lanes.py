@@ -142,7 +142,7 @@ def test_a_load_order_is_checked_by_name() -> None:
         LoadLanes("lifo")
     with pytest.raises(ValueError, match="load_order must be one of"):
         PrefillConfig(load_order="parallel")
-    assert PrefillConfig().load_order == "concurrent"  # measured no slower (prefill/load_lanes.py)
+    assert PrefillConfig().load_order == "concurrent"  # why: prefill/load_lanes.py
 
 
 def test_an_all_relay_load_does_not_wait_for_the_store() -> None:

@@ -111,8 +111,9 @@ def concurrent_later_turns(tiny_model_dir, pool_blocks: int, budget: bool) -> li
 
 
 def test_concurrent_loads_beyond_the_pool_recompute_without_the_budget_and_not_with_it(tiny_model_dir):
-    """The 16-agent blowup of `bench dualpath` (baseline 918 s vs 59 s at 8 agents), in small: loads
-    started without regard to room evict each other's loaded blocks before their turns run."""
+    """`bench dualpath`'s baseline slowing down once a prefill engine's agents outnumber its pool's
+    contexts, in small: loads started without regard to room evict each other's loaded blocks before
+    their turns run."""
     from agentserve.engine.engine_config import EngineConfig
 
     bs = EngineConfig().block_size
