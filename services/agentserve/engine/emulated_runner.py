@@ -9,10 +9,10 @@ KV is in hand, so a streaming loader overlaps with compute exactly as far as it 
 Decode steps are paced as an overlap scheduler runs them (vLLM's async scheduling, SGLang's
 overlap scheduler): the host prepares step k+1 (schedules, samples, streams step k's tokens) while
 the GPU runs step k, so back-to-back steps of the same sequences end one modelled step apart, and
-host work shows in the token gaps only where it outlasts the step. Without it every step also took
-the host's own time, which here is that of every emulated engine of a bench's clusters sharing
-two cores: the 08:20 default run's decode gaps (ITL) were p50 99-103 ms local against a modelled
-~91 ms step, higher for the policies that serve more turns a second.
+host work shows in the token gaps only where it outlasts the step. Without it every step would also
+take the host's own time, which here is shared by every emulated engine of a bench's clusters, so
+the decode gaps (ITL) would grow with the turns a policy serves a second rather than follow the
+modelled step.
 
 Sampled tokens are a fixed function of the position they take (never an EOS id): logits are 0 at
 that token and -inf elsewhere, so greedy and seeded sampling alike pick it, and a request ends by

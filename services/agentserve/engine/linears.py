@@ -11,7 +11,7 @@ checkpoints load unchanged:
   The parts' parameters become views into the fused tensor, so each weight is stored once.
 
 **Row invariance** (`row_invariant_linear`): MKL computes a product of 1 to 3 rows with another
-kernel than 4 or more, summing each output in another order, so the same token's row came out
+kernel than 4 or more, summing each output in another order, so the same token's row comes out
 different in its low bits alone (a decode of one sequence) and batched (a decode of four, a
 prefill). Rounding the row count up to a multiple of `ROW_TILE` with zero rows sends every row
 through the many-row kernel, whose result for a row does not depend on the rows beside it or on
@@ -21,20 +21,20 @@ the thread count (tests/unit/engine/test_linears.py checks this on the machine i
 prefill on top of a cached prefix, a decode step) on one thread however many it has. The fused
 gate|up product is two equal halves the activation takes apart anyway, so up to `SLAB_MAX_ROWS`
 rows it runs as one batched matmul over the two, which MKL spreads over its threads; each half is
-the same kernel summing the same terms, so the bits are `row_invariant_linear`'s (tested). On 2
-threads the 40-row gate|up product and activation took ~19% less time (min of 400, 1 thread
-unchanged). The other projections gained as much as slabs but lost it re-joining their halves.
+the same kernel summing the same terms, so the bits are `row_invariant_linear`'s (tested). On two
+threads the product and activation take about a fifth less time, on one the same. The other
+projections stay whole: re-joining their halves would cost what the slabs gain.
 
-**The LM head in slabs** (`head_linear`): MKL's product of a few rows with the tied head (8 MB at
-the default model's 8192 x 256) ran at ~10 GB/s on one thread, ~0.8-1.4 ms, an eighth of a cached
-prefill. Up to `SLAB_MAX_ROWS` rows it runs as one batched matmul over `HEAD_SLABS` column slabs
-of at most 1 MB each (a core's L2 here), which MKL spreads over its threads: ~0.4-0.5 ms at 4 rows
-(median of 400, 2 threads), the same bits (tested). Its output is re-joined (a [rows, vocab] copy,
-~10 us at 4 rows), unlike the projections' (their weights are 4-16x smaller, so the copy ate the gain).
+**The LM head in slabs** (`head_linear`): MKL runs the product of a few rows with the tied head
+(8 MB at the default model's 8192 x 256) on one thread, at memory speed, which is an eighth of a
+cached prefill. Up to `SLAB_MAX_ROWS` rows it runs as one batched matmul over `HEAD_SLABS` column
+slabs of at most 1 MB each (a core's L2), which MKL spreads over its threads: about half the time
+on two threads, the same bits (tested). Its output is re-joined (a [rows, vocab] copy of a few
+microseconds), unlike the projections' (their weights are 4-16x smaller, so the copy eats the gain).
 
-Every other product runs on `F.linear` (MKL). oneDNN's matmul was tried for few-row inputs: it spends
-~25 us per call before any arithmetic (MKL ~4 us), 16 calls a forward, and is no faster on the
-arithmetic, so a 40-row prefill on a 960-token cached prefix took ~1 ms (10%) longer with it.
+Every other product runs on `F.linear` (MKL), not oneDNN's matmul: for few-row inputs oneDNN spends
+several times MKL's fixed cost per call before any arithmetic (16 calls a forward) and is no faster
+on the arithmetic.
 """
 
 from __future__ import annotations
