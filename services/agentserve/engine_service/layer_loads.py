@@ -27,8 +27,8 @@ from agentserve.engine_service.kv_moves import KVMover
 from agentserve.kv.block_format import decode_layers, payload_range, read_header
 from agentserve.kv.block_header import BlockHeader, CorruptBlockError
 
-# A store read costs a fixed overhead per block whatever its bytes (~0.3-0.4 ms on this machine's
-# loopback store, `bench layerwise`), so a layer range read per block should carry at least this
+# A store read costs a fixed overhead per block whatever its bytes (a fraction of a millisecond on a
+# loopback store; `bench layerwise` measures it), so a layer range read per block should carry at least this
 # much: below it, reading layer by layer multiplies that overhead by the layers for little overlap.
 MIN_READ_BYTES = 64 << 10
 

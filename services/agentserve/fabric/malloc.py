@@ -3,11 +3,11 @@
 Every KV block or chunk a process reads, sends or receives is a fresh buffer of about a megabyte
 (the bytes `os.pread` returns, gRPC's message, the decoded payload). With glibc's defaults such a
 buffer is either its own mmap or sits at the top of a heap that is trimmed once it is freed, so
-the next one is faulted in again page by page: 256 faults per MB, which on these VMs cost more
-than copying the bytes (measured: gRPC reception of 1 MB messages fell from 1.2 to 0.7 ms of CPU
-per MB with the settings below). Raising the mmap and trim thresholds keeps freed buffers in the
-heap for the next one; the price is that each heap may hold up to TRIM_THRESHOLD of freed memory
-instead of returning it.
+the next one is faulted in again page by page: 256 faults per MB, which on a VM cost more than
+copying the bytes (gRPC reception of 1 MB messages takes about two fifths less CPU per MB with the
+settings below). Raising the mmap and trim thresholds keeps freed buffers in the heap for the next
+one; the price is that each heap may hold up to TRIM_THRESHOLD of freed memory instead of
+returning it.
 
 `keep_freed_buffers()` is called by what moves KV bytes (the block store, the kvstore client,
 the fabric's sender and receiver); it is process-wide, idempotent, and a no-op where the C

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 
-# What a stream of whole blocks keeps on its way from disk. Measured on this project's VMs, with 4
-# streams of 1 MB blocks: an 8 MB window reads cold blocks at about the rate of 4 threads of plain
-# 1 MB reads (~1.1-1.3 GB/s), 32 MB at ~1.4-1.5 GB/s, near the disk's sequential rate. It bounds
-# page cache, not process memory.
+# What a stream of whole blocks keeps on its way from disk: deep enough that several streams of
+# 1 MB blocks read cold blocks near the disk's sequential rate, where a window of a few MB only
+# matches plain 1 MB reads from as many threads. It bounds page cache, not process memory.
 READ_AHEAD_BYTES = 32 << 20
 
 

@@ -5,8 +5,8 @@ agent's prompt starts with the same blocks (a shared system prompt and tools), s
 placed on that engine may need some of them: its prefill asked the engine which blocks it holds
 and handed off only the rest (the suffix-only handoff), or handed them off already and the decode
 has not admitted them yet. Dropping them then makes the decode engine recompute them: exact output,
-but a 16K-token prefix computed on a decode engine stalls every sequence it decodes (measured:
-TPOT p90 4.5 s local under the layerwise policy, against 145 ms for the baseline).
+but a long shared prefix computed on a decode engine stalls every sequence it decodes for as long
+as the prefill takes, so the decode's TPOT grows by that much (docs/dualpath.md).
 
 A turn claims its prompt's blocks on its decode engine when it is placed, before its prefill asks
 the engine what it holds, and releases them at its end; a drop leaves out the blocks another
