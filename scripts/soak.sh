@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Soak the running system: agent sessions at a fraction of its measured capacity for a while, then
 # check that no turn failed and that no service's memory kept growing (`agentserve bench soak`,
-# services/agentserve/bench/soak.py says how each figure is taken). Not run in CI.
+# services/agentserve/bench/micro/soak.py says how each figure is taken). Not run in CI.
 #
 # Usage: scripts/soak.sh [--start] [agentserve bench soak flags...]
 #   --start          start a local cluster first (`agentserve up --local --free-ports`, DECODERS=2, in a

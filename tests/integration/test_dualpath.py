@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from agentserve.bench import handoff_bench
+from agentserve.bench.micro import handoff as handoff_bench
 from agentserve.cli.up import FabricSettings, LocalCluster
 from agentserve.contracts import SamplingParams
 from agentserve.sdk import Client

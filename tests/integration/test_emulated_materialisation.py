@@ -15,7 +15,7 @@ import asyncio
 
 import pytest
 
-from agentserve.bench.materialise_bench import load_through_the_snic
+from agentserve.bench.micro.materialise import load_through_the_snic
 from tests.support.processes import free_port, start_service
 
 pytestmark = pytest.mark.integration

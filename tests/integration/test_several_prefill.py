@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agentserve.bench.replay.prom import fetch
-from agentserve.bench.replay.target import MeteredCluster
+from agentserve.bench.common.target import MeteredCluster
+from agentserve.bench.papers.replay.prom import fetch
 from agentserve.contracts import SamplingParams
 from agentserve.sdk import Client
 

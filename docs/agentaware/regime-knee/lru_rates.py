@@ -2,10 +2,10 @@
 
 Usage (from the repository root): PYTHONPATH=services python docs/agentaware/regime-knee/lru_rates.py 0.1,0.2,0.3 [POLICY] [bench args]"""
 import argparse, asyncio, json, os, sys, time
-from agentserve.bench.agentaware import cli, cli_args
-from agentserve.bench.agentaware.runs import run_policy
-from agentserve.bench.agentaware.stacks import lifecycle_policy
-from agentserve.bench.agentaware.workload import generate, read_tool_sample
+from agentserve.bench.papers.agentaware import cli, cli_args
+from agentserve.bench.papers.agentaware.runs import run_policy
+from agentserve.bench.papers.agentaware.stacks import lifecycle_policy
+from agentserve.bench.papers.agentaware.workload import generate, read_tool_sample
 
 rates = tuple(float(x) for x in sys.argv[1].split(","))
 policy_name = sys.argv[2] if len(sys.argv) > 2 else "lru"

@@ -8,8 +8,8 @@ import sys
 
 import torch
 
-from agentserve.bench.tokendance.served import ServedSpec, calibrate, served_capacity
-from agentserve.bench.tokendance.workload import agent_society, generative_agents
+from agentserve.bench.papers.tokendance.served import ServedSpec, calibrate, served_capacity
+from agentserve.bench.papers.tokendance.workload import agent_society, generative_agents
 from agentserve.engine.default_model import ensure_default_model
 from agentserve.engine.loader import load_model
 

@@ -14,8 +14,8 @@ import time
 
 import torch
 
-from agentserve.bench.tokendance.served import RoundServer, ServedSpec
-from agentserve.bench.tokendance.workload import agent_society, generative_agents
+from agentserve.bench.papers.tokendance.served import RoundServer, ServedSpec
+from agentserve.bench.papers.tokendance.workload import agent_society, generative_agents
 from agentserve.engine.default_model import ensure_default_model
 from agentserve.engine.loader import load_model
 from agentserve.engine.shared_context import CollectiveReuse

@@ -17,7 +17,7 @@ import torch
 from profile_blend import last_round_blend, timed  # this folder's other profile
 from torch.profiler import ProfilerActivity, profile
 
-from agentserve.bench.tokendance.workload import generative_agents
+from agentserve.bench.papers.tokendance.workload import generative_agents
 from agentserve.engine.default_model import ensure_default_model
 from agentserve.engine.loader import load_model
 from agentserve.engine.shared_context import CollectiveReuse

@@ -80,31 +80,31 @@ def generate(args: argparse.Namespace) -> dict | None:
 
 
 def bench_engine(args: argparse.Namespace) -> dict:
-    from agentserve.bench.engine_bench import run
+    from agentserve.bench.micro.engine import run
 
     return run(_model_dir(args.model), dtype=args.dtype, quick=args.quick)
 
 
 def bench_perplexity(args: argparse.Namespace) -> dict:
-    from agentserve.bench import perplexity
+    from agentserve.bench.micro import perplexity
 
     return perplexity.run(seq_len=args.seq_len, max_tokens=args.max_tokens, random_seed=args.random_seed)
 
 
 def bench_layerwise(args: argparse.Namespace) -> dict:
-    from agentserve.bench import layerwise_bench
+    from agentserve.bench.micro import layerwise as layerwise_bench
 
     return layerwise_bench.run(args.cached_tokens, args.new_tokens, args.snic_gbps, args.repeats, args.min_read_kb)
 
 
 def bench_materialise(args: argparse.Namespace) -> dict:
-    from agentserve.bench import materialise_bench
+    from agentserve.bench.micro import materialise as materialise_bench
 
     return materialise_bench.run(args.blocks, args.time_dilation, args.repeats, args.cap)
 
 
 def bench_fabric(args: argparse.Namespace) -> dict:
-    from agentserve.bench import fabric_bench
+    from agentserve.bench.micro import fabric as fabric_bench
 
     result = fabric_bench.run(duration_s=args.duration, chunk_bytes=args.chunk_kb << 10, repeats=args.repeats)
     if args.profile:
@@ -113,7 +113,7 @@ def bench_fabric(args: argparse.Namespace) -> dict:
 
 
 def bench_handoff(args: argparse.Namespace) -> dict:
-    from agentserve.bench import handoff_bench
+    from agentserve.bench.micro import handoff as handoff_bench
 
     if args.turns < 2:
         raise ValueError(f"--turns must be at least 2, got {args.turns}")
@@ -121,7 +121,7 @@ def bench_handoff(args: argparse.Namespace) -> dict:
 
 
 def bench_overload(args: argparse.Namespace) -> dict:
-    from agentserve.bench import overload
+    from agentserve.bench.micro import overload
 
     if args.concurrency < 1 or args.multiple <= 0 or args.window_s <= 0:
         raise ValueError("--concurrency must be at least 1, --multiple and --window-s positive")
@@ -129,7 +129,7 @@ def bench_overload(args: argparse.Namespace) -> dict:
 
 
 def bench_soak(args: argparse.Namespace) -> int:
-    from agentserve.bench import soak
+    from agentserve.bench.micro import soak
 
     config = soak.SoakConfig(
         address=args.address,
@@ -168,7 +168,7 @@ def profile_show(args: argparse.Namespace) -> dict:
 
 
 def bench_kvstore(args: argparse.Namespace) -> dict:
-    from agentserve.bench import kvstore_bench
+    from agentserve.bench.micro.kvstore import bench as kvstore_bench
 
     sizes = tuple(s.strip() for s in args.sizes.split(",") if s.strip())
     return kvstore_bench.run(
@@ -182,13 +182,13 @@ def bench_kvstore(args: argparse.Namespace) -> dict:
 
 
 def bench_disk_patterns(args: argparse.Namespace) -> dict:
-    from agentserve.bench import disk_patterns
+    from agentserve.bench.micro.kvstore import disk_patterns
 
     return disk_patterns.run(args.data_dir, mb=args.mb, concurrency=args.concurrency, passes=args.passes)
 
 
 def bench_kvstore_trace(args: argparse.Namespace) -> dict:
-    from agentserve.bench import kvstore_trace
+    from agentserve.bench.micro.kvstore import trace as kvstore_trace
 
     try:
         capacities = [int(c) for c in args.capacity_blocks.split(",") if c.strip()]
@@ -205,7 +205,7 @@ def bench_kvstore_trace(args: argparse.Namespace) -> dict:
 
 
 def bench_kvstore_soak(args: argparse.Namespace) -> dict:
-    from agentserve.bench import kvstore_soak
+    from agentserve.bench.micro.kvstore import soak as kvstore_soak
 
     return kvstore_soak.run(
         args.minutes * 60,
@@ -217,43 +217,43 @@ def bench_kvstore_soak(args: argparse.Namespace) -> dict:
 
 
 def bench_replay(args: argparse.Namespace) -> dict | None:
-    from agentserve.bench.replay.cli import replay
+    from agentserve.bench.papers.replay.cli import replay
 
     return replay(args)
 
 
 def bench_capacity(args: argparse.Namespace) -> dict | None:
-    from agentserve.bench.replay.cli import capacity
+    from agentserve.bench.papers.replay.cli import capacity
 
     return capacity(args)
 
 
 def bench_dualpath(args: argparse.Namespace) -> dict | None:
-    from agentserve.bench.dualpath.cli import dualpath
+    from agentserve.bench.papers.dualpath.cli import dualpath
 
     return dualpath(args)
 
 
 def bench_agentaware(args: argparse.Namespace) -> dict | None:
-    from agentserve.bench.agentaware.cli import agentaware
+    from agentserve.bench.papers.agentaware.cli import agentaware
 
     return agentaware(args)
 
 
 def bench_tokendance(args: argparse.Namespace) -> dict | None:
-    from agentserve.bench.tokendance.cli import tokendance
+    from agentserve.bench.papers.tokendance.cli import tokendance
 
     return tokendance(args)
 
 
 def workload_convert(args: argparse.Namespace) -> dict:
-    from agentserve.bench.workloads.cli import convert
+    from agentserve.bench.common.workloads.cli import convert
 
     return convert(args)
 
 
 def workload_generate(args: argparse.Namespace) -> dict:
-    from agentserve.bench.workloads.cli import generate_command
+    from agentserve.bench.common.workloads.cli import generate_command
 
     return generate_command(args)
 

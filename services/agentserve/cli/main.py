@@ -7,11 +7,11 @@ import json
 import sys
 from pathlib import Path
 
-from agentserve.bench.agentaware import cli_args as agentaware_args
-from agentserve.bench.dualpath import cli_args as dualpath_args
-from agentserve.bench.replay import cli_args as replay_args
-from agentserve.bench.tokendance.cli import add_arguments as tokendance_args
-from agentserve.bench.workloads import cli_args as workload_args
+from agentserve.bench.common.workloads import cli_args as workload_args
+from agentserve.bench.papers.agentaware import cli_args as agentaware_args
+from agentserve.bench.papers.dualpath import cli_args as dualpath_args
+from agentserve.bench.papers.replay import cli_args as replay_args
+from agentserve.bench.papers.tokendance.cli import add_arguments as tokendance_args
 from agentserve.cli import commands
 from agentserve.engine.emulation_config import DEFAULT_KV_MATERIALISE_BYTES, DEFAULT_TIME_DILATION
 from agentserve.training.trainer import TrainConfig

@@ -16,7 +16,7 @@ KV_DTYPES = ("native", "fp8_e4m3")
 COMPUTE_MODES = ("real", "emulated")
 
 # The estimated deviation (`engine.recompute_selection`) above which a segmented request is
-# recomputed in full, read from the quality curve (bench/tokendance_quality.py): with masters from
+# recomputed in full, read from the quality curve (bench/papers/tokendance/quality.py): with masters from
 # the round's first prompt, the default fraction left 0.11 on average and 0.13 at the 90th
 # percentile, so 0.2 catches only outliers.
 DEFAULT_MAX_DEVIATION = 0.2

@@ -8,7 +8,7 @@ with the prediction (so equal bits are zero bits), split into byte planes (every
 then every byte 1, ...: the zeroed high bytes form long runs), deflated. It is lossless: the
 restore XORs the prediction back, so a restored row is bit for bit the row written.
 
-Measured on the trained default model (fp32 KV, bench/tokendance_storage.py): the first layer's
+Measured on the trained default model (fp32 KV, bench/papers/tokendance/storage.py): the first layer's
 rows shrink to about a tenth, deeper layers' to about nine tenths (fp32 mantissas that moved are
 noise to any lossless coder). A blended prefill's siblings no longer differ in the first layer at
 all (`engine.blend` hands on the re-rotated master's first-layer KV), so what the coder sees from

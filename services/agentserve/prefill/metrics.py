@@ -1,7 +1,7 @@
 """Where a prefill engine's turns spend their time, on /metrics: one histogram by phase (local
 seconds), so a benchmark can say, per policy, how much of a turn's time to first token its prefill
 engine spent waiting for pool room, loading, queued behind other prefills, in its own forward, and
-persisting and handing off (`bench/dualpath/phases.py` reads it)."""
+persisting and handing off (`bench/papers/dualpath/phases.py` reads it)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""PrefillWorker: one turn's prefill — load store hits (path A, B or both), compute the rest,
-persist, hand off what the decode engine lacks.
+"""PrefillWorker: one turn's prefill in three steps: what to load (`turn_loads.choose_loads`, a pure
+decision: store hits and a stored tail, by path A, B or both), how to compute (the loads streamed
+while the prefill runs, or loaded into the pool first; `_compute`) and what to export (persist, hand
+off what the decode engine lacks; `_export`).
 
 No step but the compute fails the turn: a load that falls short (the store down, a relay failed)
 leaves its blocks to be computed, a persist the store cannot take is skipped (`KVMover`), a failed
@@ -22,6 +24,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -29,7 +32,8 @@ import grpc
 
 from agentserve.common.telemetry import tracer
 from agentserve.contracts import KVPath, LoadPlan, PrefillRequest, PrefillResult
-from agentserve.engine.async_engine import AsyncEngine
+from agentserve.contracts.segments import SegmentedPrompt
+from agentserve.engine.async_engine import AsyncEngine, TokenEvent
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.layer_stream import LayerStream
 from agentserve.engine.runner import ExternalPrefix, LayerLoadError
@@ -42,6 +46,7 @@ from agentserve.kvstore.client import store_down
 from agentserve.prefill.load_lanes import DEFAULT_LOAD_ORDER, LoadLanes
 from agentserve.prefill.metrics import PHASE_SECONDS, turn_kind
 from agentserve.prefill.pool_budget import PoolBudget
+from agentserve.prefill.turn_loads import PromptBlocks, TurnLoads, choose_loads
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -90,125 +95,96 @@ class PrefillWorker:
         return result
 
     async def _prefill(self, request: PrefillRequest, kind: str) -> PrefillResult:
-        token_ids, sampling, tenant, priority = request.token_ids, request.sampling, request.tenant, request.priority
-        store_hit_blocks, decode_address = request.store_hit_blocks, request.decode_address
-        tail_tokens, rank = request.store_tail_tokens, request.service_rank
-
-        def prepare(engine: LLMEngine) -> tuple[list[bytes], int, bytes | None]:
-            engine.validate(token_ids, sampling)  # ValueError before any KV moves
-            ids = engine.block_ids_for(token_ids, tenant)
-            if store_hit_blocks > len(ids):
-                raise ValueError(f"store_hit_blocks {store_hit_blocks} exceeds the prompt's {len(ids)} full blocks")
-            return ids, engine.blocks.cached_prefix(ids), _tail_id(engine, request, ids)
-
+        """Plan the loads (`choose_loads`), load and compute the first token, export the KV."""
         with tracer().start_as_current_span("prefill") as span:
-            ids, resident, tail_id = await self.engine.call(prepare)
-            first = dataclasses.replace(sampling, max_tokens=1, min_tokens=min(sampling.min_tokens, 1))
-            layerwise = self.engine.engine.config.layerwise
-            # A prefill computes at least the prompt's last token. A layerwise one streams whole
-            # blocks in front of what it computes, so a prompt of whole blocks that are all stored
-            # (a turn sent again, a shared prefix warmed twice) loads all but its last, which it
-            # recomputes; loaded into the pool (not layerwise), the engine's own prefix cache does.
-            loadable = store_hit_blocks
-            if layerwise:
-                loadable = min(store_hit_blocks, (len(token_ids) - 1) // self.engine.engine.block_size)
-            to_load = ids[resident:loadable]
-            # The tail extends the hits only where the engine would otherwise compute from them on
-            # (not past a block it holds whole, not beside shared blocks it reuses).
-            tail = tail_id if resident <= loadable == store_hit_blocks and request.segments is None else None
-            if tail is not None:
-                to_load.append(tail)
-            tail_tokens = tail_tokens if tail is not None else 0
-            stored = loadable + (1 if tail is not None else 0)
-            plan = request.plan.scaled_to(len(to_load), stored)  # a split's share of what loads
-            stream, elsewhere = None, None
-            # The prompt's own tail (its partial last block) is handed off with its full blocks: the
-            # decode engine then computes only the first token's KV, not that block again.
-            hand_tail = bool(decode_address)
-            if layerwise and to_load:
-                stream = self._stream(len(to_load))
-                elsewhere = _from_stream(stream, to_load, self.engine.engine.fingerprint)
-                async with asyncio.TaskGroup() as both:  # the prefill runs while its KV arrives
-                    loading = both.create_task(_timed(self._load_into(stream, to_load, plan), "load", kind))
-                    external = stream.external(stored, tail_tokens)
-                    submitted = time.monotonic()
-                    events = [
-                        event
-                        async for event in self.engine.generate(
-                            token_ids, first, tenant, external, priority=priority, seal_tail=hand_tail, rank=rank
-                        )
-                    ]
-                path, loaded, relayed = loading.result()
-            else:
-                path, loaded, relayed = await _timed(self._load(to_load, plan), "load", kind)
-                tail_prefix = None
-                if tail is not None and loaded == len(to_load):
-                    tail_prefix = await self.engine.call(
-                        partial(_take_tail, tail_id=tail, at=loadable, tokens=tail_tokens)
-                    )
-                # Shared blocks are reused here only: a layerwise prefill over streamed store hits
-                # (above) computes on that prefix, exactly.
-                segments = request.segments
-                submitted = time.monotonic()
-                generating = self.engine.generate(
-                    token_ids,
-                    first,
-                    tenant,
-                    tail_prefix,
-                    priority=priority,
-                    segments=segments,
-                    seal_tail=hand_tail,
-                    rank=rank,
-                )
-                events = [event async for event in generating]
-            seq, first_logprob = events[-1].seq, events[-1].logprob
+            prompt = await self.engine.call(partial(_prompt_blocks, request=request))
+            engine = self.engine.engine
+            loads = choose_loads(request, prompt, engine.block_size, engine.config.layerwise)
+            computed = await self._compute(request, loads, kind)
+            seq = computed.event.seq
             if seq.prefill_started_s is not None:
-                _observe("queue", kind, submitted, seq.prefill_started_s)
+                _observe("queue", kind, computed.submitted, seq.prefill_started_s)
                 _observe("forward", kind, seq.prefill_started_s)
-            # The prompt's blocks are pinned from the end of the prefill until its persist and handoff
-            # have exported them: the engine steps other sequences meanwhile, and an evicted block would
-            # be neither persisted nor handed off. Not before: a turn waiting for slots while holding
-            # pins could wait on another doing the same, for ever; an evicted hit is only recomputed.
-            # The prompt's blocks, then the block its first token completed or the prompt's tail.
-            handed_ids = await self.engine.call(lambda e: e.kv_ids(seq))
-            with self.engine.pinning() as pinned:
-                await self.engine.call(lambda e: pinned.extend(_pin_resident(e, ids, loadable, handed_ids[len(ids) :])))
-                persisted = await _timed(self.mover.persist(ids[store_hit_blocks:]), "persist", kind)
-                held, handed = (
-                    await _timed(self._handoff(handed_ids, decode_address, elsewhere), "handoff", kind)
-                    if decode_address
-                    else (0, Moved())
-                )
-            if not self.keep_kv:  # after the unpin (posted at the exit above); blocks other turns use stay
-                await _timed(self.engine.call(lambda e: e.blocks.drop(handed_ids)), "drop", kind)
-            handoff_failed, handed = handed is None, handed or Moved()
-            reason = seq.finish_reason or "length"
-            finished = sampling.max_tokens == 1 or reason == "stop"
+            exported = await self._export(request, prompt.ids, loads.hits, computed, kind)
             span.set_attributes(
                 {
                     "prefill.cached_tokens": seq.num_cached_tokens,
-                    "prefill.kv_path": path.value,
-                    "prefill.relayed_blocks": relayed,
-                    "prefill.handoff_held_blocks": held,
+                    "prefill.kv_path": computed.path.value,
+                    "prefill.relayed_blocks": computed.relayed,
+                    "prefill.handoff_held_blocks": exported.held,
                 }
             )
-            return PrefillResult(
-                first_token=seq.token_ids[-1],
-                prompt_tokens=len(token_ids),
-                cached_tokens=seq.num_cached_tokens,
-                engine_cached_tokens=min(resident * self.engine.engine.block_size, seq.num_cached_tokens),
-                loaded_blocks=loaded,
-                persisted_blocks=persisted,
-                handoff_blocks=handed.blocks,
-                finished=finished,
-                finish_reason=reason if finished else "",
-                kv_path=path,
-                relayed_blocks=relayed,
-                handoff_bytes=handed.bytes,
-                handoff_held_blocks=held,
-                handoff_failed=handoff_failed,
-                first_logprob=first_logprob,
+            return _result(request, prompt.resident * engine.block_size, computed, exported)
+
+    async def _compute(self, request: PrefillRequest, loads: TurnLoads, kind: str) -> _Computed:
+        """Load `loads` and compute the prompt's first token over them: streamed when the engine is
+        layerwise (the prefill runs while the KV arrives), else loaded into the pool first."""
+        if not (self.engine.engine.config.layerwise and loads.blocks):
+            return await self._load_then_compute(request, loads, kind)
+        stream = self._stream(len(loads.blocks))
+        async with asyncio.TaskGroup() as both:  # the prefill runs while its KV arrives
+            loading = both.create_task(_timed(self._load_into(stream, loads.blocks, loads.plan), "load", kind))
+            submitted = time.monotonic()
+            event = await self._first_token(request, stream.external(loads.stored, loads.tail_tokens))
+        elsewhere = _from_stream(stream, loads.blocks, self.engine.engine.fingerprint)
+        return _Computed(event, submitted, *loading.result(), elsewhere=elsewhere)
+
+    async def _load_then_compute(self, request: PrefillRequest, loads: TurnLoads, kind: str) -> _Computed:
+        path, loaded, relayed = await _timed(self._load(loads.blocks, loads.plan), "load", kind)
+        prefix = None
+        if loads.tail is not None and loaded == len(loads.blocks):
+            take = partial(_take_tail, tail_id=loads.tail, at=loads.hits, tokens=loads.tail_tokens)
+            prefix = await self.engine.call(take)
+        # Shared blocks are reused here only: a layerwise prefill over streamed store hits
+        # (`_compute`) computes on that prefix, exactly.
+        submitted = time.monotonic()
+        event = await self._first_token(request, prefix, request.segments)
+        return _Computed(event, submitted, path, loaded, relayed)
+
+    async def _first_token(
+        self, request: PrefillRequest, prefix: ExternalPrefix | None, segments: SegmentedPrompt | None = None
+    ) -> TokenEvent:
+        """Compute the prompt over `prefix` and sample its first token; the engine's last event."""
+        sampling = request.sampling
+        first = dataclasses.replace(sampling, max_tokens=1, min_tokens=min(sampling.min_tokens, 1))
+        # The prompt's own tail (its partial last block) is handed off with its full blocks: the
+        # decode engine then computes only the first token's KV, not that block again.
+        generating = self.engine.generate(
+            request.token_ids,
+            first,
+            request.tenant,
+            prefix,
+            priority=request.priority,
+            segments=segments,
+            seal_tail=bool(request.decode_address),
+            rank=request.service_rank,
+        )
+        events = [event async for event in generating]
+        return events[-1]
+
+    async def _export(
+        self, request: PrefillRequest, ids: list[bytes], hits: int, computed: _Computed, kind: str
+    ) -> _Exported:
+        """Persist the prompt's blocks the store lacks and hand the decode engine the ones it lacks.
+
+        The prompt's blocks are pinned from the end of the prefill until its persist and handoff
+        have exported them: the engine steps other sequences meanwhile, and an evicted block would
+        be neither persisted nor handed off. Not before: a turn waiting for slots while holding
+        pins could wait on another doing the same, for ever; an evicted hit is only recomputed."""
+        seq, decode_address = computed.event.seq, request.decode_address
+        # The prompt's blocks, then the block its first token completed or the prompt's tail.
+        handed_ids = await self.engine.call(lambda e: e.kv_ids(seq))
+        with self.engine.pinning() as pinned:
+            await self.engine.call(lambda e: pinned.extend(_pin_resident(e, ids, hits, handed_ids[len(ids) :])))
+            persisted = await _timed(self.mover.persist(ids[request.store_hit_blocks :]), "persist", kind)
+            held, handed = (
+                await _timed(self._handoff(handed_ids, decode_address, computed.elsewhere), "handoff", kind)
+                if decode_address
+                else (0, Moved())
             )
+        if not self.keep_kv:  # after the unpin (posted at the exit above); blocks other turns use stay
+            await _timed(self.engine.call(lambda e: e.blocks.drop(handed_ids)), "drop", kind)
+        return _Exported(persisted, held, handed)
 
     def _stream(self, num_blocks: int) -> LayerStream:
         config = self.engine.engine.model_config
@@ -328,6 +304,63 @@ async def _timed(step: Awaitable[T], phase: str, kind: str) -> T:
 
 LoadLeg = Callable[[list[bytes], int], Coroutine[Any, Any, int]]
 RelayLeg = Callable[[list[bytes], int, str], Coroutine[Any, Any, int]]
+
+
+@dataclass(frozen=True)
+class _Computed:
+    """A prefill's first token (`event`, submitted to the engine at `submitted`, monotonic) and its
+    loads: the path they took, the blocks loaded, of which relayed; `elsewhere` serves the loaded
+    blocks that never entered the pool (a layerwise stream's) to the handoff."""
+
+    event: TokenEvent
+    submitted: float
+    path: KVPath
+    loaded: int
+    relayed: int
+    elsewhere: HeldElsewhere | None = None
+
+
+@dataclass(frozen=True)
+class _Exported:
+    """Blocks persisted; blocks the decode engine held already and what was sent (None: the
+    handoff failed)."""
+
+    persisted: int
+    held: int
+    handed: Moved | None
+
+
+def _prompt_blocks(engine: LLMEngine, request: PrefillRequest) -> PromptBlocks:
+    """What `engine` holds of the request's prompt; ValueError for a bad request, before any KV moves."""
+    engine.validate(request.token_ids, request.sampling)
+    ids = engine.block_ids_for(request.token_ids, request.tenant)
+    if request.store_hit_blocks > len(ids):
+        raise ValueError(f"store_hit_blocks {request.store_hit_blocks} exceeds the prompt's {len(ids)} full blocks")
+    return PromptBlocks(ids, engine.blocks.cached_prefix(ids), _tail_id(engine, request, ids))
+
+
+def _result(request: PrefillRequest, resident_tokens: int, computed: _Computed, exported: _Exported) -> PrefillResult:
+    """The turn's result; `resident_tokens`: the prompt's tokens the engine held before the turn."""
+    seq, handed = computed.event.seq, exported.handed or Moved()
+    reason = seq.finish_reason or "length"
+    finished = request.sampling.max_tokens == 1 or reason == "stop"
+    return PrefillResult(
+        first_token=seq.token_ids[-1],
+        prompt_tokens=len(request.token_ids),
+        cached_tokens=seq.num_cached_tokens,
+        engine_cached_tokens=min(resident_tokens, seq.num_cached_tokens),
+        loaded_blocks=computed.loaded,
+        persisted_blocks=exported.persisted,
+        handoff_blocks=handed.blocks,
+        finished=finished,
+        finish_reason=reason if finished else "",
+        kv_path=computed.path,
+        relayed_blocks=computed.relayed,
+        handoff_bytes=handed.bytes,
+        handoff_held_blocks=exported.held,
+        handoff_failed=exported.handed is None,
+        first_logprob=computed.event.logprob,
+    )
 
 
 def _tail_id(engine: LLMEngine, request: PrefillRequest, ids: list[bytes]) -> bytes | None:

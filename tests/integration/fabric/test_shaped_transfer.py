@@ -8,7 +8,7 @@ import multiprocessing
 import grpc
 import pytest
 
-from agentserve.bench.fabric_bench import _receiver_main, _rx_name, make_run
+from agentserve.bench.micro.fabric import _receiver_main, _rx_name, make_run
 from agentserve.common.server import GRPC_OPTIONS
 from agentserve.fabric.nic import EmulatedNIC
 from agentserve.fabric.stream import FabricClient, FabricServicer, add_fabric_to_server
@@ -84,7 +84,7 @@ def test_runs_reassemble_exactly_over_a_live_server():
 
 
 def test_bench_reports_every_key_for_a_short_run():
-    from agentserve.bench.fabric_bench import run as bench
+    from agentserve.bench.micro.fabric import run as bench
 
     report = bench(duration_s=0.3, rates=(0.5,), streams=(1, 2), repeats=1, raw_bytes=16 << 20)
     assert {

@@ -6,8 +6,8 @@ import signal
 
 import pytest
 
-from agentserve.bench.kvstore_blocks import BlockMaker, block_id_for
-from agentserve.bench.kvstore_crash import run_trials
+from agentserve.bench.micro.kvstore.blocks import BlockMaker, block_id_for
+from agentserve.bench.micro.kvstore.crash import run_trials
 from agentserve.kvstore.client import KVStoreClient
 from tests.integration.kvstore.support import collect, start_kvstore
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agentserve.bench.perplexity import BLOCK_SIZE
+from agentserve.bench.micro.perplexity import BLOCK_SIZE
 from agentserve.engine.attention import PrefillMetadata
 from agentserve.engine.config import ModelConfig
 from agentserve.engine.default_model import ensure_default_model
