@@ -26,7 +26,7 @@
 #   REQUESTS         requests taken from the head of the trace (default 100)
 #   SCALE            length divisor, must divide 512 (default 16)
 #   SPEEDUP          aiperf --synthesis-speedup-ratio for the recorded timestamps (default 1)
-#   TRACE            default ../shared/traces/mooncake/synthetic_trace.jsonl
+#   TRACE            default traces/mooncake/synthetic_trace.jsonl (the checkout's copy)
 #   KEEP_STACK=1     leave the compose project running (its name and ports are printed)
 set -euo pipefail
 
@@ -38,7 +38,7 @@ OUT="${OUT:-$ROOT/artifacts/aiperf-$(date +%Y%m%d-%H%M%S)}"
 REQUESTS="${REQUESTS:-100}"
 SCALE="${SCALE:-16}"
 SPEEDUP="${SPEEDUP:-1}"
-TRACE="${TRACE:-$ROOT/../shared/traces/mooncake/synthetic_trace.jsonl}"
+TRACE="${TRACE:-$ROOT/traces/mooncake/synthetic_trace.jsonl}"
 PY="$ROOT/.venv/bin/python"
 
 log() { echo "[aiperf_check] $*" >&2; }

@@ -2,15 +2,13 @@
 
 import itertools
 import json
-from pathlib import Path
 
 import pytest
 
 from agentserve.cli.main import main
+from tests.support.traces import MOONCAKE_CONVERSATION
 
 pytestmark = pytest.mark.integration
-
-TRACE = Path(__file__).resolve().parents[3].parent / "shared/traces/mooncake/conversation_trace.jsonl"
 
 
 def run_cli(capsys, *argv: str) -> dict:
@@ -41,10 +39,9 @@ def test_soak_stays_within_budgets_and_keeps_serving(capsys, tmp_path):
     assert result["read_hits"] > 0 and result["layer_reads"] > 0 and result["writes"] > 0
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason="Mooncake trace not present")
 def test_trace_replay_matches_an_exact_lru(capsys, tmp_path):
     trace = tmp_path / "head.jsonl"
-    with open(TRACE) as f:
+    with open(MOONCAKE_CONVERSATION) as f:
         trace.write_text("".join(itertools.islice(f, 600)))
     result = run_cli(
         capsys,

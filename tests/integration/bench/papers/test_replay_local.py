@@ -6,7 +6,6 @@ dependency order through real tool calls; a capacity search runs end to end."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
@@ -18,10 +17,10 @@ from agentserve.bench.papers.replay import capacity as cap
 from agentserve.bench.papers.replay.replayer import ReplayOptions
 from agentserve.bench.papers.replay.run import replay_once
 from agentserve.bench.papers.replay.slo import SLO
+from tests.support.traces import MOONCAKE_CONVERSATION, TRACELAB_ROUNDS
 
 pytestmark = pytest.mark.integration
 
-TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "traces"
 SLO_LOOSE = SLO.parse("ttft_p90=60000ms,tpot_p90=10000ms")
 
 
@@ -46,7 +45,7 @@ def _replay(loop, target, workload: Workload, options: ReplayOptions = ReplayOpt
 
 
 def test_tracelab_sample_replays_without_failures_and_hits_the_recorded_reuse(loop, target):
-    workload = scaled(load_workload(TRACES / "tracelab" / "round_trace.jsonl"), 32)
+    workload = scaled(load_workload(TRACELAB_ROUNDS), 32)
     summary, result = _replay(loop, target, workload, ReplayOptions(speedup=20))
     assert (summary["turns_total"], summary["turns_failed"]) == (19, 0)
     match = summary["cache_match"]
@@ -60,7 +59,7 @@ def test_tracelab_sample_replays_without_failures_and_hits_the_recorded_reuse(lo
 
 
 def test_mooncake_conversations_hit_exactly_the_trace_hash_id_reuse(loop, target):
-    first200 = scaled(load_workload(TRACES / "mooncake" / "conversation_trace.jsonl", limit=200), 32)
+    first200 = scaled(load_workload(MOONCAKE_CONVERSATION, limit=200), 32)
     # The conversations among the first 200 requests: every request that extends another, with it.
     chained = [s for job in components(first200) if len(job) > 1 for s in job]
     workload = Workload(

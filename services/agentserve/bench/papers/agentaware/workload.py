@@ -29,11 +29,12 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from agentserve.bench.common.workloads.model import Session, ToolCall, Turn, Workload
+from agentserve.bench.common.workloads.traces import TRACELAB_ROUNDS
 
 SHAPES = ("code-writer", "deep-research")
 PREDICTIONS = ("median", "exact", "none")
 SYSTEM_PREFIX = "agent-system"
-DEFAULT_TRACE = Path("/work/shared/traces/tracelab/round_trace.jsonl")
+DEFAULT_TRACE = TRACELAB_ROUNDS
 
 
 @dataclass(frozen=True)

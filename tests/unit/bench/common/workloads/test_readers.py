@@ -9,13 +9,9 @@ from agentserve.bench.common.workloads import detect_format, load_workload
 from agentserve.bench.common.workloads.mooncake import read_mooncake
 from agentserve.bench.common.workloads.session_format import read_workload, write_workload
 from agentserve.bench.common.workloads.tracelab import read_tracelab
+from tests.support.traces import MOONCAKE_CONVERSATION, TRACELAB_ROUNDS
 
 pytestmark = pytest.mark.unit
-
-TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "traces"
-CONVERSATION = TRACES / "mooncake" / "conversation_trace.jsonl"
-TRACELAB = TRACES / "tracelab" / "round_trace.jsonl"
-needs_traces = pytest.mark.skipif(not TRACELAB.exists(), reason=f"shared traces not at {TRACES}")
 
 
 def _jsonl(path: Path, rows: list[dict]) -> Path:
@@ -52,18 +48,16 @@ def test_mooncake_rejects_malformed_records(tmp_path):
         read_mooncake(_jsonl(tmp_path / "bad2.jsonl", [{"timestamp": 0}]))
 
 
-@pytest.mark.skipif(not CONVERSATION.exists(), reason="shared traces missing")
 def test_mooncake_conversation_trace_has_the_documented_share_of_extending_requests():
-    w = load_workload(CONVERSATION)
+    w = load_workload(MOONCAKE_CONVERSATION)
     assert len(w.sessions) == 12031
     # traces/README.md: 33.0% of requests extend an earlier prompt.
     assert sum(not s.is_first(0) for s in w.sessions) == 3975
 
 
-@needs_traces
 def test_tracelab_rounds_keep_lengths_reuse_tools_and_think_time():
-    w = read_tracelab(TRACELAB)
-    rows = [json.loads(line) for line in TRACELAB.read_text().splitlines()]
+    w = read_tracelab(TRACELAB_ROUNDS)
+    rows = [json.loads(line) for line in TRACELAB_ROUNDS.read_text().splitlines()]
     assert [len(s.turns) for s in w.sessions] == [10, 9]
     assert w.prefixes == {"claude-system": 27217, "codex-system": 6912}
     by_session = {}
@@ -87,9 +81,8 @@ def test_tracelab_rounds_keep_lengths_reuse_tools_and_think_time():
     assert w.sessions[1].turns[1].think_s == 0.0  # round 1 starts when round 0's tool returned
 
 
-@needs_traces
 def test_tracelab_context_mode_appends_what_the_prompt_grew_by():
-    w = read_tracelab(TRACELAB, reuse="context")
+    w = read_tracelab(TRACELAB_ROUNDS, reuse="context")
     second = w.sessions[0].turns[1]
     assert (second.reuse_tokens, second.new_tokens) == (None, 35740 - (32272 + 931))
     shrunk = w.sessions[1].turns[5]  # the recorded prompt is shorter than the context: compaction
@@ -107,9 +100,8 @@ def test_session_format_round_trips_every_source(tmp_path):
         read_mooncake(_jsonl(tmp_path / "m.jsonl", rows)),
         generate(GeneratorSpec(pattern="fanout", teams=2, seed=3)),
         generate(GeneratorSpec(pattern="allgather", teams=1, system_tokens=0, seed=4)),
+        read_tracelab(TRACELAB_ROUNDS),
     ]
-    if TRACELAB.exists():
-        workloads.append(read_tracelab(TRACELAB))
     for i, w in enumerate(workloads):
         path = write_workload(w, tmp_path / f"w{i}.jsonl")
         assert detect_format(path) == "agentserve"
