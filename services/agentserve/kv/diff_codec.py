@@ -10,7 +10,7 @@ restore XORs the prediction back, so a restored row is bit for bit the row writt
 
 Measured on the trained default model (fp32 KV, bench/papers/tokendance/storage.py): the first layer's
 rows shrink to about a tenth, deeper layers' to about nine tenths (fp32 mantissas that moved are
-noise to any lossless coder). A blended prefill's siblings no longer differ in the first layer at
+noise to any lossless coder). A blended prefill's siblings do not differ in the first layer at
 all (`engine.blend` hands on the re-rotated master's first-layer KV), so what the coder sees from
 it is the deeper layers' rows.
 """
