@@ -29,6 +29,7 @@ from agentserve.scheduler.kv_admission import KVAdmission
 from agentserve.scheduler.kv_lifecycle import make_lifecycle_policy
 from agentserve.scheduler.kv_parking import KVMoves, KVParking, StoreHints
 from agentserve.scheduler.paths import PathPolicy, make_path_policy
+from agentserve.scheduler.placement import GlobalScheduler
 from agentserve.scheduler.prefill_policy import make_prefill_policy
 from agentserve.scheduler.prompts import PromptBuilder
 from agentserve.scheduler.registry import EngineRegistry, EngineStatus
@@ -39,7 +40,16 @@ from agentserve.scheduler.session_journal import SessionJournal
 from agentserve.scheduler.sessions import Session, SessionLimits, SessionStore
 from agentserve.scheduler.tool_durations import ToolDurationModel, parse_seeds
 from agentserve.scheduler.turn_order import make_turn_order
-from agentserve.scheduler.turns import EngineCalls, StoreLookup, TurnRunner
+from agentserve.scheduler.turn_ports import (
+    EngineCalls,
+    EnginePorts,
+    KVDrops,
+    KVPorts,
+    StoreDeletes,
+    StoreLookup,
+    TurnPolicy,
+)
+from agentserve.scheduler.turns import TurnRunner
 
 log = logging.getLogger(__name__)
 
@@ -98,24 +108,27 @@ class SchedulerCore:
             self.dag.add(resumed)
         # Fakes of the turn calls alone (unit tests) cannot move KV: parking then keeps everything.
         moves = cast(KVMoves, self.engines) if hasattr(self.engines, "drop_kv") else None
-        if config.session_kv == "store" and moves is None:
+        drops = self.engines if isinstance(self.engines, KVDrops) else None
+        if config.session_kv == "store" and drops is None:
             raise ValueError("session_kv=store needs engine calls that can drop KV (drop_kv)")
-        self.turns = TurnRunner(
-            PromptBuilder(tokenizer, config.max_message_tokens, config.max_message_bytes),
+        placer = GlobalScheduler(
             self.registry,
             router or LeastLoadedRouter(),
-            self.engines,
-            store,
-            config.turn_retries,
+            make_prefill_policy(config.prefill_policy, config.prefill_alpha_ms, config.prefill_beta),
+            make_relay_policy(config.relay_policy, config.relay_source),
             path_policy or make_path_policy(config.kv_path_policy),
+        )
+        self.turns = TurnRunner(
+            PromptBuilder(tokenizer, config.max_message_tokens, config.max_message_bytes),
+            EnginePorts(self.registry, self.engines, placer, RoundGroups(config.round_window_ms / 1000)),
+            KVPorts(
+                store,
+                drops=drops if config.session_kv == "store" else None,
+                tail_blocks=config.tail_blocks,
+                deletes=store if isinstance(store, StoreDeletes) else None,
+            ),
+            TurnPolicy(config.turn_retries, self.priority_of, make_turn_order(config.turn_order)),
             model_name=config.model_name,
-            prefill_policy=make_prefill_policy(config.prefill_policy, config.prefill_alpha_ms, config.prefill_beta),
-            relay_policy=make_relay_policy(config.relay_policy, config.relay_source),
-            priority_of=self.priority_of,
-            rounds=RoundGroups(config.round_window_ms / 1000),
-            drops=moves if config.session_kv == "store" else None,
-            tail_blocks=config.tail_blocks,
-            turn_order=make_turn_order(config.turn_order),
         )
         self.parking = KVParking(
             make_lifecycle_policy(

@@ -597,4 +597,4 @@ def test_session_kv_store_drop_leaves_the_blocks_a_turn_in_flight_needs(tokenize
     second_ids = block_ids_for(second_history, BLOCK_SIZE, FINGERPRINT, "acme")
     assert first_ids[:2] == second_ids[:2]
     assert engines.drops == [("127.0.0.1:7000", first_ids[2:]), ("127.0.0.1:7000", second_ids)]
-    assert core.turns.claims.claimed("127.0.0.1:7000") == 0
+    assert core.turns.kv.claims.claimed("127.0.0.1:7000") == 0
