@@ -12,7 +12,7 @@ import uuid
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from agentserve.common.errors import Overloaded
 from agentserve.common.internal_tls import internal_tls
@@ -107,7 +107,7 @@ class SchedulerCore:
         for resumed in self.sessions:
             self.dag.add(resumed)
         # Fakes of the turn calls alone (unit tests) cannot move KV: parking then keeps everything.
-        moves = cast(KVMoves, self.engines) if hasattr(self.engines, "drop_kv") else None
+        moves = self.engines if isinstance(self.engines, KVMoves) else None
         drops = self.engines if isinstance(self.engines, KVDrops) else None
         if config.session_kv == "store" and drops is None:
             raise ValueError("session_kv=store needs engine calls that can drop KV (drop_kv)")
@@ -137,7 +137,7 @@ class SchedulerCore:
             ToolDurationModel(parse_seeds(config.tool_seeds), config.tool_default_s),
             self.registry,
             moves,
-            cast(StoreHints, store) if hasattr(store, "hint") else None,
+            store if isinstance(store, StoreHints) else None,
             lambda engines, session: self.turns.placer.router.pick(engines, session),
             priority_of=self.priority_of,
         )

@@ -26,7 +26,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from agentserve.contracts import EngineUnavailable, KVHint, Role, ToolCall
 from agentserve.kv.block_hash import block_ids_for
@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 EARLY_QUANTILE = 0.1
 
 
+@runtime_checkable
 class KVMoves(Protocol):
     """The decode-engine calls parking makes (`EngineClients`; fakes in unit tests)."""
 
@@ -52,6 +53,7 @@ class KVMoves(Protocol):
     async def hint_kv(self, address: str, block_ids: list[bytes], hint: KVHint) -> int: ...
 
 
+@runtime_checkable
 class StoreHints(Protocol):
     async def hint(
         self, block_ids: list[bytes], priority: int | None = None, next_use_in_s: float | None = None
