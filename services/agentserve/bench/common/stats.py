@@ -1,5 +1,11 @@
-"""Percentiles the way serving benchmarks report them (linear interpolation between ranks, as
-numpy's default), over plain lists."""
+"""The statistics every benchmark reports, defined once so "p90" means one thing in every report.
+
+A percentile is linear interpolation between the closest ranks, numpy's default (`method="linear"`):
+over the `n` values sorted ascending, the `p`-th percentile sits at rank `(n - 1) * p / 100`; a
+fractional rank takes the two values around it, weighted by the fraction. So the 0th is the
+smallest value, the 100th the largest, and the 50th the median of an even count is the mean of
+the middle two.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ PERCENTILES = (50, 90, 99)
 
 
 def percentile(values: Sequence[float], p: float) -> float | None:
-    """The `p`-th percentile (0..100) of `values`; None for no values."""
+    """The `p`-th percentile (0..100) of `values` by linear interpolation; None for no values."""
     if not 0 <= p <= 100:
         raise ValueError(f"percentile must be in [0, 100], got {p}")
     data = sorted(values)

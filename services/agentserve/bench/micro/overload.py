@@ -27,6 +27,8 @@ from pathlib import Path
 
 import aiohttp
 
+from agentserve.bench.common.stats import percentile
+
 
 @dataclass
 class Outcome:
@@ -60,8 +62,8 @@ class Phase:
             refused=len(refused),
             other=other,
             refused_with_retry_after=sum(1 for o in refused if o.retry_after),
-            ok_p50_s=_quantile(ok, 0.5),
-            ok_p99_s=_quantile(ok, 0.99),
+            ok_p50_s=_percentile_or_zero(ok, 50),
+            ok_p99_s=_percentile_or_zero(ok, 99),
             wall_s=wall_s,
         )
 
@@ -70,10 +72,10 @@ def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 2) if b else None
 
 
-def _quantile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return 0.0
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+def _percentile_or_zero(values: list[float], p: float) -> float:
+    """The `p`-th percentile of `values` (bench.common.stats), 0.0 for a phase with none."""
+    value = percentile(values, p)
+    return 0.0 if value is None else value
 
 
 class MemorySampler:

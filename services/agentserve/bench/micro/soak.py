@@ -27,6 +27,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from agentserve.bench.common.stats import percentile
 from agentserve.bench.micro.overload import rss_mb
 
 SERVICE_CMDLINE = re.compile(rb"-m\x00agentserve\.(kvstore|scheduler|prefill|decode|toolproxy)\x00")
@@ -175,7 +176,7 @@ async def measure(config: SoakConfig) -> dict:
         await asyncio.gather(*tasks)
         wall_s = time.perf_counter() - started
         sampling.cancel()
-    latencies = sorted(soak.latencies_s)
+    p50, p99 = percentile(soak.latencies_s, 50), percentile(soak.latencies_s, 99)
     growth = memory.growth()
     worst = max((g["growth"] for g in growth.values()), default=0.0)
     return {
@@ -186,8 +187,8 @@ async def measure(config: SoakConfig) -> dict:
         "turns_ok": soak.ok,
         "turns_failed": soak.failed,
         "wall_s": round(wall_s, 1),
-        "turn_p50_s": round(latencies[len(latencies) // 2], 3) if latencies else None,
-        "turn_p99_s": round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 3) if latencies else None,
+        "turn_p50_s": None if p50 is None else round(p50, 3),
+        "turn_p99_s": None if p99 is None else round(p99, 3),
         "memory": growth,
         "worst_growth": worst,
         "passed": not soak.failed and not capacity.failed and worst < config.max_growth and bool(growth),

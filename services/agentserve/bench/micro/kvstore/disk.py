@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from agentserve.bench.common.stats import percentile
 from agentserve.common.netutil import free_port
 
 CHUNK = 1 << 20
@@ -116,13 +116,12 @@ def raw_disk(raw: RawFile, concurrency: int) -> dict:
 
 
 def summary(nbytes: int, wall_s: float, latencies_s: list[float]) -> dict:
-    lat = sorted(latencies_s)
-    p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else 0.0
+    p50, p99 = percentile(latencies_s, 50), percentile(latencies_s, 99)
     return {
         "MBps": MBps(nbytes, wall_s),
-        "p50_ms": round(1000 * statistics.median(lat), 3) if lat else 0.0,
-        "p99_ms": round(1000 * p99, 3),
-        "ops": len(lat),
+        "p50_ms": round(1000 * p50, 3) if p50 is not None else 0.0,
+        "p99_ms": round(1000 * p99, 3) if p99 is not None else 0.0,
+        "ops": len(latencies_s),
     }
 
 

@@ -27,6 +27,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 
+from agentserve.bench.common.stats import percentile
 from agentserve.bench.common.workloads.model import Workload
 from agentserve.bench.papers.agentaware.bound import ServiceModel, bound_figures
 from agentserve.bench.papers.agentaware.workload import job_of
@@ -39,13 +40,6 @@ PARKING_BLOCKS = "agentserve_scheduler_kv_parking_blocks_total"
 
 def _mean(values: Sequence[float]) -> float | None:
     return statistics.fmean(values) if values else None
-
-
-def _pct(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def job_latencies(workload: Workload, sessions: Sequence[SessionRecord]) -> tuple[dict[str, float], dict[str, float]]:
@@ -190,8 +184,8 @@ def run_figures(
         "busy_wait_s": round(sum(t.busy_s for t in turns), 3),
         "failures": sorted({t.error for t in turns if not t.ok})[:5],
         "job_latency_mean_s": _mean(jobs),
-        "job_latency_p50_s": _pct(jobs, 0.5),
-        "job_latency_p90_s": _pct(jobs, 0.9),
+        "job_latency_p50_s": percentile(jobs, 50),
+        "job_latency_p90_s": percentile(jobs, 90),
         "critical_path_jct_mean_s": _mean(list(crit.values())),
         "job_latencies_s": sorted(jobs),
         "ttft_mean_s": _mean([t.ttft_s for t in turns if t.ttft_s is not None]),

@@ -1,39 +1,12 @@
-"""Percentiles, SLOs, and the summary of turn records (first vs later turns, goodput, cache)."""
+"""SLOs and the summary of turn records (first vs later turns, goodput, cache)."""
 
-import numpy as np
 import pytest
 
-from agentserve.bench.common.stats import distribution, ecdf, percentile
 from agentserve.bench.papers.replay.records import SessionRecord, TurnRecord
 from agentserve.bench.papers.replay.slo import SLO
 from agentserve.bench.papers.replay.summary import summarize
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.mark.parametrize(
-    "values", [[5.0], [1.0, 2.0], [3.0, 1.0, 2.0, 10.0], list(np.random.default_rng(1).random(101))]
-)
-@pytest.mark.parametrize("p", [0, 10, 50, 90, 99, 100])
-def test_percentile_matches_numpys_linear_interpolation(values, p):
-    assert percentile(values, p) == pytest.approx(float(np.percentile(values, p)))
-
-
-def test_percentile_edges_and_distribution():
-    assert percentile([], 50) is None
-    with pytest.raises(ValueError):
-        percentile([1.0], 101)
-    assert percentile([10, 20, 30, 40], 90) == pytest.approx(37.0)
-    d = distribution([0.1, None, 0.3], scale=1000)
-    assert d == {
-        "count": 2,
-        "mean": 200.0,
-        "p50": 200.0,
-        "p90": pytest.approx(280.0),
-        "p99": pytest.approx(298.0),
-        "max": 300.0,
-    }
-    assert ecdf([3, None, 1, 2]) == ([1, 2, 3], [1 / 3, 2 / 3, 1.0])
 
 
 def _turn(sid, index, first, ttft, tpot=0.01, n=11, cached=0, prompt=100, expected=None, error=""):
