@@ -16,10 +16,10 @@ import pytest
 from agentserve.contracts import SamplingParams
 from agentserve.engine.engine import LLMEngine
 from agentserve.sdk import Client, RetryableError, TurnResult
-from tests.support.compose import Stack, replica_number
+from tests.support.compose import TEST_TIMEOUT_S, Stack, replica_number
 from tests.support.tails import cached_history
 
-pytestmark = pytest.mark.container
+pytestmark = [pytest.mark.container, pytest.mark.timeout(TEST_TIMEOUT_S)]
 
 BLOCK = 16
 MAX_TOKENS = 12

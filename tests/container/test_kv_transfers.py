@@ -22,10 +22,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentserve.sdk import Client
-from tests.support.compose import Stack, replica_number
+from tests.support.compose import TEST_TIMEOUT_S, Stack, replica_number
 from tests.support.screenshot import ARTIFACTS, screenshot
 
-pytestmark = pytest.mark.container
+pytestmark = [pytest.mark.container, pytest.mark.timeout(TEST_TIMEOUT_S)]
 
 ENGINE_PORTS = {"prefill": 50053, "decode": 50054}
 ATTRIBUTES = (

@@ -16,10 +16,10 @@ import sys
 import pytest
 
 from agentserve.cli.demo import MESSAGES, run_demo
-from tests.support.compose import Stack
+from tests.support.compose import TEST_TIMEOUT_S, Stack
 from tests.support.screenshot import ARTIFACTS, rendered_dom, screenshot
 
-pytestmark = pytest.mark.container
+pytestmark = [pytest.mark.container, pytest.mark.timeout(TEST_TIMEOUT_S)]
 
 LINK = re.compile(r"^last turn's trace: (\S+)$", re.MULTILINE)
 

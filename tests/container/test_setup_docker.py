@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.container
+from tests.support.compose import TEST_TIMEOUT_S
+
+pytestmark = [pytest.mark.container, pytest.mark.timeout(TEST_TIMEOUT_S)]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -37,6 +37,10 @@ SERVICES = ("kvstore", "scheduler", "prefill", "decode", "toolproxy", "tracing")
 ONE_SHOT = ("certs",)
 DEFAULT_REPLICAS = {"decode": 2}
 STARTUP_TIMEOUT_S = float(os.environ.get("AGENTSERVE_STACK_TIMEOUT_S", "900"))
+# pytest-timeout's limit for a container test: whichever test runs first also builds the images (up
+# to 20 minutes on a fresh machine) and starts the stack (up to STARTUP_TIMEOUT_S); one that scales
+# or restores the stack waits for it to be ready again.
+TEST_TIMEOUT_S = STARTUP_TIMEOUT_S + 1200
 
 
 def build_images() -> None:
