@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from agentserve.contracts import GenerateChunk, GenerateRequest, KVHint
 from agentserve.engine.async_engine import AsyncEngine
@@ -19,9 +19,12 @@ from agentserve.v1 import fabric_pb2
 
 
 class DecodeWorker:
-    def __init__(self, engine: AsyncEngine, mover: KVMover):
+    """`sleep` waits out a pin's time (`hint_kv`); tests pass one they release by hand."""
+
+    def __init__(self, engine: AsyncEngine, mover: KVMover, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
         self.engine = engine
         self.mover = mover
+        self._sleep = sleep
         self.relay_sender = RelaySender(mover)
         self._unpins: set[asyncio.Task] = set()  # pins waiting to be released (a reference keeps each alive)
 
@@ -74,7 +77,7 @@ class DecodeWorker:
         return resident
 
     async def _unpin_after(self, slots: list[int], seconds: float) -> None:
-        await asyncio.sleep(seconds)
+        await self._sleep(seconds)
         await self.engine.call(lambda e: e.blocks.release(slots))
 
     async def load_kv(self, blocks: list[bytes]) -> tuple[int, int]:

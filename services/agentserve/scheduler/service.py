@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -33,8 +34,16 @@ SESSION_SWEEP_S = 10.0
 
 
 class SchedulerService(Service):
-    def __init__(self, config: SchedulerConfig, core: SchedulerCore | None = None) -> None:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        core: SchedulerCore | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        """`sleep` paces the sweep (one `heartbeat_interval_ms` between sweeps); tests pass one
+        that moves a fake clock."""
         self.config = config
+        self._sleep = sleep
         # Loaded before the port is bound: a broken tokenizer or chat template fails the start.
         self.core = core or SchedulerCore.create(config)
         self.keys = config.keys()
@@ -83,7 +92,7 @@ class SchedulerService(Service):
         sessions_every = max(1, round(SESSION_SWEEP_S / interval_s))
         ticks = 0
         while True:
-            await asyncio.sleep(interval_s)
+            await self._sleep(interval_s)
             self.core.expire_engines()
             ticks += 1
             if ticks % sessions_every == 0:

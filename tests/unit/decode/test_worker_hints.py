@@ -26,9 +26,25 @@ def base_engine(tiny_model_dir):
     return LLMEngine.from_dir(tiny_model_dir, CONFIG)
 
 
+class HeldSleep:
+    """asyncio.sleep stand-in: records each delay and returns once `elapse()` is called."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+        self._elapsed = asyncio.Event()
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
+        await self._elapsed.wait()
+
+    def elapse(self) -> None:
+        self._elapsed.set()
+
+
 def test_a_pin_holds_the_blocks_for_its_time_and_priority_orders_eviction(base_engine):
     engine = AsyncEngine(LLMEngine(base_engine.model, base_engine.fingerprint, CONFIG))
-    worker = DecodeWorker(engine, cast(KVMover, None))  # no store or fabric moves here
+    sleep = HeldSleep()
+    worker = DecodeWorker(engine, cast(KVMover, None), sleep)  # no store or fabric moves here
     first, second = list(range(10, 22)), list(range(30, 42))  # 3 full blocks each
     ids_first = block_ids_for(first, 4, base_engine.fingerprint, "")
     ids_second = block_ids_for(second, 4, base_engine.fingerprint, "")
@@ -50,7 +66,9 @@ def test_a_pin_holds_the_blocks_for_its_time_and_priority_orders_eviction(base_e
         assert await worker.hint_kv(ids_second, KVHint(pin_s=0.3)) == 3
         assert await worker.drop_kv(ids_second) == 0
         assert not set(await engine.call(lambda e: e.blocks.eviction_order())) & {slot_of[b] for b in ids_second}
-        await asyncio.sleep(0.6)
+        assert sleep.delays == [0.3]
+        sleep.elapse()
+        await asyncio.gather(*worker._unpins)  # the pin's release has run
         assert await worker.drop_kv(ids_second) == 3
         assert await worker.held(ids_second) == [False] * 3
 

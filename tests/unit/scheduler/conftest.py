@@ -10,7 +10,7 @@ from agentserve.engine.model_init import init_model
 from agentserve.model_files.tokenizer import Tokenizer
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.core import SchedulerCore
-from agentserve.scheduler.registry import Role
+from agentserve.scheduler.registry import EngineRegistry, Role
 from tests.unit.scheduler.fakes import FakeEngines, FakeStore, status
 
 
@@ -36,11 +36,14 @@ def store() -> FakeStore:
 
 @pytest.fixture
 def make_core(tokenizer, engines, store):
-    """`make_core(prefill=1, decode=2, **config)`: a core with that many fake engines registered
-    (prefill p0.., decode d0..; addresses 127.0.0.1:600x and :700x)."""
+    """`make_core(prefill=1, decode=2, registry=None, **config)`: a core with that many fake engines
+    registered (prefill p0.., decode d0..; addresses 127.0.0.1:600x and :700x), in `registry` if
+    given (one on a fake clock)."""
 
-    def make(prefill: int = 1, decode: int = 2, **config) -> SchedulerCore:
-        core = SchedulerCore(SchedulerConfig(http_port=0, **config), tokenizer, store=store, engines=engines)
+    def make(prefill: int = 1, decode: int = 2, registry: EngineRegistry | None = None, **config) -> SchedulerCore:
+        core = SchedulerCore(
+            SchedulerConfig(http_port=0, **config), tokenizer, store=store, engines=engines, registry=registry
+        )
         for i in range(prefill):
             core.register(status(f"p{i}", Role.PREFILL, 6000 + i))
         for i in range(decode):

@@ -13,6 +13,7 @@ from agentserve.common.server import ServerSettings
 from agentserve.scheduler import service as service_module
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.engine_clients import EngineUnavailable, translate
+from agentserve.scheduler.registry import EngineRegistry
 from agentserve.scheduler.service import SchedulerService
 from tests.unit.scheduler.fakes import run
 
@@ -103,8 +104,34 @@ class FakeRunner:
         self.cleaned = True
 
 
+class SweepClock:
+    """The registry's clock and the sweeper's sleep: a sleep waits for `tick()`, then moves the
+    clock on by its delay, so the test decides when each sweep runs and how old registrations are."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.delays: list[float] = []
+        self._ticks: asyncio.Queue[None] = asyncio.Queue()
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.delays.append(seconds)
+        await self._ticks.get()
+        self.now += seconds
+
+    async def tick(self) -> None:
+        """Let one sleep end and wait until the sweep after it ran (the sweeper sleeps again)."""
+        sleeps = len(self.delays)
+        self._ticks.put_nowait(None)
+        while len(self.delays) == sleeps:
+            await asyncio.sleep(0)
+
+
 def test_service_starts_http_gateway_and_sweeps_engines(make_core, monkeypatch) -> None:
-    core = make_core(heartbeat_interval_ms=10, engine_timeout_ms=20)
+    clock = SweepClock()
+    core = make_core(registry=EngineRegistry(0.02, clock), heartbeat_interval_ms=10, engine_timeout_ms=20)
     runner, calls = FakeRunner(), []
 
     async def start_http(core_arg, host, port, keys, max_body_bytes):
@@ -113,16 +140,20 @@ def test_service_starts_http_gateway_and_sweeps_engines(make_core, monkeypatch) 
 
     monkeypatch.setattr(service_module, "_http_gateway", lambda: start_http)
     config = SchedulerConfig(http_port=8123, heartbeat_interval_ms=10, engine_timeout_ms=20)
-    service = SchedulerService(config, core)
+    service = SchedulerService(config, core, sleep=clock.sleep)
+    engine_ids = ["p0", "d0", "d1"]
 
-    async def go():
+    async def go() -> list[list[bool]]:
         await service.start()
-        await asyncio.sleep(0.1)  # registrations are 100 ms old: the sweeper dropped them all
-        alive = core.registry.limits()
+        registered = []
+        for _ in range(3):  # registrations 10, 20, 30 ms old at each sweep; the timeout is 20 ms
+            await clock.tick()
+            registered.append([core.registry.get(e) is not None for e in engine_ids])
         await service.stop()
-        return alive
+        return registered
 
-    assert run(go()) is None
+    assert run(go()) == [[True] * 3, [True] * 3, [False] * 3]
+    assert clock.delays == [0.01] * 4
     assert calls == [(core, "0.0.0.0", 8123, False, 4 << 20)] and runner.cleaned
     assert ServerSettings.of("scheduler", service.config).grpc_port == 50051
 
