@@ -52,6 +52,7 @@ _KIND_TO_PROTO = {
     StructuredKind.JSON_OBJECT: common_pb2.StructuredOutput.KIND_JSON_OBJECT,
     StructuredKind.JSON_SCHEMA: common_pb2.StructuredOutput.KIND_JSON_SCHEMA,
     StructuredKind.TOOL_CALL: common_pb2.StructuredOutput.KIND_TOOL_CALL,
+    StructuredKind.TEXT_OR_TOOL_CALLS: common_pb2.StructuredOutput.KIND_TEXT_OR_TOOL_CALLS,
 }
 _KIND_FROM_PROTO = {v: k for k, v in _KIND_TO_PROTO.items()}
 _PATH_FROM_PROTO: dict[int, KVPath] = {

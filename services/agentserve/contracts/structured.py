@@ -36,6 +36,7 @@ class StructuredKind(enum.Enum):
     JSON_OBJECT = "json_object"  # any JSON object
     JSON_SCHEMA = "json_schema"  # a JSON value matching `schema`
     TOOL_CALL = "tool_call"  # hermes tool calls to `tools`, arguments matching each one's parameters
+    TEXT_OR_TOOL_CALLS = "text_or_tool_calls"  # free text in which any tool call is a TOOL_CALL's
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class ToolSchema:
 class StructuredOutput:
     kind: StructuredKind
     schema: str = ""  # JSON_SCHEMA: the JSON Schema, as JSON text
-    tools: tuple[ToolSchema, ...] = ()  # TOOL_CALL: the functions a call may name
+    tools: tuple[ToolSchema, ...] = ()  # TOOL_CALL, TEXT_OR_TOOL_CALLS: the functions a call may name
     single_call: bool = False  # TOOL_CALL: exactly one call (a named tool_choice); else one or more
 
     def __post_init__(self) -> None:
@@ -65,12 +66,14 @@ class StructuredOutput:
             parse_schema(self.schema, "structured output schema")
         elif self.schema:
             raise ValueError(f"a {self.kind.value} structured output takes no schema")
-        if self.kind is not StructuredKind.TOOL_CALL:
+        if self.kind not in (StructuredKind.TOOL_CALL, StructuredKind.TEXT_OR_TOOL_CALLS):
             if self.tools or self.single_call:
                 raise ValueError(f"a {self.kind.value} structured output takes no tools")
             return
         if not self.tools:
-            raise ValueError("a tool_call structured output needs at least one tool")
+            raise ValueError(f"a {self.kind.value} structured output needs at least one tool")
+        if self.single_call and self.kind is not StructuredKind.TOOL_CALL:
+            raise ValueError("single_call applies to a tool_call structured output only")
         names = [tool.name for tool in self.tools]
         if len(set(names)) != len(names):
             raise ValueError(f"tool names must be unique, got {names}")

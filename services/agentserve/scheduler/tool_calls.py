@@ -9,7 +9,9 @@ A reply may hold any number of blocks, each one call:
 The text outside the blocks is the reply's content; whitespace next to a block is dropped (the
 template separates blocks by newlines). A block whose body is not a JSON object with a string
 `name` and an object `arguments` stays in the content, verbatim: output the client can still read
-is better than a call it cannot make. So is a block the reply ends inside (cut by max_tokens).
+is better than a call it cannot make. So is a block the reply ends inside (cut by max_tokens),
+unless the reply was decoded under a tool-call grammar (`drop_open_block`): there a block is always
+a call, and one the reply ends inside is a call cut short, never content.
 
 `ToolCallStream` splits a streamed reply as it arrives; `parse_tool_calls` runs it over a whole
 reply, so the streamed and the non-streamed answer are the same by construction.
@@ -44,9 +46,9 @@ class ParsedReply:
     tool_calls: tuple[ToolCall, ...]
 
 
-def parse_tool_calls(text: str) -> ParsedReply:
+def parse_tool_calls(text: str, drop_open_block: bool = False) -> ParsedReply:
     stream = ToolCallStream()
-    pieces = [*stream.feed(text), *stream.finish()]
+    pieces = [*stream.feed(text), *stream.finish(drop_open_block)]
     content = "".join(p for p in pieces if isinstance(p, str))
     calls = tuple(p for p in pieces if isinstance(p, ToolCall))
     return ParsedReply(None if calls and not content else content, calls)
@@ -121,8 +123,11 @@ class ToolCallStream:
             self._pending = self._pending[len(certain) :]
             return out
 
-    def finish(self) -> list[str | ToolCall]:
-        """Everything held back, once no more text will come."""
+    def finish(self, drop_open_block: bool = False) -> list[str | ToolCall]:
+        """Everything held back, once no more text will come; `drop_open_block`: without the block
+        the reply ended inside (a grammar-forced call cut by max_tokens)."""
+        if self._inside and drop_open_block:
+            self._pending, self._inside = "", False
         rest = (self._gap + OPEN if self._inside else "") + self._pending
         self._pending, self._inside = "", False
         if self._after_block:

@@ -4,6 +4,11 @@ Torch-free, so the scheduler rejects a request with exactly the grammar the engi
 JSON comes out in one canonical layout: no free whitespace (a weak model could otherwise pad an
 object with blanks until max_tokens), ", " and ": " separators, properties in schema order. A tool
 call therefore reads exactly `<tool_call>\\n{"name": "f", "arguments": {...}}\\n</tool_call>`.
+
+Free text with tool calls (TEXT_OR_TOOL_CALLS, a strict tool under tool_choice "auto") is
+llguidance's structural-tag pattern: text is free up to the first `<tool_call>` (a lazy lexeme ends
+at its trigger), and from there on the call is decoded under the call grammar; the text after the
+last call never contains `<tool_call>`, so every block the reply opens is a call with valid arguments.
 """
 
 from __future__ import annotations
@@ -40,10 +45,21 @@ def grammar_for(structured: StructuredOutput) -> str:
     if structured.kind is StructuredKind.JSON_SCHEMA:
         return f"start: {_json(parse_schema(structured.schema, 'schema'))}\n"
     calls = " | ".join(f"fn{i}" for i in range(len(structured.tools)))
+    functions = [f"fn{i}: {call_rule(tool)}" for i, tool in enumerate(structured.tools)]
+    if structured.kind is StructuredKind.TEXT_OR_TOOL_CALLS:
+        trigger = TOOL_CALL_OPEN.rstrip("\n")
+        rules = [
+            "start: call* TEXT",
+            f"call: opening {_literal(TOOL_CALL_OPEN[len(trigger) :])} ({calls}) {_literal(TOOL_CALL_CLOSE)}",
+            f"opening[lazy]: TEXT {_literal(trigger)}",
+            f"TEXT: /(.|\\n)*/ & ~/(.|\\n)*{trigger}(.|\\n)*/",
+            *functions,
+        ]
+        return "\n".join(rules) + "\n"
     rules = [
         "start: call" if structured.single_call else f"start: call ({_literal(TOOL_CALL_SEPARATOR)} call)*",
         f"call: {_literal(TOOL_CALL_OPEN)} ({calls}) {_literal(TOOL_CALL_CLOSE)}",
-        *(f"fn{i}: {call_rule(tool)}" for i, tool in enumerate(structured.tools)),
+        *functions,
     ]
     return "\n".join(rules) + "\n"
 

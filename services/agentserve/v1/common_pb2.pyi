@@ -57,10 +57,12 @@ class StructuredOutput(_message.Message):
         KIND_JSON_OBJECT: _ClassVar[StructuredOutput.Kind]
         KIND_JSON_SCHEMA: _ClassVar[StructuredOutput.Kind]
         KIND_TOOL_CALL: _ClassVar[StructuredOutput.Kind]
+        KIND_TEXT_OR_TOOL_CALLS: _ClassVar[StructuredOutput.Kind]
     KIND_UNSPECIFIED: StructuredOutput.Kind
     KIND_JSON_OBJECT: StructuredOutput.Kind
     KIND_JSON_SCHEMA: StructuredOutput.Kind
     KIND_TOOL_CALL: StructuredOutput.Kind
+    KIND_TEXT_OR_TOOL_CALLS: StructuredOutput.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]

@@ -18,6 +18,7 @@ from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.grammar import GrammarCompiler
 from agentserve.model_files.presets import EOS_ID, IM_END_ID
 from agentserve.model_files.tokenizer import Tokenizer
+from agentserve.scheduler.tool_calls import parse_tool_calls
 
 pytestmark = pytest.mark.unit
 
@@ -181,3 +182,25 @@ def test_decode_after_handoff_continues_exactly_where_the_prefill_left(engine):
         engine.step()
     assert first + rest.output_token_ids == whole
     assert whole[-1] in (EOS_ID, IM_END_ID)
+
+
+def test_auto_with_strict_tools_lets_text_open_only_valid_calls(engine, tokenizer):
+    # The reply so far opened a call (replayed into the grammar as already generated); at
+    # temperature 1 the model must finish it as a valid call, and any text after it holds no block.
+    structured = StructuredOutput(
+        StructuredKind.TEXT_OR_TOOL_CALLS, tools=StructuredOutput.tool_calls({"get_weather": WEATHER}).tools
+    )
+    opened = tokenizer.encode("Let me check. <tool_call>\n")
+    prompt = [5, 900, 31, 7]
+    for seed in range(3):
+        params = SamplingParams(max_tokens=48, temperature=1.0, seed=seed, structured=structured)
+        seq = engine.add_request(prompt + opened, params, generated=len(opened))
+        while not seq.finished:
+            engine.step()
+        text = tokenizer.decode(opened + seq.output_token_ids, skip_special_tokens=True)
+        parsed = parse_tool_calls(text)
+        assert parsed.content.startswith("Let me check.") and "<tool_call>" not in parsed.content
+        assert [call.name for call in parsed.tool_calls] == ["get_weather"]
+        jsonschema.validate(json.loads(parsed.tool_calls[0].arguments), WEATHER)
+    with pytest.raises(ValueError, match="do not match the grammar"):
+        engine.grammars.matcher(structured, tokenizer.encode("hi <tool_call>\nfoo"))

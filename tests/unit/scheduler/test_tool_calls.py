@@ -8,7 +8,7 @@ import pytest
 
 from agentserve.model_files.tokenizer import Tokenizer
 from agentserve.model_files.tokenizer_files import ensure_default_tokenizer
-from agentserve.scheduler.tool_calls import ToolCall, ToolCallStream, parse_tool_calls
+from agentserve.scheduler.tool_calls import ParsedReply, ToolCall, ToolCallStream, parse_tool_calls
 
 pytestmark = pytest.mark.unit
 
@@ -54,6 +54,16 @@ def test_a_block_that_is_not_a_call_stays_content(body):
 def test_an_unterminated_block_stays_content():
     text = 'Sure <tool_call>\n{"name": "f", "argu'
     assert parse_tool_calls(text).content == text and parse_tool_calls(text).tool_calls == ()
+
+
+def test_a_grammar_forced_block_cut_by_max_tokens_is_dropped_not_content():
+    assert parse_tool_calls('<tool_call>\n{"name": "f", "argu', drop_open_block=True) == ParsedReply("", ())
+    done = '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
+    cut = parse_tool_calls(f'Sure {done}\n<tool_call>\n{{"name": "g"', drop_open_block=True)
+    assert cut.content == "Sure" and [c.name for c in cut.tool_calls] == ["f"]
+    stream = ToolCallStream()
+    assert stream.feed("Sure <tool_call>\n{") == ["Sure"]
+    assert stream.finish(drop_open_block=True) == []
 
 
 def test_missing_arguments_mean_an_empty_object():

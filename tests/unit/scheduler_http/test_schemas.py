@@ -140,7 +140,14 @@ def test_content_parts_and_tool_call_fields_are_kept():
         ({"messages": USER, "tool_choice": "auto"}, "tool_choice"),
         ({"messages": USER, "tools": {}}, "tools"),
         ({"messages": USER, "tools": [{"type": "function", "function": {"name": "a b"}}]}, r"tools[0].function.name"),
-        ({"messages": USER, "tools": [{"type": "function", "function": {"name": "f", "strict": True}}]}, "strict"),
+        ({"messages": USER, "tools": [{"type": "function", "function": {"name": "f", "strict": 1}}]}, "strict"),
+        (
+            {
+                "messages": USER,
+                "tools": [{"type": "function", "function": {"name": "f", "strict": True, "parameters": {}}}],
+            },
+            "tools[0].function.parameters: the root must be an object schema",
+        ),
         ({"messages": USER, "tools": [{"type": "code_interpreter"}]}, "tools[0]"),
         (
             {"messages": USER, "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "always"},

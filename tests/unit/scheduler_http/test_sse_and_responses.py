@@ -70,3 +70,21 @@ def test_chat_and_text_shapes():
     assert text.delta_chunk("x")["choices"][0]["text"] == "x" and "usage" not in text.delta_chunk("x")
     assert text.full([_reply()])["object"] == "text_completion"
     assert text.usage_chunk([_reply()])["choices"] == []
+
+
+def test_a_forced_call_cut_by_the_length_limit_is_no_content_and_finishes_for_length():
+    forced = ReplyFormat.new("chat", "m", parse_tools=True, grammar_calls=True)
+    free = ReplyFormat.new("chat", "m", parse_tools=True)
+    cut = Reply()
+    cut.add(FakeEvent(None, [7, 8], '<tool_call>\n{"name": "f", "arguments": {"q": "abc'))
+    cut.add(FakeEvent(None, [], "", True, "length", 2))
+    choice = forced.full([cut])["choices"][0]
+    assert (choice["message"], choice["finish_reason"]) == ({"role": "assistant", "content": ""}, "length")
+    assert free.full([cut])["choices"][0]["message"]["content"] == cut.text  # unconstrained: kept as text
+    streamed = Reply()
+    chunks = []
+    for event in (FakeEvent(None, [7], "<tool_call>\n{"), FakeEvent(None, [8], '"na', True, "length", 2)):
+        streamed.add(event)
+        chunks += forced.stream_chunks(streamed, event)
+    assert [c["choices"][0]["delta"] for c in chunks] == [{}]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"

@@ -16,6 +16,14 @@ from agentserve.scheduler.http.tools import parse_tools
 pytestmark = pytest.mark.unit
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+MAX_TOKENS = 64
+# WEATHER as decoded at MAX_TOKENS: closed, its one string at most 64 // 4 characters.
+WEATHER_DECODED = {
+    **WEATHER,
+    "properties": {"city": {"type": "string", "maxLength": 16}},
+    "additionalProperties": False,
+}
+STRICT_WEATHER = {**WEATHER, "additionalProperties": False}
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "description": "d", "parameters": WEATHER}},
     {"type": "function", "function": {"name": "now"}},
@@ -24,7 +32,7 @@ TOOLS = [
 
 def _parse(body):
     """As the chat route does: `tools` checked first, then the constraint built on them."""
-    return parse_structured(body, parse_tools(body).tools)
+    return parse_structured(body, parse_tools(body).tools, MAX_TOKENS)
 
 
 def _json_schema(schema, name="answer", **extra):
@@ -35,7 +43,8 @@ def test_response_formats():
     assert _parse({}) is None
     assert _parse({"response_format": {"type": "text"}}) is None
     assert _parse({"response_format": {"type": "json_object"}}) == StructuredOutput(StructuredKind.JSON_OBJECT)
-    assert _parse(_json_schema(WEATHER, strict=True)) == StructuredOutput.json_schema(WEATHER)
+    assert _parse(_json_schema(WEATHER)) == StructuredOutput.json_schema(WEATHER_DECODED)
+    assert _parse(_json_schema(STRICT_WEATHER, strict=True)) == StructuredOutput.json_schema(WEATHER_DECODED)
 
 
 def test_tool_choices():
@@ -44,18 +53,55 @@ def test_tool_choices():
     assert _parse({"tools": TOOLS, "tool_choice": "none"}) is None
     named = _parse({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})
     assert named == StructuredOutput(
-        StructuredKind.TOOL_CALL, tools=(ToolSchema("get_weather", json.dumps(WEATHER)),), single_call=True
+        StructuredKind.TOOL_CALL, tools=(ToolSchema("get_weather", json.dumps(WEATHER_DECODED)),), single_call=True
     )
     required = _parse({"tools": TOOLS, "tool_choice": "required"})
     assert required == StructuredOutput(
         StructuredKind.TOOL_CALL,
-        tools=(ToolSchema("get_weather", json.dumps(WEATHER)), ToolSchema("now", NO_PARAMETERS)),
+        tools=(ToolSchema("get_weather", json.dumps(WEATHER_DECODED)), ToolSchema("now", NO_PARAMETERS)),
     )
+
+
+def test_auto_with_a_strict_tool_is_free_text_whose_calls_are_valid_calls():
+    strict_tools = [
+        {"type": "function", "function": {"name": "get_weather", "parameters": STRICT_WEATHER, "strict": True}}
+    ]
+    expected = StructuredOutput(
+        StructuredKind.TEXT_OR_TOOL_CALLS, tools=(ToolSchema("get_weather", json.dumps(WEATHER_DECODED)),)
+    )
+    assert _parse({"tools": strict_tools}) == expected
+    assert _parse({"tools": strict_tools, "tool_choice": "auto"}) == expected
+    assert _parse({"tools": strict_tools, "tool_choice": "none"}) is None
+    # A json_schema reply is the schema's JSON: the strict tools do not constrain it further.
+    assert _parse({"tools": strict_tools, **_json_schema(WEATHER)}) == StructuredOutput.json_schema(WEATHER_DECODED)
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        (WEATHER, r"^response_format.json_schema.schema: additionalProperties must be false$"),
+        (
+            {**STRICT_WEATHER, "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}},
+            r"^response_format.json_schema.schema: every property must be in 'required'; missing \['days'\]$",
+        ),
+        (
+            {**STRICT_WEATHER, "properties": {"city": {"type": "string", "minLength": 1, "uniqueItems": True}}},
+            r"^response_format.json_schema.schema.properties.city: 'uniqueItems' is not supported in strict mode$",
+        ),
+        (
+            {**STRICT_WEATHER, "properties": {"city": {"type": "string", "minItems": 1}}},
+            r"^response_format.json_schema.schema.properties.city: 'minItems' does not apply to \['string'\]$",
+        ),
+    ],
+)
+def test_strict_json_schema_breaking_openais_rules_is_a_value_error_naming_the_path(schema, message):
+    with pytest.raises(ValueError, match=message):
+        _parse(_json_schema(schema, strict=True))
 
 
 def test_chat_request_carries_the_constraint_in_its_sampling():
     body = {"messages": [{"role": "user", "content": "hi"}], "tools": TOOLS, "tool_choice": "required"}
-    assert parse_chat_request(body).sampling.structured == _parse(body)
+    assert parse_chat_request({**body, "max_tokens": MAX_TOKENS}).sampling.structured == _parse(body)
     assert parse_chat_request({"messages": [{"role": "user", "content": "hi"}]}).sampling.structured is None
     with pytest.raises(ValueError, match="ignore_eos cannot be combined with structured output"):
         parse_chat_request({**body, "ignore_eos": True})

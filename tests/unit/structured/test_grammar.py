@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentserve.contracts import StructuredKind, StructuredOutput
+from agentserve.contracts import StructuredKind, StructuredOutput, ToolSchema
 from agentserve.structured.grammar import check, grammar_for, schema_error
 
 pytestmark = pytest.mark.unit
@@ -35,6 +35,17 @@ def test_required_tool_choice_is_one_or_more_calls_among_the_tools():
         'call: "<tool_call>\\n" (fn0 | fn1) "\\n</tool_call>"',
     ]
     assert lark.splitlines()[3].startswith('fn1: "{\\"name\\": \\"b\\", \\"arguments\\": " %json ')
+
+
+def test_text_or_tool_calls_is_free_text_whose_blocks_are_calls():
+    structured = StructuredOutput(StructuredKind.TEXT_OR_TOOL_CALLS, tools=(ToolSchema("f"),))
+    assert grammar_for(structured).splitlines()[:4] == [
+        "start: call* TEXT",
+        'call: opening "\\n" (fn0) "\\n</tool_call>"',
+        'opening[lazy]: TEXT "<tool_call>"',
+        "TEXT: /(.|\\n)*/ & ~/(.|\\n)*<tool_call>(.|\\n)*/",
+    ]
+    check(structured)
 
 
 def test_schema_errors_say_what_llguidance_cannot_do():

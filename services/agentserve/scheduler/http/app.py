@@ -145,6 +145,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         chat.include_usage,
         parse_tools=chat.tools.parse_calls,
         token_text=_token_text(core) if chat.sampling.logprobs is not None else None,
+        grammar_calls=chat.tools.grammar_calls,
     )
     return await _respond(request, events, fmt, chat.n, chat.stream, headers)
 

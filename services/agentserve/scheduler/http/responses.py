@@ -79,6 +79,8 @@ class ReplyFormat:
     """The shape of one response: chat (`chat.completion[.chunk]`) or text (`text_completion`).
 
     `parse_tools`: chat replies are split into content and `tool_calls` (`scheduler.tool_calls`).
+    `grammar_calls`: the tool calls were decoded under a grammar, so a call the reply ends inside
+    was cut by max_tokens: it is dropped, never returned as raw markup in the content.
     `token_text`: how logprobs name a token (None: the response carries no logprobs).
     """
 
@@ -89,6 +91,7 @@ class ReplyFormat:
     created: int = 0
     parse_tools: bool = False
     token_text: Callable[[int], str] | None = None
+    grammar_calls: bool = False
 
     @classmethod
     def new(
@@ -99,9 +102,13 @@ class ReplyFormat:
         *,
         parse_tools: bool = False,
         token_text: Callable[[int], str] | None = None,
+        grammar_calls: bool = False,
     ) -> ReplyFormat:
         prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
-        return cls(kind, model, include_usage, prefix + uuid.uuid4().hex, int(time.time()), parse_tools, token_text)
+        created = int(time.time())
+        return cls(
+            kind, model, include_usage, prefix + uuid.uuid4().hex, created, parse_tools, token_text, grammar_calls
+        )
 
     def _envelope(self, object_: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {"id": self.id, "object": object_, "created": self.created, "model": self.model, "choices": choices}
@@ -148,7 +155,7 @@ class ReplyFormat:
         if self.parse_tools:
             pieces = reply.tool_stream.feed(event.text)
             if event.finished:
-                pieces += reply.tool_stream.finish()
+                pieces += reply.tool_stream.finish(self.grammar_calls)
         chunks = []
         for piece in pieces:
             if isinstance(piece, ToolCall):
@@ -177,7 +184,7 @@ class ReplyFormat:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text}
         called = False
         if self.parse_tools:
-            parsed = parse_tool_calls(reply.text)
+            parsed = parse_tool_calls(reply.text, self.grammar_calls)
             message["content"] = parsed.content
             if parsed.tool_calls:
                 message["tool_calls"] = [_tool_call(c) for c in parsed.tool_calls]

@@ -111,7 +111,7 @@ def parse_chat_request(body: Mapping[str, Any]) -> ChatRequest:
     stream, include_usage = _parse_stream(body)
     sampling = parse_sampling(body, _chat_logprobs(body))
     tools = parse_tools(dict(body))
-    structured = parse_structured(body, tools.tools)
+    structured = parse_structured(body, tools.tools, sampling.max_tokens)
     if structured is not None:
         sampling = dataclasses.replace(sampling, structured=structured)
     segments = parse_segments(body)

@@ -3,10 +3,15 @@
 - `response_format` `{"type": "json_object"}`: any JSON object; `{"type": "json_schema",
   "json_schema": {"name", "schema", "strict"}}`: JSON matching `schema`; `{"type": "text"}`: free.
 - `tool_choice` `"required"`: one or more hermes tool calls among `tools`; `{"type": "function",
-  "function": {"name": X}}`: exactly one call, to X; `"auto"` and `"none"` constrain nothing.
+  "function": {"name": X}}`: exactly one call, to X; `"auto"` (the default with tools) with a
+  `strict` tool: free text in which every call is a valid call among `tools`; `"auto"` without a
+  strict tool, and `"none"`: nothing.
 
-Every schema is compiled here with the engines' grammar library, so a schema they could not decode
-under is a 400 naming its field, before any engine sees the request.
+`strict: true` (on a json_schema or a tool) first checks the schema against OpenAI's strict rules
+(`agentserve.structured.strict_schema`). Every schema is then decoded as
+`agentserve.structured.decoding_schema` rewrites it for the request's max_tokens (objects closed,
+strings and numbers finite), and compiled here with the engines' grammar library, so a schema they
+could not decode under is a 400 naming its field, before any engine sees the request.
 """
 
 from __future__ import annotations
@@ -23,15 +28,20 @@ from agentserve.contracts.structured import (
     ToolSchema,
 )
 from agentserve.structured import grammar
+from agentserve.structured.decoding_schema import decoding_schema
+from agentserve.structured.strict_schema import check_strict
 
-UNCONSTRAINED_TOOL_CHOICES = ("auto", "none")
 
-
-def parse_structured(body: Mapping[str, Any], tools: Sequence[Mapping[str, Any]] = ()) -> StructuredOutput | None:
+def parse_structured(
+    body: Mapping[str, Any], tools: Sequence[Mapping[str, Any]], max_tokens: int
+) -> StructuredOutput | None:
     """The request's output constraint, or None for free text; ValueError naming the bad field.
-    `tools`: the request's `tools`, already checked (`scheduler.http.tools.parse_tools`)."""
-    response = _response_format(body.get("response_format"))
-    calls = _tool_choice(body.get("tool_choice"), tools)
+    `tools`: the request's `tools`, already checked (`scheduler.http.tools.parse_tools`);
+    `max_tokens`: the reply's limit, which bounds the schemas' strings (`decoding_schema`)."""
+    response = _response_format(body.get("response_format"), max_tokens)
+    calls = _tool_choice(body.get("tool_choice"), tools, max_tokens)
+    if response is not None and calls is not None and calls.kind is StructuredKind.TEXT_OR_TOOL_CALLS:
+        return response  # the reply is the schema's JSON; strict tools constrain only a reply that may call them
     if response is not None and calls is not None:
         raise ValueError(
             "'response_format' cannot be combined with tool_choice 'required' or a named function: "
@@ -40,7 +50,7 @@ def parse_structured(body: Mapping[str, Any], tools: Sequence[Mapping[str, Any]]
     return response or calls
 
 
-def _response_format(raw: Any) -> StructuredOutput | None:
+def _response_format(raw: Any, max_tokens: int) -> StructuredOutput | None:
     if raw is None:
         return None
     kind = raw.get("type") if isinstance(raw, dict) else None
@@ -59,16 +69,26 @@ def _response_format(raw: Any) -> StructuredOutput | None:
     strict = spec.get("strict")
     if strict is not None and not isinstance(strict, bool):
         raise ValueError(f"'response_format.json_schema.strict' must be a boolean, got {strict!r}")
-    schema = _usable_schema(spec.get("schema"), "response_format.json_schema.schema")
+    where = "response_format.json_schema.schema"
+    if strict:
+        check_strict(spec.get("schema"), where)
+    schema = _usable_schema(spec.get("schema"), where, max_tokens)
     return StructuredOutput(StructuredKind.JSON_SCHEMA, schema=schema)
 
 
-def _tool_choice(choice: Any, tools: Sequence[Mapping[str, Any]]) -> StructuredOutput | None:
-    if choice is None or choice in UNCONSTRAINED_TOOL_CHOICES:
+def _tool_choice(choice: Any, tools: Sequence[Mapping[str, Any]], max_tokens: int) -> StructuredOutput | None:
+    if choice == "none":
         return None
-    if choice == "required":
+    if choice in (None, "auto"):
+        if not any(tool["function"].get("strict") is True for tool in tools):
+            return None
+        kind = StructuredKind.TEXT_OR_TOOL_CALLS
+        wanted = None
+    elif choice == "required":
+        kind = StructuredKind.TOOL_CALL
         wanted = None
     elif isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict):
+        kind = StructuredKind.TOOL_CALL
         wanted = choice["function"].get("name")
         if not isinstance(wanted, str) or not wanted:
             raise ValueError("'tool_choice.function.name' must be a non-empty string")
@@ -87,18 +107,19 @@ def _tool_choice(choice: Any, tools: Sequence[Mapping[str, Any]]) -> StructuredO
             function["name"],
             NO_PARAMETERS
             if function.get("parameters") is None
-            else _usable_schema(function["parameters"], f"tools[{i}].function.parameters"),
+            else _usable_schema(function["parameters"], f"tools[{i}].function.parameters", max_tokens),
         )
         for i, function in chosen
     )
-    return StructuredOutput(StructuredKind.TOOL_CALL, tools=schemas, single_call=wanted is not None)
+    return StructuredOutput(kind, tools=schemas, single_call=wanted is not None)
 
 
-def _usable_schema(schema: Any, where: str) -> str:
-    """`schema` as JSON text, once llguidance has compiled it."""
+def _usable_schema(schema: Any, where: str, max_tokens: int) -> str:
+    """`schema` as decoded (`decoding_schema`), as JSON text, once llguidance has compiled it."""
     if not isinstance(schema, dict):
         raise ValueError(f"'{where}' must be a JSON Schema object, got {type(schema).__name__}")
-    error = grammar.schema_error(schema)
+    decoded = decoding_schema(schema, max_tokens)
+    error = grammar.schema_error(decoded)
     if error:
         raise ValueError(f"'{where}' is not a usable JSON Schema: {error}")
-    return json.dumps(schema)
+    return json.dumps(decoded)

@@ -13,6 +13,7 @@ from typing import Any
 
 from agentserve.common.json_body import check_json_value
 from agentserve.contracts.structured import TOOL_NAME_PATTERN
+from agentserve.structured.strict_schema import check_strict
 
 FUNCTION_FIELDS = frozenset({"name", "description", "parameters", "strict"})
 
@@ -23,9 +24,10 @@ class ToolSettings:
 
     The tools are in the prompt either way (as vLLM does by default, and as a session needs: its
     prompt lists them from its first turn on). choice "auto": calls in the reply are parsed into
-    `tool_calls`; "required" and "function" (a named function) likewise, and the reply is decoded
-    under a grammar that makes it those calls (`scheduler.http.structured`); "none": the reply is
-    returned as plain text.
+    `tool_calls`, and when a tool is `strict` the reply is decoded under a grammar in which free
+    text may hold calls whose arguments match their schemas; "required" and "function" (a named
+    function): the reply is decoded under a grammar that makes it those calls
+    (`scheduler.http.structured`); "none": the reply is returned as plain text.
     """
 
     tools: tuple[dict[str, Any], ...] = ()
@@ -34,6 +36,16 @@ class ToolSettings:
     @property
     def parse_calls(self) -> bool:
         return bool(self.tools) and self.choice != "none"
+
+    @property
+    def strict(self) -> bool:
+        """Some tool is `strict: true`: its calls' arguments must match its schema."""
+        return any(tool["function"].get("strict") is True for tool in self.tools)
+
+    @property
+    def grammar_calls(self) -> bool:
+        """The reply's tool calls are decoded under a grammar (see the class docstring)."""
+        return bool(self.tools) and (self.choice in ("required", "function") or (self.choice == "auto" and self.strict))
 
     @property
     def prompt_tools(self) -> list[dict[str, Any]] | None:
@@ -108,7 +120,9 @@ def _parse_tool(index: int, tool: Any) -> dict[str, Any]:
         raise ValueError(f"{where}.function.description must be a string")
     if not isinstance(function.get("parameters", {}), dict):
         raise ValueError(f"{where}.function.parameters must be a JSON schema object")
-    if function.get("strict") not in (None, False):
-        # Strict arguments need decoding under the schema's grammar, which "auto" does not do.
-        raise ValueError(f"{where}.function.strict is not supported; omit it or set it to false")
+    strict = function.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise ValueError(f"{where}.function.strict must be a boolean, got {strict!r}")
+    if strict and "parameters" in function:
+        check_strict(function["parameters"], f"{where}.function.parameters")
     return {"type": "function", "function": dict(function)}
