@@ -234,6 +234,12 @@ def bench_dualpath(args: argparse.Namespace) -> dict | None:
     return dualpath(args)
 
 
+def sim_dualpath(args: argparse.Namespace) -> dict | None:
+    from agentserve.sim.cli import dualpath
+
+    return dualpath(args)
+
+
 def bench_agentaware(args: argparse.Namespace) -> dict | None:
     from agentserve.bench.papers.agentaware.cli import agentaware
 

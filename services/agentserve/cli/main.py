@@ -13,6 +13,7 @@ from agentserve.bench.papers.dualpath import cli_args as dualpath_args
 from agentserve.bench.papers.replay import cli_args as replay_args
 from agentserve.bench.papers.tokendance.cli import add_arguments as tokendance_args
 from agentserve.cli import commands
+from agentserve.sim import cli_args as sim_cli
 from agentserve.engine.emulation_config import DEFAULT_KV_MATERIALISE_BYTES, DEFAULT_TIME_DILATION
 from agentserve.training.trainer import TrainConfig
 
@@ -299,6 +300,15 @@ def build_parser() -> argparse.ArgumentParser:
     tokendance_args(dance)
     dance.set_defaults(func=commands.bench_tokendance)
 
+    sim = sub.add_parser("sim", help="discrete-event simulation of the scheduler's policies at scale").add_subparsers(
+        dest="sim_command", required=True
+    )
+    simdp = sim.add_parser(
+        "dualpath",
+        help="DualPath's figures at the paper's scale (1024 agents, 1 prefill + 2 decode nodes) in virtual time",
+    )
+    sim_cli.add_dualpath_arguments(simdp)
+    simdp.set_defaults(func=commands.sim_dualpath)
     workload = sub.add_parser("workload", help="agent workloads for bench replay").add_subparsers(
         dest="workload_command", required=True
     )

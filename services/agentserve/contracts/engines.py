@@ -45,7 +45,10 @@ class EngineStatus:
 
     def nic(self, name: str) -> NICStatus:
         """The named NIC's last report (an idle one if the engine reports none by that name)."""
-        return next((n for n in self.nics if n.name == name), NICStatus(name))
+        for nic in self.nics:  # a loop, not next(..., default): the default is built only when needed
+            if nic.name == name:
+                return nic
+        return NICStatus(name)
 
     def __post_init__(self) -> None:
         if not self.engine_id:

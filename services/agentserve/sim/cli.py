@@ -1,0 +1,53 @@
+"""`agentserve sim ...`: arguments, then the simulation, then its JSON (and report files)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from agentserve.fabric.profiles import load_profile
+from agentserve.sim.config import SimConfig
+from agentserve.sim.dualpath import DualPathSimSpec, run_dualpath
+from agentserve.sim.workload import PAPER_WORKLOAD
+
+
+def dualpath_spec(args: argparse.Namespace) -> DualPathSimSpec:
+    workload = dataclasses.replace(
+        PAPER_WORKLOAD,
+        agents=args.agents,
+        turns=args.turns,
+        first_context=args.first_context,
+        final_context=args.final_context,
+        shared_prefix=args.shared_prefix,
+        output_tokens=args.output_tokens,
+        seed=args.seed,
+    )
+    overrides: dict[str, Any] = {"block_size": args.block_size, "layer_groups": args.layer_groups}
+    if args.model:
+        overrides["model"] = args.model
+    policies = tuple(p for p in args.policies.split(",") if p)
+    return DualPathSimSpec(
+        workload=workload,
+        config=SimConfig.from_profile(load_profile(args.profile), **overrides),
+        profile=args.profile,
+        policies=policies,
+        turn_order=args.turn_order,
+        tool_wait_s=args.tool_wait,
+        online=args.online,
+        online_policies=tuple(p for p in ("baseline", "dualpath") if p in policies),
+        online_turns=args.online_turns,
+        online_duration_s=args.online_duration,
+        online_start=args.online_start,
+        online_tolerance=args.online_tolerance,
+        slo=args.slo,
+    )
+
+
+def dualpath(args: argparse.Namespace) -> dict[str, Any]:
+    from agentserve.sim.report import write_result
+
+    result = run_dualpath(dualpath_spec(args), progress=args.progress)
+    if args.out is not None:
+        write_result(result, args.out)
+    return result
