@@ -40,7 +40,7 @@ pytestmark = pytest.mark.integration
 D = 4.0
 BLOCK = 16
 TARGET_BLOCK_BYTES = 61 * 788 * BLOCK  # DeepSeek-V3.2's KV of one 16-token block: what NICs are charged
-COMPUTE = ComputeSettings("emulated", "deepseek-v3.2", "h800", time_dilation=D)
+COMPUTE = ComputeSettings("emulated", EmulationConfig("deepseek-v3.2", "h800", time_dilation=D))
 MAX_TOKENS = 12
 
 

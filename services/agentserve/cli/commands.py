@@ -283,9 +283,16 @@ def up_local(args: argparse.Namespace) -> int:
         catch_stop_signals,
         ready_line,
     )
+    from agentserve.engine.emulation_config import EmulationConfig
 
     compute = ComputeSettings(
-        args.compute, args.target_model, args.target_gpu, args.time_dilation, args.kv_materialise_bytes
+        args.compute,
+        EmulationConfig(
+            args.target_model,
+            args.target_gpu,
+            time_dilation=args.time_dilation,
+            kv_materialise_bytes=args.kv_materialise_bytes,
+        ),
     )
     cluster = LocalCluster(
         LocalPorts.free(args.decoders, args.prefill) if args.free_ports else LocalPorts(),
@@ -299,7 +306,8 @@ def up_local(args: argparse.Namespace) -> int:
         internal_tls=not args.plain_internal,
     )
     emulated = (
-        f"; emulated {compute.target_model} on {compute.target_gpu}, time dilation {compute.time_dilation:g}"
+        f"; emulated {compute.emulation.target_model} on {compute.emulation.target_gpu}, "
+        f"time dilation {compute.emulation.time_dilation:g}"
         if compute.mode == "emulated"
         else ""
     )

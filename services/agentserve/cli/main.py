@@ -13,8 +13,8 @@ from agentserve.bench.papers.dualpath import cli_args as dualpath_args
 from agentserve.bench.papers.replay import cli_args as replay_args
 from agentserve.bench.papers.tokendance.cli import add_arguments as tokendance_args
 from agentserve.cli import commands
+from agentserve.engine.emulation_config import COMPUTE_MODES, DEFAULT_KV_MATERIALISE_BYTES, DEFAULT_TIME_DILATION
 from agentserve.sim import cli_args as sim_cli
-from agentserve.engine.emulation_config import DEFAULT_KV_MATERIALISE_BYTES, DEFAULT_TIME_DILATION
 from agentserve.training.trainer import TrainConfig
 
 
@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--compute",
         default="real",
-        choices=["real", "emulated"],
+        choices=COMPUTE_MODES,
         help="emulated: engines load no weights and take the target model's time on the target GPU",
     )
     up.add_argument("--target-model", default="deepseek-v3.2", help="emulated compute: agentserve.costmodel model")

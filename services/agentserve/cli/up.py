@@ -31,7 +31,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import grpc
@@ -41,11 +41,11 @@ from agentserve.cli.children import spawn
 from agentserve.cli.restarts import RestartPolicy, RestartState
 from agentserve.common.api_keys import ApiKeys
 from agentserve.common.certs import ensure_certs
+from agentserve.common.config import check_choice
 from agentserve.common.internal_tls import InternalTLS
 from agentserve.common.netutil import free_port
 from agentserve.engine.default_model import ensure_default_model
-from agentserve.engine.emulation_config import DEFAULT_KV_MATERIALISE_BYTES, DEFAULT_TIME_DILATION, EmulationConfig
-from agentserve.engine.engine_config import COMPUTE_MODES
+from agentserve.engine.emulation_config import ComputeMode, EmulationConfig
 from agentserve.model_files.tokenizer_files import models_home
 
 LOOPBACK = "127.0.0.1"
@@ -234,42 +234,30 @@ def snic_bucket_dir() -> Path:
 @dataclass(frozen=True)
 class ComputeSettings:
     """Whether engines run the model (`real`) or emulate the target model on the target GPU
-    (`emulated`: no weights loaded; see agentserve.engine.emulation_config for each setting)."""
+    (`emulated`: no weights loaded; `emulation` says what they emulate, see EmulationConfig)."""
 
-    mode: str = "real"
-    target_model: str = "deepseek-v3.2"
-    target_gpu: str = "h800"
-    time_dilation: float = DEFAULT_TIME_DILATION
-    kv_materialise_bytes: int = DEFAULT_KV_MATERIALISE_BYTES
+    mode: ComputeMode = "real"
+    emulation: EmulationConfig = field(default_factory=EmulationConfig)
 
     def __post_init__(self) -> None:
-        if self.mode not in COMPUTE_MODES:
-            raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.mode!r}")
-        if self.mode == "emulated":
-            EmulationConfig(
-                self.target_model,
-                self.target_gpu,
-                time_dilation=self.time_dilation,
-                kv_materialise_bytes=self.kv_materialise_bytes,
-            )
+        check_choice("compute", self.mode, ComputeMode)
 
     def engine_args(self) -> list[str]:
+        """The engine flags (`EngineServiceConfig.compute` and its emulation's) that say this."""
         if self.mode == "real":
             return []
-        return [
-            "--compute",
-            "emulated",
-            "--target-model",
-            self.target_model,
-            "--target-gpu",
-            self.target_gpu,
-            "--time-dilation",
-            repr(self.time_dilation),
-            "--kv-materialise-bytes",
-            str(self.kv_materialise_bytes),
-            "--num-threads",
-            "1",  # an emulated engine's torch work is a few tiny tensors a step: one thread, no pool
+        emulation = [
+            text
+            for f in fields(EmulationConfig)
+            for text in (f"--{f.name.replace('_', '-')}", _flag_text(getattr(self.emulation, f.name)))
         ]
+        # An emulated engine's torch work is a few tiny tensors a step: one thread, no pool.
+        return ["--compute", "emulated", *emulation, "--num-threads", "1"]
+
+
+def _flag_text(value: object) -> str:
+    """A setting as its flag's text: floats by repr, so they travel exactly."""
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def cert_root(data_dir: Path) -> Path:

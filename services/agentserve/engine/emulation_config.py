@@ -11,11 +11,18 @@ target's bytes (agentserve.engine.emulated_pool). Torch-free, validated once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
+from agentserve.common.config import choices_of
 from agentserve.costmodel.gpus import target_gpu
 from agentserve.costmodel.kv_capacity import DEFAULT_ACTIVATION_RESERVE, kv_capacity_blocks
 from agentserve.costmodel.models import target_model
 from agentserve.costmodel.timing import DEFAULT_DECODE_BANDWIDTH_EFFICIENCY, DEFAULT_PREFILL_MFU, ComputeCost
+
+# real: the model's forward runs (token-exact); emulated: forwards take the target's time from a
+# cost model and KV is a stand-in of the target's size (`EmulationConfig`).
+ComputeMode = Literal["real", "emulated"]
+COMPUTE_MODES = choices_of(ComputeMode)
 
 # Local seconds per target second. A DeepSeek-V3.2 decode step is ~10 ms on an H800; an engine's
 # Python around it (scheduling, sampling, streaming) costs ~1-3 ms of CPU, so at D = 10 a dozen

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agentserve.common.config import check_choice
 from agentserve.contracts.agents import CRITICAL_PRIORITY
 from agentserve.engine.config import parse_dtype
-from agentserve.engine.emulation_config import EmulationConfig
+from agentserve.engine.emulation_config import ComputeMode, EmulationConfig
 from agentserve.engine.prefill_batch import PrefillBatchPolicy, make_prefill_batch_policy
 from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, check_eviction_policy
 
 KV_DTYPES = ("native", "fp8_e4m3")
-# real: the model's forward runs (token-exact); emulated: forwards take the target's time from a
-# cost model and KV is a stand-in of the target's size (agentserve.engine.emulation_config).
-COMPUTE_MODES = ("real", "emulated")
 
 # The estimated deviation (`engine.recompute_selection`) above which a segmented request is
 # recomputed in full, read from the quality curve (bench/papers/tokendance/quality.py): with masters from
@@ -46,7 +44,7 @@ class EngineConfig:
     # greedy output matches a recompute however requests interleave. Off: decode attention and
     # linears take their fastest kernels, whose low bits depend on the batch.
     batch_invariant: bool = True
-    compute: str = "real"
+    compute: ComputeMode = "real"
     # A segmented (TokenDance) request whose estimated deviation from a full recompute passes this
     # is recomputed in full (`engine.recompute_selection`); None: never.
     reuse_max_deviation: float | None = DEFAULT_MAX_DEVIATION
@@ -68,8 +66,7 @@ class EngineConfig:
         if not isinstance(self.batch_invariant, bool):
             raise ValueError(f"batch_invariant must be true or false, got {self.batch_invariant!r}")
         self.prefill_batch_policy()  # ValueError naming the bad field
-        if self.compute not in COMPUTE_MODES:
-            raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")
+        check_choice("compute", self.compute, ComputeMode)
         if self.reuse_max_deviation is not None and not self.reuse_max_deviation >= 0:
             raise ValueError(f"reuse_max_deviation must be >= 0, got {self.reuse_max_deviation!r}")
         parse_dtype(self.dtype)

@@ -14,9 +14,7 @@ from agentserve.contracts import EngineStatus, Role, SamplingParams
 from agentserve.engine.async_engine import AsyncEngine
 from agentserve.engine.default_model import ensure_default_model
 from agentserve.engine.emulated_model import EmulatedModel
-from agentserve.engine.emulation_config import EmulationConfig
 from agentserve.engine.engine import LLMEngine
-from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine_service.compute_metrics import register_forward_metrics
 from agentserve.engine_service.config import EngineServiceConfig
 from agentserve.engine_service.kv_moves import KVMover
@@ -39,22 +37,7 @@ class EngineService(Service):
         model_dir = config.model_dir or str(ensure_default_model())
         engine = LLMEngine.for_config(  # emulated: no weights loaded, model_dir gives the token ids
             model_dir,
-            EngineConfig(
-                block_size=config.block_size,
-                kv_cache_bytes=config.kv_cache_mb << 20,
-                dtype=config.dtype,
-                max_batch_size=config.max_batch_size,
-                num_threads=config.num_threads,
-                eviction_policy=config.eviction_policy,
-                critical_reserve=config.critical_reserve,
-                layerwise=config.layerwise,
-                prefill_batching=config.prefill_batching,
-                prefill_token_budget=config.prefill_token_budget,
-                prefill_attention_tokens=config.prefill_attention_tokens,
-                batch_invariant=config.batch_invariant,
-                compute=config.compute,
-                emulation=config.emulation() if config.compute == "emulated" else EmulationConfig(),
-            ),
+            config.engine_config(),
         )
         self.engine = AsyncEngine(engine)
         self.address = f"{advertise_host(config.advertise_host)}:{config.grpc_port}"

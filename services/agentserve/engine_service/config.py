@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from agentserve.common.config import config_prefix
 from agentserve.common.internal_tls import internal_tls
-from agentserve.costmodel.kv_capacity import DEFAULT_ACTIVATION_RESERVE
-from agentserve.costmodel.timing import DEFAULT_DECODE_BANDWIDTH_EFFICIENCY, DEFAULT_PREFILL_MFU
-from agentserve.engine.emulation_config import DEFAULT_KV_MATERIALISE_BYTES, DEFAULT_TIME_DILATION, EmulationConfig
-from agentserve.engine.engine_config import COMPUTE_MODES
-from agentserve.engine.prefill_batch import make_prefill_batch_policy
-from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, check_eviction_policy
-from agentserve.prefill.load_lanes import DEFAULT_LOAD_ORDER, check_load_order
+from agentserve.engine.emulation_config import ComputeMode, EmulationConfig
+from agentserve.engine.engine_config import EngineConfig
+from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY
+from agentserve.prefill.load_lanes import DEFAULT_LOAD_ORDER, LoadOrder, check_load_order
 
 
 @dataclass(frozen=True)
@@ -56,18 +54,10 @@ class EngineServiceConfig:
     snic_group: str = ""
     snic_group_engines: int = 0
     # real: run the model; emulated: forwards take the target model's time on the target GPU, the
-    # KV pool is the target's size, the fabric is dilated by time_dilation (agentserve.engine.emulation_config).
-    compute: str = "real"
-    target_model: str = "deepseek-v3.2"  # emulated only, like every setting below
-    target_gpu: str = "h800"
-    prefill_mfu: float = DEFAULT_PREFILL_MFU
-    decode_bandwidth_efficiency: float = DEFAULT_DECODE_BANDWIDTH_EFFICIENCY
-    weight_shards: int = 0  # 0 = the target model's reference deployment
-    activation_reserve: float = DEFAULT_ACTIVATION_RESERVE
-    time_dilation: float = DEFAULT_TIME_DILATION  # local seconds per target second
-    kv_materialise_bytes: int = DEFAULT_KV_MATERIALISE_BYTES  # payload per block; 0 = the target's bytes
-    max_context: int = 0  # 0 = the target model's
-    kv_blocks: int = 0  # the KV pool's blocks; 0 = what the target GPU holds after weights and the reserve
+    # KV pool is the target's size, the fabric is dilated by time_dilation. The emulation's settings
+    # are the engine's own flags (--target-model, --time-dilation, ...), read when compute is emulated.
+    compute: ComputeMode = "real"
+    emulation: EmulationConfig = field(default_factory=EmulationConfig, metadata=config_prefix(""))
 
     def __post_init__(self) -> None:
         for name in ("grpc_port", "kv_cache_mb", "block_size", "max_batch_size", "heartbeat_interval_ms"):
@@ -77,20 +67,15 @@ class EngineServiceConfig:
             raise ValueError("fabric_profile must not be empty (local-unshaped: no shaping)")
         if not self.fabric_prefill_tokens_per_s >= 0:
             raise ValueError(f"fabric_prefill_tokens_per_s must be >= 0, got {self.fabric_prefill_tokens_per_s}")
-        check_eviction_policy(self.eviction_policy)
-        if not 0 <= self.critical_reserve < 1:
-            raise ValueError(f"critical_reserve must be a fraction of the pool in [0, 1), got {self.critical_reserve}")
-        make_prefill_batch_policy(self.prefill_batching, self.prefill_token_budget, self.prefill_attention_tokens)
+        self.engine_config()  # the engine's settings, checked where they are declared
         if self.kvstore_timeout_ms < 0:
             raise ValueError(f"kvstore_timeout_ms must be >= 0 (0: no deadline), got {self.kvstore_timeout_ms}")
         if self.layerwise_min_read_kb < 0:
             raise ValueError(f"layerwise_min_read_kb must be >= 0, got {self.layerwise_min_read_kb}")
         if bool(self.snic_group) != (self.snic_group_engines > 0):
             raise ValueError("snic_group and a positive snic_group_engines go together (or neither)")
-        if self.compute not in COMPUTE_MODES:
-            raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")
         if self.compute == "emulated":
-            self.emulation().pool_blocks(self.block_size)  # ValueErrors name the setting
+            self.emulation.pool_blocks(self.block_size)  # ValueErrors name the setting
         if not 0 <= self.metrics_port < 65536:
             raise ValueError(f"metrics_port must be a port number, got {self.metrics_port}")
         internal_tls(self.internal_tls_dir)  # unreadable credentials fail at start-up, naming the setting
@@ -99,18 +84,23 @@ class EngineServiceConfig:
             if value and ":" not in value:
                 raise ValueError(f"{name} must be host:port, got {value!r}")
 
-    def emulation(self) -> EmulationConfig:
-        return EmulationConfig(
-            target_model=self.target_model,
-            target_gpu=self.target_gpu,
-            prefill_mfu=self.prefill_mfu,
-            decode_bandwidth_efficiency=self.decode_bandwidth_efficiency,
-            weight_shards=self.weight_shards,
-            activation_reserve=self.activation_reserve,
-            time_dilation=self.time_dilation,
-            kv_materialise_bytes=self.kv_materialise_bytes,
-            max_context=self.max_context,
-            kv_blocks=self.kv_blocks,
+    def engine_config(self) -> EngineConfig:
+        """The engine this process runs (ValueError naming a bad setting)."""
+        return EngineConfig(
+            block_size=self.block_size,
+            kv_cache_bytes=self.kv_cache_mb << 20,
+            dtype=self.dtype,
+            max_batch_size=self.max_batch_size,
+            num_threads=self.num_threads,
+            eviction_policy=self.eviction_policy,
+            critical_reserve=self.critical_reserve,
+            layerwise=self.layerwise,
+            prefill_batching=self.prefill_batching,
+            prefill_token_budget=self.prefill_token_budget,
+            prefill_attention_tokens=self.prefill_attention_tokens,
+            batch_invariant=self.batch_invariant,
+            compute=self.compute,
+            emulation=self.emulation,
         )
 
 
@@ -122,8 +112,8 @@ class PrefillConfig(EngineServiceConfig):
     # next turn the other agents' contexts have pushed its KV out of the prefill engine's HBM).
     keep_kv: bool = True
     # concurrent: the engine's loads all start at once; fifo: they take the store (and each relay)
-    # one at a time in arrival order (measured no faster, see prefill/load_lanes.py).
-    load_order: str = DEFAULT_LOAD_ORDER
+    # one at a time in arrival order (no faster in `bench dualpath`; see prefill/load_lanes.py).
+    load_order: LoadOrder = DEFAULT_LOAD_ORDER
 
     def __post_init__(self) -> None:
         super().__post_init__()

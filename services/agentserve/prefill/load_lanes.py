@@ -19,14 +19,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Literal
 
-LOAD_ORDERS = ("fifo", "concurrent")
-DEFAULT_LOAD_ORDER = "concurrent"
+from agentserve.common.config import check_choice, choices_of
+
+LoadOrder = Literal["fifo", "concurrent"]
+LOAD_ORDERS = choices_of(LoadOrder)
+DEFAULT_LOAD_ORDER: LoadOrder = "concurrent"
 
 
 def check_load_order(name: str) -> str:
-    if name not in LOAD_ORDERS:
-        raise ValueError(f"load_order must be one of {', '.join(LOAD_ORDERS)}, got {name!r}")
+    check_choice("load_order", name, LoadOrder)
     return name
 
 

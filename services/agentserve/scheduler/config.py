@@ -6,7 +6,9 @@ import math
 from dataclasses import dataclass, field
 
 from agentserve.common.api_keys import ApiKeys
+from agentserve.common.config import check_choice
 from agentserve.common.internal_tls import internal_tls
+from agentserve.scheduler.turn_order import TurnOrderName
 
 SESSION_KV = ("decode", "store")
 
@@ -57,7 +59,7 @@ class SchedulerConfig:
     tail_blocks: bool = True
     # Which waiting turn of equal priority a prefill engine takes first (turn_order.py): arrival, or
     # least-served (the session with the fewest completed turns first).
-    turn_order: str = "arrival"
+    turn_order: TurnOrderName = "arrival"
     # KV lifecycle over tool waits (kv_lifecycle.py, kv_parking.py): lru (nothing moves) or agentserve.
     kv_lifecycle: str = "lru"
     # How `agentserve` offloads a parked session's KV: drop it at the tool's start, or demote it
@@ -127,7 +129,6 @@ class SchedulerConfig:
         from agentserve.scheduler.paths import POLICIES
         from agentserve.scheduler.prefill_policy import PREFILL_POLICIES
         from agentserve.scheduler.relay_policy import RELAY_POLICIES, RELAY_SOURCES
-        from agentserve.scheduler.turn_order import TURN_ORDERS
 
         for name, choices in (
             ("kv_path_policy", POLICIES),
@@ -137,10 +138,9 @@ class SchedulerConfig:
             ("kv_lifecycle", LIFECYCLE_POLICIES),
             ("kv_offload", OFFLOAD_MODES),
             ("session_kv", SESSION_KV),
-            ("turn_order", TURN_ORDERS),
+            ("turn_order", TurnOrderName),
         ):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+            check_choice(name, getattr(self, name), choices)
         if not isinstance(self.tail_blocks, bool):
             raise ValueError(f"tail_blocks must be true or false, got {self.tail_blocks!r}")
         if not 0 <= self.prefill_alpha_ms < float("inf"):

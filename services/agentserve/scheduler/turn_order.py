@@ -7,9 +7,9 @@
 
 Why: a job of many agents ends when its last agent does. Served in arrival order, an agent whose
 turns happened to queue behind others' falls behind and stays behind, and at the end its turns
-run one after another while the engines idle (a DualPath offline run at 12 agents: median agent
-done at 276 s, the last at 306 s). Ranking by completed turns keeps the agents abreast, so the
-engines stay fed until the end. Priority still comes first: the rank only orders equals.
+run one after another while the engines idle (docs/dualpath.md shows the straggler in `bench
+dualpath`). Ranking by completed turns keeps the agents abreast, so the engines stay fed until the
+end. Priority still comes first: the rank only orders equals.
 
 The rank travels to the engine as `PrefillRequest.service_rank`; the engine queue orders by it
 (`LLMEngine._enqueue`).
@@ -17,7 +17,9 @@ The rank travels to the engine as `PrefillRequest.service_rank`; the engine queu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from agentserve.common.config import check_choice
 
 if TYPE_CHECKING:  # the bench's argument parser imports the names alone
     from agentserve.scheduler.sessions import Session
@@ -45,12 +47,12 @@ class LeastServedOrder:
         return session.turns
 
 
+TurnOrderName = Literal["arrival", "least-served"]
 TURN_ORDERS: dict[str, type] = {o.name: o for o in (ArrivalOrder, LeastServedOrder)}
 
 
 def make_turn_order(name: str) -> TurnOrder:
     """The order called `name` (arrival, least-served); ValueError names the choices."""
-    if name not in TURN_ORDERS:
-        raise ValueError(f"unknown turn order {name!r}; choose one of {', '.join(TURN_ORDERS)}")
+    check_choice("turn_order", name, TurnOrderName)
     order: TurnOrder = TURN_ORDERS[name]()
     return order

@@ -94,8 +94,12 @@ def test_every_service_listens_on_loopback_unless_keys_open_the_client_endpoints
 
 def test_emulated_compute_reaches_every_engine_and_nothing_else() -> None:
     from agentserve.cli.up import ComputeSettings
+    from agentserve.common.config import load_config
+    from agentserve.engine.emulation_config import EmulationConfig
+    from agentserve.engine_service.config import PrefillConfig
 
-    compute = ComputeSettings("emulated", "qwen2.5-32b", "h200", time_dilation=20.0, kv_materialise_bytes=0)
+    emulation = EmulationConfig("qwen2.5-32b", "h200", time_dilation=20.0, kv_materialise_bytes=0, prefill_mfu=0.3)
+    compute = ComputeSettings("emulated", emulation)
     commands = {
         name: cmd
         for name, _, cmd in service_commands(
@@ -110,6 +114,9 @@ def test_emulated_compute_reaches_every_engine_and_nothing_else() -> None:
             "h200",
         )
         assert (float(flag(cmd, "--time-dilation")), flag(cmd, "--kv-materialise-bytes")) == (20.0, "0")
+        engine_flags = compute.engine_args()
+        assert engine_flags == cmd[len(cmd) - len(engine_flags) :]
+        assert load_config(PrefillConfig, engine_flags, env={}).emulation == emulation  # every setting arrives
     assert all("--compute" not in commands[name] for name in ("kvstore", "scheduler", "toolproxy"))
     real = {name: cmd for name, _, cmd in service_commands(LocalPorts(), Path("/m"), Path("/d"), 1)}
     assert "--compute" not in real["prefill"]  # real compute: the engines' own default
@@ -117,9 +124,10 @@ def test_emulated_compute_reaches_every_engine_and_nothing_else() -> None:
 
 def test_bad_emulated_compute_fails_before_anything_starts(capsys) -> None:
     from agentserve.cli.up import ComputeSettings
+    from agentserve.engine.emulation_config import EmulationConfig
 
     with pytest.raises(ValueError, match="unknown target model 'gpt-9'"):
-        ComputeSettings("emulated", "gpt-9")
+        ComputeSettings("emulated", EmulationConfig("gpt-9"))
     with pytest.raises(ValueError, match="compute must be one of real, emulated"):
         ComputeSettings("simulated")
     assert main(["up", "--local", "--compute", "emulated", "--time-dilation", "0"]) == 2

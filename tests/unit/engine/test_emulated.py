@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from agentserve.common.config import load_config
 from agentserve.contracts import SamplingParams
 from agentserve.costmodel.kv_capacity import kv_capacity_blocks
 from agentserve.costmodel.models import DEEPSEEK_V32
@@ -155,17 +156,23 @@ def test_bad_emulation_settings_name_the_setting():
     with pytest.raises(ValueError, match="compute must be one of real, emulated, got 'fake'"):
         PrefillConfig(compute="fake")
     with pytest.raises(ValueError, match="unknown target model 'gpt'; choose one of deepseek-v3.2"):
-        PrefillConfig(compute="emulated", target_model="gpt")
+        _prefill("--compute", "emulated", "--target-model", "gpt")
     with pytest.raises(ValueError, match="unknown target GPU 'tpu'"):
-        PrefillConfig(compute="emulated", target_gpu="tpu")
+        _prefill("--compute", "emulated", "--target-gpu", "tpu")
     with pytest.raises(ValueError, match="time_dilation must be positive"):
-        PrefillConfig(compute="emulated", time_dilation=0)
+        _prefill("--compute", "emulated", "--time-dilation", "0")
     with pytest.raises(ValueError, match="kv_materialise_bytes must be >= 0"):
-        PrefillConfig(compute="emulated", kv_materialise_bytes=-1)
+        _prefill("--compute", "emulated", "--kv-materialise-bytes", "-1")
     with pytest.raises(ValueError, match="prefill_mfu must be in"):
-        PrefillConfig(compute="emulated", prefill_mfu=2)
-    PrefillConfig(time_dilation=0)  # real compute reads none of them
-    assert PrefillConfig(compute="emulated", time_dilation=20).emulation().time_dilation == 20
+        _prefill("--compute", "emulated", "--prefill-mfu", "2")
+    with pytest.raises(ValueError, match="time_dilation must be positive"):
+        _prefill("--time-dilation", "0")  # checked whatever the compute mode
+    assert _prefill("--compute", "emulated", "--time-dilation", "20").emulation.time_dilation == 20
+
+
+def _prefill(*flags: str) -> PrefillConfig:
+    """A prefill engine's config from its flags, as the process reads them."""
+    return load_config(PrefillConfig, list(flags), env={})
 
 
 def test_staged_prefill_takes_the_same_time_layer_by_layer(engine):
@@ -237,12 +244,12 @@ def test_kv_blocks_sets_the_pool_within_what_the_target_holds(tiny_model_dir):
     )
     assert small.pool.num_slots == small.blocks.num_slots == 48
     assert EmulationConfig(kv_blocks=0).pool_blocks(16) == capacity
-    assert PrefillConfig(compute="emulated", block_size=16, kv_blocks=capacity).emulation().kv_blocks == capacity
+    assert _prefill("--compute", "emulated", "--kv-blocks", str(capacity)).emulation.kv_blocks == capacity
     with pytest.raises(ValueError, match=f"kv_blocks {capacity + 1} is more than h800 holds for deepseek-v3.2 "):
-        PrefillConfig(compute="emulated", block_size=16, kv_blocks=capacity + 1)
+        _prefill("--compute", "emulated", "--block-size", "16", "--kv-blocks", str(capacity + 1))
     with pytest.raises(ValueError, match="kv_blocks must be >= 0"):
-        PrefillConfig(compute="emulated", kv_blocks=-1)
-    PrefillConfig(kv_blocks=10**9)  # real compute reads none of the emulation's settings
+        _prefill("--compute", "emulated", "--kv-blocks", "-1")
+    assert _prefill("--kv-blocks", str(10**9)).emulation.kv_blocks == 10**9  # bounded by the target when emulated
 
 
 def test_decode_steps_overlap_the_hosts_work_as_an_overlap_scheduler_does(engine):

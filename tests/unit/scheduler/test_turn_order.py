@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import pytest
 
+from agentserve.common.config import choices_of
 from agentserve.contracts import SamplingParams
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.sessions import Session
-from agentserve.scheduler.turn_order import TURN_ORDERS, ArrivalOrder, LeastServedOrder, make_turn_order
+from agentserve.scheduler.turn_order import (
+    TURN_ORDERS,
+    ArrivalOrder,
+    LeastServedOrder,
+    TurnOrderName,
+    make_turn_order,
+)
 from tests.unit.scheduler.fakes import collect, run
 
 pytestmark = pytest.mark.unit
@@ -23,11 +30,11 @@ def test_least_served_ranks_by_completed_turns_and_arrival_ranks_all_alike() -> 
     arrival = make_turn_order("arrival")
     assert isinstance(arrival, ArrivalOrder)
     assert (arrival.rank(ahead), arrival.rank(behind)) == (0, 0)
-    assert set(TURN_ORDERS) == {"arrival", "least-served"}
+    assert tuple(TURN_ORDERS) == choices_of(TurnOrderName) == ("arrival", "least-served")
 
 
 def test_an_unknown_turn_order_names_the_choices() -> None:
-    with pytest.raises(ValueError, match="unknown turn order 'fair'; choose one of arrival, least-served"):
+    with pytest.raises(ValueError, match="turn_order must be one of arrival, least-served, got 'fair'"):
         make_turn_order("fair")
     with pytest.raises(ValueError, match="turn_order must be one of arrival, least-served, got 'fair'"):
         SchedulerConfig(http_port=0, turn_order="fair")

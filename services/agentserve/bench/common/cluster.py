@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from agentserve.bench.common.policy import DEFAULT_TURN_ORDER, Policy, effective, flags
 from agentserve.bench.common.target import MeteredCluster, Target
-from agentserve.bench.papers.dualpath.policies import DEFAULT_TURN_ORDER, Policy, effective, flags
-from agentserve.cli.up import FabricSettings
-from agentserve.scheduler.turn_order import TURN_ORDERS
+from agentserve.cli.up import ComputeSettings, FabricSettings
+from agentserve.common.config import check_choice
+from agentserve.engine.emulation_config import EmulationConfig
+from agentserve.prefill.load_lanes import DEFAULT_LOAD_ORDER, LoadOrder, check_load_order
+from agentserve.scheduler.turn_order import TurnOrderName
 
 
 @dataclass(frozen=True)
@@ -27,21 +30,42 @@ class ClusterSpec:
     profile: str = "dualpath-h800"
     block_size: int = 256  # tokens per KV block: fewer, larger blocks keep Python's per-block work small
     tail_blocks: bool = True  # the scheduler's: a context's partial last block is stored and reused
-    turn_order: str = DEFAULT_TURN_ORDER  # the scheduler's, every policy's (policies.DEFAULT_TURN_ORDER)
+    turn_order: TurnOrderName = DEFAULT_TURN_ORDER  # the scheduler's, every policy's (common.policy.DEFAULT_TURN_ORDER)
     local_prefill_tokens_per_s: float = 0.0  # what the profile scales against; 0 = each engine measures
-    engine_settings: Mapping[str, Any] = field(default_factory=dict)  # every engine (e.g. compute mode)
-    prefill_settings: Mapping[str, Any] = field(default_factory=dict)  # prefill engines only (e.g. pool size)
-    decode_settings: Mapping[str, Any] = field(default_factory=dict)
+    compute: ComputeSettings = field(default_factory=ComputeSettings)  # every engine's
+    # Emulated engines' KV pools in blocks, per role; 0 = what the target GPU holds (`EmulationConfig.kv_blocks`).
+    prefill_kv_blocks: int = 0
+    decode_kv_blocks: int = 0
+    load_order: LoadOrder = DEFAULT_LOAD_ORDER  # the prefill engines' (`prefill.load_lanes`)
 
     def __post_init__(self) -> None:
         if self.prefill < 1 or self.decoders < 1:
             raise ValueError(f"need >= 1 prefill and decode engine, got {self.prefill} and {self.decoders}")
         if self.block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {self.block_size}")
-        if self.turn_order not in TURN_ORDERS:
-            raise ValueError(f"turn_order must be one of {', '.join(TURN_ORDERS)}, got {self.turn_order!r}")
+        check_choice("turn_order", self.turn_order, TurnOrderName)
+        check_load_order(self.load_order)
         if self.local_prefill_tokens_per_s < 0:
             raise ValueError(f"local_prefill_tokens_per_s must be >= 0, got {self.local_prefill_tokens_per_s}")
+        self.emulation("prefill")  # a pool the target cannot hold fails here, naming kv_blocks
+        self.emulation("decode")
+
+    def emulation(self, role: str) -> EmulationConfig:
+        """What `role`'s engines emulate: the compute's target with the role's pool."""
+        blocks = self.prefill_kv_blocks if role == "prefill" else self.decode_kv_blocks
+        emulation = replace(self.compute.emulation, kv_blocks=blocks)
+        if self.compute.mode == "emulated":
+            emulation.pool_blocks(self.block_size)
+        return emulation
+
+    def engine_flags(self, role: str) -> dict[str, Any]:
+        """`role`'s engine settings beyond the compute's (which `LocalCluster` passes itself)."""
+        settings: dict[str, Any] = {"block_size": self.block_size}
+        if self.compute.mode == "emulated":
+            settings["kv_blocks"] = self.emulation(role).kv_blocks
+        if role == "prefill":
+            settings["load_order"] = self.load_order
+        return settings
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -52,9 +76,11 @@ class ClusterSpec:
             "tail_blocks": self.tail_blocks,
             "turn_order": self.turn_order,
             "local_prefill_tokens_per_s": self.local_prefill_tokens_per_s,
-            "engine_settings": dict(self.engine_settings),
-            "prefill_settings": dict(self.prefill_settings),
-            "decode_settings": dict(self.decode_settings),
+            "compute": self.compute.mode,
+            "emulation": dataclasses.asdict(self.compute.emulation) if self.compute.mode == "emulated" else None,
+            "prefill_kv_blocks": self.prefill_kv_blocks,
+            "decode_kv_blocks": self.decode_kv_blocks,
+            "load_order": self.load_order,
         }
 
 
@@ -67,8 +93,7 @@ class PolicyCluster(MeteredCluster):
             str(policy.scheduler.get("kv_path_policy", FabricSettings.kv_path_policy)),
             spec.local_prefill_tokens_per_s,
         )
-        super().__init__(decoders=spec.decoders, prefill=spec.prefill, fabric=fabric, root=root)
-        engines = {"block_size": spec.block_size, **spec.engine_settings}
+        super().__init__(decoders=spec.decoders, prefill=spec.prefill, fabric=fabric, root=root, compute=spec.compute)
         # kv_path_policy already reaches the scheduler through `fabric`.
         self.service_settings = {
             "scheduler": {
@@ -76,8 +101,8 @@ class PolicyCluster(MeteredCluster):
                 "tail_blocks": spec.tail_blocks,
                 "turn_order": spec.turn_order,
             },
-            "prefill": {**engines, **spec.prefill_settings, **effective(policy, "prefill")},
-            "decode": {**engines, **spec.decode_settings, **effective(policy, "decode")},
+            "prefill": {**spec.engine_flags("prefill"), **effective(policy, "prefill")},
+            "decode": {**spec.engine_flags("decode"), **effective(policy, "decode")},
         }
 
     def extra_args(self, name: str) -> list[str]:

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.bench.common.cluster import ClusterSpec
+from agentserve.bench.common.policy import unsupported
 from agentserve.bench.papers.agentaware import ratios
 from agentserve.bench.papers.agentaware.bound import TurnCost
 from agentserve.bench.papers.agentaware.runs import PolicyRuns, run_policy
 from agentserve.bench.papers.agentaware.stacks import lifecycle_policy
 from agentserve.bench.papers.agentaware.workload import AgentAwareSpec, describe, generate, read_tool_sample
-from agentserve.bench.papers.dualpath.policies import unsupported
 
 
 def policy_names() -> tuple[str, ...]:
@@ -53,10 +53,8 @@ class BenchSpec:
 
     def turn_cost(self) -> TurnCost:
         """A turn's modelled compute on these engines (their cost model and time dilation)."""
-        from agentserve.engine_service.config import PrefillConfig
-
-        engine = PrefillConfig(**self.cluster.engine_settings)
-        return TurnCost(engine.emulation().cost(), engine.time_dilation)
+        emulation = self.cluster.emulation("prefill")
+        return TurnCost(emulation.cost(), emulation.time_dilation)
 
     @property
     def chosen(self) -> tuple[str, ...]:

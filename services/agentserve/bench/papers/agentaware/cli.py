@@ -14,6 +14,8 @@ from agentserve.bench.papers.agentaware.bench import BenchSpec, run_bench
 from agentserve.bench.papers.agentaware.cli_args import WALL_BUDGET_S, add_arguments
 from agentserve.bench.papers.agentaware.report import write_report
 from agentserve.bench.papers.agentaware.workload import AgentAwareSpec
+from agentserve.cli.up import ComputeSettings
+from agentserve.engine.emulation_config import EmulationConfig
 
 
 def _floats(text: str, name: str) -> tuple[float, ...]:
@@ -38,22 +40,13 @@ def block_bytes(target_model: str, block_size: int) -> int:
 
 
 def bench_spec(args: argparse.Namespace) -> BenchSpec:
-    from agentserve.engine_service.config import PrefillConfig
-
     if args.kv_pool_tokens < args.block_size:
         raise ValueError(
             f"--kv-pool-tokens must hold at least one block ({args.block_size}), got {args.kv_pool_tokens}"
         )
     kv_blocks = -(-args.kv_pool_tokens // args.block_size)
-    engine: dict[str, Any] = {
-        "compute": "emulated",
-        "target_model": args.target_model,
-        "target_gpu": args.target_gpu,
-        "time_dilation": args.time_dilation,
-        "kv_blocks": kv_blocks,
-        "num_threads": 1,  # an emulated engine's tensors are tiny; a thread pool each would fight for the cores
-    }
-    PrefillConfig(**engine)  # a bad target or dilation fails here, naming the setting
+    # A bad target or dilation fails here, naming the setting.
+    emulation = EmulationConfig(args.target_model, args.target_gpu, time_dilation=args.time_dilation)
     workload = AgentAwareSpec(
         jobs=args.jobs,
         width=args.width,
@@ -72,7 +65,9 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
             decoders=args.decoders,
             profile=args.profile,
             block_size=args.block_size,
-            engine_settings=engine,
+            compute=ComputeSettings("emulated", emulation),
+            prefill_kv_blocks=kv_blocks,
+            decode_kv_blocks=kv_blocks,
         ),
         trace=args.trace,
         rates=_floats(args.rates, "rates"),

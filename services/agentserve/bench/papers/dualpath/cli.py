@@ -16,7 +16,8 @@ from agentserve.bench.papers.dualpath.report import write_report
 from agentserve.bench.papers.dualpath.runs import OnlineSpec
 from agentserve.bench.papers.dualpath.workload import AgentWorkloadSpec
 from agentserve.bench.papers.replay.slo import SLO
-from agentserve.prefill.load_lanes import DEFAULT_LOAD_ORDER
+from agentserve.cli.up import ComputeSettings
+from agentserve.engine.emulation_config import EmulationConfig
 
 # Emulated engines at this dilation spend ~nothing in the cost model: the run's time is what the
 # processes themselves take (and the NICs, dilated by it too, are effectively unshaped).
@@ -43,11 +44,9 @@ def _pool(args: argparse.Namespace, agents: int | None = None, final_context: in
     )
 
 
-def pool_settings(pool, load_order: str = DEFAULT_LOAD_ORDER) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(prefill, decode) engine settings that give each role its pool (and the prefill its load order)."""
-    if not pool:
-        return {"load_order": load_order}, {}
-    return {"kv_blocks": pool.prefill_blocks, "load_order": load_order}, {"kv_blocks": pool.decode_blocks}
+def pool_blocks(pool) -> tuple[int, int]:
+    """(prefill, decode) engines' `kv_blocks`: each role's pool; 0 (the target GPU's) without a plan."""
+    return (pool.prefill_blocks, pool.decode_blocks) if pool else (0, 0)
 
 
 def with_pools(spec: BenchSpec, args: argparse.Namespace, agents: int, final_context: int) -> BenchSpec:
@@ -56,32 +55,20 @@ def with_pools(spec: BenchSpec, args: argparse.Namespace, agents: int, final_con
     from agentserve.fabric.profiles import load_profile
 
     pool = _pool(args, agents, final_context)
-    prefill, decode = pool_settings(pool, args.load_order)
-    cluster = dataclasses.replace(spec.cluster, prefill_settings=prefill, decode_settings=decode)
+    prefill, decode = pool_blocks(pool)
+    cluster = dataclasses.replace(spec.cluster, prefill_kv_blocks=prefill, decode_kv_blocks=decode)
     regime = {**spec.regime, "kv_pool": pool.to_dict() if pool else spec.regime.get("kv_pool")}
     storage = _storage_modelled(args, spec.workload, load_profile(args.profile))
     return dataclasses.replace(spec, cluster=cluster, regime=regime, storage_modelled=storage)
 
 
-def _engine_settings(args: argparse.Namespace) -> dict[str, Any]:
+def compute_settings(args: argparse.Namespace) -> ComputeSettings:
+    """Every engine's compute: the real model, or the target model on the dualpath profile's GPU
+    (a bad target model or dilation fails here, naming the setting)."""
     if args.compute == "real":
-        return {}
-    # One torch thread: an emulated engine's tensors are tiny, and a pool per engine would fight
-    # a dozen processes for two cores.
-    settings = {
-        "compute": "emulated",
-        "target_model": args.target_model,
-        "target_gpu": TARGET_GPU,
-        "time_dilation": args.time_dilation,
-        "num_threads": 1,
-    }
-    from agentserve.engine_service.config import PrefillConfig
-
-    fields = {f.name for f in dataclasses.fields(PrefillConfig)}
-    if "compute" not in fields:
-        raise ValueError("this build's engines have no emulated compute (engine setting compute); pass --compute real")
-    PrefillConfig(**settings)  # a bad target model or dilation fails here, naming the setting
-    return settings
+        return ComputeSettings()
+    emulation = EmulationConfig(target_model=args.target_model, target_gpu=TARGET_GPU, time_dilation=args.time_dilation)
+    return ComputeSettings("emulated", emulation)
 
 
 def time_dilation(args: argparse.Namespace) -> float | None:
@@ -117,8 +104,7 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
         else None
     )
     pool = _pool(args)
-    engine_settings = _engine_settings(args)
-    prefill_settings, decode_settings = pool_settings(pool, args.load_order)
+    prefill_kv_blocks, decode_kv_blocks = pool_blocks(pool)
     floor = {"time_dilation": FLOOR_TIME_DILATION} if args.floor and args.compute == "emulated" else None
     from agentserve.fabric.profiles import load_profile
 
@@ -142,9 +128,10 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
             tail_blocks=args.tail_blocks,
             turn_order=args.turn_order,
             local_prefill_tokens_per_s=args.local_prefill_tokens_per_s,
-            engine_settings=engine_settings,
-            prefill_settings=prefill_settings,
-            decode_settings=decode_settings,
+            compute=compute_settings(args),
+            prefill_kv_blocks=prefill_kv_blocks,
+            decode_kv_blocks=decode_kv_blocks,
+            load_order=args.load_order,
         ),
         online=online,
         policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),

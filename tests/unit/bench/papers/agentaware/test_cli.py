@@ -22,9 +22,10 @@ def parse(*argv: str) -> argparse.Namespace:
 def test_default_spec():
     spec = bench_spec(parse())
     assert spec.rates == (0.2, 0.3, 0.6)
-    assert spec.cluster.engine_settings["kv_blocks"] == 16384 // 64
-    assert spec.cluster.engine_settings["compute"] == "emulated"
-    assert spec.cluster.engine_settings["time_dilation"] == 0.5
+    assert spec.cluster.prefill_kv_blocks == spec.cluster.decode_kv_blocks == 16384 // 64
+    assert spec.cluster.compute.mode == "emulated"
+    assert spec.cluster.compute.emulation.time_dilation == 0.5
+    assert spec.cluster.engine_flags("decode") == {"block_size": 64, "kv_blocks": 16384 // 64}
     assert (spec.workload.jobs, spec.workload.width, spec.workload.rounds) == (10, 5, 2)
     assert spec.workload.output_tokens == 32 and spec.workload.prediction == "median"
     assert spec.chosen[0] == "lru" and set(spec.chosen) == set(LIFECYCLE_POLICIES) == set(policy_names())
@@ -32,7 +33,7 @@ def test_default_spec():
 
 def test_pool_rounds_up_to_whole_blocks_and_a_subset_keeps_the_baseline_first():
     spec = bench_spec(parse("--kv-pool-tokens", "1000", "--policies", "agentserve"))
-    assert spec.cluster.engine_settings["kv_blocks"] == 16
+    assert spec.cluster.prefill_kv_blocks == 16
     assert spec.chosen == ("lru", "agentserve")
 
 

@@ -5,10 +5,11 @@ import argparse
 
 import pytest
 
+from agentserve.bench.common.policy import IMPLICIT, flags, unsupported
 from agentserve.bench.papers.dualpath import limits, ratios, regime
 from agentserve.bench.papers.dualpath.bench import BenchSpec
 from agentserve.bench.papers.dualpath.metrics import nic_figures, run_figures
-from agentserve.bench.papers.dualpath.policies import IMPLICIT, REGIME_PREFILL, flags, policies, unsupported
+from agentserve.bench.papers.dualpath.policies import REGIME_PREFILL, policies
 from agentserve.bench.papers.dualpath.report import markdown
 from agentserve.bench.papers.dualpath.runs import PolicyResult
 from agentserve.bench.papers.dualpath.workload import AgentWorkloadSpec, generate, late_turns
@@ -302,12 +303,13 @@ def test_each_sweep_point_gets_pools_for_its_context_and_agents():
     args = parser.parse_args([])
     base = bench_spec(args)
     # 1.25 contexts of 32K; the prefill's load order rides along
-    assert base.cluster.prefill_settings == {"kv_blocks": 40960 // 256, "load_order": "concurrent"}
-    assert base.cluster.decode_settings == {"kv_blocks": 4 * 32768 // 256}
+    prefill = {"block_size": 256, "kv_blocks": 40960 // 256, "load_order": "concurrent"}
+    assert base.cluster.engine_flags("prefill") == prefill
+    assert base.cluster.engine_flags("decode") == {"block_size": 256, "kv_blocks": 4 * 32768 // 256}
     point = with_pools(base, args, agents=64, final_context=131072)
-    assert point.cluster.prefill_settings == {"kv_blocks": 163840 // 256, "load_order": "concurrent"}
+    assert point.cluster.prefill_kv_blocks == 163840 // 256 and point.cluster.load_order == "concurrent"
     # ceil(1.25 * 64 / 4) = 20 contexts of 128K are more than the target's HBM: capped at all of it.
-    assert point.cluster.decode_settings == {"kv_blocks": 4578} and 4578 * 256 < 20 * 131072
+    assert point.cluster.decode_kv_blocks == 4578 and 4578 * 256 < 20 * 131072
     assert point.regime["kv_pool"]["prefill_pool_tokens_per_engine"] == 163840
 
 
