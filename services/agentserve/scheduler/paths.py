@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
+from agentserve.common.config import check_choice
 from agentserve.contracts import PATH_A, KVPath, LoadPlan
 from agentserve.scheduler.registry import Engine
 
@@ -122,7 +123,6 @@ POLICIES: dict[str, type] = {policy.name: policy for policy in (DualPathPolicy, 
 
 def make_path_policy(name: str) -> PathPolicy:
     """The policy called `name` (dualpath, always-a, always-b, split); ValueError names the choices."""
-    try:
-        return POLICIES[name]()
-    except KeyError:
-        raise ValueError(f"unknown kv path policy {name!r}; choose one of {', '.join(POLICIES)}") from None
+    check_choice("kv_path_policy", name, POLICIES)
+    policy: PathPolicy = POLICIES[name]()
+    return policy

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from agentserve.common.config import check_choice
 from agentserve.scheduler.registry import Engine
 
 
@@ -89,8 +90,7 @@ PREFILL_POLICIES: dict[str, type] = {p.name: p for p in (LeastLoadedPrefill, Dua
 
 def make_prefill_policy(name: str, alpha_ms: float = 100.0, beta: float = 1.5) -> PrefillPolicy:
     """The policy called `name` (least-loaded, dualpath); ValueError names the choices."""
+    check_choice("prefill_policy", name, PREFILL_POLICIES)
     if name == DualPathPrefill.name:
         return DualPathPrefill(alpha_ms, beta)
-    if name == LeastLoadedPrefill.name:
-        return LeastLoadedPrefill()
-    raise ValueError(f"unknown prefill policy {name!r}; choose one of {', '.join(PREFILL_POLICIES)}")
+    return LeastLoadedPrefill()

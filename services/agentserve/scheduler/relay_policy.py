@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from agentserve.common.config import check_choice
 from agentserve.scheduler.registry import Engine
 
 
@@ -139,10 +140,7 @@ RELAY_POLICIES: dict[str, type] = {p.name: p for p in (TurnDecodeRelay, DualPath
 def make_relay_policy(name: str, source: str = "store") -> RelayPolicy:
     """The policy called `name` (turn-decode, dualpath, other-decode) whose relays read `source`
     (store, hbm-first); ValueError names the choices."""
-    if source not in RELAY_SOURCES:
-        raise ValueError(f"unknown relay source {source!r}; choose one of {', '.join(RELAY_SOURCES)}")
-    try:
-        policy = RELAY_POLICIES[name]
-    except KeyError:
-        raise ValueError(f"unknown relay policy {name!r}; choose one of {', '.join(RELAY_POLICIES)}") from None
-    return policy(hbm_first=source == "hbm-first")
+    check_choice("relay_source", source, RELAY_SOURCES)
+    check_choice("relay_policy", name, RELAY_POLICIES)
+    policy: RelayPolicy = RELAY_POLICIES[name](hbm_first=source == "hbm-first")
+    return policy

@@ -6,10 +6,19 @@ from pathlib import Path
 
 import pytest
 
+from agentserve.cli import up
 from agentserve.cli.main import main
 from agentserve.cli.up import FabricSettings, LocalCluster, LocalPorts, ready_line, service_commands
 
 pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True)
+def ports_from_a_counter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`free_port` binds a socket to ask the kernel; here free ports come from a counter, distinct as
+    the kernel's are."""
+    ports = iter(range(40000, 41000))
+    monkeypatch.setattr(up, "free_port", lambda host="127.0.0.1": next(ports))
 
 
 def flag(cmd: list[str], name: str) -> str:
@@ -29,7 +38,8 @@ def test_profile_and_policy_reach_the_services() -> None:
 def test_unknown_profile_or_policy_fails_before_anything_starts(capsys) -> None:
     with pytest.raises(ValueError, match="available: dualpath-h800, h800-node, local-unshaped"):
         LocalCluster(fabric=FabricSettings(profile="dgx-moon"))
-    with pytest.raises(ValueError, match="unknown kv path policy"):
+    policies = "dualpath, always-a, always-b, split"
+    with pytest.raises(ValueError, match=f"kv_path_policy must be one of {policies}, got 'fastest'"):
         LocalCluster(fabric=FabricSettings(kv_path_policy="fastest"))
     assert main(["up", "--local", "--profile", "dgx-moon"]) == 2
     assert "no hardware profile 'dgx-moon'" in capsys.readouterr().err

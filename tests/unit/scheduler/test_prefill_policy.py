@@ -63,7 +63,7 @@ def test_names_and_validation() -> None:
     assert isinstance(make_prefill_policy("least-loaded"), LeastLoadedPrefill)
     policy = make_prefill_policy("dualpath", alpha_ms=5, beta=2)
     assert isinstance(policy, DualPathPrefill) and (policy.alpha_ms, policy.beta) == (5, 2)
-    with pytest.raises(ValueError, match="choose one of least-loaded, dualpath"):
+    with pytest.raises(ValueError, match="prefill_policy must be one of least-loaded, dualpath, got 'random'"):
         make_prefill_policy("random")
     with pytest.raises(ValueError, match="prefill_beta must be >= 1, got 0.5"):
         DualPathPrefill(beta=0.5)

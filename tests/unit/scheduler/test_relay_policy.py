@@ -61,12 +61,13 @@ def test_names() -> None:
         "dualpath",
         "other-decode",
     ]
-    with pytest.raises(ValueError, match="choose one of turn-decode, dualpath, other-decode"):
+    choices = "turn-decode, dualpath, other-decode"
+    with pytest.raises(ValueError, match=f"relay_policy must be one of {choices}, got 'nearest'"):
         make_relay_policy("nearest")
     # Relays read the store unless asked otherwise by name.
     assert [make_relay_policy("dualpath", s).hbm_first for s in ("store", "hbm-first")] == [False, True]
     assert make_relay_policy("dualpath").hbm_first is False
-    with pytest.raises(ValueError, match="unknown relay source 'cache'; choose one of store, hbm-first"):
+    with pytest.raises(ValueError, match="relay_source must be one of store, hbm-first, got 'cache'"):
         make_relay_policy("dualpath", "cache")
 
 
