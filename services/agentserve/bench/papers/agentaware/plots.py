@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentserve.bench.papers.dualpath.plots import _saved
-from agentserve.bench.papers.replay.plots import _pyplot
+from agentserve.bench.common.plots import pyplot, saved
 
 COLORS = {"lru": "#7f7f7f", "ttl-pin": "#1f77b4", "offload": "#2ca02c", "tokencake": "#ff7f0e", "agentserve": "#d62728"}
 
@@ -31,7 +30,7 @@ def _rates(runs: dict[str, dict[str, dict]]) -> list[str]:
 
 
 def kv_occupancy(runs: dict[str, dict[str, dict]], out: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     rates = _rates(runs)
     fig, axes = plt.subplots(len(rates), 1, figsize=(8, 2.6 * len(rates)), squeeze=False)
     for ax, rate in zip(axes[:, 0], rates):
@@ -45,11 +44,11 @@ def kv_occupancy(runs: dict[str, dict[str, dict]], out: Path) -> Path:
         ax.set_title(f"{rate} jobs/s")
     axes[-1, 0].set_xlabel("local seconds since the run began")
     axes[0, 0].legend(fontsize=7, ncol=2)
-    return _saved(plt, fig, out)
+    return saved(plt, fig, out)
 
 
 def latency_cdfs(runs: dict[str, dict[str, dict]], out: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     rates = _rates(runs)
     fig, axes = plt.subplots(1, len(rates), figsize=(4 * len(rates), 3.6), squeeze=False)
     for ax, rate in zip(axes[0], rates):
@@ -67,4 +66,4 @@ def latency_cdfs(runs: dict[str, dict[str, dict]], out: Path) -> Path:
         ax.set_ylim(0, 1.02)
     axes[0, 0].set_ylabel("share of jobs")
     axes[0, 0].legend(fontsize=8)
-    return _saved(plt, fig, out)
+    return saved(plt, fig, out)

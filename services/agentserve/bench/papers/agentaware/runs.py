@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentserve.bench.common import cluster
+from agentserve.bench.common.policy import Policy
 from agentserve.bench.common.workloads.model import Workload
 from agentserve.bench.papers.agentaware.bound import ServiceModel
 from agentserve.bench.papers.agentaware.metrics import run_figures
-from agentserve.bench.papers.dualpath.policies import Policy
 from agentserve.bench.papers.replay.client import SDKClient
 from agentserve.bench.papers.replay.prom import PromSampler
 from agentserve.bench.papers.replay.replayer import Replayer, ReplayOptions

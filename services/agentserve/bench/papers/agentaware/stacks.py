@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentserve.bench.papers.dualpath.policies import Policy
+from agentserve.bench.common.policy import Policy
 
 CRITICAL_RESERVE = 0.2  # share of each engine's pool critical-path agents may hold back
 # Committed KV (turns in flight and tool-waiting histories, each counting the shared system prompt

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentserve.bench.common.cluster import ClusterSpec
+from agentserve.bench.common.policy import Policy, unsupported
 from agentserve.bench.common.target import Target
 from agentserve.bench.papers.dualpath import limits, ratios, regime
-from agentserve.bench.papers.dualpath.policies import POLICY_NAMES, Policy, policies, unsupported
+from agentserve.bench.papers.dualpath.policies import POLICY_NAMES, policies
 from agentserve.bench.papers.dualpath.runs import OnlineSpec, PolicyResult, Tenants, run_policy, start, warm_prefixes
 from agentserve.bench.papers.dualpath.workload import AgentWorkloadSpec, generate, shape
 

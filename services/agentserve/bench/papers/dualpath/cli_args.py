@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agentserve.bench.papers.dualpath.policies import DEFAULT_TURN_ORDER, POLICY_NAMES
+from agentserve.bench.common.policy import DEFAULT_TURN_ORDER
+from agentserve.bench.papers.dualpath.policies import POLICY_NAMES
 from agentserve.prefill.load_lanes import DEFAULT_LOAD_ORDER, LOAD_ORDERS
 from agentserve.scheduler.turn_order import TURN_ORDERS
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentserve.bench.papers.replay.plots import _pyplot
+from agentserve.bench.common.plots import pyplot, saved
 
 COLORS = {"baseline": "#7f7f7f", "layerwise": "#1f77b4", "dualpath": "#d62728", "dualpath-split": "#ff7f0e"}
 
@@ -23,18 +23,18 @@ def bench_plots(result: dict, out_dir: Path) -> dict[str, Path]:
 
 
 def jct_bars(runs: dict, out: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     names = list(runs)
     bars = ax.bar(names, [runs[n]["jct_s"] for n in names], color=[COLORS.get(n, "#333") for n in names])
     ax.bar_label(bars, fmt="%.1f s")
     ax.set_ylabel("offline JCT (local s, all agents at once)")
     ax.set_title("job completion time by policy")
-    return _saved(plt, fig, out)
+    return saved(plt, fig, out)
 
 
 def snic_bars(runs: dict, out: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     engines = sorted({e for r in runs.values() for e in r["snic"]["utilization"]})
     fig, ax = plt.subplots(figsize=(max(6.5, 1.1 * len(engines) + 2), 4))
     width = 0.8 / max(1, len(runs))
@@ -47,11 +47,11 @@ def snic_bars(runs: dict, out: Path) -> Path:
     ax.set_ylim(0, 1.05)
     ax.legend()
     ax.set_title("storage NIC utilisation per engine")
-    return _saved(plt, fig, out)
+    return saved(plt, fig, out)
 
 
 def capacity_probes(caps: dict, out: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for name, c in caps.items():
         probes = sorted(c["probes"], key=lambda p: p["load"])
@@ -68,13 +68,13 @@ def capacity_probes(caps: dict, out: Path) -> Path:
     ax.set_ylim(0, 1.05)
     ax.legend()
     ax.set_title("online capacity search")
-    return _saved(plt, fig, out)
+    return saved(plt, fig, out)
 
 
 def sweep_plot(points: list[dict], out: Path) -> Path:
     """JCT per policy against agents (at the base context) and against context (at the base
     agents), the layout of the paper's offline figure."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
     for ax, axis in zip(axes, ("agents", "final_context")):
         chosen = [p for p in points if p["axis"] == axis]
@@ -88,13 +88,4 @@ def sweep_plot(points: list[dict], out: Path) -> Path:
         ax.set_ylabel("offline JCT (local s)")
         ax.legend()
     fig.suptitle("offline JCT by policy")
-    return _saved(plt, fig, out)
-
-
-def _saved(plt, fig, out: Path) -> Path:
-    """Every plot of this bench written alike: laid out, 120 dpi, its figure closed (pyplot keeps
-    open figures alive otherwise)."""
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return saved(plt, fig, out)

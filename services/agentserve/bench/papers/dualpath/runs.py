@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentserve.bench.common import cluster
+from agentserve.bench.common.policy import Policy
 from agentserve.bench.common.target import Target
 from agentserve.bench.papers.dualpath import phases
 from agentserve.bench.papers.dualpath.metrics import run_figures
-from agentserve.bench.papers.dualpath.policies import Policy
 from agentserve.bench.papers.dualpath.workload import AgentWorkloadSpec, generate, late_turns
 from agentserve.bench.papers.replay import capacity as cap
 from agentserve.bench.papers.replay.replayer import ReplayOptions

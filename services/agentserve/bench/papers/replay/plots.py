@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from agentserve.bench.common.plots import pyplot, saved
 from agentserve.bench.common.stats import ecdf
 from agentserve.bench.papers.replay.records import TurnRecord
 
@@ -25,18 +26,9 @@ PATH_COLORS = {
 }
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def latency_cdfs(turns: Sequence[TurnRecord], out: Path, title: str) -> Path:
     """TTFT, time to second token, TPOT and end-to-end latency CDFs, first vs later turns."""
-    plt = _pyplot()
+    plt = pyplot()
     ok = [t for t in turns if t.ok]
     fig, axes = plt.subplots(1, 4, figsize=(17, 4.2))
     for ax, (metric, label) in zip(
@@ -67,10 +59,7 @@ def latency_cdfs(turns: Sequence[TurnRecord], out: Path, title: str) -> Path:
             ax.legend(loc="upper left", fontsize=9)  # a CDF leaves its upper left empty
     axes[0].set_ylabel("fraction of turns")
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return saved(plt, fig, out, dpi=110)
 
 
 def kv_bytes_timeline(timeline: dict, out: Path, title: str) -> Path | None:
@@ -80,7 +69,7 @@ def kv_bytes_timeline(timeline: dict, out: Path, title: str) -> Path | None:
     series = {p: v for p, v in timeline["by_path"].items() if any(v)}
     if not series:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     t = timeline["t_s"]
     bin_s = timeline.get("bin_s")
     widths = [bin_s] * len(t) if bin_s else [b - a for a, b in zip([0.0, *t[:-1]], t)]
@@ -104,10 +93,7 @@ def kv_bytes_timeline(timeline: dict, out: Path, title: str) -> Path | None:
     ax.set_title(title)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, title="path (total)")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return saved(plt, fig, out, dpi=110)
 
 
 def capacity_curve(
@@ -115,7 +101,7 @@ def capacity_curve(
 ) -> Path:
     """Throughput and goodput vs load; SLO attainment vs load with the required share; p90
     latencies vs load with the SLO bounds."""
-    plt = _pyplot()
+    plt = pyplot()
     probes = sorted(probes, key=lambda p: p["load"])
     x = [p["load"] for p in probes]
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.5))
@@ -148,7 +134,4 @@ def capacity_curve(
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return saved(plt, fig, out, dpi=110)

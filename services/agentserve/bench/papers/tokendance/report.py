@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentserve.bench.common.plots import pyplot, saved
 from agentserve.bench.common.report_files import write_report_files
-from agentserve.bench.papers.replay.plots import _pyplot
 
 COLORS = {"prefix": "#7f7f7f", "pic": "#1f77b4", "collective": "#d62728"}
 
@@ -161,7 +161,7 @@ def plots(result: dict, out_dir: Path) -> dict[str, Path]:
 
 
 def _served(result: dict, out: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     served = result["served_capacity"]
     fig, axes = plt.subplots(1, len(served), figsize=(5.5 * len(served), 4), squeeze=False)
     for ax, (name, c) in zip(axes[0], served.items(), strict=True):
@@ -197,11 +197,11 @@ def _served(result: dict, out: Path) -> Path:
         ax.set_ylabel("worst round latency (s, engine CPU time)")
         ax.set_title(f"{name}: served at 1/{c['regime']['token_scale']} tokens")
         ax.legend(fontsize=8)
-    return _saved(plt, fig, out)
+    return saved(plt, fig, out)
 
 
 def _capacity(result: dict, out: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     names = list(result["capacity"])
     width = 0.8 / 3
@@ -215,11 +215,11 @@ def _capacity(result: dict, out: Path) -> Path:
     ax.set_ylabel("agents served within the SLO")
     ax.set_title("concurrent agents at one KV budget")
     ax.legend()
-    return _saved(plt, fig, out)
+    return saved(plt, fig, out)
 
 
 def _fractions(result: dict, out: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     rows = [r for r in result["fraction_curve"] if "top1_agreement" in r]
     xs = [r["recompute_fraction"] for r in rows]
@@ -238,11 +238,11 @@ def _fractions(result: dict, out: Path) -> Path:
     right.set_ylabel("x over prefix caching")
     right.set_title("storage reduction and capacity ratio")
     right.legend(fontsize=8)
-    return _saved(plt, fig, out)
+    return saved(plt, fig, out)
 
 
 def _prefill(result: dict, out: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     names = [p["workload"] for p in result["prefill"]]
     for i, (key, label, color) in enumerate(
@@ -260,11 +260,4 @@ def _prefill(result: dict, out: Path) -> Path:
     ax.set_ylabel("round prefill time (s, this machine)")
     ax.set_title("one gather round on the trained default model")
     ax.legend()
-    return _saved(plt, fig, out)
-
-
-def _saved(plt, fig, out: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return saved(plt, fig, out)

@@ -3,8 +3,8 @@ pieces it claims; the baselines keep every service default."""
 
 import pytest
 
+from agentserve.bench.common.policy import effective, flags, unsupported
 from agentserve.bench.papers.agentaware.stacks import CRITICAL_RESERVE, KV_COMMIT_RATIO, lifecycle_policy
-from agentserve.bench.papers.dualpath.policies import effective, flags, unsupported
 
 pytestmark = pytest.mark.unit
 
