@@ -1,1 +1,0 @@
-"""Small operational tools shipped inside the service image."""
