@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from agentserve.tools.healthcheck import check
+from agentserve.common.healthcheck import check
 from tests.support.compose import ONE_SHOT, Stack
 from tests.support.tails import cached_history
 
@@ -19,7 +19,7 @@ DECODE_PORT = 50054
 # Run inside a container: exit 0 when the gRPC server at argv[1] reports SERVING, asked over the
 # internal plane's mutual TLS with the container's own certificate.
 PROBE = (
-    "import os, sys; from agentserve.tools.healthcheck import check\n"
+    "import os, sys; from agentserve.common.healthcheck import check\n"
     "from agentserve.common.internal_tls import InternalTLS\n"
     "tls = InternalTLS.load(os.environ['AGENTSERVE_INTERNAL_TLS_DIR'])\n"
     "sys.exit(0 if check(sys.argv[1], tls=tls) else 1)"

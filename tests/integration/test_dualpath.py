@@ -24,7 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from agentserve.bench.micro import handoff as handoff_bench
-from agentserve.cli.up import FabricSettings, LocalCluster
+from agentserve.cluster.local import LocalCluster
+from agentserve.cluster.settings import FabricSettings
 from agentserve.contracts import SamplingParams
 from agentserve.sdk import Client
 from tests.support.cluster import local_cluster as support_cluster

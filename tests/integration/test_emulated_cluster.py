@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from agentserve.cli.up import ComputeSettings, FabricSettings
+from agentserve.cluster.settings import ComputeSettings, FabricSettings
 from agentserve.common.channels import open_channel
 from agentserve.common.internal_tls import InternalTLS
 from agentserve.engine.default_model import ensure_default_model

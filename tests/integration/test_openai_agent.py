@@ -11,7 +11,7 @@ import urllib.request
 import openai
 import pytest
 
-from agentserve.cli.up import http_health
+from agentserve.cluster.readiness import http_health
 from agentserve.engine.default_model import ensure_default_model
 from agentserve.model_files.tokenizer import Tokenizer
 from tests.support.cluster import local_cluster

@@ -12,7 +12,7 @@ import time
 import grpc
 import pytest
 
-from agentserve.cli.up import http_health
+from agentserve.cluster.readiness import http_health
 from agentserve.sdk import AuthenticationError, Client, RetryableError, SessionNotFound
 from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from tests.support.cluster import local_cluster

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agentserve.cli.up import http_health
+from agentserve.cluster.readiness import http_health
 
 pytestmark = pytest.mark.integration
 

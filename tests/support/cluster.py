@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from agentserve.cli.up import LocalCluster, LocalPorts
+from agentserve.cluster.local import LocalCluster
+from agentserve.cluster.ports import LocalPorts
 from tests.support.processes import free_port
 
 

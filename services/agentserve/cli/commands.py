@@ -274,15 +274,10 @@ def certs(args: argparse.Namespace) -> int:
 
 
 def up_local(args: argparse.Namespace) -> int:
-    from agentserve.cli.up import (
-        ComputeSettings,
-        FabricSettings,
-        LocalCluster,
-        LocalPorts,
-        Stopped,
-        catch_stop_signals,
-        ready_line,
-    )
+    from agentserve.cli.up import ready_line
+    from agentserve.cluster.local import LocalCluster, Stopped, catch_stop_signals
+    from agentserve.cluster.ports import LocalPorts
+    from agentserve.cluster.settings import ComputeSettings, FabricSettings
     from agentserve.engine.emulation_config import EmulationConfig
 
     compute = ComputeSettings(

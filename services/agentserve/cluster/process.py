@@ -1,4 +1,4 @@
-"""Child processes of `agentserve up --local` that never outlive it.
+"""A local cluster's child processes, which never outlive the process that started them.
 
 Each child runs in its own process group (a Ctrl-C typed at the terminal reaches only the parent,
 which stops the children in order) and carries our pid in `AGENTSERVE_PARENT_PID`: its main() asks
@@ -11,8 +11,11 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import IO
 
+from agentserve.cluster.restarts import RestartState
+from agentserve.common.internal_tls import InternalTLS
 from agentserve.common.lifetime import PARENT_PID_ENV
 
 
@@ -27,3 +30,14 @@ def spawn(cmd: list[str], log: IO[bytes] | IO[str], env: Mapping[str, str]) -> s
         env={**env, PARENT_PID_ENV: str(os.getpid())},
         process_group=0,
     )
+
+
+@dataclass
+class Proc:
+    name: str
+    grpc_port: int
+    popen: subprocess.Popen
+    cmd: list[str] = field(default_factory=list)
+    tls: InternalTLS | None = None  # what probing `grpc_port` presents: it is on the internal plane
+    restarts: RestartState = field(default_factory=RestartState)
+    restart_at: float | None = None  # when a dead one is due to start again

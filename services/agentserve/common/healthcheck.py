@@ -1,6 +1,6 @@
 """Container health probe: ask the local gRPC server's standard health service.
 
-Run by the image's HEALTHCHECK as ``python -m agentserve.tools.healthcheck``. Exits 0 only when
+Run by the image's HEALTHCHECK as ``python -m agentserve.common.healthcheck``. Exits 0 only when
 ``grpc.health.v1.Health/Check`` for the overall server (service ``""``) answers SERVING; any other
 status, an unreachable port or a timeout exits 1. Servers report SERVING only after warm-up, so
 this probe also says "ready", not just "listening".

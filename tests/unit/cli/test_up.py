@@ -6,9 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from agentserve.cli import up
 from agentserve.cli.main import main
-from agentserve.cli.up import FabricSettings, LocalCluster, LocalPorts, ready_line, service_commands
+from agentserve.cli.up import ready_line
+from agentserve.cluster import ports as cluster_ports
+from agentserve.cluster.commands import service_commands
+from agentserve.cluster.local import LocalCluster
+from agentserve.cluster.ports import LocalPorts
+from agentserve.cluster.settings import FabricSettings
 
 pytestmark = pytest.mark.unit
 
@@ -18,7 +22,7 @@ def ports_from_a_counter(monkeypatch: pytest.MonkeyPatch) -> None:
     """`free_port` binds a socket to ask the kernel; here free ports come from a counter, distinct as
     the kernel's are."""
     ports = iter(range(40000, 41000))
-    monkeypatch.setattr(up, "free_port", lambda host="127.0.0.1": next(ports))
+    monkeypatch.setattr(cluster_ports, "free_port", lambda host="127.0.0.1": next(ports))
 
 
 def flag(cmd: list[str], name: str) -> str:
@@ -103,7 +107,7 @@ def test_every_service_listens_on_loopback_unless_keys_open_the_client_endpoints
 
 
 def test_emulated_compute_reaches_every_engine_and_nothing_else() -> None:
-    from agentserve.cli.up import ComputeSettings
+    from agentserve.cluster.settings import ComputeSettings
     from agentserve.common.config import load_config
     from agentserve.engine.emulation_config import EmulationConfig
     from agentserve.engine_service.config import PrefillConfig
@@ -133,7 +137,7 @@ def test_emulated_compute_reaches_every_engine_and_nothing_else() -> None:
 
 
 def test_bad_emulated_compute_fails_before_anything_starts(capsys) -> None:
-    from agentserve.cli.up import ComputeSettings
+    from agentserve.cluster.settings import ComputeSettings
     from agentserve.engine.emulation_config import EmulationConfig
 
     with pytest.raises(ValueError, match="unknown target model 'gpt-9'"):

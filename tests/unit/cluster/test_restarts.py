@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentserve.cli.restarts import RestartPolicy, RestartState
+from agentserve.cluster.restarts import RestartPolicy, RestartState
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from agentserve.cli.up import FabricSettings
+from agentserve.cluster.settings import FabricSettings
 from agentserve.fabric.nic import EmulatedNIC
 from agentserve.fabric.profiles import SnicGroup, load_profile
 from agentserve.fabric.shared_bucket import SharedTokenBucket

@@ -14,7 +14,7 @@ from typing import Any
 
 from agentserve.bench.common.policy import DEFAULT_TURN_ORDER, Policy, effective, flags
 from agentserve.bench.common.target import MeteredCluster, Target
-from agentserve.cli.up import ComputeSettings, FabricSettings
+from agentserve.cluster.settings import ComputeSettings, FabricSettings
 from agentserve.common.config import check_choice
 from agentserve.engine.emulation_config import EmulationConfig
 from agentserve.prefill.load_lanes import DEFAULT_LOAD_ORDER, LoadOrder, check_load_order

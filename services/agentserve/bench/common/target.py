@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentserve.bench.common.spans import OtlpSink, PhoenixSpans
-from agentserve.cli.up import LocalCluster, LocalPorts
+from agentserve.cluster.local import LocalCluster
+from agentserve.cluster.ports import LocalPorts
 from agentserve.common.netutil import free_port
 
 

@@ -106,7 +106,9 @@ def run(
     if address is None:
         import tempfile
 
-        from agentserve.cli.up import FabricSettings, LocalCluster, LocalPorts
+        from agentserve.cluster.local import LocalCluster
+        from agentserve.cluster.ports import LocalPorts
+        from agentserve.cluster.settings import FabricSettings
 
         work = Path(tempfile.mkdtemp(prefix="agentserve-handoff-bench-"))
         ports = LocalPorts.free(2)

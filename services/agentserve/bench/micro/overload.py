@@ -187,7 +187,8 @@ def run(
     prompt_tokens: int = 64,
     max_tokens: int = 16,
 ) -> dict:
-    from agentserve.cli.up import LocalCluster, LocalPorts
+    from agentserve.cluster.local import LocalCluster
+    from agentserve.cluster.ports import LocalPorts
 
     work = Path(tempfile.mkdtemp(prefix="agentserve-overload-bench-"))
     env = {"AGENTSERVE_MAX_INFLIGHT_TURNS": str(concurrency), "AGENTSERVE_MAX_INFLIGHT_PER_TENANT": str(concurrency)}

@@ -14,7 +14,7 @@ from agentserve.bench.papers.agentaware.bench import BenchSpec, run_bench
 from agentserve.bench.papers.agentaware.cli_args import WALL_BUDGET_S, add_arguments
 from agentserve.bench.papers.agentaware.report import write_report
 from agentserve.bench.papers.agentaware.workload import AgentAwareSpec
-from agentserve.cli.up import ComputeSettings
+from agentserve.cluster.settings import ComputeSettings
 from agentserve.engine.emulation_config import EmulationConfig
 
 

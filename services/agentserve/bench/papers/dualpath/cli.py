@@ -16,7 +16,7 @@ from agentserve.bench.papers.dualpath.report import write_report
 from agentserve.bench.papers.dualpath.runs import OnlineSpec
 from agentserve.bench.papers.dualpath.workload import AgentWorkloadSpec
 from agentserve.bench.papers.replay.slo import SLO
-from agentserve.cli.up import ComputeSettings
+from agentserve.cluster.settings import ComputeSettings
 from agentserve.engine.emulation_config import EmulationConfig
 
 # Emulated engines at this dilation spend ~nothing in the cost model: the run's time is what the

@@ -45,7 +45,7 @@ async def _target(args: argparse.Namespace) -> Target:
             raise ValueError("--target local starts and measures its own system; drop --address/--metrics/--phoenix")
         options = {}
         if args.profile or args.kv_path_policy:
-            from agentserve.cli.up import FabricSettings
+            from agentserve.cluster.settings import FabricSettings
 
             defaults = FabricSettings()
             options["fabric"] = FabricSettings(

@@ -1,0 +1,57 @@
+"""LocalPorts: where each service of a local cluster listens (fixed defaults, or free ports)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from agentserve.common.netutil import free_port
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class LocalPorts:
+    scheduler: int = 50051
+    http: int = 8000
+    kvstore: int = 50052
+    prefill: int = 50053
+    decode_base: int = 50054
+    decode_ports: tuple[int, ...] = ()  # explicit ports (tests); default decode_base + i
+    metrics: int = 9100  # the scheduler's Prometheus /metrics
+    prefill_ports: tuple[int, ...] = ()  # every prefill engine's, when there are several
+    scheduler_internal: int = 50061  # engines' registration, the tool proxy's events
+
+    @classmethod
+    def free(cls, decoders: int, prefill: int = 1) -> LocalPorts:
+        """Distinct free loopback ports for every service (tests, benches beside other work)."""
+        prefill_ports = tuple(free_port() for _ in range(prefill))
+        return cls(
+            scheduler=free_port(),
+            scheduler_internal=free_port(),
+            http=free_port(),
+            kvstore=free_port(),
+            prefill=prefill_ports[0],
+            prefill_ports=prefill_ports if prefill > 1 else (),
+            decode_ports=tuple(free_port() for _ in range(decoders)),
+            toolproxy_grpc=free_port(),
+            toolproxy_http=free_port(),
+            metrics=free_port(),
+        )
+
+    toolproxy_grpc: int = 50050
+    toolproxy_http: int = 8080
+
+    def with_prefill(self, count: int) -> LocalPorts:
+        """These ports with one for each of `count` prefill engines: the prefill port first, free
+        ports for the rest (fixed ones would collide with the decode ports that follow 50053)."""
+        if count <= max(1, len(self.prefill_ports)):
+            return self
+        have = self.prefill_ports or (self.prefill,)
+        return replace(self, prefill_ports=have + tuple(free_port() for _ in range(count - len(have))))
+
+    def prefill_port(self, index: int) -> int:
+        if self.prefill_ports:
+            return self.prefill_ports[index]
+        if index == 0:
+            return self.prefill
+        raise ValueError(f"no port for prefill engine {index}; use LocalPorts.with_prefill")

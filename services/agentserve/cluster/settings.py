@@ -1,0 +1,74 @@
+"""What a local cluster's engines emulate: the fabric (hardware profile, path policy, shared
+storage NICs) and the compute (the real model, or the target model on the target GPU)."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from agentserve.common.config import check_choice
+from agentserve.engine.emulation_config import ComputeMode, EmulationConfig
+
+
+@dataclass(frozen=True)
+class FabricSettings:
+    """The emulated fabric of a local cluster: engines' hardware profile, the scheduler's path policy."""
+
+    profile: str = "local-unshaped"  # profiles/<name>.yaml, or a path to one
+    kv_path_policy: str = "dualpath"  # dualpath, always-a, always-b
+    prefill_tokens_per_s: float = 0.0  # what the profile is scaled against; 0 = each engine measures
+    # One storage-NIC bucket per node shared by its engines (the profile's node: `gpus` engines of a
+    # role each), worth their static shares together; off: each engine its static share alone.
+    shared_snic: bool = False
+
+    def snic_groups(self, role: str, count: int, cluster_key: int) -> list[list[str]]:
+        """Per engine of `role` (of `count`), the flags naming its node's shared SNIC bucket."""
+        if not self.shared_snic:
+            return [[] for _ in range(count)]
+        from agentserve.fabric.profiles import load_profile
+
+        node = load_profile(self.profile).node
+        if node is None:
+            raise ValueError(f"shared_snic needs a profile with a node topology; {self.profile} has none")
+        flags = []
+        for i in range(count):
+            first = i // node.gpus * node.gpus
+            engines = min(node.gpus, count - first)
+            path = snic_bucket_dir() / f"agentserve-snic-{cluster_key}-{role}-node{i // node.gpus}"
+            flags.append(["--snic-group", str(path), "--snic-group-engines", str(engines)])
+        return flags
+
+
+def snic_bucket_dir() -> Path:
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() else Path(tempfile.gettempdir())
+
+
+@dataclass(frozen=True)
+class ComputeSettings:
+    """Whether engines run the model (`real`) or emulate the target model on the target GPU
+    (`emulated`: no weights loaded; `emulation` says what they emulate, see EmulationConfig)."""
+
+    mode: ComputeMode = "real"
+    emulation: EmulationConfig = field(default_factory=EmulationConfig)
+
+    def __post_init__(self) -> None:
+        check_choice("compute", self.mode, ComputeMode)
+
+    def engine_args(self) -> list[str]:
+        """The engine flags (`EngineServiceConfig.compute` and its emulation's) that say this."""
+        if self.mode == "real":
+            return []
+        emulation = [
+            text
+            for f in fields(EmulationConfig)
+            for text in (f"--{f.name.replace('_', '-')}", _flag_text(getattr(self.emulation, f.name)))
+        ]
+        # An emulated engine's torch work is a few tiny tensors a step: one thread, no pool.
+        return ["--compute", "emulated", *emulation, "--num-threads", "1"]
+
+
+def _flag_text(value: object) -> str:
+    """A setting as its flag's text: floats by repr, so they travel exactly."""
+    return repr(value) if isinstance(value, float) else str(value)
