@@ -38,7 +38,15 @@ ONLINE_POLICIES = ("baseline", "dualpath")
 # its search once any other cluster's runs have ended, so no more clusters serve at once than
 # there are policies; what it measures (the baseline's capacity on a cluster of its own) is as before.
 ONLINE_APART = ("baseline",)
-APART = " online"  # the key suffix of a search's own cluster
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """Which cluster a run is on: `policy`'s own, or (`search_apart`) the second cluster its
+    capacity search runs on alone."""
+
+    policy: str
+    search_apart: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,7 +86,7 @@ async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     catalogue = policies()
     results: dict[str, PolicyResult] = {}
-    runs: dict[str, _Run] = {}
+    runs: dict[RunKey, _Run] = {}
     for name in spec.policies:
         policy = catalogue[name]
         problems = unsupported(policy)
@@ -87,10 +95,10 @@ async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
             continue
         online = spec.online if name in ONLINE_POLICIES else None
         if online is not None and spec.concurrent and name in ONLINE_APART:
-            runs[name] = _Run(policy, spec.cluster)
-            runs[name + APART] = _Run(policy, spec.cluster, online, offline=False)
+            runs[RunKey(name)] = _Run(policy, spec.cluster)
+            runs[RunKey(name, search_apart=True)] = _Run(policy, spec.cluster, online, offline=False)
         else:
-            runs[name] = _Run(policy, spec.cluster, online)
+            runs[RunKey(name)] = _Run(policy, spec.cluster, online)
     floor, floor_problems = _floor_run(spec, catalogue)
     results.update(_merge_apart(await _run_all(runs, spec, progress)))
     floor_result = None
@@ -117,23 +125,10 @@ async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
             "cluster": spec.cluster.to_dict(),
             "workload": spec.workload.to_dict(),
             "workload_shape": shape(generate(spec.workload)).to_dict(),
-            "online": None
-            if spec.online is None
-            else {
-                "slo_local": str(spec.online.slo),
-                "duration_s": spec.online.duration_s,
-                "start_agents_per_s": spec.online.start_rate,
-                "max_agents_per_s": spec.online.max_rate,
-                "max_probes": spec.online.max_probes,
-                "turns_per_agent": spec.online.turns or spec.workload.turns,
-                "tolerance": spec.online.tolerance,
-                "agents_available": spec.online.agents_needed,
-                "workload": spec.online.workload(spec.workload).to_dict(),
-                "workload_shape": shape(generate(spec.online.workload(spec.workload))).to_dict(),
-            },
+            "online": None if spec.online is None else spec.online.to_json(spec.workload),
             "policies_run": _how_run(spec, runs),
         },
-        "policies": {n: _policy_json(r) for n, r in results.items()},
+        "policies": {n: r.to_json() for n, r in results.items()},
         "cpu_floor": floor_json,
         "wall_s": time.monotonic() - started,
         # When the run began and ended on the wall clock, to place it inside the command's own time.
@@ -143,7 +138,7 @@ async def run_bench(spec: BenchSpec, progress: bool = False) -> dict[str, Any]:
     }
 
 
-async def _run_all(runs: dict[str, _Run], spec: BenchSpec, progress: bool) -> dict[str, PolicyResult]:
+async def _run_all(runs: dict[RunKey, _Run], spec: BenchSpec, progress: bool) -> dict[RunKey, PolicyResult]:
     """Every run, one after another, or (`spec.concurrent`) on clusters started one at a time (a
     start is CPU-bound: a dozen processes importing torch; several at once on two cores only
     take longer, each), each cluster's shared prefixes computed while the next ones start (that
@@ -153,7 +148,7 @@ async def _run_all(runs: dict[str, _Run], spec: BenchSpec, progress: bool) -> di
     freed = asyncio.Event()  # some cluster's runs have ended: a search apart may begin
 
     def run(
-        key: str, started: tuple[Target, float] | None = None, tenants: Tenants | None = None
+        key: RunKey, started: tuple[Target, float] | None = None, tenants: Tenants | None = None
     ) -> Coroutine[Any, Any, PolicyResult]:
         r = runs[key]
         before_online = None if r.offline else freed.wait
@@ -163,9 +158,9 @@ async def _run_all(runs: dict[str, _Run], spec: BenchSpec, progress: bool) -> di
 
     if not spec.concurrent:
         return {key: await run(key) for key in runs}
-    clusters: dict[str, tuple[Target, float]] = {}
+    clusters: dict[RunKey, tuple[Target, float]] = {}
     tenants = {key: Tenants.new() for key in runs}
-    warming: dict[str, asyncio.Task[float]] = {}
+    warming: dict[RunKey, asyncio.Task[float]] = {}
     try:
         for key, r in runs.items():
             clusters[key] = await start(r.policy, r.cluster)
@@ -191,10 +186,10 @@ async def _run_all(runs: dict[str, _Run], spec: BenchSpec, progress: bool) -> di
     return results
 
 
-def _how_run(spec: BenchSpec, runs: dict[str, _Run]) -> str:
+def _how_run(spec: BenchSpec, runs: dict[RunKey, _Run]) -> str:
     if not spec.concurrent:
         return "one after another, each on its own cluster"
-    apart = [key.removesuffix(APART) for key in runs if key.endswith(APART)]
+    apart = [key.policy for key in runs if key.search_apart]
     searches = "".join(
         f"; {name}'s capacity search on a second cluster of its own, started and warmed with the others, "
         "searching from the moment another cluster's runs had ended"
@@ -203,13 +198,13 @@ def _how_run(spec: BenchSpec, runs: dict[str, _Run]) -> str:
     return f"at once, each on its own cluster{searches}; the CPU floor's after them, alone"
 
 
-def _merge_apart(results: dict[str, PolicyResult]) -> dict[str, PolicyResult]:
-    """A search run apart folded into its policy's result: its capacity, and its cluster's phases
-    as `online_*` (start, warm, the wait for a free slot, the search, stop)."""
-    merged = {key: r for key, r in results.items() if not key.endswith(APART)}
+def _merge_apart(results: dict[RunKey, PolicyResult]) -> dict[str, PolicyResult]:
+    """Each policy's result by name, a search run apart folded into it: its capacity, and its
+    cluster's phases as `online_*` (start, warm, the wait for a free slot, the search, stop)."""
+    merged = {key.policy: r for key, r in results.items() if not key.search_apart}
     for key, apart in results.items():
-        if key.endswith(APART):
-            policy = merged[key.removesuffix(APART)]
+        if key.search_apart:
+            policy = merged[key.policy]
             policy.capacity = apart.capacity
             policy.phases_s.update(
                 {("online" if phase == "online" else f"online_{phase}"): s for phase, s in apart.phases_s.items()}
@@ -240,20 +235,8 @@ def _floor_json(spec: BenchSpec, result: PolicyResult | None, problems: list[str
     offline = result.offline or {}
     return {
         "jct_s": offline.get("jct_s"),
-        "wall_s": round(result.wall_s, 1),
-        "phases_s": {phase: round(s, 1) for phase, s in result.phases_s.items()},
+        **result.timing_json(),
         "turns_ok": offline.get("turns_ok"),
         "turns_total": offline.get("turns_total"),
         "settings": {"profile": "local-unshaped", **spec.floor_settings},
-    }
-
-
-def _policy_json(r: PolicyResult) -> dict[str, Any]:
-    return {
-        "settings": r.policy.to_dict(),
-        "unavailable": r.unavailable or None,
-        "offline": r.offline,
-        "capacity": r.capacity,
-        "wall_s": round(r.wall_s, 1),
-        "phases_s": {phase: round(s, 1) for phase, s in r.phases_s.items()},
     }

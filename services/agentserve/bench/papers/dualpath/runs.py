@@ -25,7 +25,7 @@ from agentserve.bench.common.policy import Policy
 from agentserve.bench.common.target import Target
 from agentserve.bench.papers.dualpath import phases
 from agentserve.bench.papers.dualpath.metrics import run_figures
-from agentserve.bench.papers.dualpath.workload import AgentWorkloadSpec, generate, late_turns
+from agentserve.bench.papers.dualpath.workload import AgentWorkloadSpec, generate, late_turns, shape
 from agentserve.bench.papers.replay import capacity as cap
 from agentserve.bench.papers.replay.replayer import ReplayOptions
 from agentserve.bench.papers.replay.run import replay_once, warm
@@ -69,6 +69,22 @@ class OnlineSpec:
             max_probes=self.max_probes,
         )
 
+    def to_json(self, offline: AgentWorkloadSpec) -> dict[str, Any]:
+        """The search's regime as the bench's JSON states it, beside the offline workload's."""
+        workload = self.workload(offline)
+        return {
+            "slo_local": str(self.slo),
+            "duration_s": self.duration_s,
+            "start_agents_per_s": self.start_rate,
+            "max_agents_per_s": self.max_rate,
+            "max_probes": self.max_probes,
+            "turns_per_agent": self.turns or offline.turns,
+            "tolerance": self.tolerance,
+            "agents_available": self.agents_needed,
+            "workload": workload.to_dict(),
+            "workload_shape": shape(generate(workload)).to_dict(),
+        }
+
 
 @dataclass
 class PolicyResult:
@@ -81,6 +97,20 @@ class PolicyResult:
     wall_s: float = 0.0
     # Where the wall time went: the cluster's start, the offline run, the capacity search (local s).
     phases_s: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The policy's entry under the bench JSON's `policies`."""
+        return {
+            "settings": self.policy.to_dict(),
+            "unavailable": self.unavailable or None,
+            "offline": self.offline,
+            "capacity": self.capacity,
+            **self.timing_json(),
+        }
+
+    def timing_json(self) -> dict[str, Any]:
+        """Where the run's wall time went, to 0.1 s (a policy's entry and the CPU floor's)."""
+        return {"wall_s": round(self.wall_s, 1), "phases_s": {phase: round(s, 1) for phase, s in self.phases_s.items()}}
 
 
 def _log(text: str) -> None:
