@@ -18,7 +18,7 @@ from agentserve.bench.common.cluster import ClusterSpec
 from agentserve.bench.common.policy import unsupported
 from agentserve.bench.papers.agentaware import ratios
 from agentserve.bench.papers.agentaware.bound import TurnCost
-from agentserve.bench.papers.agentaware.runs import PolicyRuns, run_policy
+from agentserve.bench.papers.agentaware.runs import PolicyRuns, RunSpec, run_policy
 from agentserve.bench.papers.agentaware.stacks import lifecycle_policy
 from agentserve.bench.papers.agentaware.workload import AgentAwareSpec, describe, generate, read_tool_sample
 
@@ -67,7 +67,7 @@ async def run_bench(spec: BenchSpec) -> dict[str, Any]:
     load_before = os.getloadavg()
     sample = read_tool_sample(spec.trace)
     workload = generate(spec.workload, sample)
-    service = spec.turn_cost()
+    run = RunSpec(workload, spec.rates, 1 / spec.time_dilation, spec.block_bytes, spec.workload.seed, spec.turn_cost())
     results: dict[str, PolicyRuns] = {}
     for name in spec.chosen:
         policy = lifecycle_policy(name, spec.scheduler_settings)
@@ -75,16 +75,7 @@ async def run_bench(spec: BenchSpec) -> dict[str, Any]:
         if problems:
             results[name] = PolicyRuns(policy, unavailable=problems)
             continue
-        results[name] = await run_policy(
-            policy,
-            spec.cluster,
-            workload,
-            spec.rates,
-            1 / spec.time_dilation,
-            spec.block_bytes,
-            spec.workload.seed,
-            service,
-        )
+        results[name] = await run_policy(policy, spec.cluster, run)
     figures = ratios.must_show({n: r.by_rate for n, r in results.items()})
     return {
         **figures,
@@ -99,15 +90,7 @@ async def run_bench(spec: BenchSpec) -> dict[str, Any]:
             "workload_shape": describe(workload),
             "tool_sample": sample.to_dict(),
         },
-        "policies": {
-            n: {
-                "settings": r.policy.to_dict(),
-                "unavailable": r.unavailable or None,
-                "wall_s": round(r.wall_s, 1),
-                "runs": {str(rate): f for rate, f in r.by_rate.items()},
-            }
-            for n, r in results.items()
-        },
+        "policies": {n: r.to_json() for n, r in results.items()},
         "wall_s": round(time.monotonic() - started, 1),
         "machine": {
             "cpus": os.cpu_count(),

@@ -13,6 +13,7 @@ from typing import Any
 
 from agentserve.bench.common import cluster
 from agentserve.bench.common.policy import Policy
+from agentserve.bench.common.target import Target
 from agentserve.bench.common.workloads.model import Workload
 from agentserve.bench.papers.agentaware.bound import ServiceModel
 from agentserve.bench.papers.agentaware.metrics import run_figures
@@ -23,6 +24,19 @@ from agentserve.bench.papers.replay.replayer import Replayer, ReplayOptions
 SAMPLE_INTERVAL_S = 1.0  # pool occupancy samples: fine enough to see a tool wait's offload
 
 
+@dataclass(frozen=True)
+class RunSpec:
+    """What every policy's runs share: the workload, the arrival rates it is replayed at, and how
+    a run's records become figures."""
+
+    workload: Workload
+    rates: tuple[float, ...]  # jobs per local second, one run each
+    speedup: float  # the replay's speedup of the workload's recorded times: 1 / time dilation
+    block_bytes: int  # the target's bytes per KV block
+    seed: int
+    service: ServiceModel  # a turn's modelled compute, for the job latency bound
+
+
 @dataclass
 class PolicyRuns:
     policy: Policy
@@ -30,29 +44,33 @@ class PolicyRuns:
     unavailable: list[str] = field(default_factory=list)
     wall_s: float = 0.0
 
+    def to_json(self) -> dict[str, Any]:
+        """The policy's entry under the bench JSON's `policies`: its runs keyed by rate as text."""
+        return {
+            "settings": self.policy.to_dict(),
+            "unavailable": self.unavailable or None,
+            "wall_s": round(self.wall_s, 1),
+            "runs": {str(rate): figures for rate, figures in self.by_rate.items()},
+        }
+
 
 def _log(text: str) -> None:
     print(f"agentserve bench agentaware: {text}", file=sys.stderr, flush=True)
 
 
-async def run_rate(
-    workload: Workload,
-    target,
-    rate: float,
-    speedup: float,
-    block_tokens: int,
-    block_bytes: int,
-    seed: int,
-    service: ServiceModel,
-) -> dict[str, Any]:
+async def run_rate(run: RunSpec, target: Target, rate: float, block_tokens: int) -> dict[str, Any]:
     options = ReplayOptions(
-        speedup=speedup, rate=rate, kv_block_tokens=block_tokens, seed=seed, tenant_tag=f"-{uuid.uuid4().hex[:8]}"
+        speedup=run.speedup,
+        rate=rate,
+        kv_block_tokens=block_tokens,
+        seed=run.seed,
+        tenant_tag=f"-{uuid.uuid4().hex[:8]}",
     )
     client = SDKClient(target.address, target.toolproxy_url)
     watched = {n: url for n, url in target.metrics.items() if n == "scheduler" or n.startswith("decode")}
     sampler = PromSampler(watched, interval_s=SAMPLE_INTERVAL_S)
     try:
-        replayer = Replayer(workload, client, options)
+        replayer = Replayer(run.workload, client, options)
         await replayer.warm_prefixes()
         await sampler.scrape_once()
         sampling = asyncio.create_task(sampler.run())
@@ -64,37 +82,28 @@ async def run_rate(
     finally:
         await client.close()
     figures = run_figures(
-        workload,
+        run.workload,
         result.turns,
         result.sessions,
         sampler.scrapes,
         result.started_unix_s,
         result.duration_s,
         block_tokens,
-        block_bytes,
-        service,
+        run.block_bytes,
+        run.service,
     )
     figures["rate_jobs_per_s"] = rate
     figures["jobs_started"] = result.jobs_started
     return figures
 
 
-async def run_policy(
-    policy: Policy,
-    spec: cluster.ClusterSpec,
-    workload: Workload,
-    rates: tuple[float, ...],
-    speedup: float,
-    block_bytes: int,
-    seed: int,
-    service: ServiceModel,
-) -> PolicyRuns:
+async def run_policy(policy: Policy, spec: cluster.ClusterSpec, run: RunSpec) -> PolicyRuns:
     started = time.monotonic()
     runs = PolicyRuns(policy)
     target = await cluster.start(spec, policy, bench="agentaware")
     try:
-        for rate in rates:
-            figures = await run_rate(workload, target, rate, speedup, spec.block_size, block_bytes, seed, service)
+        for rate in run.rates:
+            figures = await run_rate(run, target, rate, spec.block_size)
             runs.by_rate[rate] = figures
             _log(
                 f"{policy.name} at {rate:g} jobs/s: mean job latency {figures['job_latency_mean_s'] or 0:.1f} s, "
