@@ -47,6 +47,13 @@ def dualpath_spec(args: argparse.Namespace) -> DualPathSimSpec:
 def dualpath(args: argparse.Namespace) -> dict[str, Any]:
     from agentserve.sim.report import write_result
 
+    if args.sweep:
+        from agentserve.sim.sweep import run_sweep, write_sweep
+
+        swept = run_sweep(dualpath_spec(args), args.sweep_agents, args.sweep_contexts, progress=args.progress)
+        if args.out is not None:
+            write_sweep(swept, args.out)
+        return swept
     result = run_dualpath(dualpath_spec(args), progress=args.progress)
     if args.out is not None:
         write_result(result, args.out)

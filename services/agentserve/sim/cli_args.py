@@ -6,8 +6,9 @@ import argparse
 from pathlib import Path
 
 from agentserve.bench.common.policy import DEFAULT_TURN_ORDER
-from agentserve.bench.papers.dualpath.cli_args import DEFAULT_TARGET_SLO
+from agentserve.bench.papers.dualpath.cli_args import DEFAULT_TARGET_SLO, counts
 from agentserve.bench.papers.dualpath.policies import POLICY_NAMES
+from agentserve.bench.papers.dualpath.sweep import AGENTS, CONTEXTS
 from agentserve.costmodel.models import TARGET_MODELS
 from agentserve.sim.config import DEFAULT_BLOCK_SIZE, DEFAULT_LAYER_GROUPS
 from agentserve.sim.workload import DEFAULT_PROFILE, DEFAULT_TOOL_WAIT_S, PAPER_WORKLOAD
@@ -40,5 +41,10 @@ def add_dualpath_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--online-duration", type=float, default=60.0, help="seconds of arrivals per probe (default 60)")
     p.add_argument("--online-start", type=float, default=1.0, help="first probe, agents/s (default 1)")
     p.add_argument("--online-tolerance", type=float, default=0.02, help="bisection's relative tolerance (0.02)")
-    p.add_argument("--out", type=Path, help="also write result.json there")
+    p.add_argument("--sweep", action="store_true", help="offline sweep over agent counts and final contexts")
+    p.add_argument("--sweep-agents", type=counts, default=AGENTS, help="--sweep's agent counts (default 64,256,1024)")
+    p.add_argument(
+        "--sweep-contexts", type=counts, default=CONTEXTS, help="--sweep's final contexts (default 32768,65536,131072)"
+    )
+    p.add_argument("--out", type=Path, help="also write result.json and README.md (sweep.*) there")
     p.add_argument("--progress", action="store_true", help="progress lines on stderr")

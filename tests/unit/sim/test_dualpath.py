@@ -69,3 +69,19 @@ def test_one_seed_gives_identical_json_apart_from_wall_clock_keys() -> None:
 def test_online_policies_must_be_among_those_run() -> None:
     with pytest.raises(ValueError, match="online policies"):
         _spec(policies=("layerwise",))
+
+
+def test_the_sweep_runs_each_point_offline_with_the_points_shape() -> None:
+    from agentserve.sim.sweep import run_sweep
+
+    swept = run_sweep(_spec(policies=("baseline", "dualpath")), agent_counts=(2, 4), contexts=(10240, 20480))
+    points = [(p["axis"], p["agents"], p["final_context"]) for p in swept["points"]]
+    assert points == [
+        ("agents", 2, 10240),
+        ("agents", 4, 10240),
+        ("final_context", 6, 10240),
+        ("final_context", 6, 20480),
+    ]
+    for p in swept["points"]:
+        assert set(p["jct_s"]) == {"baseline", "dualpath"}
+        assert p["offline_throughput_ratio"] == pytest.approx(p["jct_s"]["baseline"] / p["jct_s"]["dualpath"])
