@@ -1,8 +1,8 @@
 """`python -m agentserve.decode [--flags]`: run a decode engine (flags/env in `DecodeConfig`)."""
 
 from agentserve.common.server import main
+from agentserve.decode.config import DecodeConfig
 from agentserve.decode.service import DecodeService
-from agentserve.engine_service.config import DecodeConfig
 
 if __name__ == "__main__":
     main("decode", DecodeConfig, DecodeService)

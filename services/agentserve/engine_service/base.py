@@ -15,13 +15,13 @@ from agentserve.engine.async_engine import AsyncEngine
 from agentserve.engine.default_model import ensure_default_model
 from agentserve.engine.emulated_model import EmulatedModel
 from agentserve.engine.engine import LLMEngine
+from agentserve.engine.local_compute import measure_local_compute
 from agentserve.engine_service.compute_metrics import register_forward_metrics
 from agentserve.engine_service.config import EngineServiceConfig
 from agentserve.engine_service.kv_moves import KVMover
 from agentserve.engine_service.peer_allowlist import PeerAllowList
 from agentserve.engine_service.pool_metrics import register_pool_metrics
 from agentserve.engine_service.registration import Registrar
-from agentserve.fabric.calibrate import measure_local_compute
 from agentserve.fabric.metrics import nic_status, register_nic_metrics
 from agentserve.fabric.profiles import ScaledProfile, SnicGroup, load_profile
 from agentserve.kvstore.sharded import ShardedKVStoreClient

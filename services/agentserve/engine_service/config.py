@@ -1,4 +1,5 @@
-"""EngineServiceConfig: the settings a prefill or decode engine process runs with."""
+"""EngineServiceConfig: the settings every engine process runs with (a prefill engine's add to them in
+`prefill.config`, a decode engine's in `decode.config`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from agentserve.common.internal_tls import internal_tls
 from agentserve.engine.emulation_config import ComputeMode, EmulationConfig
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY
-from agentserve.prefill.load_lanes import DEFAULT_LOAD_ORDER, LoadOrder, check_load_order
 
 
 @dataclass(frozen=True)
@@ -102,25 +102,3 @@ class EngineServiceConfig:
             compute=self.compute,
             emulation=self.emulation,
         )
-
-
-@dataclass(frozen=True)
-class PrefillConfig(EngineServiceConfig):
-    prog = "agentserve.prefill"
-    # False: a turn's prompt blocks leave the pool once persisted and handed off, so the session's
-    # next turn reads its history from the store (DualPath's regime at scale, where by an agent's
-    # next turn the other agents' contexts have pushed its KV out of the prefill engine's HBM).
-    keep_kv: bool = True
-    # concurrent: the engine's loads all start at once; fifo: they take the store (and each relay)
-    # one at a time in arrival order (no faster in `bench dualpath`; see prefill/load_lanes.py).
-    load_order: LoadOrder = DEFAULT_LOAD_ORDER
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_load_order(self.load_order)
-
-
-@dataclass(frozen=True)
-class DecodeConfig(EngineServiceConfig):
-    prog = "agentserve.decode"
-    grpc_port: int = 50054

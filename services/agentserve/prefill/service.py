@@ -8,8 +8,9 @@ import grpc
 
 from agentserve.contracts import EngineStatus, Role
 from agentserve.engine_service.base import EngineService
-from agentserve.engine_service.config import EngineServiceConfig, PrefillConfig
+from agentserve.engine_service.config import EngineServiceConfig
 from agentserve.prefill.backlog import PrefillBacklog
+from agentserve.prefill.config import PrefillConfig
 from agentserve.prefill.load_lanes import DEFAULT_LOAD_ORDER
 from agentserve.prefill.servicer import PrefillServicer
 from agentserve.prefill.worker import PrefillWorker

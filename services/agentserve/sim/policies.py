@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from agentserve.bench.common.policy import DEFAULT_TURN_ORDER, effective, unsupported
 from agentserve.bench.papers.dualpath.policies import policies
 from agentserve.engine.prefill_batch import PrefillBatchPolicy, make_prefill_batch_policy
-from agentserve.engine_service.config import PrefillConfig
+from agentserve.prefill.config import PrefillConfig
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.paths import PathPolicy, make_path_policy
 from agentserve.scheduler.prefill_policy import PrefillPolicy, make_prefill_policy

@@ -110,7 +110,7 @@ def test_emulated_compute_reaches_every_engine_and_nothing_else() -> None:
     from agentserve.cluster.settings import ComputeSettings
     from agentserve.common.config import load_config
     from agentserve.engine.emulation_config import EmulationConfig
-    from agentserve.engine_service.config import PrefillConfig
+    from agentserve.prefill.config import PrefillConfig
 
     emulation = EmulationConfig("qwen2.5-32b", "h200", time_dilation=20.0, kv_materialise_bytes=0, prefill_mfu=0.3)
     compute = ComputeSettings("emulated", emulation)

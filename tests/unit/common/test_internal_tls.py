@@ -14,7 +14,7 @@ from cryptography import x509
 from agentserve.common.certs import CA_KEY_FILE, SERVICES, ensure_certs
 from agentserve.common.channels import open_channel
 from agentserve.common.internal_tls import INTERNAL_NAME, InternalTLS
-from agentserve.engine_service.config import DecodeConfig
+from agentserve.decode.config import DecodeConfig
 from agentserve.kvstore.config import KVStoreConfig
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.toolproxy.config import ToolProxyConfig

@@ -18,11 +18,11 @@ from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.runner import ExternalPrefix
 from agentserve.engine.sequence import Sequence
-from agentserve.engine_service.config import PrefillConfig
 from agentserve.engine_service.kv_charge import KVCharge
 from agentserve.engine_service.kv_moves import block_wire_bytes
 from agentserve.kv.block_format import deserialize_blocks
 from agentserve.kv.block_header import FingerprintMismatchError
+from agentserve.prefill.config import PrefillConfig
 
 pytestmark = pytest.mark.unit
 

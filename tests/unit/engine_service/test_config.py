@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agentserve.common.config import load_config
-from agentserve.engine_service.config import DecodeConfig, PrefillConfig
+from agentserve.decode.config import DecodeConfig
+from agentserve.prefill.config import PrefillConfig
 
 pytestmark = pytest.mark.unit
 

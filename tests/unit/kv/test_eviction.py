@@ -4,10 +4,11 @@ service's config."""
 import pytest
 
 from agentserve.common.config import load_config
+from agentserve.decode.config import DecodeConfig
 from agentserve.engine.engine_config import EngineConfig
-from agentserve.engine_service.config import DecodeConfig, PrefillConfig
 from agentserve.kv.eviction import EVICTION_POLICIES, Hint, LRUPolicy, make_eviction_policy
 from agentserve.kvstore.config import KVStoreConfig
+from agentserve.prefill.config import PrefillConfig
 
 pytestmark = pytest.mark.unit
 

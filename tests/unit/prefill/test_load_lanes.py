@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from agentserve.contracts import KVPath, LoadPlan
-from agentserve.engine_service.config import PrefillConfig
+from agentserve.prefill.config import PrefillConfig
 from agentserve.prefill.load_lanes import LoadLanes, check_load_order
 from agentserve.prefill.worker import PrefillWorker
 

@@ -4,7 +4,7 @@ import pytest
 
 from agentserve.bench.papers.dualpath.policies import POLICY_NAMES, policies
 from agentserve.engine.prefill_batch import PREFILL_BATCHING, ComputeQuotaBatch, FcfsBatch
-from agentserve.engine_service.config import PrefillConfig
+from agentserve.prefill.config import PrefillConfig
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.paths import POLICIES as PATH_POLICIES
 from agentserve.scheduler.prefill_policy import PREFILL_POLICIES

@@ -55,7 +55,8 @@ IMPLICIT = {
 
 
 def _config_classes() -> dict[str, type]:
-    from agentserve.engine_service.config import DecodeConfig, PrefillConfig
+    from agentserve.decode.config import DecodeConfig
+    from agentserve.prefill.config import PrefillConfig
     from agentserve.scheduler.config import SchedulerConfig
 
     return {"scheduler": SchedulerConfig, "prefill": PrefillConfig, "decode": DecodeConfig}

@@ -255,7 +255,7 @@ def run(
 
 def scaled_profile(name: str, unshaped_gbps: float) -> dict:
     """The profile scaled to this machine's measured prefill speed, and whether gRPC can carry it."""
-    from agentserve.fabric.calibrate import measure_local_compute
+    from agentserve.engine.local_compute import measure_local_compute
     from agentserve.fabric.profiles import load_profile
 
     profile = load_profile(name)

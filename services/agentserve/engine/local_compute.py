@@ -1,7 +1,5 @@
-"""Measure what a hardware profile is scaled against: this machine's prefill speed and KV size.
-
-The engine is imported lazily: the fabric itself needs no torch model.
-"""
+"""LocalCompute: what a hardware profile is scaled against, this machine's prefill speed and KV size,
+measured on a real engine (`agentserve.fabric.profiles` scales the target's bandwidths by it)."""
 
 from __future__ import annotations
 
@@ -10,6 +8,11 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from agentserve.contracts import SamplingParams
+from agentserve.engine.default_model import ensure_default_model
+from agentserve.engine.engine import LLMEngine
+from agentserve.engine.engine_config import EngineConfig
 
 
 @dataclass(frozen=True)
@@ -22,10 +25,6 @@ def measure_local_compute(
     model_dir: Path | None = None, dtype: str = "fp32", tokens: int = 1024, reps: int = 3
 ) -> LocalCompute:
     """Median prefill speed of `tokens` fresh tokens (no prefix cache) over `reps` runs."""
-    from agentserve.contracts import SamplingParams
-    from agentserve.engine.default_model import ensure_default_model
-    from agentserve.engine.engine import LLMEngine
-    from agentserve.engine.engine_config import EngineConfig
 
     engine = LLMEngine.from_dir(model_dir or ensure_default_model(), EngineConfig(prefix_cache=False, dtype=dtype))
     config = engine.model_config
