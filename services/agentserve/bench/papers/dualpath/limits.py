@@ -4,11 +4,18 @@ floor against the runs' JCT, and any policy this build cannot run."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from agentserve.bench.papers.dualpath.phases import busiest_engine_share
 from agentserve.bench.papers.dualpath.ratios import equal_load_tpot
 from agentserve.bench.papers.dualpath.regime import path_a
+from agentserve.bench.papers.dualpath.runs import PolicyResult
+
+if TYPE_CHECKING:  # bench imports this module
+    from agentserve.bench.papers.dualpath.bench import BenchSpec
+
+Results = Mapping[str, PolicyResult]  # policy name -> its runs
 
 
 def _side(run: dict | None, role: str) -> dict[str, Any] | None:
@@ -27,7 +34,7 @@ def _side(run: dict | None, role: str) -> dict[str, Any] | None:
     }
 
 
-def storage_sides(results: dict) -> dict[str, dict[str, Any]]:
+def storage_sides(results: Results) -> dict[str, dict[str, Any]]:
     """Per policy, both sides' storage NICs: what a second path could add is the decode side's
     ceiling over the prefill side's."""
     out = {}
@@ -41,7 +48,7 @@ def _fmt(x: float | None, digits: int = 2) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
 
-def _unavailable(results: dict, names: tuple[str, ...]) -> list[str]:
+def _unavailable(results: Results, names: tuple[str, ...]) -> list[str]:
     return [f"{n}: {'; '.join(results[n].unavailable)}" for n in names if n in results and results[n].unavailable]
 
 
@@ -60,13 +67,13 @@ PATH_GAINS = ("offline_throughput_ratio", "split_throughput_ratio", "online_capa
 OFFLINE_GAINS = (*PATH_GAINS, "layerwise_jct_reduction", "dualpath_jct_reduction_over_layerwise")
 
 
-def _turn_phases(results: dict, name: str) -> dict[str, Any] | None:
+def _turn_phases(results: Results, name: str) -> dict[str, Any] | None:
     """`name`'s offline `phases.breakdown`, if it ran and recorded one."""
     r = results.get(name)
     return (r.offline or {}).get("turn_phases") if r is not None else None
 
 
-def _physical_limits(results: dict, names: tuple[str, ...]) -> list[str]:
+def _physical_limits(results: Results, names: tuple[str, ...]) -> list[str]:
     """Each policy's JCT beside the bounds its run measured (`phases.breakdown`): its busiest
     prefill engine's compute and its busiest prefill storage NIC's busy time, each the JCT that
     limit alone allows, and where its prefill engines' time went."""
@@ -86,7 +93,7 @@ def _physical_limits(results: dict, names: tuple[str, ...]) -> list[str]:
     return out
 
 
-def _bound(results: dict, name: str) -> float | None:
+def _bound(results: Results, name: str) -> float | None:
     """The largest of `name`'s measured bounds: the JCT its prefill side allows at best."""
     phases = _turn_phases(results, name)
     if not phases:
@@ -95,7 +102,7 @@ def _bound(results: dict, name: str) -> float | None:
     return max((v for v in values if v is not None), default=None)
 
 
-def _best_reduction(results: dict) -> list[str]:
+def _best_reduction(results: Results) -> list[str]:
     layerwise, dualpath = _bound(results, "layerwise"), _bound(results, "dualpath")
     if not layerwise or dualpath is None:
         return []
@@ -106,7 +113,9 @@ def _best_reduction(results: dict) -> list[str]:
     ]
 
 
-def explain(verdicts: dict, results: dict, floor: dict | None, spec) -> list[dict[str, Any]]:
+def explain(
+    verdicts: Mapping[str, Mapping[str, Any]], results: Results, floor: Mapping[str, Any] | None, spec: BenchSpec
+) -> list[dict[str, Any]]:
     sides = storage_sides(results)
     bound = path_a(sides)
     out = []
@@ -152,8 +161,9 @@ def explain(verdicts: dict, results: dict, floor: dict | None, spec) -> list[dic
                 reasons += _physical_limits(results, NEEDS[key])
             if key == "dualpath_jct_reduction_over_layerwise":
                 reasons += _best_reduction(results)
-            if key == "snic_max_over_avg":
-                util = results["dualpath"].offline["snic"]["utilization"]
+            dualpath = results.get("dualpath")
+            if key == "snic_max_over_avg" and dualpath is not None and dualpath.offline:
+                util = dualpath.offline["snic"]["utilization"]
                 reasons.append(
                     "dualpath storage NIC busy shares: " + ", ".join(f"{e} {_fmt(u)}" for e, u in util.items())
                 )
@@ -163,7 +173,7 @@ def explain(verdicts: dict, results: dict, floor: dict | None, spec) -> list[dic
     return out
 
 
-def _tpot(results: dict) -> list[str]:
+def _tpot(results: Results) -> list[str]:
     """TPOT at each online load both policies met the SLO at; then offline, beside each policy's turn
     rate, and layerwise's: it relays nothing (path A only), so a rise it shares with dualpath is not
     path B's traffic on the decode engines."""
@@ -179,7 +189,9 @@ def _tpot(results: dict) -> list[str]:
                 for p in equal["per_load"]
             )
         )
-    runs = {n: results[n].offline for n in ("baseline", "layerwise", "dualpath") if n in results and results[n].offline}
+    runs: dict[str, dict[str, Any]] = {
+        n: offline for n in ("baseline", "layerwise", "dualpath") if n in results and (offline := results[n].offline)
+    }
     out.append(
         "offline TPOT p90 "
         + ", ".join(f"{n} {_fmt(r['tpot_p90_ms'], 1)} ms at {_fmt(r['turns_per_s'])} turns/s" for n, r in runs.items())
