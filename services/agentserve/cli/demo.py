@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TextIO
 
 from agentserve.cli.trace_links import DEFAULT_UI, turn_trace_link
 from agentserve.sdk import Client, TurnResult
@@ -26,7 +27,7 @@ def run_demo(
     toolproxy_url: str,
     turns: int = 3,
     max_tokens: int = 32,
-    out=sys.stdout,
+    out: TextIO = sys.stdout,
     tracing_ui: str | None = None,
 ) -> list[dict]:
     """Run the session; returns per-turn metadata (also printed)."""

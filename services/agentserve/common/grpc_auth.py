@@ -12,12 +12,14 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
+from typing import Any
 
 import grpc
 
 from agentserve.common.api_keys import ApiKeys
 from agentserve.common.errors import Unauthenticated
+from agentserve.common.interceptors import Behavior, Continuation
 
 _TENANT: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentserve_tenant", default=None)
 
@@ -40,7 +42,9 @@ class ApiKeyInterceptor(grpc.aio.ServerInterceptor):
         self.keys = keys
         self.protected = frozenset(protected)
 
-    async def intercept_service(self, continuation, handler_call_details: grpc.HandlerCallDetails):
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
         handler = await continuation(handler_call_details)
         if handler is None or not self.keys.enabled or handler_call_details.method not in self.protected:
             return handler
@@ -53,12 +57,12 @@ class ApiKeyInterceptor(grpc.aio.ServerInterceptor):
         return handler._replace(**{kind: _as_tenant(getattr(handler, kind), tenant)})
 
 
-def _as_tenant(behavior, tenant: str | Unauthenticated):
+def _as_tenant(behavior: Behavior, tenant: str | Unauthenticated) -> Behavior:
     """`behavior` run with `tenant` current, or raising its authentication failure."""
     if inspect.isasyncgenfunction(behavior):
 
         @functools.wraps(behavior)
-        async def stream(request, context):
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             if isinstance(tenant, Unauthenticated):
                 raise tenant
             token = _TENANT.set(tenant)
@@ -71,7 +75,7 @@ def _as_tenant(behavior, tenant: str | Unauthenticated):
         return stream
 
     @functools.wraps(behavior)
-    async def unary(request, context):
+    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
         if isinstance(tenant, Unauthenticated):
             raise tenant
         token = _TENANT.set(tenant)

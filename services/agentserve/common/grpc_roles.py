@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import grpc
 
+from agentserve.common.interceptors import Behavior, Continuation
 from agentserve.common.internal_roles import InternalRoles
 
 COMMON_NAME = "x509_common_name"
@@ -34,7 +35,9 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, roles: InternalRoles | None = None) -> None:
         self.roles = roles or InternalRoles()
 
-    async def intercept_service(self, continuation, handler_call_details: grpc.HandlerCallDetails):
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
         if handler is None or self.roles.allows(method, None):  # unknown method, or open to every peer
@@ -44,12 +47,12 @@ class RoleInterceptor(grpc.aio.ServerInterceptor):
         return handler._replace(**{kind: _authorised(getattr(handler, kind), self.roles, method)})
 
 
-def _authorised(behavior, roles: InternalRoles, method: str):
+def _authorised(behavior: Behavior, roles: InternalRoles, method: str) -> Behavior:
     """`behavior`, run only when the caller's role may call `method`, else raising PermissionDenied."""
     if inspect.isasyncgenfunction(behavior):
 
         @functools.wraps(behavior)
-        async def stream(request, context):
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             roles.check(method, role_of(context.auth_context()))
             async for item in behavior(request, context):
                 yield item
@@ -57,7 +60,7 @@ def _authorised(behavior, roles: InternalRoles, method: str):
         return stream
 
     @functools.wraps(behavior)
-    async def unary(request, context):
+    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
         roles.check(method, role_of(context.auth_context()))
         result = behavior(request, context)
         return await result if inspect.isawaitable(result) else result

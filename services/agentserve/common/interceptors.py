@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import aclosing, contextmanager
 from typing import Any
 
@@ -44,6 +44,10 @@ TRACED = filters.negate(
 )
 
 Behavior = Callable[[Any, grpc.aio.ServicerContext], Any]
+# The rest of a server's interceptor chain, down to the method handler (None: no such method).
+Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]]
+# The rest of a client's interceptor chain, down to the call.
+ClientContinuation = Callable[[grpc.aio.ClientCallDetails, Any], Any]
 
 
 def server_interceptors() -> list[grpc.aio.ServerInterceptor]:
@@ -64,7 +68,9 @@ class StreamsInTheirTask(grpc.aio.ServerInterceptor):
     Written from a coroutine, the stream is closed in the call's own task, even when cancelled.
     """
 
-    async def intercept_service(self, continuation, handler_call_details: grpc.HandlerCallDetails):
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
         handler = await continuation(handler_call_details)
         if handler is None or not handler.response_streaming:
             return handler
@@ -73,7 +79,7 @@ class StreamsInTheirTask(grpc.aio.ServerInterceptor):
         if not inspect.isasyncgenfunction(behavior):  # already writes (Health.Watch)
             return handler
 
-        async def written(request, context: grpc.aio.ServicerContext) -> None:
+        async def written(request: Any, context: grpc.aio.ServicerContext) -> None:
             async with aclosing(behavior(request, context)) as stream:
                 async for message in stream:
                     await context.write(message)
@@ -85,7 +91,9 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
     """Every method handler, whatever its streaming kind, with exceptions turned into statuses and
     requests that do not parse turned into INVALID_ARGUMENT."""
 
-    async def intercept_service(self, continuation, handler_call_details: grpc.HandlerCallDetails):
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
@@ -121,33 +129,39 @@ def _malformed(method: str, message: Malformed) -> ValueError:
 
 def _parsed(behavior: Behavior, request_streaming: bool, method: str) -> Behavior:
     """`behavior` raising ValueError for a `Malformed` request (or streamed request message)."""
-    if request_streaming:
+    return _parsed_stream(behavior, method) if request_streaming else _parsed_unary(behavior, method)
 
-        async def checked(messages):
-            async for message in messages:
-                if isinstance(message, Malformed):
-                    raise _malformed(method, message)
-                yield message
 
-        if inspect.isasyncgenfunction(behavior):
-
-            @functools.wraps(behavior)
-            async def stream_in_stream_out(request_iterator, context):
-                async for item in behavior(checked(request_iterator), context):
-                    yield item
-
-            return stream_in_stream_out
-
-        @functools.wraps(behavior)
-        async def stream_in(request_iterator, context):
-            return await behavior(checked(request_iterator), context)
-
-        return stream_in
+def _parsed_stream(behavior: Behavior, method: str) -> Behavior:
+    async def checked(messages: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for message in messages:
+            if isinstance(message, Malformed):
+                raise _malformed(method, message)
+            yield message
 
     if inspect.isasyncgenfunction(behavior):
 
         @functools.wraps(behavior)
-        async def unary_in_stream_out(request, context):
+        async def stream_in_stream_out(
+            request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
+        ) -> AsyncIterator[Any]:
+            async for item in behavior(checked(request_iterator), context):
+                yield item
+
+        return stream_in_stream_out
+
+    @functools.wraps(behavior)
+    async def stream_in(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        return await behavior(checked(request_iterator), context)
+
+    return stream_in
+
+
+def _parsed_unary(behavior: Behavior, method: str) -> Behavior:
+    if inspect.isasyncgenfunction(behavior):
+
+        @functools.wraps(behavior)
+        async def unary_in_stream_out(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             if isinstance(request, Malformed):
                 raise _malformed(method, request)
             async for item in behavior(request, context):
@@ -156,7 +170,7 @@ def _parsed(behavior: Behavior, request_streaming: bool, method: str) -> Behavio
         return unary_in_stream_out
 
     @functools.wraps(behavior)
-    async def unary_in(request, context):
+    async def unary_in(request: Any, context: grpc.aio.ServicerContext) -> Any:
         if isinstance(request, Malformed):
             raise _malformed(method, request)
         return await behavior(request, context)
@@ -179,7 +193,7 @@ def mapped(behavior: Behavior, method: str) -> Behavior:
     if inspect.isasyncgenfunction(behavior):
 
         @functools.wraps(behavior)
-        async def stream(request, context):
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             try:
                 async for item in behavior(request, context):
                     yield item
@@ -191,7 +205,7 @@ def mapped(behavior: Behavior, method: str) -> Behavior:
         return stream
 
     @functools.wraps(behavior)
-    async def unary(request, context):
+    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
             return await behavior(request, context)
         except grpc.aio.AbortError:
@@ -202,7 +216,9 @@ def mapped(behavior: Behavior, method: str) -> Behavior:
     return unary
 
 
-async def _parented(continuation, client_call_details, request):
+async def _parented(
+    continuation: ClientContinuation, client_call_details: grpc.aio.ClientCallDetails, request: Any
+) -> Any:
     """The interceptors after this one (the client span's start) run under the trace context the
     caller put in the call's metadata, if any."""
     with _context_from(client_call_details.metadata):
@@ -211,27 +227,35 @@ async def _parented(continuation, client_call_details, request):
 
 # grpc.aio files an interceptor under one kind of call only: one class per kind.
 class _UnaryUnaryParent(grpc.aio.UnaryUnaryClientInterceptor):
-    async def intercept_unary_unary(self, continuation, client_call_details, request):
+    async def intercept_unary_unary(
+        self, continuation: ClientContinuation, client_call_details: grpc.aio.ClientCallDetails, request: Any
+    ) -> Any:
         return await _parented(continuation, client_call_details, request)
 
 
 class _UnaryStreamParent(grpc.aio.UnaryStreamClientInterceptor):
-    async def intercept_unary_stream(self, continuation, client_call_details, request):
+    async def intercept_unary_stream(
+        self, continuation: ClientContinuation, client_call_details: grpc.aio.ClientCallDetails, request: Any
+    ) -> Any:
         return await _parented(continuation, client_call_details, request)
 
 
 class _StreamUnaryParent(grpc.aio.StreamUnaryClientInterceptor):
-    async def intercept_stream_unary(self, continuation, client_call_details, request_iterator):
+    async def intercept_stream_unary(
+        self, continuation: ClientContinuation, client_call_details: grpc.aio.ClientCallDetails, request_iterator: Any
+    ) -> Any:
         return await _parented(continuation, client_call_details, request_iterator)
 
 
 class _StreamStreamParent(grpc.aio.StreamStreamClientInterceptor):
-    async def intercept_stream_stream(self, continuation, client_call_details, request_iterator):
+    async def intercept_stream_stream(
+        self, continuation: ClientContinuation, client_call_details: grpc.aio.ClientCallDetails, request_iterator: Any
+    ) -> Any:
         return await _parented(continuation, client_call_details, request_iterator)
 
 
 @contextmanager
-def _context_from(metadata):
+def _context_from(metadata: grpc.aio.Metadata | None) -> Iterator[None]:
     parent = propagate.extract(dict(metadata or ()))
     if not trace.get_current_span(parent).get_span_context().is_valid:
         yield

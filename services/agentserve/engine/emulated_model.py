@@ -12,6 +12,8 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 
+import torch
+
 from agentserve.costmodel.timing import ComputeCost
 from agentserve.engine.config import ModelConfig
 from agentserve.engine.emulated_pool import STANDIN_DTYPE, EmulatedKVPool, StandinGeometry
@@ -55,7 +57,7 @@ class EmulatedModel:
         return "emu-" + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
 
     @property
-    def dtype(self):
+    def dtype(self) -> torch.dtype:
         return STANDIN_DTYPE
 
     def pool(self) -> EmulatedKVPool:

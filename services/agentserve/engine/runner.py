@@ -100,7 +100,7 @@ class ModelRunner:
         logits = self.model(ids, positions, self.pool, meta, logits_rows=slice(-1, None), before_layer=hook)
         return logits[0]
 
-    def _layer_loader(self, external: ExternalPrefix, slots: list[int], start: int):
+    def _layer_loader(self, external: ExternalPrefix, slots: list[int], start: int) -> Callable[[int], None]:
         """The before-layer hook writing external blocks [start, num_blocks) of one layer into `slots`."""
         skip = start - external.first_block
 

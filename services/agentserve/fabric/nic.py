@@ -32,6 +32,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from types import TracebackType
 
 from agentserve.fabric.shared_bucket import SharedTokenBucket
 from agentserve.fabric.token_bucket import Clock, Sleep, TokenBucket
@@ -198,7 +199,9 @@ class Transfer:
             nic._active += 1
         return self
 
-    async def __aexit__(self, exc_type, exc, tb) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.ended_at = self._clock()
         self.state = TransferState.FAILED if exc_type is not None else TransferState.DONE
         self._hold(-self._unpaced)

@@ -135,7 +135,7 @@ class ScaledProfile:
     bandwidth_scale: float  # local gbps per target gbps
     engines: dict[str, RoleNICs]
 
-    def nics(self, role: str, snic_group: SnicGroup | None = None, **clock) -> dict[str, EmulatedNIC]:
+    def nics(self, role: str, snic_group: SnicGroup | None = None, **clock: Any) -> dict[str, EmulatedNIC]:
         """Fresh `snic` and `cnic` for one engine of `role` (`clock`/`sleep` pass through). With
         `snic_group` the snic is one bucket shared with the group's other engines, at their shares' sum."""
         if role not in self.engines:

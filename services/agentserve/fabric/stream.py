@@ -162,7 +162,9 @@ class FabricServicer:
         self.masters = masters  # diff runs are restored against these as they arrive (see PacedReceiver)
         keep_freed_buffers()  # every chunk received is a fresh chunk-sized buffer
 
-    async def Transfer(self, request_iterator: AsyncIterator[Chunk], context) -> fabric_pb2.TransferSummary:
+    async def Transfer(
+        self, request_iterator: AsyncIterator[Chunk], context: grpc.aio.ServicerContext
+    ) -> fabric_pb2.TransferSummary:
         messages = aiter(request_iterator)
         first = await anext(messages, None)
         if first is None or first.transfer is None:

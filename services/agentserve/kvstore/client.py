@@ -212,8 +212,8 @@ class KVStoreClient:
         return self._stubs
 
 
-async def _aiter(items):
-    if hasattr(items, "__aiter__"):
+async def _aiter(items: BlockSource) -> AsyncIterator[tuple[bytes, bytes]]:
+    if isinstance(items, AsyncIterable):
         async for item in items:
             yield item
     else:
@@ -221,5 +221,5 @@ async def _aiter(items):
             yield item
 
 
-def _serialize(message) -> bytes:
+def _serialize(message: kvstore_pb2.GetRequest | kvstore_pb2.ReadRequest) -> bytes:
     return message.SerializeToString()

@@ -89,7 +89,7 @@ class _Capture:
 
     handlers: dict
 
-    def add_generic_rpc_handlers(self, handlers) -> None:
+    def add_generic_rpc_handlers(self, handlers: object) -> None:
         pass
 
     def add_registered_method_handlers(self, name: str, handlers: dict) -> None:

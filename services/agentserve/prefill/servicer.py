@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import grpc
+
 from agentserve.contracts import PrefillRequest, PrefillResult
 from agentserve.convert import prefill_request_from_proto, prefill_result_to_proto
 from agentserve.v1 import prefill_pb2, prefill_pb2_grpc
@@ -17,5 +19,7 @@ class PrefillServicer(prefill_pb2_grpc.PrefillServicer):
     def __init__(self, worker: Prefills):
         self.worker = worker
 
-    async def Prefill(self, request: prefill_pb2.PrefillRequest, context) -> prefill_pb2.PrefillResponse:
+    async def Prefill(
+        self, request: prefill_pb2.PrefillRequest, context: grpc.aio.ServicerContext
+    ) -> prefill_pb2.PrefillResponse:
         return prefill_result_to_proto(await self.worker.prefill(prefill_request_from_proto(request)))

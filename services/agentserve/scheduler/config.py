@@ -93,6 +93,13 @@ class SchedulerConfig:
     max_message_bytes: int = 1 << 20
 
     def __post_init__(self) -> None:
+        self._check_endpoints()
+        self._check_timing()
+        self._check_policies()
+        self._check_limits()
+
+    def _check_endpoints(self) -> None:
+        """Ports, addresses, the model's name and the internal TLS credentials."""
         if not self.host:
             raise ValueError("host must not be empty")
         if not 1 <= self.grpc_port <= 65535:
@@ -110,6 +117,9 @@ class SchedulerConfig:
             raise ValueError("model_name must not be empty")
         if ":" not in self.kvstore_address:
             raise ValueError(f"kvstore_address must be host:port, got {self.kvstore_address!r}")
+
+    def _check_timing(self) -> None:
+        """Deadlines, heartbeats and the engine timeout."""
         if self.prefill_timeout_ms < 0:
             raise ValueError(f"prefill_timeout_ms must be >= 0 (0 = no deadline), got {self.prefill_timeout_ms}")
         if self.decode_timeout_ms < 0:
@@ -125,6 +135,9 @@ class SchedulerConfig:
                 f"engine_timeout_ms ({self.engine_timeout_ms}) must be at least twice "
                 f"heartbeat_interval_ms ({self.heartbeat_interval_ms})"
             )
+
+    def _check_policies(self) -> None:
+        """The policies chosen by name and their parameters, the tool seeds and the retries."""
         from agentserve.scheduler.kv_lifecycle import LIFECYCLE_POLICIES, OFFLOAD_MODES
         from agentserve.scheduler.paths import POLICIES
         from agentserve.scheduler.prefill_policy import PREFILL_POLICIES
@@ -155,6 +168,9 @@ class SchedulerConfig:
         parse_seeds(self.tool_seeds)
         if not 0 <= self.turn_retries <= 10:
             raise ValueError(f"turn_retries must be in [0, 10], got {self.turn_retries}")
+
+    def _check_limits(self) -> None:
+        """API keys, the bounds on sessions, turns in flight, tenants' rates and request sizes."""
         self.keys()  # malformed keys, an unreadable keys file: fail at start-up
         for name in ("max_sessions", "max_sessions_per_tenant", "tenant_burst", "max_body_bytes", "max_message_bytes"):
             if getattr(self, name) <= 0:

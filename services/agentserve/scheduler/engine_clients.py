@@ -16,7 +16,8 @@ its call. The turn orchestration sees only
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import grpc
 
@@ -56,7 +57,7 @@ ENGINE_GONE = {
 BAD_REQUEST = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.FAILED_PRECONDITION}
 
 
-async def _result(call):
+async def _result(call: Awaitable[T]) -> T:
     return await call
 
 
@@ -72,6 +73,7 @@ def translate(exc: grpc.aio.AioRpcError, address: str) -> Exception:
 
 
 # How often a waiting decode stream checks that its engine is still alive.
+T = TypeVar("T")
 LIVENESS_POLL_S = 0.5
 
 
@@ -136,7 +138,7 @@ class EngineClients:
         finally:
             call.cancel()
 
-    async def _next(self, call: grpc.aio.UnaryStreamCall, address: str):
+    async def _next(self, call: grpc.aio.UnaryStreamCall, address: str) -> Any:
         """The stream's next message, None at its end; EngineUnavailable once the engine is no longer
         alive or the stall bound passed."""
         read = asyncio.ensure_future(call.read())

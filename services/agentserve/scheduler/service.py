@@ -99,7 +99,7 @@ class SchedulerService(Service):
                 self.core.expire_sessions()
 
 
-def _http_gateway():
+def _http_gateway() -> Callable[..., Awaitable[Any]] | None:
     try:
         module = importlib.import_module(HTTP_GATEWAY_MODULE)
     except ModuleNotFoundError as exc:

@@ -8,7 +8,10 @@ registration and heartbeats, the tool proxy's events) is served only on the inte
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import aclosing
+
+import grpc
 
 from agentserve.common.api_keys import ApiKeys, resolve_tenant
 from agentserve.common.grpc_auth import authenticated_tenant
@@ -35,7 +38,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self.keys = keys
 
     async def OpenSession(
-        self, request: scheduler_pb2.OpenSessionRequest, context
+        self, request: scheduler_pb2.OpenSessionRequest, context: grpc.aio.ServicerContext
     ) -> scheduler_pb2.OpenSessionResponse:
         tenant = resolve_tenant(self.keys, authenticated_tenant(), request.tenant, "OpenSessionRequest.tenant")
         info = agent_info_from_proto(request)
@@ -44,7 +47,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         )
         return scheduler_pb2.OpenSessionResponse(session_id=session_id)
 
-    async def Turn(self, request: scheduler_pb2.TurnRequest, context):
+    async def Turn(
+        self, request: scheduler_pb2.TurnRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[scheduler_pb2.TurnChunk]:
         events = self.core.turn(
             request.session_id,
             message=request.message or None,
@@ -59,12 +64,14 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 yield turn_chunk_to_proto(event)
 
     async def CloseSession(
-        self, request: scheduler_pb2.CloseSessionRequest, context
+        self, request: scheduler_pb2.CloseSessionRequest, context: grpc.aio.ServicerContext
     ) -> scheduler_pb2.CloseSessionResponse:
         turns, tokens = await self.core.close_session(request.session_id, owner=_owner())
         return scheduler_pb2.CloseSessionResponse(turns=turns, tokens=tokens)
 
-    async def ListModels(self, request: scheduler_pb2.ListModelsRequest, context) -> scheduler_pb2.ListModelsResponse:
+    async def ListModels(
+        self, request: scheduler_pb2.ListModelsRequest, context: grpc.aio.ServicerContext
+    ) -> scheduler_pb2.ListModelsResponse:
         return scheduler_pb2.ListModelsResponse(models=self.core.model_names)
 
 
@@ -72,19 +79,27 @@ class SchedulerInternalServicer(scheduler_pb2_grpc.SchedulerInternalServicer):
     def __init__(self, core: SchedulerCore) -> None:
         self.core = core
 
-    async def Register(self, request: common_pb2.EngineStatus, context) -> scheduler_pb2.RegisterResponse:
+    async def Register(
+        self, request: common_pb2.EngineStatus, context: grpc.aio.ServicerContext
+    ) -> scheduler_pb2.RegisterResponse:
         interval_ms = self.core.register(engine_status_from_proto(request))
         return scheduler_pb2.RegisterResponse(heartbeat_interval_ms=interval_ms, peers=self.core.peers())
 
-    async def Heartbeat(self, request: common_pb2.EngineStatus, context) -> scheduler_pb2.HeartbeatResponse:
+    async def Heartbeat(
+        self, request: common_pb2.EngineStatus, context: grpc.aio.ServicerContext
+    ) -> scheduler_pb2.HeartbeatResponse:
         known = self.core.heartbeat(engine_status_from_proto(request))
         return scheduler_pb2.HeartbeatResponse(known=known, peers=self.core.peers())
 
-    async def ToolCallStarted(self, request: scheduler_pb2.ToolCallEvent, context) -> scheduler_pb2.ToolCallAck:
+    async def ToolCallStarted(
+        self, request: scheduler_pb2.ToolCallEvent, context: grpc.aio.ServicerContext
+    ) -> scheduler_pb2.ToolCallAck:
         self.core.tool_call_started(tool_call_from_proto(request))
         return scheduler_pb2.ToolCallAck()
 
-    async def ToolCallFinished(self, request: scheduler_pb2.ToolCallEvent, context) -> scheduler_pb2.ToolCallAck:
+    async def ToolCallFinished(
+        self, request: scheduler_pb2.ToolCallEvent, context: grpc.aio.ServicerContext
+    ) -> scheduler_pb2.ToolCallAck:
         self.core.tool_call_finished(tool_call_from_proto(request))
         return scheduler_pb2.ToolCallAck()
 

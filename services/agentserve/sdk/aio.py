@@ -285,7 +285,7 @@ class AsyncClient:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def _unary(self, method, request):
+    async def _unary(self, method: Callable[..., Awaitable[Any]], request: Any) -> Any:
         try:
             return await method(request, timeout=self._timeout_s, metadata=self._metadata)
         except grpc.aio.AioRpcError as exc:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
 from agentserve.contracts.turn_segments import TurnSegments
@@ -196,9 +196,9 @@ class Client:
         self.close()
 
 
-async def _call(fn, *args: Any, **kwargs: Any) -> Any:
+async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return fn(*args, **kwargs)
 
 
-async def _await(awaitable) -> Any:
+async def _await(awaitable: Awaitable[Any]) -> Any:
     return await awaitable

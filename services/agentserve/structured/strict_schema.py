@@ -69,6 +69,11 @@ def _violations(schema: Any, path: str) -> Iterator[tuple[str, str]]:
             yield path, f"'{keyword}' {reason}"
     if "object" in types or (not types and "properties" in schema):
         yield from _object_violations(schema, path)
+    yield from _nested_violations(schema, path)
+
+
+def _nested_violations(schema: dict[str, Any], path: str) -> Iterator[tuple[str, str]]:
+    """The violations of the schemas `schema` holds: its items, its anyOf branches, its definitions."""
     if isinstance(schema.get("items"), dict):
         yield from _violations(schema["items"], f"{path}.items")
     elif "items" in schema:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import grpc
+
 from agentserve.toolproxy.proxy import ToolProxy
 from agentserve.v1 import toolproxy_pb2, toolproxy_pb2_grpc
 
@@ -10,7 +12,9 @@ class ToolProxyServicer(toolproxy_pb2_grpc.ToolProxyServicer):
     def __init__(self, proxy: ToolProxy) -> None:
         self._proxy = proxy
 
-    async def ListTools(self, request, context) -> toolproxy_pb2.ListToolsResponse:
+    async def ListTools(
+        self, request: toolproxy_pb2.ListToolsRequest, context: grpc.aio.ServicerContext
+    ) -> toolproxy_pb2.ListToolsResponse:
         return toolproxy_pb2.ListToolsResponse(
             tools=[
                 toolproxy_pb2.ToolInfo(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing
 from typing import Any
 
@@ -64,19 +64,7 @@ async def stream_reply(
             response.headers["X-Trace-Id"] = first[1].metadata.trace_id
         await response.prepare(request)
         try:
-            for reply in replies:
-                role = fmt.role_chunk(reply.index)
-                if role is not None:
-                    await response.write(encode_event(role))
-            if first is not None:
-                await _send(response, fmt, replies, first)
-                async for tagged in stream:
-                    await _send(response, fmt, replies, tagged)
-            for reply in replies:
-                if not reply.finished:  # the stream ended without a final event: still close the choice
-                    await response.write(encode_event(fmt.finish_chunk(None, reply.index)))
-            if fmt.include_usage:
-                await response.write(encode_event(fmt.usage_chunk(replies)))
+            await _send_all(response, fmt, replies, first, stream)
         except ConnectionResetError:
             log.info("client went away mid-stream; turn abandoned")
             return response
@@ -90,6 +78,29 @@ async def stream_reply(
         await _write_quietly(response, DONE)
         await _write_quietly(response, None)
     return response
+
+
+async def _send_all(
+    response: web.StreamResponse,
+    fmt: ReplyFormat,
+    replies: list[Reply],
+    first: Tagged | None,
+    rest: AsyncIterator[Tagged],
+) -> None:
+    """The choices' role chunks, `first` and the `rest` of the events, each choice's finish, usage."""
+    for reply in replies:
+        role = fmt.role_chunk(reply.index)
+        if role is not None:
+            await response.write(encode_event(role))
+    if first is not None:
+        await _send(response, fmt, replies, first)
+        async for tagged in rest:
+            await _send(response, fmt, replies, tagged)
+    for reply in replies:
+        if not reply.finished:  # the stream ended without a final event: still close the choice
+            await response.write(encode_event(fmt.finish_chunk(None, reply.index)))
+    if fmt.include_usage:
+        await response.write(encode_event(fmt.usage_chunk(replies)))
 
 
 async def _send(response: web.StreamResponse, fmt: ReplyFormat, replies: list[Reply], tagged: Tagged) -> None:
