@@ -29,7 +29,11 @@ H800 = TargetGPU("h800", "NVIDIA H800 SXM (80 GB HBM3, 3.35 TB/s, 989 TFLOP/s BF
 H100 = TargetGPU("h100", "NVIDIA H100 SXM (80 GB HBM3, 3.35 TB/s, 989 TFLOP/s BF16 dense)", 80 * GIB, 3.35e12, 989e12)
 H200 = TargetGPU("h200", "NVIDIA H200 SXM (141 GB HBM3e, 4.8 TB/s, 989 TFLOP/s BF16 dense)", 141 * GIB, 4.8e12, 989e12)
 
-TARGET_GPUS: dict[str, TargetGPU] = {g.key: g for g in (H800, H100, H200)}
+# B200 SXM (DGX B200: 1,440 GB over 8 GPUs), HBM3e at 8 TB/s, 2.25 PFLOP/s dense BF16: a
+# Blackwell-class GPU, 2.3x an H800's compute beside the same 400 Gbps NICs.
+B200 = TargetGPU("b200", "NVIDIA B200 SXM (180 GB HBM3e, 8 TB/s, 2250 TFLOP/s BF16 dense)", 180 * GIB, 8.0e12, 2250e12)
+
+TARGET_GPUS: dict[str, TargetGPU] = {g.key: g for g in (H800, H100, H200, B200)}
 
 
 def target_gpu(key: str) -> TargetGPU:

@@ -9,6 +9,7 @@ from agentserve.bench.common.policy import DEFAULT_TURN_ORDER
 from agentserve.bench.papers.dualpath.cli_args import DEFAULT_TARGET_SLO, counts
 from agentserve.bench.papers.dualpath.policies import POLICY_NAMES
 from agentserve.bench.papers.dualpath.sweep import AGENTS, CONTEXTS
+from agentserve.costmodel.gpus import TARGET_GPUS
 from agentserve.costmodel.models import TARGET_MODELS
 from agentserve.sim.config import DEFAULT_BLOCK_SIZE, DEFAULT_LAYER_GROUPS
 from agentserve.sim.workload import DEFAULT_PROFILE, DEFAULT_TOOL_WAIT_S, PAPER_WORKLOAD
@@ -21,6 +22,7 @@ def add_dualpath_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model", default="", choices=["", *TARGET_MODELS], help="target model (default: the profile's, deepseek-v3.2)"
     )
+    p.add_argument("--gpu", default="h800", choices=list(TARGET_GPUS), help="target GPU (default h800)")
     p.add_argument("--agents", type=int, default=w.agents, help=f"agents offline (default {w.agents})")
     p.add_argument("--turns", type=int, default=w.turns, help=f"turns per agent (default {w.turns})")
     p.add_argument("--first-context", type=int, default=w.first_context, help="first turn's prompt tokens")
