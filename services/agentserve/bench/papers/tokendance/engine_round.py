@@ -7,7 +7,7 @@ the masters of the blocks it holds, as a per-request position-independent cache 
 nothing between a round's requests). Both recompute the same fraction of each block and the same
 private tokens, on the same model and threads, one after the other.
 
-Token ids are synthetic (`bench.workloads.tokens.TokenSynth`: a block is the same ids in every
+Token ids are synthetic (`bench.common.workloads.tokens.TokenSynth`: a block is the same ids in every
 prompt that holds it); prefill time does not depend on what the ids say. At the default token
 scale the round is a fraction of the workload's length: this machine's two cores cannot prefill
 32 full-length prompts twice within the bench's budget (the scale is in the report).

@@ -1,6 +1,6 @@
 """The all-gather workloads: GenerativeAgents- and AgentSociety-shaped rounds of agents.
 
-Built on `bench.workloads.generator`'s `allgather` pattern (one team of `agents` peers, `rounds`
+Built on `bench.common.workloads.generator`'s `allgather` pattern (one team of `agents` peers, `rounds`
 gather rounds after a first turn): each agent's first turn is its private persona and memory
 (`first_tokens`, +-50% per agent, drawn by the generator). In gather round r every agent's turn
 appends `private_tokens` of its own (observations, retrieved memories, the round's instruction)
