@@ -13,7 +13,7 @@ from agentserve.bench.papers.dualpath import cli_args as dualpath_args
 from agentserve.bench.papers.replay import cli_args as replay_args
 from agentserve.bench.papers.tokendance.cli import add_arguments as tokendance_args
 from agentserve.cli import commands
-from agentserve.engine.emulation_config import COMPUTE_MODES, DEFAULT_KV_MATERIALISE_BYTES, DEFAULT_TIME_DILATION
+from agentserve.engine.emulation_config import COMPUTE_MODES, EmulationConfig
 from agentserve.sim import cli_args as sim_cli
 from agentserve.training.trainer import TrainConfig
 
@@ -102,15 +102,16 @@ def build_parser() -> argparse.ArgumentParser:
         choices=COMPUTE_MODES,
         help="emulated: engines load no weights and take the target model's time on the target GPU",
     )
-    up.add_argument("--target-model", default="deepseek-v3.2", help="emulated compute: agentserve.costmodel model")
-    up.add_argument("--target-gpu", default="h800", help="emulated compute: h800, h100 or h200")
+    emulation = EmulationConfig()  # the defaults of the flags below
+    up.add_argument("--target-model", default=emulation.target_model, help="emulated: an agentserve.costmodel model")
+    up.add_argument("--target-gpu", default=emulation.target_gpu, help="emulated compute: h800, h100 or h200")
     up.add_argument(
-        "--time-dilation", type=float, default=DEFAULT_TIME_DILATION, help="emulated: local seconds per target second"
+        "--time-dilation", type=float, default=emulation.time_dilation, help="emulated: local seconds per target second"
     )
     up.add_argument(
         "--kv-materialise-bytes",
         type=int,
-        default=DEFAULT_KV_MATERIALISE_BYTES,
+        default=emulation.kv_materialise_bytes,
         help="emulated: KV payload bytes materialised per block (0 = the target's); NICs charge the target's",
     )
     up.add_argument(
