@@ -219,12 +219,13 @@ def _floor_run(spec: BenchSpec, catalogue: dict[str, Policy]) -> tuple[_Run | No
     if spec.floor_settings is None:
         return None, []
     policy = replace(catalogue["dualpath"], name="dualpath CPU floor")
-    for role in ("prefill", "decode"):
-        policy = policy.with_settings(role, spec.floor_settings)
     problems = unsupported(policy)
     if problems:
         return None, problems
-    return _Run(policy, replace(spec.cluster, profile="local-unshaped")), []
+    # The floor's settings are the engines' emulation's (every engine's time dilation).
+    compute = spec.cluster.compute
+    floor = replace(compute, emulation=replace(compute.emulation, **spec.floor_settings))
+    return _Run(policy, replace(spec.cluster, profile="local-unshaped", compute=floor)), []
 
 
 def _floor_json(spec: BenchSpec, result: PolicyResult | None, problems: list[str]) -> dict[str, Any] | None:

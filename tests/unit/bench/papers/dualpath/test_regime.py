@@ -162,3 +162,24 @@ def test_every_policys_scheduler_gets_the_benchs_turn_order():
         ClusterSpec(turn_order="fair")
     with pytest.raises(SystemExit):  # argparse: not a choice
         default_args("--turn-order", "fair")
+
+
+def test_the_cpu_floor_runs_dualpath_with_the_floors_dilation_on_an_unshaped_fabric():
+    from dataclasses import replace
+
+    from agentserve.bench.papers.dualpath.bench import _floor_run
+    from agentserve.bench.papers.dualpath.cli import FLOOR_TIME_DILATION
+    from agentserve.bench.papers.dualpath.policies import policies
+
+    spec = bench_spec(default_args())
+    catalogue = policies()
+    run, problems = _floor_run(spec, catalogue)
+    assert problems == [] and run is not None
+    assert (run.cluster.profile, run.cluster.compute.emulation.time_dilation) == ("local-unshaped", FLOOR_TIME_DILATION)
+    assert run.cluster.compute.emulation == replace(spec.cluster.compute.emulation, time_dilation=FLOOR_TIME_DILATION)
+    assert (run.policy.name, run.policy.prefill, run.policy.decode) == (
+        "dualpath CPU floor",
+        catalogue["dualpath"].prefill,
+        catalogue["dualpath"].decode,
+    )
+    assert _floor_run(bench_spec(default_args("--no-floor")), catalogue) == (None, [])
