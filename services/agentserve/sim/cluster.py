@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agentserve.contracts import EngineStatus, NICStatus, Role
-from agentserve.costmodel.kv_capacity import kv_capacity_blocks
 from agentserve.scheduler.placement import GlobalScheduler, Placement
 from agentserve.scheduler.registry import EngineRegistry
 from agentserve.scheduler.router import LeastLoadedRouter
@@ -39,9 +38,8 @@ class SimCluster:
         self.policy = policy
         self.on_turn_done = on_turn_done
         cost = config.cost()
-        self.pool_blocks = kv_capacity_blocks(cost, config.block_size, config.activation_reserve)
         self.block_bytes = config.block_size * config.kv_bytes_per_token
-        snic_rate, cnic_rate = config.snic_gbps * GBPS, config.cnic_gbps * GBPS
+        self.pool_blocks = {"prefill": config.pool_blocks("prefill"), "decode": config.pool_blocks("decode")}
         self.snics: dict[str, SharedLink] = {}
         self.cnics: dict[str, SharedLink] = {}
         self.node_of: dict[str, str] = {}
@@ -49,35 +47,39 @@ class SimCluster:
             layerwise=policy.layerwise,
             load_order=policy.prefill.load_order,
             layer_groups=config.layer_groups,
-            pool_blocks=self.pool_blocks,
+            pool_blocks=self.pool_blocks["prefill"],
             block_size=config.block_size,
             kv_bytes_per_token=config.kv_bytes_per_token,
         )
         self.prefills: dict[str, PrefillEngine] = {}
         self.decodes: dict[str, DecodeEngine] = {}
-        for role, nodes in (("prefill", config.prefill_nodes), ("decode", config.decode_nodes)):
-            for n in range(nodes):
+        per_node = config.gpus_per_node
+        for role in ("prefill", "decode"):
+            engines = config.engines(role)
+            for i in range(engines):
+                n, g = divmod(i, per_node)
                 node = f"{role}{n}"
-                self.snics[node] = SharedLink(loop, f"{node}/snic", snic_rate)
-                for g in range(config.gpus_per_node):
-                    engine_id = f"{role}-{n}-{g}"
-                    self.node_of[engine_id] = node
-                    self.cnics[engine_id] = SharedLink(loop, f"{engine_id}/cnic", cnic_rate)
-                    if role == "prefill":
-                        self.prefills[engine_id] = PrefillEngine(
-                            engine_id,
-                            loop,
-                            cost,
-                            policy.batching,
-                            settings,
-                            self.cnics[engine_id],
-                            self._prefilled,
-                            self._handed_off,
-                        )
-                    else:
-                        self.decodes[engine_id] = DecodeEngine(
-                            engine_id, loop, cost, self.pool_blocks, config.block_size, self._decoded
-                        )
+                if node not in self.snics:
+                    on_node = min(per_node, engines - n * per_node)
+                    self.snics[node] = SharedLink(loop, f"{node}/snic", config.snic_share_bytes_per_s * on_node)
+                engine_id = f"{role}-{n}-{g}"
+                self.node_of[engine_id] = node
+                self.cnics[engine_id] = SharedLink(loop, f"{engine_id}/cnic", config.cnic_gbps * GBPS)
+                if role == "prefill":
+                    self.prefills[engine_id] = PrefillEngine(
+                        engine_id,
+                        loop,
+                        cost,
+                        policy.batching,
+                        settings,
+                        self.cnics[engine_id],
+                        self._prefilled,
+                        self._handed_off,
+                    )
+                else:
+                    self.decodes[engine_id] = DecodeEngine(
+                        engine_id, loop, cost, self.pool_blocks["decode"], config.block_size, self._decoded
+                    )
         self.registry = EngineRegistry(policy.scheduler.engine_timeout_ms / 1000, clock=loop.now)
         for engine_id in (*self.prefills, *self.decodes):
             self.registry.register(self._status(engine_id))
@@ -91,15 +93,18 @@ class SimCluster:
 
     def _status(self, engine_id: str) -> EngineStatus:
         node = self.node_of[engine_id]
-        snic = NICStatus("snic", self.config.snic_gbps, self.snics[node].queue_bytes_of(engine_id))
+        snic_link = self.snics[node]
+        snic = NICStatus("snic", snic_link.bytes_per_s * 8 / 1e9, snic_link.queue_bytes_of(engine_id))
         cnic = NICStatus("cnic", self.config.cnic_gbps, self.cnics[engine_id].queue_bytes)
         if engine_id in self.prefills:
             p = self.prefills[engine_id]
             role, running, waiting, taken = Role.PREFILL, 0, p.queued_turns, p.pool_taken
+            pool = self.pool_blocks["prefill"]
             unfinished = p.unfinished_tokens
         else:
             d = self.decodes[engine_id]
             role, running, waiting, taken, unfinished = Role.DECODE, d.running, d.waiting, d.pool_taken, 0
+            pool = self.pool_blocks["decode"]
         return EngineStatus(
             engine_id=engine_id,
             role=role,
@@ -109,8 +114,8 @@ class SimCluster:
             model_name=self.config.model,
             running=running,
             waiting=waiting,
-            free_kv_blocks=self.pool_blocks - taken,
-            total_kv_blocks=self.pool_blocks,
+            free_kv_blocks=pool - taken,
+            total_kv_blocks=pool,
             vocab_size=1,
             max_context=1 << 30,
             nics=(snic, cnic),

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentserve.costmodel.gpus import target_gpu
+from agentserve.costmodel.kv_capacity import kv_capacity_blocks
 from agentserve.costmodel.models import target_model
 from agentserve.costmodel.timing import DEFAULT_DECODE_BANDWIDTH_EFFICIENCY, DEFAULT_PREFILL_MFU, ComputeCost
 from agentserve.fabric.profiles import HardwareProfile
@@ -30,6 +31,14 @@ class SimConfig:
     prefill_mfu: float = DEFAULT_PREFILL_MFU
     decode_bandwidth_efficiency: float = DEFAULT_DECODE_BANDWIDTH_EFFICIENCY
     activation_reserve: float = 0.1
+    # Engines of a role when not whole nodes (0: nodes x gpus_per_node). Engines fill nodes in order;
+    # a node with fewer engines has their static shares of the storage NIC (the emulated cluster's
+    # shared SNIC bucket, `cluster/settings.py`).
+    prefill_engines: int = 0
+    decode_engines: int = 0
+    # KV pool blocks per engine (0: what the GPU's HBM holds after the weights, `kv_capacity`).
+    prefill_pool_blocks: int = 0
+    decode_pool_blocks: int = 0
 
     def __post_init__(self) -> None:
         target_model(self.model)
@@ -39,6 +48,9 @@ class SimConfig:
                 raise ValueError(f"sim {name} must be >= 1, got {getattr(self, name)}")
         if not (self.snic_gbps > 0 and self.cnic_gbps > 0):
             raise ValueError(f"sim snic_gbps and cnic_gbps must be positive, got {self.snic_gbps}, {self.cnic_gbps}")
+        for name in ("prefill_engines", "decode_engines", "prefill_pool_blocks", "decode_pool_blocks"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"sim {name} must be >= 0 (0 = the default), got {getattr(self, name)}")
         self.cost()  # the cost model's own checks (mfu, efficiency) here, not mid-run
 
     @classmethod
@@ -63,6 +75,22 @@ class SimConfig:
             target_model(self.model), target_gpu(self.gpu), self.prefill_mfu, self.decode_bandwidth_efficiency
         )
 
+    def engines(self, role: str) -> int:
+        """Engines of `role` (prefill or decode)."""
+        if role == "prefill":
+            return self.prefill_engines or self.prefill_nodes * self.gpus_per_node
+        return self.decode_engines or self.decode_nodes * self.gpus_per_node
+
+    def pool_blocks(self, role: str) -> int:
+        """KV blocks of one engine of `role`."""
+        fixed = self.prefill_pool_blocks if role == "prefill" else self.decode_pool_blocks
+        return fixed or kv_capacity_blocks(self.cost(), self.block_size, self.activation_reserve)
+
+    @property
+    def snic_share_bytes_per_s(self) -> float:
+        """One engine's static share of its node's storage NIC, bytes/s."""
+        return self.snic_gbps * 1e9 / 8 / self.gpus_per_node
+
     @property
     def kv_bytes_per_token(self) -> int:
         return target_model(self.model).kv_bytes_per_token
@@ -71,7 +99,9 @@ class SimConfig:
         return {
             "model": self.model,
             "gpu": self.gpu,
-            "nodes": f"{self.prefill_nodes} prefill + {self.decode_nodes} decode, {self.gpus_per_node} GPUs each",
+            "engines": {"prefill": self.engines("prefill"), "decode": self.engines("decode")},
+            "gpus_per_node": self.gpus_per_node,
+            "pool_blocks": {"prefill": self.pool_blocks("prefill"), "decode": self.pool_blocks("decode")},
             "snic_gbps_per_node": self.snic_gbps,
             "cnic_gbps_per_gpu": self.cnic_gbps,
             "block_size": self.block_size,

@@ -102,15 +102,14 @@ def bounds(spec: DualPathSimSpec) -> dict[str, Any]:
     """What the cost model allows a saturated cluster, per later turn (the physical limits)."""
     workload = generate(spec.workload)
     config = spec.config
-    cost = config.cost()
-    node_snic = config.snic_gbps * 1e9 / 8
-    later = regime.later_turns(workload, cost, config.snic_gbps / config.gpus_per_node, config.block_size, True)
-    read_bytes = later.read_s * node_snic / config.gpus_per_node / later.turns
+    share = config.snic_share_bytes_per_s
+    later = regime.later_turns(workload, config.cost(), share * 8 / 1e9, config.block_size, True)
+    read_bytes = later.read_s * share / later.turns
     compute_s = later.compute_s / later.turns
-    prefill_gpus = config.prefill_nodes * config.gpus_per_node
-    prefill_snic = config.prefill_nodes * node_snic / read_bytes
-    every_snic = (config.prefill_nodes + config.decode_nodes) * node_snic / read_bytes
-    compute = prefill_gpus / compute_s
+    prefills, decodes = config.engines("prefill"), config.engines("decode")
+    prefill_snic = prefills * share / read_bytes
+    every_snic = (prefills + decodes) * share / read_bytes
+    compute = prefills / compute_s
     return {
         "later_turn_read_gb": round(read_bytes / 1e9, 4),
         "later_turn_prefill_compute_s": round(compute_s, 5),
@@ -162,8 +161,8 @@ def run_dualpath(spec: DualPathSimSpec, progress: bool = False) -> dict[str, Any
                 workload,
                 config.cost(),
                 profile,
-                config.prefill_nodes * config.gpus_per_node,
-                config.decode_nodes * config.gpus_per_node,
+                config.engines("prefill"),
+                config.engines("decode"),
                 config.block_size,
                 True,
             )

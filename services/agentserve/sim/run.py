@@ -26,7 +26,7 @@ class RunResult:
     records: list[TurnRecord]
     duration_s: float  # virtual: the first arrival to the last turn's end
     snic_bytes: dict[str, float]  # by node
-    snic_rate: float  # bytes/s of one node's storage NICs
+    snic_rates: dict[str, float]  # by node: bytes/s of its storage NICs
     bytes_by_path: dict[str, int]
     prefill_busy_s: float  # summed over prefill GPUs
     decode_busy_s: float
@@ -74,7 +74,7 @@ def simulate(
         records=[_record(t) for a in agents.agents for t in a.turns],
         duration_s=max(t.done_s or 0.0 for t in done) - first,
         snic_bytes={node: link.bytes_total for node, link in cluster.snics.items()},
-        snic_rate=config.snic_gbps * 1e9 / 8,
+        snic_rates={node: link.bytes_per_s for node, link in cluster.snics.items()},
         bytes_by_path=dict(cluster.bytes_by_path),
         prefill_busy_s=sum(p.busy_s for p in cluster.prefills.values()),
         decode_busy_s=sum(d.busy_s for d in cluster.decodes.values()),
@@ -116,7 +116,9 @@ def figures(result: RunResult) -> dict[str, Any]:
     duration = result.duration_s
     prompt = sum(r.prompt_tokens for r in records)
     cached = sum(r.cached_tokens for r in records)
-    util = {node: b / (result.snic_rate * duration) if duration else 0.0 for node, b in result.snic_bytes.items()}
+    util = {
+        node: b / (result.snic_rates[node] * duration) if duration else 0.0 for node, b in result.snic_bytes.items()
+    }
     shares = list(util.values())
     avg = sum(shares) / len(shares) if shares else 0.0
     agents: dict[str, float] = {}
