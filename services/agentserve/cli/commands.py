@@ -240,6 +240,12 @@ def sim_dualpath(args: argparse.Namespace) -> dict | None:
     return dualpath(args)
 
 
+def sim_validate(args: argparse.Namespace) -> dict | None:
+    from agentserve.sim.cli import validate
+
+    return validate(args)
+
+
 def bench_agentaware(args: argparse.Namespace) -> dict | None:
     from agentserve.bench.papers.agentaware.cli import agentaware
 

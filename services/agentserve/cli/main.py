@@ -310,6 +310,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim_cli.add_dualpath_arguments(simdp)
     simdp.set_defaults(func=commands.sim_dualpath)
+    simval = sim.add_parser(
+        "validate", help="a stored emulated bench dualpath run, simulated as it ran, metric by metric"
+    )
+    sim_cli.add_validate_arguments(simval)
+    simval.set_defaults(func=commands.sim_validate)
     workload = sub.add_parser("workload", help="agent workloads for bench replay").add_subparsers(
         dest="workload_command", required=True
     )

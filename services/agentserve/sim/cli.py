@@ -58,3 +58,11 @@ def dualpath(args: argparse.Namespace) -> dict[str, Any]:
     if args.out is not None:
         write_result(result, args.out)
     return result
+
+
+def validate(args: argparse.Namespace) -> dict[str, Any]:
+    from agentserve.sim.validate import validate as run_validate
+
+    if not args.emulated.is_file():
+        raise ValueError(f"--emulated {args.emulated}: no such file (a bench dualpath result JSON)")
+    return run_validate(args.emulated)

@@ -50,3 +50,16 @@ def add_dualpath_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", type=Path, help="also write result.json and README.md (sweep.*) there")
     p.add_argument("--progress", action="store_true", help="progress lines on stderr")
+
+
+DEFAULT_EMULATED_RUN = Path("docs/dualpath/current/dualpath.json")
+
+
+def add_validate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the result as one line of JSON")
+    p.add_argument(
+        "--emulated",
+        type=Path,
+        default=DEFAULT_EMULATED_RUN,
+        help=f"a stored bench dualpath result to simulate as it ran (default {DEFAULT_EMULATED_RUN})",
+    )
