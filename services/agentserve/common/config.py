@@ -162,6 +162,12 @@ def _settings(cls: type, path: tuple[str, ...] = (), prefix: str = "") -> Iterab
         yield _Setting((*path, f.name), flag_name, convert, f"(env {ENV_PREFIX}{flag_name.upper()}){allowed}")
 
 
+def setting_names(cls: type) -> tuple[str, ...]:
+    """The settings `load_config(cls, ...)` reads, by snake_case name (flag `--name-with-dashes`),
+    a nested dataclass's fields under their prefix."""
+    return tuple(setting.flag_name for setting in _settings(cls))
+
+
 def _is_choice(tp: Any) -> bool:
     return typing.get_origin(tp) is Literal or (isinstance(tp, type) and issubclass(tp, enum.Enum))
 

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from agentserve.common.config import load_config, setting_names
+
 # The scheduler's turn order in every bench cluster (scheduler/turn_order.py; the scheduler's own
 # default is arrival): among equal priorities the agent with the fewest completed turns goes first,
 # so a job's last agent is not left to finish alone while the engines idle.
@@ -63,19 +65,20 @@ def _config_classes() -> dict[str, type]:
 
 
 def effective(policy: Policy, service: str) -> dict[str, Any]:
-    """The settings `service` is given: those its config has (an absent one is implicit or the
+    """The settings `service` is given: those its config reads (an absent one is implicit or the
     policy is unsupported)."""
-    known = {f.name for f in dataclasses.fields(_config_classes()[service])}
+    known = set(setting_names(_config_classes()[service]))
     return {k: v for k, v in policy.settings(service).items() if k in known}
 
 
 def unsupported(policy: Policy) -> list[str]:
-    """Why this build cannot run `policy` (empty: it can): every setting is checked by building
-    the service's own config with it, so a field or value it does not know is named here."""
+    """Why this build cannot run `policy` (empty: it can): every setting is checked by loading
+    the service's own config from the flags the cluster passes it, as the service does, so a
+    setting or value it does not know is named here."""
     problems = []
     for service, cls in _config_classes().items():
         settings = policy.settings(service)
-        known = {f.name for f in dataclasses.fields(cls)}
+        known = set(setting_names(cls))
         missing = sorted(k for k, v in settings.items() if k not in known and (k, v) not in IMPLICIT)
         if missing:
             problems.append(
@@ -83,8 +86,8 @@ def unsupported(policy: Policy) -> list[str]:
             )
             continue
         try:
-            cls(**effective(policy, service))
-        except (TypeError, ValueError) as exc:
+            load_config(cls, flags(effective(policy, service)), env={})
+        except ValueError as exc:
             problems.append(f"{service}: {exc}")
     return problems
 
