@@ -24,7 +24,6 @@ RetryableError instead: the client has text no other engine would continue ident
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
@@ -36,8 +35,6 @@ from agentserve.common.errors import NotFoundError, RetryableError
 from agentserve.common.telemetry import outgoing_metadata
 from agentserve.contracts import (
     EngineUnavailable,
-    GenerateRequest,
-    PrefillRequest,
     PrefillResult,
     SamplingParams,
     TokenLogprob,
@@ -55,6 +52,7 @@ from agentserve.scheduler.sessions import Session
 from agentserve.scheduler.stop_scanner import Scanned, StopScanner
 from agentserve.scheduler.turn_kv import TurnKV
 from agentserve.scheduler.turn_ports import EnginePorts, KVPorts, TurnPolicy
+from agentserve.scheduler.turn_requests import generate_request, prefill_request
 from agentserve.scheduler.turn_telemetry import TurnTelemetry, phase
 
 
@@ -219,7 +217,7 @@ class TurnRunner:
             prefill, decode = placed.prefill, placed.decode
             self.kv.claim(turn, decode.address)  # before the prefill asks the decode engine what it holds
             self.telemetry.placed(turn, placed)
-            request = self._prefill_request(turn, placed, hits)
+            request = prefill_request(turn, placed, hits, self.policy)
             # The turn's work counts against its engines until the prefill returns: the decode engine
             # too, or a burst of new sessions all picks the same idle one (and stays on it, sticky).
             block_bytes = prefill.status.kv_block_bytes or decode.status.kv_block_bytes
@@ -243,41 +241,8 @@ class TurnRunner:
                 self._engine_failed(failed, exc)
                 self._use_retry(turn, exc)
 
-    def _prefill_request(self, turn: RunningTurn, placed: Placement, hits: int) -> PrefillRequest:
-        return PrefillRequest(
-            request_id=turn.turn_id,
-            session_id=turn.session.session_id,
-            tenant=turn.session.tenant,
-            token_ids=turn.prompt,
-            sampling=turn.sampling,
-            store_hit_blocks=hits,
-            decode_address=placed.decode.address,
-            plan=placed.plan,
-            segments=turn.segments,
-            priority=self.policy.priority_of(turn.session),
-            store_tail_tokens=turn.tail_tokens,
-            service_rank=self.policy.turn_order.rank(turn.session),
-        )
-
-    def _generate_request(self, turn: RunningTurn) -> GenerateRequest:
-        """The decode of the rest of the turn, after the output so far."""
-        return GenerateRequest(
-            request_id=turn.turn_id,
-            session_id=turn.session.session_id,
-            tenant=turn.session.tenant,
-            token_ids=turn.prompt + turn.output,
-            prompt_tokens=len(turn.prompt),
-            sampling=dataclasses.replace(
-                turn.sampling,
-                max_tokens=turn.sampling.max_tokens - len(turn.output),
-                min_tokens=max(0, turn.sampling.min_tokens - len(turn.output)),
-            ),
-            priority=self.policy.priority_of(turn.session),
-            persist_tail=self.tail_blocks,
-        )
-
     async def _decode(self, turn: RunningTurn, decode: Engine, stops: StopScanner) -> AsyncGenerator[TurnEvent, None]:
-        request = self._generate_request(turn)
+        request = generate_request(turn, self.policy, self.tail_blocks)
         while True:
             streamed = False
             try:
