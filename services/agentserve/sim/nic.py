@@ -52,10 +52,6 @@ class SharedLink:
         self._owner_open: dict[str, int] = {}
 
     @property
-    def open_transfers(self) -> int:
-        return len(self._heap)
-
-    @property
     def queue_bytes(self) -> int:
         """Bytes of open transfers not yet moved, as of now."""
         self._advance()
@@ -144,6 +140,3 @@ class FifoLink:
         self.bytes_total += nbytes
         self.busy_s += duration
         self.loop.at(self._free_at, on_done)
-
-
-Link = SharedLink | FifoLink

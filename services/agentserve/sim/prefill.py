@@ -35,7 +35,8 @@ from agentserve.sim.turn import SimTurn
 
 @dataclass
 class _Load:
-    """One turn's store reads: `parts[g]` the bytes of chunk g on each way (link, owner)."""
+    """One turn's store reads: each way (link, owner, bytes) moves its bytes in `groups` equal
+    chunks, one after another; chunk g has arrived when every way has delivered it."""
 
     turn: SimTurn
     ways: list[tuple[SharedLink, str, float]]  # (storage link, owner engine id, bytes)
@@ -89,10 +90,6 @@ class PrefillEngine:
     @property
     def queued_turns(self) -> int:
         return len(self._waiting) + len(self._budget_wait)
-
-    @property
-    def total_blocks(self) -> int:
-        return self.settings.pool_blocks
 
     def submit(self, turn: SimTurn, ways: list[tuple[SharedLink, str, float]]) -> None:
         """Take `turn`, whose store reads are `ways` (link, owner, bytes): load, compute, hand off."""

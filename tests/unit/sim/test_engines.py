@@ -29,11 +29,16 @@ def _turn(seq: int, prompt: int, cached: int, output: int = 4) -> SimTurn:
 
 
 def _prefill(
-    loop: EventLoop, layerwise: bool, batching: PrefillBatchPolicy, done: list[SimTurn], groups: int = 4
+    loop: EventLoop,
+    layerwise: bool,
+    batching: PrefillBatchPolicy,
+    done: list[SimTurn],
+    groups: int = 4,
+    load_order: str = "concurrent",
 ) -> PrefillEngine:
     settings = PrefillSettings(
         layerwise=layerwise,
-        load_order="concurrent",
+        load_order=load_order,
         layer_groups=groups,
         pool_blocks=10_000,
         block_size=256,
@@ -130,3 +135,18 @@ def test_a_decode_turn_that_does_not_fit_the_pool_waits_for_room() -> None:
     one = COST.decode_step_s([32_701])
     assert first.done_s == pytest.approx(one, rel=1e-12)
     assert second.done_s == pytest.approx(2 * one, rel=1e-12)
+
+
+def test_fifo_loads_take_the_way_in_one_at_a_time_and_concurrent_ones_share_it() -> None:
+    compute = COST.prefill_s(32_271, 429)
+    for order, first_loaded in (("fifo", 0.1), ("concurrent", 0.2)):
+        loop, done = EventLoop(), list[SimTurn]()
+        snic = SharedLink(loop, "snic", 10 * GB)
+        engine = _prefill(loop, False, FcfsBatch(), done, load_order=order)
+        turns = [_turn(i, prompt=32_700, cached=32_271) for i in range(2)]
+        for turn in turns:
+            engine.submit(turn, [(snic, "p0", 1 * GB)])
+        loop.run()
+        # Both loads end by 0.2 s either way; fifo lets the first compute from 0.1 s.
+        assert turns[0].first_token_s == pytest.approx(first_loaded + compute, rel=1e-12)
+        assert turns[1].first_token_s == pytest.approx(max(0.2, first_loaded + compute) + compute, rel=1e-12)
