@@ -12,7 +12,6 @@ import pytest
 
 from agentserve.contracts import SamplingParams
 from agentserve.sdk import Client
-from tests.support.cluster import local_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -21,9 +20,8 @@ GREEDY = SamplingParams(max_tokens=OUTPUT, ignore_eos=True)
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with local_cluster(tmp_path_factory, "batch-invariance", decoders=1, prefill=1) as c:
-        yield c
+def cluster(shared_cluster_one_decode):
+    return shared_cluster_one_decode
 
 
 def session(address: str, seed: int) -> list[dict]:

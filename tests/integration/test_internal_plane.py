@@ -19,6 +19,7 @@ import pytest
 from agentserve.common.certs import ensure_certs
 from agentserve.common.internal_tls import InternalTLS
 from agentserve.contracts import SamplingParams
+from agentserve.kvstore.config import KVStoreConfig
 from agentserve.sdk import Client
 from agentserve.v1 import (
     common_pb2,
@@ -32,7 +33,6 @@ from agentserve.v1 import (
     toolproxy_pb2,
     toolproxy_pb2_grpc,
 )
-from tests.support.cluster import local_cluster
 from tests.support.tails import cached_history
 
 pytestmark = pytest.mark.integration
@@ -41,9 +41,8 @@ BLOCK = 16
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with local_cluster(tmp_path_factory, "internal-plane", decoders=1) as running:
-        yield running
+def cluster(shared_cluster_one_decode):
+    return shared_cluster_one_decode
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +151,12 @@ def test_a_deployment_certificate_reaches_the_internal_plane(cluster):
         )
     with _channel(cluster.ports.toolproxy_grpc, client) as channel:
         tools = toolproxy_pb2_grpc.ToolProxyStub(channel).ListTools(toolproxy_pb2.ListToolsRequest(), timeout=10)
-    assert stats.blocks >= 0
+    # The store answered with its own configuration: LocalCluster runs it with the default budgets.
+    defaults = KVStoreConfig()
+    assert [(t.tier, t.budget_bytes) for t in stats.tiers] == [
+        (kvstore_pb2.TIER_DRAM, defaults.dram_budget_bytes),
+        (kvstore_pb2.TIER_SSD, defaults.ssd_budget_bytes),
+    ]
     assert unknown.known is False
     assert sorted(t.name for t in tools.tools) == ["echo", "sleep"]
 

@@ -18,7 +18,6 @@ import pytest
 from agentserve.contracts import SamplingParams
 from agentserve.sdk import Client, RetryableError
 from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
-from tests.support.cluster import local_cluster
 from tests.support.tails import cached_history
 
 pytestmark = pytest.mark.integration
@@ -28,9 +27,8 @@ MODEL = "agentserve-tiny"  # the scheduler's default model name
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with local_cluster(tmp_path_factory, "session") as running:
-        yield running
+def cluster(shared_cluster):
+    return shared_cluster
 
 
 def _client(cluster) -> Client:

@@ -13,8 +13,6 @@ import openai
 import pydantic
 import pytest
 
-from tests.support.cluster import local_cluster
-
 pytestmark = pytest.mark.integration
 
 SEEDS = range(8)
@@ -38,13 +36,13 @@ MESSAGES = [{"role": "user", "content": "Look up the word 'cache' in the glossar
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory):
-    with (
-        local_cluster(tmp_path_factory, "strict", decoders=1) as running,
-        openai.OpenAI(
-            base_url=f"http://127.0.0.1:{running.ports.http}/v1", api_key="unused", max_retries=0, timeout=300
-        ) as opened,
-    ):
+def client(shared_cluster_one_decode):
+    with openai.OpenAI(
+        base_url=f"http://127.0.0.1:{shared_cluster_one_decode.ports.http}/v1",
+        api_key="unused",
+        max_retries=0,
+        timeout=300,
+    ) as opened:
         yield opened
 
 

@@ -17,7 +17,6 @@ import pytest
 from openai.types.chat.chat_completion import Choice
 
 from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
-from tests.support.cluster import local_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -65,9 +64,8 @@ MAX_TOKENS = 256
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with local_cluster(tmp_path_factory, "structured") as running:
-        yield running
+def cluster(shared_cluster):
+    return shared_cluster
 
 
 def _sample_all(cluster, messages: list[dict[str, str]], **request: Any) -> list[Choice]:

@@ -11,7 +11,6 @@ import pytest
 
 from agentserve.contracts import SamplingParams
 from agentserve.sdk import Client, InvalidRequestError, ReuseMode, ReusePolicy, SharedRef, TurnSegments
-from tests.support.cluster import local_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -20,9 +19,8 @@ MAX_TOKENS = 12
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with local_cluster(tmp_path_factory, "session") as running:
-        yield running
+def cluster(shared_cluster):
+    return shared_cluster
 
 
 def test_exact_rounds_match_full_recompute_token_for_token(cluster, reference) -> None:

@@ -1,0 +1,42 @@
+"""The integration tier's time limit, and clusters shared across modules.
+
+A test here that starts a cluster (in its module's first test) spends up to a few minutes of its
+pytest-timeout on the start on a busy 2-core machine, so the tier's limit is INTEGRATION_TIMEOUT_S
+rather than pyproject's 300 s; a test with its own `timeout` mark keeps it.
+
+Clusters shared across modules. Starting a cluster (five to six processes, each loading the model
+and warming up) is most of what a small integration module costs, so the modules whose tests leave
+a cluster as they found it (no process killed, stopped or restarted, no setting of their own, and
+prompts of their own so no test depends on another's cache) use one per shape for the whole tier."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.cluster import local_cluster
+
+INTEGRATION_TIMEOUT_S = 600
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.is_relative_to(HERE) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(INTEGRATION_TIMEOUT_S))
+
+
+@pytest.fixture(scope="session")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """`LocalCluster` as `up --local` starts it: one prefill and two decode engines."""
+    with local_cluster(tmp_path_factory, "shared") as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def shared_cluster_one_decode(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """`LocalCluster` with one prefill and one decode engine."""
+    with local_cluster(tmp_path_factory, "shared-one-decode", decoders=1) as running:
+        yield running
