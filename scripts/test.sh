@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
-# Runs all test tiers (unit, integration, container). Extra arguments go to pytest,
-# e.g. `scripts/test.sh -m unit`.
+# Runs all test tiers (unit, integration, container), one pytest run per tier, and prints each
+# tier's wall time. Extra arguments go to every tier's pytest, e.g. `scripts/test.sh -m unit` or
+# `scripts/test.sh --durations=15`; arguments that name test paths (`scripts/test.sh
+# tests/unit/kvstore`) replace the tiers with one run over those paths.
+#
+# Every tier runs even when an earlier one fails; the exit status is the first failing tier's. A
+# tier whose tests the arguments deselect all (pytest's exit 5, "no tests collected") counts as
+# passed, unless no tier ran a test at all.
 #
 # Works on a fresh machine: the venv is installed here, and the container tier's fixture
 # (tests/support/compose.py) runs scripts/build_images.sh, which sets up Docker (setup_docker.sh)
@@ -10,4 +16,40 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/steps.sh
 once install scripts/install.sh
-exec .venv/bin/python -m pytest tests "$@"
+
+NO_TESTS=5
+runs=()
+for arg in "$@"; do
+    case "$arg" in
+        -*) ;;
+        *) if [ -e "${arg%%::*}" ]; then runs=("given paths"); fi ;;
+    esac
+done
+if [ ${#runs[@]} -eq 0 ]; then
+    runs=(tests/unit tests/integration tests/container)
+fi
+
+timings=()
+status=0
+ran_tests=false
+for run in "${runs[@]}"; do
+    start=$SECONDS
+    paths=()
+    if [ "$run" != "given paths" ]; then paths=("$run"); fi
+    echo "==== $run ===="
+    rc=0
+    .venv/bin/python -m pytest "${paths[@]}" "$@" || rc=$?
+    timings+=("$(printf '%-18s %5ds  (exit %d)' "$run" $((SECONDS - start)) "$rc")")
+    if [ "$rc" -eq 0 ]; then
+        ran_tests=true
+    elif [ "$rc" -ne "$NO_TESTS" ] && [ "$status" -eq 0 ]; then
+        status=$rc
+    fi
+done
+
+echo "==== test tiers ===="
+printf '%s\n' "${timings[@]}"
+if [ "$status" -eq 0 ] && [ "$ran_tests" = false ]; then
+    status=$NO_TESTS
+fi
+exit "$status"
