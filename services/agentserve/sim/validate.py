@@ -36,11 +36,13 @@ def emulated_config(result: dict[str, Any]) -> tuple[SimConfig, AgentWorkloadSpe
     """The simulator's configuration of a stored `bench dualpath` run: config, workload, orders, dilation."""
     regime = result["regime"]
     cluster, node, pool, w = regime["cluster"], regime["node"], regime.get("kv_pool") or {}, regime["workload"]
+    # `bench dualpath` starts its clusters without `shared_snic` (cluster/settings.py): each engine's
+    # storage NIC is its static share of the node's, alone, so each is simulated as a node of one.
     config = SimConfig(
         model=regime["target_model"],
         gpu=cluster["engine_settings"]["target_gpu"],
-        gpus_per_node=node["gpus_per_node"],
-        snic_gbps=node["snic_gbps"] * node["storage_nics_per_node"],
+        gpus_per_node=1,
+        snic_gbps=node["snic_gbps"] * node["storage_nics_per_node"] / node["gpus_per_node"],
         cnic_gbps=node["cnic_gbps_per_gpu"],
         block_size=cluster["kv_block_tokens"],
         prefill_engines=cluster["prefill_engines"],

@@ -41,7 +41,8 @@ def test_the_stored_emulated_run_maps_to_its_configuration() -> None:
     config, workload, orders, dilation = emulated_config(json.loads(STORED.read_text()))
     assert (config.engines("prefill"), config.engines("decode")) == (2, 4)
     assert (config.pool_blocks("prefill"), config.pool_blocks("decode")) == (160, 512)
-    assert config.snic_share_bytes_per_s == 50e9 / 8
+    assert config.snic_share_bytes_per_s == 50e9 / 8  # each engine its static share, not shared
+    assert config.gpus_per_node == 1
     assert workload.agents == 12 and dilation == 10.0
     assert orders == {"turn_order": "least-served", "load_order": "concurrent"}
 
