@@ -15,9 +15,12 @@ from agentserve.bench.papers.replay.slo import SLO
 from agentserve.bench.papers.replay.summary import summarize
 from agentserve.cli import commands
 from agentserve.cli.main import build_parser, main
+from tests.support.golden import matches_golden
 from tests.unit.bench.papers.replay.fake_serving import FakeServing
 
 pytestmark = pytest.mark.unit
+
+GOLDEN_CAPACITY = Path(__file__).parent / "golden" / "capacity.md"
 
 
 def test_bench_replay_and_capacity_parse():
@@ -186,5 +189,4 @@ def test_capacity_report(tmp_path):
     }
     write_capacity(result, tmp_path)
     assert (tmp_path / "capacity.png").stat().st_size > 10_000
-    md = (tmp_path / "capacity.md").read_text()
-    assert "**capacity: 4**" in md and "per decode engine (2): 2" in md and md.count("| no |") == 3
+    assert matches_golden((tmp_path / "capacity.md").read_text(), GOLDEN_CAPACITY)
