@@ -33,7 +33,13 @@ def test_a_layer_is_ready_when_every_block_of_it_arrived():
 
 
 def test_the_forward_waits_only_for_the_layer_it_needs():
-    stream = LayerStream(LAYERS, BLOCKS, SHAPE, torch.float32)
+    waiting = threading.Event()  # set once the forward waits for a layer that has not arrived
+
+    def wait_a_slice(seconds: float) -> None:
+        waiting.set()
+        time.sleep(seconds)
+
+    stream = LayerStream(LAYERS, BLOCKS, SHAPE, torch.float32, while_waiting=wait_a_slice)
     got: list[int] = []
 
     def forward() -> None:
@@ -44,7 +50,7 @@ def test_the_forward_waits_only_for_the_layer_it_needs():
     stream.put(0, range(0, 1), _kv(1, BLOCKS, 0), _kv(1, BLOCKS, 0))
     engine = threading.Thread(target=forward)
     engine.start()
-    time.sleep(0.05)
+    assert waiting.wait(timeout=30)
     assert got == [0]  # layer 0 ran; layer 1 has not arrived
     stream.put(0, range(1, 3), _kv(2, BLOCKS, 0), _kv(2, BLOCKS, 0))
     engine.join(timeout=5)
