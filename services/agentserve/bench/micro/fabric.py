@@ -29,8 +29,8 @@ STREAMS = (1, 2, 4)
 TARGETS = {"shaping_accuracy_min": 0.95, "shaping_accuracy_max": 1.02, "fairness_max_over_min": 1.1, "grpc_vs_tcp": 0.5}
 UNSHAPED = "rx-unshaped"
 RUN_SHAPE = (4, 64, 16, 2, 64)  # tiny model, 1024 tokens: layers, blocks, block_size, kv heads, head_dim
-# One layer of a run per message: measured here, 1 MiB messages carry 1.5-2x the bytes/s of 256 KiB
-# ones through Python gRPC, whose per-message cost dominates.
+# One layer of a run per message: Python gRPC's per-message cost dominates, so 1 MiB messages carry
+# 1.5-2x the bytes/s of 256 KiB ones.
 CHUNK_BYTES = 1 << 20
 # A case whose rate exceeds this share of the unshaped gRPC rate measured in the same run is
 # flagged `cpu_limited`: its accuracy then measures this machine, not the shaper.

@@ -32,11 +32,11 @@ from agentserve.bench.papers.dualpath.workload import AgentWorkloadSpec, generat
 
 ONLINE_POLICIES = ("baseline", "dualpath")
 # Capacity searches run on a cluster of their own when the policies run at once: the baseline's.
-# Its offline run is the longest (the same work over one path, loads before compute), so on its
-# own cluster its search followed it and the invocation ran past 20 minutes (02:38 UTC: 553 s
-# offline, then 483 s of search). Its second cluster starts and warms with the others and begins
-# its search once any other cluster's runs have ended, so no more clusters serve at once than
-# there are policies; what it measures (the baseline's capacity on a cluster of its own) is as before.
+# Its offline run is the longest (the same work over one path, loads before compute), so a search
+# on the same cluster would start only after it and push the invocation past its 20 minutes. Its
+# second cluster starts and warms with the others and begins its search once any other cluster's
+# runs have ended, so no more clusters serve at once than there are policies; it still measures
+# the baseline's capacity on a cluster of its own.
 ONLINE_APART = ("baseline",)
 
 

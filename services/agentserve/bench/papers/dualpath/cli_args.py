@@ -13,15 +13,13 @@ from agentserve.scheduler.turn_order import TURN_ORDERS
 
 # The default scale: what the default invocation (four offline runs, the CPU floor, two capacity
 # searches) fits in 20 minutes on a 2-core machine at a dilation where modelled time dwarfs the
-# processes' own. Four agents per prefill engine keep its storage NIC's read queue from running
-# dry: with two, each agent's own chain of turns (decode, hand-off, its next turn) left the
-# baseline's prefill storage NICs idle ~80% of the run however the turns were shaped. Six (12
-# agents, since 2 Dec 12:30 UTC) keep dualpath's prefill engines supplied too: at four, a turn
-# reached its engine just after its agent's previous turn decoded, and the engine waited (layer
-# waits 0.11, idle 0.12 of the run; JCT 1.26x its compute bound, `dualpath_jct_reduction_over_layerwise`
-# 0.168); at eight, 1.06x (0.276; docs/dualpath.md, 12:14 and 12:00 UTC); at six, 1.19-1.24x
-# (0.206 and 0.153 in two runs). Twelve is what the 20-minute budget holds (the default invocation
-# took 16.6 and 17.2 minutes; the baseline's offline run grows with the agents: 458 s at 8, 700 at 12).
+# processes' own. At least four agents per prefill engine keep its storage NIC's read queue from
+# running dry: with two, each agent's own chain of turns (decode, hand-off, its next turn) leaves
+# the baseline's prefill storage NICs idle most of the run however the turns are shaped. Six (12
+# agents) keep dualpath's prefill engines supplied too: with four, a turn reaches its engine just
+# after its agent's previous turn decoded and the engine waits, so dualpath's JCT sits further
+# above its compute bound; each agent more brings it closer, but the baseline's offline run grows
+# with the agents, and twelve is what the 20-minute budget holds (docs/dualpath.md has the runs).
 DEFAULT_AGENTS = 12
 # The paper's turn (DualPath: 98.7% hit, 32.7K context, 429 new tokens a turn): 30 turns growing
 # from 20K to 32K append ~408 new tokens a turn to ~26.6K cached (hit 0.984), which an engine's
@@ -29,20 +27,21 @@ DEFAULT_AGENTS = 12
 # blocks and, with tail blocks (default), each context's partial last block too, so a turn computes
 # only its new tokens (and its context's last token) and reads 1.47x as long as it computes
 # (`regime.modelled`); without them (`--no-tail-blocks`) it also recomputes that block (~125
-# tokens) and reads 1.12x as long (measured 04:46 UTC: prefill engines computing 0.81 of the run
-# under both layerwise and dualpath).
+# tokens) and reads 1.12x as long.
 # The first turn computes 512 tokens, the agent's task after the 19.5K of system prompt and tool
 # definitions every agent shares, cached: the paper's 98.7% hit is its per-turn append over its
-# context (429 / 32.7K), so its trajectories' first turns weigh no more than a later turn. Until
-# 2 Dec 12:00 UTC the first turn computed 4,096 tokens after a 16K prefix (overall hit 0.980, 0.985
-# now): 8 first turns were then a quarter of a prefill engine's compute, all at the run's start,
-# and bounded `dualpath_jct_reduction_over_layerwise` at ~0.14-0.15 whatever the policies did
-# (`limits`); `--shared-prefix 16384` runs that workload.
+# context (429 / 32.7K), so its trajectories' first turns weigh no more than a later turn. A
+# shorter shared prefix leaves more of each first turn to compute: with `--shared-prefix 16384`
+# (4,096 tokens a first turn) the first turns are a large share of a prefill engine's compute, all
+# at the run's start, and bound `dualpath_jct_reduction_over_layerwise` whatever the policies do
+# (`limits`).
 DEFAULT_FIRST_CONTEXT = 20480
 DEFAULT_FINAL_CONTEXT = 32768
 DEFAULT_SHARED_PREFIX = 19968
 DEFAULT_TIME_DILATION = 10.0
-DEFAULT_BLOCK_SIZE = 256  # measured: a later turn's TTFT 10 s at 256 vs 16.5 s at 64 (4 agents, D = 10, loaded machine)
+# At 64 tokens a turn has four times the blocks, and its TTFT grows by their per-block Python work
+# (docs/dualpath.md).
+DEFAULT_BLOCK_SIZE = 256
 # The paper's online SLO, in target seconds (local bounds are these times the time dilation).
 DEFAULT_TARGET_SLO = "ttft_p90=4000ms,tpot_p90=50ms"
 

@@ -168,7 +168,7 @@ def run(
 ) -> dict:
     """The quality curve over `fractions` (the default fraction always included) as a JSON-able
     dict. One torch thread by default: these are quality figures, not speed, and on a shared
-    machine two threads per process contend (10x slower on a loaded 2-core box)."""
+    machine two threads per process contend, which makes a run many times slower."""
     torch.set_num_threads(num_threads)
     model_dir = ensure_default_model()
     model, fingerprint = load_model(model_dir, "fp32")

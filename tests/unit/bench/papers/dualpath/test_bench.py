@@ -40,7 +40,7 @@ def test_a_search_apart_is_folded_into_its_policy_with_its_clusters_phases():
 
 
 def test_an_online_search_the_capacity_search_would_refuse_is_refused_when_specified():
-    # --online-probes 1 used to run the offline half of the bench (minutes) before the search refused it.
+    # Refused when the spec is made, before the offline half of the bench (minutes) runs.
     with pytest.raises(ValueError, match="at least 2 probes"):
         OnlineSpec(SLO.parse("ttft_p90=40s,tpot_p90=500ms"), max_probes=1)
     assert OnlineSpec(SLO.parse("ttft_p90=40s,tpot_p90=500ms"), max_probes=2).search_spec().max_probes == 2
