@@ -1,33 +1,30 @@
-"""Shared fixtures. `tiny_model_dir` is built once per session: other engine tests reuse it. `spans`
-collects the spans of this process."""
+"""The unit tier opens no socket and starts no process (tests/support/no_io.py): the entry points are
+refused from before the tier's first fixture (package scope, so module fixtures are covered too)
+until its last test, and a test during which one was tried fails. The fixtures the tiers share are
+in tests/conftest.py."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentserve.common.telemetry import setup_tracing
-from agentserve.engine.model_init import init_model
+from tests.support.no_io import forbid_sockets_and_processes
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The default tiny Llama model (seed 0) in Hugging Face format. Treat it as read-only."""
-    return init_model(tmp_path_factory.mktemp("tiny"), "tiny", seed=0)
+@pytest.fixture(scope="package", autouse=True)
+def _no_sockets_or_processes() -> Iterator[list[str]]:
+    with pytest.MonkeyPatch.context() as patch:
+        yield forbid_sockets_and_processes(patch)
 
 
-@pytest.fixture(scope="session")
-def span_exporter() -> InMemorySpanExporter:
-    """Finished spans of this process, exported synchronously (reset per test by `spans`)."""
-    exporter = InMemorySpanExporter()
-    setup_tracing("agentserve-test").add_span_processor(SimpleSpanProcessor(exporter))
-    return exporter
-
-
-@pytest.fixture
-def spans(span_exporter: InMemorySpanExporter) -> InMemorySpanExporter:
-    span_exporter.clear()
-    return span_exporter
+@pytest.fixture(autouse=True)
+def isolated(_no_sockets_or_processes: list[str]) -> Iterator[None]:
+    """Fails the test if it (or a fixture it set up) opened a socket or started a process, also
+    where the code under test caught the error."""
+    attempts = _no_sockets_or_processes
+    yield
+    if attempts:
+        tried = ", ".join(attempts)
+        attempts.clear()
+        pytest.fail(f"unit test opened a socket or started a process: {tried}")

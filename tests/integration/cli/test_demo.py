@@ -8,7 +8,7 @@ from agentserve.cli.demo import trace_line
 from agentserve.sdk import TurnMetadata, TurnResult
 from tests.support.processes import free_port
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 
 def turn(trace_id: str, span_id: str) -> TurnResult:

@@ -10,9 +10,9 @@ import pytest
 from agentserve.common.channels import ChannelCache
 from agentserve.common.netutil import free_port
 from agentserve.v1 import scheduler_pb2, scheduler_pb2_grpc
-from tests.unit.common.fakes import serving
+from tests.integration.common.fakes import serving
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 
 async def _open_session(cache: ChannelCache, address: str, tenant: str) -> grpc.StatusCode:

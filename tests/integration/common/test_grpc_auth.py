@@ -17,9 +17,9 @@ from agentserve.common.channels import open_channel
 from agentserve.common.grpc_auth import ApiKeyInterceptor, authenticated_tenant
 from agentserve.common.netutil import free_port
 from agentserve.v1 import scheduler_pb2, scheduler_pb2_grpc
-from tests.unit.common.fakes import FailingService
+from tests.integration.common.fakes import FailingService
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 KEY = "as-test-key-0123456789abcdef"
 OPEN = "/agentserve.v1.Scheduler/OpenSession"

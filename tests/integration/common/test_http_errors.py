@@ -19,7 +19,7 @@ from agentserve.toolproxy.proxy import ToolProxy
 from agentserve.toolproxy.tools import ToolRegistry, UpstreamClient
 from tests.unit.scheduler_http.fakes import FakeCore
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 RAISED = {
     "not_found": NotFoundError("unknown session s-9"),

@@ -17,9 +17,9 @@ from opentelemetry.trace import SpanKind
 from agentserve.common.channels import open_channel
 from agentserve.common.telemetry import outgoing_metadata, tracer
 from agentserve.v1 import common_pb2, decode_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
-from tests.unit.common.fakes import RAISED, serving
+from tests.integration.common.fakes import RAISED, serving
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 OPEN = "/agentserve.v1.Scheduler/OpenSession"
 TURN = "/agentserve.v1.Scheduler/Turn"

@@ -6,7 +6,7 @@ import pytest
 
 from agentserve.common.lifetime import PARENT_PID_ENV
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 CHILD = "from agentserve.common.lifetime import die_with_parent; die_with_parent(); print('started')"
 

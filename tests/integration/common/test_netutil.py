@@ -5,7 +5,7 @@ import pytest
 from agentserve.common import netutil
 from agentserve.common.netutil import NETWORK_ENV, address_on_network, advertise_host
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(autouse=True)

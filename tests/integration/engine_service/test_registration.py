@@ -12,7 +12,7 @@ from agentserve.contracts import EngineStatus, Role
 from agentserve.engine_service.registration import Registrar
 from agentserve.v1 import scheduler_pb2, scheduler_pb2_grpc
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 
 class Registry(scheduler_pb2_grpc.SchedulerInternalServicer):

@@ -13,7 +13,7 @@ import pytest
 from agentserve.kvstore.client import KVStoreClient, store_down
 from agentserve.v1 import kvstore_pb2, kvstore_pb2_grpc
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 
 class Stored(kvstore_pb2_grpc.KVStoreServicer):

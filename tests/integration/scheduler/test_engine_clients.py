@@ -14,7 +14,7 @@ from agentserve.contracts import GenerateRequest, KVHint, SamplingParams
 from agentserve.scheduler.engine_clients import EngineClients
 from agentserve.v1 import decode_pb2, decode_pb2_grpc
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 GENERATE = "/agentserve.v1.Decode/Generate"
 

@@ -14,7 +14,7 @@ from agentserve.contracts import EngineUnavailable, GenerateRequest, PrefillRequ
 from agentserve.scheduler.engine_clients import EngineClients
 from agentserve.v1 import decode_pb2, decode_pb2_grpc, prefill_pb2_grpc
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 BOUND_S = 0.3
 

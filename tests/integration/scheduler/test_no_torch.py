@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 # The two entry points of the scheduler process: the gRPC service and the OpenAI HTTP app.
 SCHEDULER_MODULES = ("agentserve.scheduler.service", "agentserve.scheduler.http.app")

@@ -12,7 +12,7 @@ from agentserve.scheduler.http.agent_headers import parse_agent_headers
 from agentserve.scheduler.http.app import build_app
 from tests.unit.scheduler_http.fakes import FakeCore
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 

@@ -10,7 +10,7 @@ import pytest
 from agentserve.scheduler.http.sse import decode_events
 from tests.unit.scheduler_http.fakes import FakeCore, serve
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 USER = [{"role": "user", "content": "weather?"}]
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]

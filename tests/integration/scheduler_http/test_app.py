@@ -13,7 +13,7 @@ from agentserve.scheduler.http.app import start_http
 from agentserve.scheduler.http.sse import decode_events
 from tests.unit.scheduler_http.fakes import REPLY, FakeCore, serve
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 USER = [{"role": "user", "content": "hi"}]
 

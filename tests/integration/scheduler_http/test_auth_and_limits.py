@@ -10,7 +10,7 @@ from agentserve.common.api_keys import ApiKeys
 from agentserve.common.errors import Overloaded
 from tests.unit.scheduler_http.fakes import FakeCore, serve
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 KEY = "as-gateway-test-key-0123456789"
 KEYS = ApiKeys.parse([f"acme:{KEY}"])

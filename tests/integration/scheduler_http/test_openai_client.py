@@ -7,7 +7,7 @@ import pytest
 
 from tests.unit.scheduler_http.fakes import REPLY, FakeCore, serve
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 USER = [{"role": "user", "content": "hi"}]
 

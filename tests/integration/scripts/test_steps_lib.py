@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[3]
 NOISE = "WARNING: Location 'file:///opt/pypi-more/simple/wrapt/' is ignored: it is neither a file nor a directory."

@@ -28,7 +28,7 @@ from agentserve.toolproxy.tools import ToolRegistry, UpstreamClient
 from agentserve.v1 import scheduler_pb2, scheduler_pb2_grpc
 from tests.support.processes import free_port
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 REPLY = ["Hel", "lo", "!"]
 

@@ -14,7 +14,7 @@ from agentserve.toolproxy.predictor import ToolDurationPredictor
 from agentserve.toolproxy.proxy import ToolProxy
 from agentserve.toolproxy.tools import ToolRegistry, UpstreamClient
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 # Event-loop timers have millisecond resolution and may fire that much early.
 EARLY = 0.005

@@ -95,8 +95,8 @@ def test_the_default_workload_reads_a_little_longer_than_it_computes_at_its_bloc
 
 
 def test_a_turn_that_appends_more_reads_less_per_flop():
-    """The earlier defaults (16K -> 32K: ~549 new tokens a turn on ~24K cached) read about as long
-    as they computed; the paper's shape reads longer."""
+    """A 16K -> 32K workload (~549 new tokens a turn on ~24K cached) reads about as long as it
+    computes; the paper's shape reads longer."""
     old = generate(AgentWorkloadSpec(agents=4, first_context=16384, shared_prefix=8192))
     new = generate(AgentWorkloadSpec(agents=4, first_context=20480, shared_prefix=16384))
     old_m = regime.modelled(old, COST, PROFILE, 2, 4)["later_turn"]
@@ -148,9 +148,14 @@ def test_sweep_points_keep_the_invocations_turn_shape():
     assert point_workload(base, 8, 32768) == base
 
 
-def test_every_policys_scheduler_gets_the_benchs_turn_order():
+def test_every_policys_scheduler_gets_the_benchs_turn_order(monkeypatch):
     from agentserve.bench.common.cluster import ClusterSpec, PolicyCluster
     from agentserve.bench.papers.dualpath.policies import policies
+    from agentserve.cluster import ports as cluster_ports
+
+    # A PolicyCluster takes free ports as it is built; here they come from a counter, not the kernel.
+    free = iter(range(40000, 41000))
+    monkeypatch.setattr(cluster_ports, "free_port", lambda host="127.0.0.1": next(free))
 
     assert bench_spec(default_args()).cluster.turn_order == "least-served"
     spec = bench_spec(default_args("--turn-order", "arrival")).cluster
