@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Static checks, as CI runs them: ruff lint, ruff format, mypy, import-linter's architecture
-# contracts (configs in pyproject.toml). Every check runs even when an earlier one fails, so one run
+# contracts (configs in pyproject.toml), and no dated measurement in a comment or docstring
+# (scripts/check_comments.py). Every check runs even when an earlier one fails, so one run
 # shows everything; exits non-zero if any failed.
 #
 # Usage: scripts/lint.sh
@@ -27,6 +28,7 @@ check ruff-check "$BIN/ruff" check services tests scripts
 check ruff-format "$BIN/ruff" format --check services tests scripts
 check mypy "$BIN/mypy"
 check import-contracts "$BIN/lint-imports"
+check dated-comments "$BIN/python" scripts/check_comments.py services tests scripts
 
 if [ ${#FAILED[@]} -gt 0 ]; then
     echo "lint: failed: ${FAILED[*]}"
