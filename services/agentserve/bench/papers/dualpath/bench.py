@@ -5,7 +5,7 @@ no policy hits another's cache. By default every cluster starts, one at a time, 
 policies are served at the same time:
 at time dilation 10 a policy's offline run is bound by its agents' 30-turn chains of modelled time
 (~5 s local a later turn, ~170 s an agent even on free CPUs), not by the CPU, so one after another
-they alone took longer than the 20-minute budget, while side by side they share the machine's
+they alone take longer than the 20-minute budget, while side by side they share the machine's
 background load alike. The CPU floor runs after them, alone: it serves the workload as fast as the
 CPUs allow, so beside them it would take the cores their modelled I/O and compute need.
 `concurrent=False` runs them one after another (a quiet machine, the sweep).
