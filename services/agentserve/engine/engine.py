@@ -48,6 +48,7 @@ from agentserve.kv.block_format import deserialize_blocks, serialize_blocks
 from agentserve.kv.block_hash import compute_block_id
 from agentserve.kv.block_manager import BlockManager
 from agentserve.kv.eviction import Hint
+from agentserve.model_files.gguf_folder import model_folder
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +116,9 @@ class LLMEngine:
 
     @classmethod
     def from_dir(cls, model_dir: str | Path, config: EngineConfig = EngineConfig()) -> LLMEngine:
+        model_dir = model_folder(model_dir)  # a GGUF file loads through its converted folder
         model, fingerprint = load_model(model_dir, config.dtype)
-        tokenizer_file = Path(model_dir) / "tokenizer.json"
+        tokenizer_file = model_dir / "tokenizer.json"
         grammars = None
         if tokenizer_file.is_file():
             grammars = GrammarCompiler(tokenizer_file, model.config.vocab_size, model.config.eos_token_id)
@@ -126,7 +128,7 @@ class LLMEngine:
     def emulated(cls, vocabulary_dir: str | Path, config: EngineConfig) -> LLMEngine:
         """An emulated-compute engine (`config.emulation`); `vocabulary_dir` is the model folder
         whose config.json gives the token ids (its weights are not read)."""
-        vocabulary = ModelConfig.from_file(Path(vocabulary_dir) / "config.json")
+        vocabulary = ModelConfig.from_file(model_folder(vocabulary_dir) / "config.json")
         model = EmulatedModel.build(config.emulation, vocabulary, config.block_size)
         return cls(model, model.fingerprint, config)
 

@@ -1,4 +1,5 @@
-"""Load a Hugging Face style model folder: config.json + *.safetensors (single or sharded).
+"""Load a Hugging Face style model folder: config.json + *.safetensors (single or sharded), or a
+Llama GGUF file through the folder it converts to (`agentserve.model_files.gguf_folder`).
 
 Also computes the model fingerprint that salts every block id, so KV from one set of weights can
 never be served to another.
@@ -15,6 +16,7 @@ from safetensors import safe_open
 
 from agentserve.engine.config import ModelConfig, parse_dtype
 from agentserve.engine.model import CausalLM
+from agentserve.model_files.gguf_folder import model_folder
 
 # Above this size a checkpoint is fingerprinted from headers, sizes and sampled bytes rather than
 # every byte, so start-up stays fast for real multi-GB checkpoints.
@@ -70,8 +72,8 @@ def load_state_dict(model_dir: Path) -> dict[str, torch.Tensor]:
 
 
 def load_model(model_dir: str | Path, dtype: str | torch.dtype = "fp32") -> tuple[CausalLM, str]:
-    """Returns (model in eval mode with the requested dtype, fingerprint)."""
-    model_dir = Path(model_dir)
+    """Returns (model in eval mode with the requested dtype, fingerprint); `model_dir` may be a GGUF file."""
+    model_dir = model_folder(model_dir)
     if not model_dir.is_dir():
         raise ValueError(f"model directory {model_dir} does not exist")
     config = ModelConfig.from_file(model_dir / "config.json")

@@ -21,6 +21,8 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer as BackendTokenizer
 
+from agentserve.model_files.gguf_folder import model_folder
+
 # Texts longer than this are tokenized with the GIL released (see `encode`).
 GIL_FREE_CHARS = 16 << 10
 # Special-token variables HF exposes to chat templates (Llama 3 templates use bos_token, for instance).
@@ -49,13 +51,13 @@ class Tokenizer:
 
     @classmethod
     def from_dir(cls, path: str | Path) -> Tokenizer:
-        """Load from a folder with `tokenizer.json` and `tokenizer_config.json`.
+        """Load from a folder with `tokenizer.json` and `tokenizer_config.json` (or a GGUF model file).
 
         EOS ids are the union, in this order, of the config's eos_token, generation_config.json's
         eos_token_id and config.json's eos_token_id: instruct models list the end-of-turn token in
         only some of these, and generation must stop at any of them.
         """
-        folder = Path(path)
+        folder = model_folder(path)  # a GGUF file: the folder its metadata converts to
         if not folder.is_dir():
             raise ValueError(f"tokenizer folder {folder} does not exist")
         tokenizer_file = folder / "tokenizer.json"
