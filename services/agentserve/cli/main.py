@@ -48,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(func=commands.model_train)
 
     gen = sub.add_parser("generate", help="generate a completion with a local engine")
-    gen.add_argument("--model", type=Path, help="HF-style model folder (default: the embedded tiny model)")
+    gen.add_argument(
+        "--model", type=Path, help="HF-style model folder or Llama GGUF file (default: the embedded tiny model)"
+    )
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--max-tokens", type=int, default=64)
     gen.add_argument("--temperature", type=float, default=None, help="sample at this temperature (default: greedy)")
