@@ -26,7 +26,7 @@ def session_db(data_dir: Path) -> Path:
     return data_dir.with_name(f"{data_dir.name}-sessions") / "sessions.sqlite3"
 
 
-def service_commands(
+def service_commands(  # noqa: PLR0913 - the cluster's layout and its typed fabric and compute settings
     ports: LocalPorts,
     model_dir: Path,
     data_dir: Path,

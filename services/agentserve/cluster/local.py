@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from types import FrameType
 
 import grpc
 
@@ -60,7 +61,7 @@ def keys_of(env: Mapping[str, str]) -> ApiKeys:
 
 
 class LocalCluster:
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the cluster's layout, each with a default; fabric, compute, restarts as typed settings
         self,
         ports: LocalPorts = LocalPorts(),
         decoders: int = 2,
@@ -240,7 +241,7 @@ def catch_stop_signals() -> None:
     (warm-up included) and the supervision both stop every child before returning. A second
     signal during that stop is ignored, so the stop completes."""
 
-    def handler(signum: int, _frame) -> None:
+    def handler(signum: int, _frame: FrameType | None) -> None:
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
         raise Stopped(signum)

@@ -112,7 +112,7 @@ class AsyncEngine:
         finally:
             self.post(lambda engine: engine.blocks.free(pinned))
 
-    async def generate(
+    async def generate(  # noqa: PLR0913 - LLMEngine.add_request's options, keyword defaults
         self,
         prompt_token_ids: list[int],
         params: SamplingParams,

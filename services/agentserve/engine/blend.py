@@ -153,7 +153,7 @@ def blend_known(
     return _chosen_layers(model, blend, rows, x, cos, sin, sink, 0, tail)
 
 
-def _chosen_layers(
+def _chosen_layers(  # noqa: PLR0913 - the layer loop's tensors and bounds, as each layer uses them
     model: CausalLM,
     blend: BlendInput,
     rows: torch.Tensor,

@@ -161,7 +161,7 @@ class LLMEngine:
         if params.structured is not None:
             self._grammars().compile(params.structured)  # compiled once here, cached for the sequence
 
-    def add_request(
+    def add_request(  # noqa: PLR0913 - a request's options, keyword defaults; PrefillRequest's fields
         self,
         prompt_token_ids: Seq[int],
         params: SamplingParams,

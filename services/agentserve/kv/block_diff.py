@@ -34,7 +34,7 @@ from agentserve.kv.rope_shift import RopeShift
 _INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32}
 
 
-def serialize_diff(
+def serialize_diff(  # noqa: PLR0913 - four tensors and the diff header's fields, keyword-only
     master_k: torch.Tensor,
     master_v: torch.Tensor,
     sibling_k: torch.Tensor,

@@ -35,7 +35,7 @@ Metadata = tuple[tuple[str, str], ...]
 TURN_ROLES = ("user", "tool")
 
 
-def turn_request(
+def turn_request(  # noqa: PLR0913 - one argument per TurnRequest field
     session_id: str,
     message: str | None,
     token_ids: list[int] | None,
@@ -146,7 +146,7 @@ class AsyncSession:
         self.closed: SessionClosed | None = None
         self.last_turn: TurnMetadata | None = None  # the latest turn that started streaming
 
-    def turn(
+    def turn(  # noqa: PLR0913 - the public API's keyword options, one per TurnRequest field
         self,
         message: str | None = None,
         *,

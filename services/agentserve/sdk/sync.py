@@ -78,7 +78,7 @@ class Session:
     def id(self) -> str:
         return self._session.id
 
-    def turn(
+    def turn(  # noqa: PLR0913 - the public API's keyword options, one per TurnRequest field
         self,
         message: str | None = None,
         *,

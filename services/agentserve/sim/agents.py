@@ -33,7 +33,7 @@ class Agent:
 
 
 class Agents:
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the workload, its timing and the two scheduler hooks the agents call
         self,
         loop: EventLoop,
         workload: Workload,

@@ -31,7 +31,7 @@ STORED = (len(TURN1) + MAX_TOKENS) // BLOCK
 PREFILL_HELD = len(TURN1) // BLOCK
 
 
-async def _turn(
+async def _turn(  # noqa: PLR0913 - one turn's engines, tokens and load plan, as the RPCs take them
     prefill: str,
     decode: str,
     tokens: list[int],

@@ -15,6 +15,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
@@ -33,7 +34,7 @@ class KVTransfer:
     dst: str = ""
 
 
-def _any_value(v) -> object:
+def _any_value(v: Any) -> object:
     kind = v.WhichOneof("value")
     return getattr(v, kind) if kind else None
 
@@ -42,7 +43,9 @@ class _Receiver(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self, sink: OtlpSink) -> None:
         self.sink = sink
 
-    async def Export(self, request, context):
+    async def Export(
+        self, request: trace_service_pb2.ExportTraceServiceRequest, context: grpc.aio.ServicerContext
+    ) -> trace_service_pb2.ExportTraceServiceResponse:
         for rs in request.resource_spans:
             for ss in rs.scope_spans:
                 for span in ss.spans:

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agentserve.bench.common.spans import OtlpSink, PhoenixSpans
 from agentserve.cluster.local import LocalCluster
@@ -20,7 +21,7 @@ class MeteredCluster(LocalCluster):
     free port of its own (`self.metrics`: service name -> URL)."""
 
     def __init__(
-        self, decoders: int = 2, env: dict[str, str] | None = None, root: Path | None = None, **cluster_options
+        self, decoders: int = 2, env: dict[str, str] | None = None, root: Path | None = None, **cluster_options: Any
     ) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="agentserve-bench-")) if root is None else root
         ports = LocalPorts.free(decoders)
@@ -63,7 +64,7 @@ class Target:
             await self.spans.stop()
 
 
-async def local_target(decoders: int = 2, **cluster_options) -> Target:
+async def local_target(decoders: int = 2, **cluster_options: Any) -> Target:
     """Start every service as a local process (free ports, fresh store), exporting spans to us;
     `cluster_options` go to `LocalCluster` (e.g. `fabric=`)."""
     sink = OtlpSink()

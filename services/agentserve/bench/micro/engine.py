@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -28,13 +29,13 @@ def _tokens(rng: random.Random, n: int, vocab: int) -> list[int]:
     return [rng.randrange(5, vocab) for _ in range(n)]
 
 
-def _timed(fn) -> float:
+def _timed(fn: Callable[..., object]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
 
 
-def prefill_tokens_per_s(engine: LLMEngine, rng: random.Random, contexts, reps: int) -> dict[str, float]:
+def prefill_tokens_per_s(engine: LLMEngine, rng: random.Random, contexts: Iterable[int], reps: int) -> dict[str, float]:
     vocab = engine.model_config.vocab_size
     out = {}
     for n in contexts:
@@ -43,7 +44,9 @@ def prefill_tokens_per_s(engine: LLMEngine, rng: random.Random, contexts, reps: 
     return out
 
 
-def decode_step_ms(engine: LLMEngine, rng: random.Random, batches, prompt_len: int, steps: int) -> dict[str, float]:
+def decode_step_ms(
+    engine: LLMEngine, rng: random.Random, batches: Iterable[int], prompt_len: int, steps: int
+) -> dict[str, float]:
     vocab = engine.model_config.vocab_size
     out = {}
     for batch in batches:

@@ -17,6 +17,7 @@ import asyncio
 import multiprocessing
 import statistics
 import time
+from collections.abc import Sequence
 
 import grpc
 
@@ -187,7 +188,14 @@ async def _grpc_vs_tcp(
 
 
 async def _bench(
-    grpc_port: int, tcp_port: int, rates, streams, duration_s: float, chunk_bytes: int, repeats: int, raw_bytes: int
+    grpc_port: int,
+    tcp_port: int,
+    rates: Sequence[float],
+    streams: Sequence[int],
+    duration_s: float,
+    chunk_bytes: int,
+    repeats: int,
+    raw_bytes: int,
 ) -> dict:
     run = make_run()
     client = FabricClient(f"127.0.0.1:{grpc_port}")
@@ -233,8 +241,8 @@ async def _bench(
 def run(
     duration_s: float = 1.5,
     chunk_bytes: int = CHUNK_BYTES,
-    rates=RATES_GBPS,
-    streams=STREAMS,
+    rates: Sequence[float] = RATES_GBPS,
+    streams: Sequence[int] = STREAMS,
     repeats: int = 2,
     raw_bytes: int = 256 << 20,
 ) -> dict:

@@ -13,6 +13,7 @@ import random
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TextIO
 
 from agentserve.sdk import Client
 
@@ -80,7 +81,7 @@ def measure(
     ]
 
 
-def report(rows: list[TurnHandoff], out=sys.stdout) -> None:
+def report(rows: list[TurnHandoff], out: TextIO = sys.stdout) -> None:
     print(
         f"{'turn':>4} {'prompt':>7} {'path':>5} {'sent':>5} {'held':>5} {'handoff bytes':>14} "
         f"{'full handoff':>13} {'ratio':>7}",

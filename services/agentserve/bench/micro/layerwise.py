@@ -26,6 +26,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from agentserve.bench.micro.kvstore.disk import KVStoreProcess
 from agentserve.contracts import PrefillRequest, SamplingParams
@@ -40,6 +41,9 @@ from agentserve.fabric.nic import EmulatedNIC
 from agentserve.kvstore.sharded import ShardedKVStoreClient
 from agentserve.prefill.worker import PrefillWorker
 
+if TYPE_CHECKING:
+    from agentserve.engine.model import CausalLM
+
 FIRST = SamplingParams(max_tokens=1, ignore_eos=True)
 
 
@@ -49,7 +53,7 @@ def run(
     snic_gbps: float = 2.0,
     repeats: int = 5,
     min_read_kb: int = MIN_READ_BYTES >> 10,
-    model_dir=None,
+    model_dir: str | None = None,
 ) -> dict:
     if cached_tokens % 16 or cached_tokens <= 0 or new_tokens <= 0:
         raise ValueError("cached_tokens must be a positive multiple of 16 and new_tokens positive")
@@ -66,7 +70,16 @@ def run(
             )
 
 
-async def _measure(model, fingerprint, address, prompt, blocks, snic_gbps, repeats, min_read_bytes) -> dict:
+async def _measure(
+    model: CausalLM,
+    fingerprint: str,
+    address: str,
+    prompt: list[int],
+    blocks: int,
+    snic_gbps: float,
+    repeats: int,
+    min_read_bytes: int,
+) -> dict:
     kvstore = ShardedKVStoreClient(address)
     config = EngineConfig(kv_cache_bytes=512 << 20)
 
@@ -112,7 +125,7 @@ async def _measure(model, fingerprint, address, prompt, blocks, snic_gbps, repea
     computes = [await once(False, resident=True) for _ in range(repeats)]
     load, compute = statistics.median(loads), statistics.median(computes)
     layers = model.config.num_hidden_layers
-    result = {
+    result: dict[str, Any] = {
         "regime": {
             "model_layers": layers,
             "cached_tokens": blocks * 16,

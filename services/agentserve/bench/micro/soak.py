@@ -26,9 +26,13 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agentserve.bench.common.stats import percentile
 from agentserve.bench.micro.overload import rss_mb
+
+if TYPE_CHECKING:
+    from agentserve.sdk.aio import AsyncClient
 
 SERVICE_CMDLINE = re.compile(rb"-m\x00agentserve\.(kvstore|scheduler|prefill|decode|toolproxy)\x00")
 
@@ -127,7 +131,7 @@ class MemoryTrace:
         return out
 
 
-async def _session(client, config: SoakConfig, rng: random.Random, turns: Turns) -> None:
+async def _session(client: AsyncClient, config: SoakConfig, rng: random.Random, turns: Turns) -> None:
     from agentserve.sdk.errors import AgentServeError
 
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from agentserve.bench.common.workloads import load_workload
 from agentserve.bench.common.workloads.generator import GeneratorSpec, generate
@@ -10,7 +11,7 @@ from agentserve.bench.common.workloads.model import Workload
 from agentserve.bench.common.workloads.session_format import write_workload
 
 
-def _described(workload: Workload, out) -> dict:
+def _described(workload: Workload, out: Path) -> dict:
     tools = [t for s in workload.sessions for turn in s.turns for t in turn.tools]
     return {
         "out": str(out),

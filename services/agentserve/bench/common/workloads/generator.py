@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from agentserve.bench.common.workloads.model import Session, ToolCall, Turn, Workload
@@ -27,7 +28,7 @@ PATTERNS = ("independent", "fanout", "allgather")
 SYSTEM_PREFIX = "system"
 
 
-def parse_distribution(spec: str):
+def parse_distribution(spec: str) -> Callable[[random.Random], float]:
     """A sampler `f(rng) -> seconds` for a tool-time spec."""
     kind, _, params = spec.partition(":")
     try:

@@ -96,30 +96,40 @@ class Workload:
         dependencies form a DAG. Returns self."""
         by_id: dict[str, Session] = {}
         for s in self.sessions:
-            if not s.id or SEP in s.id:
-                raise ValueError(f"session id must be non-empty without {SEP!r}: {s.id!r}")
-            if s.id in by_id:
-                raise ValueError(f"duplicate session id {s.id!r}")
-            if not s.turns:
-                raise ValueError(f"session {s.id!r} has no turns")
-            if s.arrival_s < 0 or not math.isfinite(s.arrival_s):
-                raise ValueError(f"session {s.id!r}: arrival_s must be finite and >= 0")
-            if s.prefix is not None and s.prefix not in self.prefixes:
-                raise ValueError(f"session {s.id!r}: unknown prefix {s.prefix!r}")
+            _check_session(s, self.prefixes, by_id)
             by_id[s.id] = s
         for s in self.sessions:
             for i, turn in enumerate(s.turns):
                 _check_turn(s.id, i, turn)
-                for ref in s.deps(i):
-                    target, index = parse_ref(ref)
-                    if target not in by_id:
-                        raise ValueError(f"{s.id}{SEP}{i}: depends on unknown session {target!r}")
-                    if index is not None and not 0 <= index < len(by_id[target].turns):
-                        raise ValueError(f"{s.id}{SEP}{i}: depends on missing turn {ref!r}")
+                _check_deps(s, i, by_id)
         order = topological_turns(self)
         if len(order) != self.num_turns:
             raise ValueError("turn dependencies contain a cycle")
         return self
+
+
+def _check_session(s: Session, prefixes: Mapping[str, int], seen: Mapping[str, Session]) -> None:
+    """`s` alone: a unique id, turns, a valid arrival time, a known prefix."""
+    if not s.id or SEP in s.id:
+        raise ValueError(f"session id must be non-empty without {SEP!r}: {s.id!r}")
+    if s.id in seen:
+        raise ValueError(f"duplicate session id {s.id!r}")
+    if not s.turns:
+        raise ValueError(f"session {s.id!r} has no turns")
+    if s.arrival_s < 0 or not math.isfinite(s.arrival_s):
+        raise ValueError(f"session {s.id!r}: arrival_s must be finite and >= 0")
+    if s.prefix is not None and s.prefix not in prefixes:
+        raise ValueError(f"session {s.id!r}: unknown prefix {s.prefix!r}")
+
+
+def _check_deps(s: Session, i: int, by_id: Mapping[str, Session]) -> None:
+    """Turn `i` of `s` depends only on sessions and turns that exist."""
+    for ref in s.deps(i):
+        target, index = parse_ref(ref)
+        if target not in by_id:
+            raise ValueError(f"{s.id}{SEP}{i}: depends on unknown session {target!r}")
+        if index is not None and not 0 <= index < len(by_id[target].turns):
+            raise ValueError(f"{s.id}{SEP}{i}: depends on missing turn {ref!r}")
 
 
 def _check_turn(session_id: str, i: int, turn: Turn) -> None:

@@ -20,8 +20,10 @@ import asyncio
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from agentserve.bench.micro.kvstore.blocks import BlockMaker, block_id_for
 from agentserve.bench.micro.kvstore.disk import KVStoreProcess, MBps, RawFile, drop_cache, raw_disk, summary
@@ -40,7 +42,7 @@ def _open(data_dir: Path, dram: int = 0, group_commit: bool = False) -> KVStore:
     return KVStore.open(data_dir, dram_budget_bytes=dram, ssd_budget_bytes=BIG_BUDGET, group_commit=group_commit)
 
 
-def _parallel(fn, items: list, concurrency: int) -> tuple[int, float, list[float]]:
+def _parallel(fn: Callable[[Any], int], items: list, concurrency: int) -> tuple[int, float, list[float]]:
     """Run fn(item) -> bytes over `concurrency` threads, each taking every concurrency-th item."""
     latencies: list[float] = []
 
@@ -63,7 +65,7 @@ def _drop_blocks(data_dir: Path, ids: list[bytes]) -> None:
         drop_cache(block_path(data_dir, block_id))
 
 
-def _stream_reader(store: KVStore):
+def _stream_reader(store: KVStore) -> Callable[[list[bytes]], int]:
     """Read a share of the blocks as one stream with read-ahead, as a Read RPC does: -> bytes."""
 
     def read(share: list[bytes]) -> int:
@@ -85,7 +87,7 @@ def _streams(store: KVStore, ids: list[bytes], concurrency: int) -> tuple[int, f
     return nbytes, time.perf_counter() - start
 
 
-def _reader(store: KVStore, layers: range | None = None):
+def _reader(store: KVStore, layers: range | None = None) -> Callable[[bytes], int]:
     def read(block_id: bytes) -> int:
         got = store.read(block_id, FINGERPRINT, layers)
         if not isinstance(got, BlockRead):

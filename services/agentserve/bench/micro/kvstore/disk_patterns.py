@@ -24,6 +24,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def _one_pass(raw: RawFile, files: list[Path], concurrency: int) -> dict[str, fl
     }
 
 
-def _MBps(nbytes: int, read) -> float:
+def _MBps(nbytes: int, read: Callable[[], object]) -> float:
     start = time.perf_counter()
     read()
     return MBps(nbytes, time.perf_counter() - start)

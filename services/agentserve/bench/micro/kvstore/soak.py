@@ -17,6 +17,7 @@ import random
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from agentserve.bench.micro.kvstore.blocks import BlockMaker, block_id_for
@@ -57,7 +58,7 @@ class _Load:
         with self.lock:
             self.counts[name] += n
 
-    def guarded(self, body) -> None:
+    def guarded(self, body: Callable[[], object]) -> None:
         while not self.stop.is_set():
             try:
                 body()
@@ -106,7 +107,7 @@ class _Load:
         time.sleep(0.005)
 
 
-def run(
+def run(  # noqa: PLR0913 - the soak's knobs, each a CLI flag with its default
     seconds: float,
     data_dir: Path | None = None,
     dram_budget_bytes: int = 4 << 20,

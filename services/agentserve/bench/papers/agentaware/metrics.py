@@ -160,7 +160,7 @@ def parking_blocks(first: Scrape, last: Scrape) -> dict[str, int]:
     return {d: int(b.get(d, 0) - a.get(d, 0)) for d in ("dropped", "uploaded")}
 
 
-def run_figures(
+def run_figures(  # noqa: PLR0913 - one run's records and the sizes its figures scale by
     workload: Workload,
     turns: Sequence[TurnRecord],
     sessions: Sequence[SessionRecord],

@@ -27,6 +27,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from agentserve.bench.common.workloads.model import Session, ToolCall, Turn, Workload
 from agentserve.bench.common.workloads.traces import TRACELAB_ROUNDS
@@ -117,7 +118,7 @@ class _Job:
         predicted = {"median": self.medians[name], "exact": seconds, "none": None}[self.spec.prediction]
         return ToolCall(name, seconds, predicted_s=predicted if predicted else None)
 
-    def turn(self, first: bool = False, tool: bool = False, after: tuple[str, ...] = (), **kw) -> Turn:
+    def turn(self, first: bool = False, tool: bool = False, after: tuple[str, ...] = (), **kw: Any) -> Turn:
         s = self.spec
         new = kw.pop("new_tokens", None) or max(
             1, round((s.first_tokens if first else s.new_tokens) * self.rng.uniform(0.5, 1.5))

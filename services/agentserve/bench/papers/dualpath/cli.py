@@ -8,7 +8,7 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentserve.bench.common.cluster import ClusterSpec
 from agentserve.bench.papers.dualpath.bench import BenchSpec, run_bench
@@ -19,6 +19,10 @@ from agentserve.bench.papers.replay.slo import SLO
 from agentserve.cluster.settings import ComputeSettings
 from agentserve.engine.emulation_config import EmulationConfig
 
+if TYPE_CHECKING:
+    from agentserve.bench.papers.dualpath.kv_pool import PoolPlan
+    from agentserve.fabric.profiles import HardwareProfile
+
 # Emulated engines at this dilation spend ~nothing in the cost model: the run's time is what the
 # processes themselves take (and the NICs, dilated by it too, are effectively unshaped).
 FLOOR_TIME_DILATION = 1e-4
@@ -26,7 +30,7 @@ TARGET_GPU = "h800"  # the dualpath-h800 profile's GPU
 WALL_BUDGET_S = 1200
 
 
-def _pool(args: argparse.Namespace, agents: int | None = None, final_context: int | None = None):
+def _pool(args: argparse.Namespace, agents: int | None = None, final_context: int | None = None) -> PoolPlan | None:
     """The emulated engines' pools for `agents` agents growing to `final_context` (default: the args')."""
     from agentserve.bench.papers.dualpath.kv_pool import plan
 
@@ -44,7 +48,7 @@ def _pool(args: argparse.Namespace, agents: int | None = None, final_context: in
     )
 
 
-def pool_blocks(pool) -> tuple[int, int]:
+def pool_blocks(pool: PoolPlan | None) -> tuple[int, int]:
     """(prefill, decode) engines' `kv_blocks`: each role's pool; 0 (the target GPU's) without a plan."""
     return (pool.prefill_blocks, pool.decode_blocks) if pool else (0, 0)
 
@@ -159,7 +163,9 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
     )
 
 
-def _storage_modelled(args: argparse.Namespace, workload: AgentWorkloadSpec, profile) -> dict[str, Any] | None:
+def _storage_modelled(
+    args: argparse.Namespace, workload: AgentWorkloadSpec, profile: HardwareProfile
+) -> dict[str, Any] | None:
     """Emulated compute: the storage regime the workload puts the cluster in (`regime.modelled`)."""
     if args.compute != "emulated":
         return None

@@ -122,55 +122,81 @@ def explain(
     for key, v in verdicts.items():
         if v["met"]:
             continue
-        reasons = _unavailable(results, NEEDS[key])
-        for name in NEEDS[key]:
-            r = results.get(name)
-            if r is not None and r.offline and r.offline["turns_failed"]:
-                reasons.append(f"{name} lost {r.offline['turns_failed']} turns ({r.offline['failures']})")
-        if key == "online_capacity_ratio" and spec.online is None:
-            reasons.append("no online capacity search in this invocation")
-        if key == "tpot_p90_ratio" and v["value"] is None:
-            reasons.append(
-                "no online capacity search in this invocation"
-                if spec.online is None
-                else "no online probe load at which both the baseline and dualpath met the SLO"
-            )
+        reasons = _missing(key, v, results, spec)
         if v["value"] is not None:
-            if key in OFFLINE_GAINS and bound is not None and not bound["storage_bound"]:
-                reasons.append(
-                    f"the {bound['policy']} run's prefill storage NICs (path A) were busy at most "
-                    f"{_fmt(bound['prefill_snic_busy_max'])} of its run: path A was not the bottleneck, so "
-                    f"overlapping or adding reads has little to gain"
-                )
-            if key in PATH_GAINS:
-                dp = sides.get("dualpath") or {}
-                pre, dec = dp.get("prefill") or {}, dp.get("decode") or {}
-                reasons.append(
-                    "storage read ceilings measured (Gbps while busy, summed per side): prefill "
-                    f"{_fmt(pre.get('gbps_ceiling_measured'))}, decode {_fmt(dec.get('gbps_ceiling_measured'))}; "
-                    f"moved under dualpath: prefill {_fmt(pre.get('gbps_moved'))}, decode {_fmt(dec.get('gbps_moved'))}"
-                )
-            if floor and floor.get("jct_s") and (results.get("dualpath") and results["dualpath"].offline):
-                share = floor["jct_s"] / results["dualpath"].offline["jct_s"]
-                if share > 0.5:
-                    reasons.append(
-                        f"the CPU floor (free compute, unshaped fabric) takes {share:.0%} of dualpath's JCT: the "
-                        f"emulation's own processes, not the modelled I/O, bound the run"
-                    )
-            if key in OFFLINE_GAINS:
-                reasons += _physical_limits(results, NEEDS[key])
-            if key == "dualpath_jct_reduction_over_layerwise":
-                reasons += _best_reduction(results)
-            dualpath = results.get("dualpath")
-            if key == "snic_max_over_avg" and dualpath is not None and dualpath.offline:
-                util = dualpath.offline["snic"]["utilization"]
-                reasons.append(
-                    "dualpath storage NIC busy shares: " + ", ".join(f"{e} {_fmt(u)}" for e, u in util.items())
-                )
-            if key == "tpot_p90_ratio":
-                reasons += _tpot(results)
+            reasons += _measured(key, results, sides, bound, floor)
         out.append({"key": key, "value": v["value"], "target": v["target"], "limited_by": reasons})
     return out
+
+
+def _missing(key: str, v: Mapping[str, Any], results: Results, spec: BenchSpec) -> list[str]:
+    """Why figure `key` lacks what it needs: runs that did not run or lost turns, no online search."""
+    reasons = _unavailable(results, NEEDS[key])
+    for name in NEEDS[key]:
+        r = results.get(name)
+        if r is not None and r.offline and r.offline["turns_failed"]:
+            reasons.append(f"{name} lost {r.offline['turns_failed']} turns ({r.offline['failures']})")
+    if key == "online_capacity_ratio" and spec.online is None:
+        reasons.append("no online capacity search in this invocation")
+    if key == "tpot_p90_ratio" and v["value"] is None:
+        reasons.append(
+            "no online capacity search in this invocation"
+            if spec.online is None
+            else "no online probe load at which both the baseline and dualpath met the SLO"
+        )
+    return reasons
+
+
+def _measured(
+    key: str,
+    results: Results,
+    sides: Mapping[str, Mapping[str, Any]],
+    bound: Mapping[str, Any] | None,
+    floor: Mapping[str, Any] | None,
+) -> list[str]:
+    """What the runs measured that bounds figure `key`: path A's load, the storage ceilings, the CPU
+    floor, the physical limits, the NICs' busy shares."""
+    reasons = []
+    if key in OFFLINE_GAINS and bound is not None and not bound["storage_bound"]:
+        reasons.append(
+            f"the {bound['policy']} run's prefill storage NICs (path A) were busy at most "
+            f"{_fmt(bound['prefill_snic_busy_max'])} of its run: path A was not the bottleneck, so "
+            f"overlapping or adding reads has little to gain"
+        )
+    if key in PATH_GAINS:
+        dp = sides.get("dualpath") or {}
+        pre, dec = dp.get("prefill") or {}, dp.get("decode") or {}
+        reasons.append(
+            "storage read ceilings measured (Gbps while busy, summed per side): prefill "
+            f"{_fmt(pre.get('gbps_ceiling_measured'))}, decode {_fmt(dec.get('gbps_ceiling_measured'))}; "
+            f"moved under dualpath: prefill {_fmt(pre.get('gbps_moved'))}, decode {_fmt(dec.get('gbps_moved'))}"
+        )
+    reasons += _cpu_floor(results, floor)
+    if key in OFFLINE_GAINS:
+        reasons += _physical_limits(results, NEEDS[key])
+    if key == "dualpath_jct_reduction_over_layerwise":
+        reasons += _best_reduction(results)
+    dualpath = results.get("dualpath")
+    if key == "snic_max_over_avg" and dualpath is not None and dualpath.offline:
+        util = dualpath.offline["snic"]["utilization"]
+        reasons.append("dualpath storage NIC busy shares: " + ", ".join(f"{e} {_fmt(u)}" for e, u in util.items()))
+    if key == "tpot_p90_ratio":
+        reasons += _tpot(results)
+    return reasons
+
+
+def _cpu_floor(results: Results, floor: Mapping[str, Any] | None) -> list[str]:
+    """The CPU floor's share of dualpath's JCT, when the emulation's own processes bound the run."""
+    dualpath = results.get("dualpath")
+    if not (floor and floor.get("jct_s") and dualpath and dualpath.offline):
+        return []
+    share = floor["jct_s"] / dualpath.offline["jct_s"]
+    if share <= 0.5:
+        return []
+    return [
+        f"the CPU floor (free compute, unshaped fabric) takes {share:.0%} of dualpath's JCT: the "
+        f"emulation's own processes, not the modelled I/O, bound the run"
+    ]
 
 
 def _tpot(results: Results) -> list[str]:

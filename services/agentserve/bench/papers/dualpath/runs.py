@@ -159,7 +159,7 @@ async def start(policy: Policy, spec: cluster.ClusterSpec) -> tuple[Target, floa
     return target, time.monotonic() - started
 
 
-async def run_policy(
+async def run_policy(  # noqa: PLR0913 - one policy's run and the harness's options, keyword defaults
     policy: Policy,
     spec: cluster.ClusterSpec,
     workload: AgentWorkloadSpec,
@@ -225,7 +225,7 @@ async def _offline(
 
 async def _capacity(
     policy: Policy,
-    target,
+    target: Target,
     workload: AgentWorkloadSpec,
     online: OnlineSpec,
     spec: cluster.ClusterSpec,

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentserve.bench.papers.replay.replayer import ReplayOptions
 
 LOADS = ("rate", "concurrency", "speedup")
 
@@ -58,23 +62,9 @@ async def search(probe: Callable[[float], Awaitable[bool]], spec: SearchSpec) ->
             result.lowest_failing = x if result.lowest_failing is None else min(result.lowest_failing, x)
         return ok
 
-    x = norm(spec.start)
-    if await run(x):
-        while result.lowest_failing is None and len(result.probes) < spec.max_probes:
-            nxt = norm(x * spec.factor)
-            if nxt <= x:  # at the ceiling and it passes
-                result.converged = True
-                return result
-            x = nxt
-            await run(x)
-    else:
-        while result.capacity is None and len(result.probes) < spec.max_probes:
-            nxt = norm(x / spec.factor)
-            if nxt >= x:  # at the floor and it fails
-                result.converged = True
-                return result
-            x = nxt
-            await run(x)
+    if await _bracket(norm(spec.start), run, norm, result, spec):
+        result.converged = True
+        return result
     while result.capacity is not None and result.lowest_failing is not None and len(result.probes) < spec.max_probes:
         lo, hi = result.capacity, result.lowest_failing
         if _close(lo, hi, spec):
@@ -86,6 +76,25 @@ async def search(probe: Callable[[float], Awaitable[bool]], spec: SearchSpec) ->
     cap, failing = result.capacity, result.lowest_failing
     result.converged = cap is not None and failing is not None and (_close(cap, failing, spec) or failing <= cap)
     return result
+
+
+async def _bracket(
+    x: float,
+    run: Callable[[float], Awaitable[bool]],
+    norm: Callable[[float], float],
+    result: SearchResult,
+    spec: SearchSpec,
+) -> bool:
+    """Probe from `x` up by `spec.factor` while it passes (down while it fails) until one load
+    passed and one failed; True if instead the ceiling passed or the floor failed."""
+    up = await run(x)
+    while (result.lowest_failing if up else result.capacity) is None and len(result.probes) < spec.max_probes:
+        nxt = norm(x * spec.factor if up else x / spec.factor)
+        if (nxt <= x) if up else (nxt >= x):  # at the ceiling and it passes, or the floor and it fails
+            return True
+        x = nxt
+        await run(x)
+    return False
 
 
 def _close(lo: float, hi: float, spec: SearchSpec) -> bool:
@@ -116,7 +125,7 @@ def probe_entry(load: float, summary: dict) -> dict:
     }
 
 
-def with_load(options, load_name: str, load: float):
+def with_load(options: ReplayOptions, load_name: str, load: float) -> ReplayOptions:
     """`options` (ReplayOptions) at `load` of kind `load_name`."""
     if load_name == "rate":
         return replace(options, rate=load, concurrency=None)

@@ -7,8 +7,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from agentserve.sdk import AsyncClient
+from agentserve.sdk import AsyncClient, AsyncSession
 from agentserve.sdk.errors import RetryableError
+from agentserve.sdk.types import TurnChunk
 
 
 class ServerBusy(Exception):
@@ -57,7 +58,7 @@ class ServingClient(Protocol):
 
 
 class _SDKSession:
-    def __init__(self, session) -> None:
+    def __init__(self, session: AsyncSession) -> None:
         self._session = session
 
     async def turn(self, token_ids: list[int], max_tokens: int) -> AsyncIterator[Chunk]:
@@ -71,7 +72,7 @@ class _SDKSession:
             raise busy from exc
 
     @staticmethod
-    def _chunk(chunk) -> Chunk:
+    def _chunk(chunk: TurnChunk) -> Chunk:
         m = chunk.metadata
         return Chunk(
             tuple(chunk.token_ids),

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from agentserve.bench.papers.replay.records import TurnRecord
 
 
-def _fmt(value, digits: int = 1) -> str:
+def _fmt(value: object, digits: int = 1) -> str:
     if value is None:
         return "—"
     if isinstance(value, float):
@@ -19,7 +20,7 @@ def _fmt(value, digits: int = 1) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def _plot(fn, *args) -> Path | None:
+def _plot(fn: Callable[..., Path | None], *args: Any) -> Path | None:
     try:
         return fn(*args)
     except ImportError:

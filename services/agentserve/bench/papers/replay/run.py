@@ -9,6 +9,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agentserve.bench.common.spans import OtlpSink
 from agentserve.bench.common.target import Target
@@ -17,6 +18,7 @@ from agentserve.bench.common.workloads.model import Workload, scaled, subset
 from agentserve.bench.papers.replay.cli_args import DEFAULT_TOKEN_SCALE
 from agentserve.bench.papers.replay.client import SDKClient
 from agentserve.bench.papers.replay.prom import PromSampler
+from agentserve.bench.papers.replay.records import TurnRecord
 from agentserve.bench.papers.replay.replayer import Replayer, ReplayOptions, ReplayResult
 from agentserve.bench.papers.replay.service_metrics import kv_bytes, nic_utilization, phase_seconds, tier_hits
 from agentserve.bench.papers.replay.slo import SLO
@@ -59,7 +61,7 @@ def prepare_workload(spec: WorkloadSpec) -> tuple[Workload, int]:
     return workload, scale
 
 
-def _progress(total: int, enabled: bool):
+def _progress(total: int, enabled: bool) -> Any:
     from tqdm import tqdm
 
     return tqdm(
@@ -103,7 +105,7 @@ async def replay_once(
     bar = _progress(workload.num_turns, progress)
     failed = 0
 
-    def on_turn(record) -> None:
+    def on_turn(record: TurnRecord) -> None:
         nonlocal failed
         failed += not record.ok
         bar.update(1)

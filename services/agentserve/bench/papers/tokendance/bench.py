@@ -21,13 +21,18 @@ import math
 import os
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from agentserve.bench.papers.tokendance.bound import collective_bound
 from agentserve.bench.papers.tokendance.capacity import METHODS, CapacitySpec, capacity
-from agentserve.bench.papers.tokendance.served import POLICIES, ServedSpec, calibrate, served_capacity
+from agentserve.bench.papers.tokendance.served import POLICIES, Regime, ServedSpec, calibrate, served_capacity
 from agentserve.bench.papers.tokendance.workload import RoundShape, agent_society, generative_agents
 from agentserve.contracts.segments import DEFAULT_RECOMPUTE_FRACTION
+
+if TYPE_CHECKING:
+    from agentserve.engine.model import CausalLM
 
 FRACTIONS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
 STORAGE_FRACTIONS = (0.05, 0.1, 0.15, 0.2, 0.3)
@@ -69,7 +74,7 @@ class BenchSpec:
         return [generative_agents(self.agents, self.rounds), agent_society(self.society_agents, self.rounds)]
 
 
-def run_bench(spec: BenchSpec, log=print) -> dict:
+def run_bench(spec: BenchSpec, log: Callable[[str], None] = print) -> dict:
     started = time.monotonic()
     shapes = spec.shapes()
     log("storage: a real round stored in KV stores as full copies and as master + diffs ...")
@@ -186,12 +191,12 @@ def _capacities(spec: BenchSpec, shape: RoundShape, storage: dict) -> dict:
     return {"methods": results, "ratio": round(ratio, 3), "diff_share": round(storage["diff_share"], 4)}
 
 
-def _sized(shape: RoundShape):
+def _sized(shape: RoundShape) -> Callable[[int], RoundShape]:
     """The workload's shape at any agent count (the capacity search varies it)."""
     return lambda agents: replace(shape, agents=agents)
 
 
-def _model(spec: BenchSpec):
+def _model(spec: BenchSpec) -> CausalLM:
     import torch
 
     from agentserve.engine.default_model import ensure_default_model
@@ -202,7 +207,7 @@ def _model(spec: BenchSpec):
     return load_model(ensure_default_model(), "fp32")[0]
 
 
-def _served(spec: BenchSpec, shape: RoundShape, storage: dict, model, log) -> dict:
+def _served(spec: BenchSpec, shape: RoundShape, storage: dict, model: CausalLM, log: Callable[[str], None]) -> dict:
     """Agents per policy at every budget of the sweep; the headline is the one at the spec's
     `budget_fraction`, chosen before measuring (served.py's docstring)."""
     served = replace(spec.served, recompute_fraction=spec.recompute_fraction, diff_share=storage["diff_share"])
@@ -259,13 +264,13 @@ def _served(spec: BenchSpec, shape: RoundShape, storage: dict, model, log) -> di
     }
 
 
-def _budget_rule(regime) -> str:
+def _budget_rule(regime: Regime) -> str:
     if regime.budget_fraction is None:
         return "given in tokens"
     return f"{regime.budget_fraction:g} x prefix caching's full-residency KV at the workload's agent count"
 
 
-def _prefill(spec: BenchSpec, shapes: list[RoundShape], model) -> list[dict]:
+def _prefill(spec: BenchSpec, shapes: list[RoundShape], model: CausalLM) -> list[dict]:
     from agentserve.bench.papers.tokendance.engine_round import time_round
 
     return [

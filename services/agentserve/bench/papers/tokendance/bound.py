@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from agentserve.bench.papers.tokendance.served import (
     KVLedger,
@@ -38,6 +39,9 @@ from agentserve.bench.papers.tokendance.served import (
     served_capacity,
 )
 from agentserve.bench.papers.tokendance.workload import RoundShape, first_turn_tokens, rounds
+
+if TYPE_CHECKING:
+    from agentserve.engine.model import CausalLM
 
 FLOOR = (
     "every later agent's blend runs only its private new tokens and the last token (recompute fraction 0), "
@@ -106,7 +110,7 @@ class CollectiveBound:
 
 
 def collective_bound(
-    model,
+    model: CausalLM,
     shape: RoundShape,
     spec: ServedSpec,
     regime: Regime,

@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from agentserve.bench.common.workloads.tokens import TokenSynth
 from agentserve.bench.papers.tokendance.workload import AgentRound, RoundShape, rounds
 from agentserve.contracts.segments import PrivateSegment, ReusePolicy, Segment, SegmentedPrompt, SharedBlock
+
+if TYPE_CHECKING:
+    from agentserve.engine.model import CausalLM
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ def round_prompts(shape: RoundShape, agents: list[AgentRound], policy: ReusePoli
     return prompts
 
 
-def time_round(shape: RoundShape, round_index: int, recompute_fraction: float, model) -> RoundTiming:
+def time_round(shape: RoundShape, round_index: int, recompute_fraction: float, model: CausalLM) -> RoundTiming:
     """Prefill gather round `round_index` (1-based) of `shape` both ways on `model` (a CausalLM)."""
     from agentserve.engine.shared_context import CollectiveReuse
 

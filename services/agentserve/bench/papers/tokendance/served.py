@@ -43,6 +43,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -56,6 +57,9 @@ from agentserve.contracts.segments import (
     SharedBlock,
 )
 from agentserve.engine.shared_context import CollectiveReuse, MasterKV, PrefixKV
+
+if TYPE_CHECKING:
+    from agentserve.engine.model import CausalLM
 
 POLICIES = ("prefix", "pic", "collective")
 # Agent counts probed, as multiples of the workload's own count: upward until the SLO breaks,
@@ -181,7 +185,15 @@ class _Agent:
 class RoundServer:
     """One policy serving `shape` (already at its token scale) for all its rounds."""
 
-    def __init__(self, model, shape: RoundShape, policy: str, spec: ServedSpec, budget: float, clock=time.process_time):
+    def __init__(
+        self,
+        model: CausalLM,
+        shape: RoundShape,
+        policy: str,
+        spec: ServedSpec,
+        budget: float,
+        clock: Callable[[], float] = time.process_time,
+    ):
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         self.shape, self.policy, self.spec = shape, policy, spec
@@ -333,13 +345,13 @@ class ServedCapacity:
         }
 
 
-def serve(model, shape: RoundShape, policy: str, agents: int, spec: ServedSpec, regime: Regime) -> Probe:
+def serve(model: CausalLM, shape: RoundShape, policy: str, agents: int, spec: ServedSpec, regime: Regime) -> Probe:
     """`policy` serving `shape` at `agents` agents (token counts at the spec's scale)."""
     scaled = replace(shape, agents=agents).scaled(spec.token_scale)
     return RoundServer(model, scaled, policy, spec, regime.budget_tokens).serve(regime.slo_s)
 
 
-def calibrate(model, shape: RoundShape, spec: ServedSpec) -> Calibration:
+def calibrate(model: CausalLM, shape: RoundShape, spec: ServedSpec) -> Calibration:
     """Prefix caching serving the workload's own agent count with nothing evicted: the SLO is its
     worst round latency and the budgets are fractions of its KV at the end of the last round."""
     unbounded = Regime(float("inf"), float("inf"), True)
@@ -347,7 +359,7 @@ def calibrate(model, shape: RoundShape, spec: ServedSpec) -> Calibration:
 
 
 def served_capacity(
-    model,
+    model: CausalLM,
     shape: RoundShape,
     policy: str,
     spec: ServedSpec,

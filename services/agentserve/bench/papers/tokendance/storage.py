@@ -40,6 +40,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -56,6 +57,9 @@ from agentserve.kv.block_header import read_header
 from agentserve.kv.diff_layout import ROWS, XOR_DEFLATE
 from agentserve.kv.rope_shift import RopeShift
 from agentserve.kvstore.store import KVStore
+
+if TYPE_CHECKING:
+    from agentserve.engine.model import CausalLM
 
 TARGET = 11.0  # the issue's storage_reduction target
 CHUNK_TOKENS = 128  # a stored piece's tokens at most (`engine.reused_context`)
@@ -175,7 +179,7 @@ def measure_storage(
     )
 
 
-def storage_curve(fractions: tuple[float, ...] = (0.05, 0.1, 0.15, 0.2, 0.3), **kwargs) -> list[StorageFigures]:
+def storage_curve(fractions: tuple[float, ...] = (0.05, 0.1, 0.15, 0.2, 0.3), **kwargs: Any) -> list[StorageFigures]:
     """`measure_storage` at each recompute fraction (the same prompts)."""
     return [measure_storage(recompute_fraction=f, **kwargs) for f in fractions]
 
@@ -257,7 +261,7 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and torch.equal(a.contiguous().view(torch.int32), b.contiguous().view(torch.int32))
 
 
-def _stored_layer_share(model) -> float:
+def _stored_layer_share(model: CausalLM) -> float:
     """The share of layers whose recomputed rows a diff stores: all but the first (`engine.blend`
     hands on the re-rotated master's first-layer KV)."""
     layers = model.config.num_hidden_layers

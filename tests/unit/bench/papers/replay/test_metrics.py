@@ -9,7 +9,9 @@ from agentserve.bench.papers.replay.summary import summarize
 pytestmark = pytest.mark.unit
 
 
-def _turn(sid, index, first, ttft, tpot=0.01, n=11, cached=0, prompt=100, expected=None, error=""):
+def _turn(  # noqa: PLR0913 - a test record's fields, keyword defaults
+    sid, index, first, ttft, tpot=0.01, n=11, cached=0, prompt=100, expected=None, error=""
+):
     r = TurnRecord(
         sid,
         index,
