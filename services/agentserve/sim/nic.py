@@ -4,9 +4,8 @@
   node's storage NIC is shared by the transfers of its eight GPUs. A transfer of `n` bytes alone on
   a link of rate `r` ends `n / r` after it starts; `k` equal transfers started together all end
   `k * n / r` after. Shares are recomputed whenever a transfer opens or ends.
-- `FifoLink`: transfers one after another in the order sent, each at the full rate.
 
-Both count the bytes moved and the time some transfer was open (busy), which the report turns
+It counts the bytes moved and the time some transfer was open (busy), which the report turns
 into utilisation per NIC.
 """
 
@@ -115,28 +114,3 @@ class SharedLink:
         self._reschedule()
         for callback in callbacks:
             callback()
-
-
-class FifoLink:
-    def __init__(self, loop: EventLoop, name: str, bytes_per_s: float) -> None:
-        if not bytes_per_s > 0:
-            raise ValueError(f"link {name}: bytes_per_s must be positive, got {bytes_per_s}")
-        self.loop = loop
-        self.name = name
-        self.bytes_per_s = bytes_per_s
-        self.bytes_total = 0.0
-        self.busy_s = 0.0
-        self._free_at = 0.0
-
-    @property
-    def queue_bytes(self) -> int:
-        return round(max(0.0, self._free_at - self.loop.now()) * self.bytes_per_s)
-
-    def send(self, nbytes: float, on_done: Done, owner: str = "") -> None:
-        if nbytes < 0:
-            raise ValueError(f"link {self.name}: nbytes must be >= 0, got {nbytes}")
-        duration = nbytes / self.bytes_per_s
-        self._free_at = max(self._free_at, self.loop.now()) + duration
-        self.bytes_total += nbytes
-        self.busy_s += duration
-        self.loop.at(self._free_at, on_done)

@@ -3,7 +3,7 @@ from collections.abc import Callable
 import pytest
 
 from agentserve.sim.events import EventLoop
-from agentserve.sim.nic import FifoLink, SharedLink
+from agentserve.sim.nic import SharedLink
 
 GB = 1e9
 
@@ -49,17 +49,6 @@ def test_a_transfer_joining_later_shares_from_when_it_opens() -> None:
     assert times["second"] == pytest.approx(0.2, rel=1e-12)
     assert times["queued_at_join"] == 1.5 * GB
     assert link.busy_s == pytest.approx(0.2, rel=1e-12)
-
-
-def test_fifo_link_moves_transfers_one_after_another_at_the_full_rate() -> None:
-    loop = EventLoop()
-    link = FifoLink(loop, "cnic", 10 * GB)
-    times: dict[str, float] = {}
-    link.send(1 * GB, _done_at(loop, times, "a"))
-    link.send(0.5 * GB, _done_at(loop, times, "b"))
-    assert link.queue_bytes == 1.5 * GB
-    loop.run()
-    assert times == {"a": 0.1, "b": 0.15000000000000002}
 
 
 def test_a_link_needs_a_positive_rate() -> None:
