@@ -20,25 +20,51 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 
-class PoolBudget:
+class PoolLedger:
+    """The budget's arithmetic without waiting: how many blocks a prompt holds, whether they fit,
+    and taking and returning them. `PoolBudget` waits on it in an engine; the simulator's prefill
+    engine (`sim/prefill.py`) admits turns by the same ledger in virtual time."""
+
     def __init__(self, capacity_blocks: int) -> None:
         if capacity_blocks <= 0:
             raise ValueError(f"capacity_blocks must be positive, got {capacity_blocks}")
         self.capacity = capacity_blocks
         self.taken = 0
+
+    def need(self, blocks: int) -> int:
+        """What a prompt of `blocks` holds: a prompt larger than the pool holds all of it."""
+        return min(blocks, self.capacity)
+
+    def fits(self, need: int) -> bool:
+        return self.taken + need <= self.capacity
+
+    def take(self, need: int) -> None:
+        self.taken += need
+
+    def give_back(self, need: int) -> None:
+        self.taken -= need
+
+
+class PoolBudget:
+    def __init__(self, capacity_blocks: int) -> None:
+        self.ledger = PoolLedger(capacity_blocks)
         self._order = asyncio.Lock()  # FIFO: a large turn is not overtaken for ever by small ones
         self._room = asyncio.Condition()
+
+    @property
+    def taken(self) -> int:
+        return self.ledger.taken
 
     @asynccontextmanager
     async def hold(self, blocks: int) -> AsyncIterator[None]:
         """Wait (behind earlier turns) until `blocks` fit, hold them while the block runs."""
-        need = min(blocks, self.capacity)
+        need = self.ledger.need(blocks)
         async with self._order, self._room:
-            await self._room.wait_for(lambda: self.taken + need <= self.capacity)
-            self.taken += need
+            await self._room.wait_for(lambda: self.ledger.fits(need))
+            self.ledger.take(need)
         try:
             yield
         finally:
             async with self._room:
-                self.taken -= need
+                self.ledger.give_back(need)
                 self._room.notify_all()

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from agentserve.costmodel.timing import ComputeCost
 from agentserve.engine.prefill_batch import PrefillBatchPolicy, select
+from agentserve.prefill.pool_budget import PoolLedger
 from agentserve.sim.events import EventLoop
 from agentserve.sim.nic import SharedLink
 from agentserve.sim.turn import SimTurn
@@ -75,7 +76,7 @@ class PrefillEngine:
         self.cnic = cnic
         self.on_prefilled = on_prefilled
         self.on_handed_off = on_handed_off
-        self.pool_taken = 0
+        self.pool = PoolLedger(settings.pool_blocks)
         self.busy_s = 0.0
         self._budget_wait: deque[tuple[SimTurn, list[tuple[SharedLink, str, float]]]] = deque()
         self._loads: dict[int, _Load] = {}  # by turn seq
@@ -97,17 +98,21 @@ class PrefillEngine:
         self._budget_wait.append((turn, ways))
         self._admit()
 
+    @property
+    def pool_taken(self) -> int:
+        return self.pool.taken
+
     def _blocks(self, turn: SimTurn) -> int:
-        return min(self.settings.pool_blocks, math.ceil(turn.prompt_tokens / self.settings.block_size))
+        return self.pool.need(math.ceil(turn.prompt_tokens / self.settings.block_size))
 
     def _admit(self) -> None:
         while self._budget_wait:
             turn, ways = self._budget_wait[0]
             need = 0 if self.settings.layerwise else self._blocks(turn)
-            if self.pool_taken + need > self.settings.pool_blocks:
+            if not self.pool.fits(need):
                 return
             self._budget_wait.popleft()
-            self.pool_taken += need
+            self.pool.take(need)
             self._start_load(turn, ways)
 
     def _start_load(self, turn: SimTurn, ways: list[tuple[SharedLink, str, float]]) -> None:
@@ -211,6 +216,6 @@ class PrefillEngine:
 
     def _handed_off(self, turn: SimTurn) -> None:
         if not self.settings.layerwise:
-            self.pool_taken -= self._blocks(turn)
+            self.pool.give_back(self._blocks(turn))
             self._admit()
         self.on_handed_off(turn)
