@@ -6,6 +6,10 @@ entry `TENANT:sha256:<64 hex digits>` names a key by its SHA-256 digest, so a ke
 hold the keys themselves. Only digests are kept in memory either way; a lookup hashes the
 presented key and compares digests in constant time.
 
+An entry may end with ` weight=W` (a positive number): the tenant's weight in the scheduler's fair
+queue (`scheduler/fair_queue.py`), its share of the turns running against other tenants' weights.
+A tenant without one weighs 1; the entries of one tenant must not name different weights.
+
 Keys are long random secrets (at least `MIN_KEY_LENGTH` characters), not passwords: a plain
 SHA-256 is the right hash for them (a slow password hash would only slow every request).
 `generate_key` makes one.
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import re
 import secrets
 from collections.abc import Iterable
@@ -27,6 +32,7 @@ TENANT_PATTERN = re.compile(r"[A-Za-z0-9._\-]{1,64}")
 KEY_PATTERN = re.compile(r"[\x21-\x7e]+")  # printable ASCII without spaces: what fits a Bearer header
 DIGEST_PREFIX = "sha256:"
 BEARER = "bearer "
+WEIGHT_SUFFIX = re.compile(r"\s+weight=(\S*)$")
 
 
 def key_digest(key: str) -> str:
@@ -41,16 +47,21 @@ def generate_key(prefix: str = "as-") -> str:
 class ApiKeys:
     """The tenants' keys, held as SHA-256 digests. Empty means authentication is off."""
 
-    def __init__(self, digests: dict[str, str] | None = None) -> None:
+    def __init__(self, digests: dict[str, str] | None = None, weights: dict[str, float] | None = None) -> None:
         self._tenants = dict(digests or {})  # digest -> tenant
+        self.weights = dict(weights or {})  # tenant -> weight, for those whose entries name one
 
     @classmethod
     def parse(cls, entries: Iterable[str], source: str = "API keys") -> ApiKeys:
         """Keys from `TENANT:KEY` / `TENANT:sha256:<hex>` entries; ValueError naming `source` and
         the entry's position (never the key) for a malformed one or a key listed twice."""
         digests: dict[str, str] = {}
+        weights: dict[str, float] = {}
         for position, raw in enumerate(entries, 1):
             entry = raw.strip()
+            weight = WEIGHT_SUFFIX.search(entry)
+            if weight is not None:
+                entry = entry[: weight.start()]
             if not entry or entry.startswith("#"):
                 continue
             tenant, sep, key = entry.partition(":")
@@ -72,8 +83,10 @@ class ApiKeys:
                 digest = key_digest(key)
             if digest in digests:
                 raise ValueError(f"{where}: this key is already listed (for tenant {digests[digest]!r})")
+            if weight is not None:
+                _add_weight(weights, tenant, weight.group(1), where)
             digests[digest] = tenant
-        return cls(digests)
+        return cls(digests, weights)
 
     @classmethod
     def load(cls, keys: str = "", keys_file: str = "") -> ApiKeys:
@@ -86,13 +99,20 @@ class ApiKeys:
                 raise ValueError(f"api_keys_file {keys_file!r}: {exc.strerror or exc}") from None
             entries.append((f"api_keys_file {keys_file}", lines))
         digests: dict[str, str] = {}
+        weights: dict[str, float] = {}
         for source, items in entries:
-            part = cls.parse(items, source)._tenants
+            parsed = cls.parse(items, source)
+            part = parsed._tenants
             clash = digests.keys() & part.keys()
             if clash:
                 raise ValueError(f"{source}: a key is listed twice (for tenant {digests[next(iter(clash))]!r})")
+            for tenant, weight in parsed.weights.items():
+                if weights.setdefault(tenant, weight) != weight:
+                    raise ValueError(
+                        f"{source}: tenant {tenant!r} has weight {weights[tenant]:g} elsewhere, here {weight:g}"
+                    )
             digests.update(part)
-        return cls(digests)
+        return cls(digests, weights)
 
     @property
     def enabled(self) -> bool:
@@ -121,6 +141,18 @@ class ApiKeys:
         if not authorization[: len(BEARER)].lower() == BEARER:
             raise Unauthenticated("the Authorization value must be 'Bearer <key>'")
         return self.tenant_of(authorization[len(BEARER) :].strip())
+
+
+def _add_weight(weights: dict[str, float], tenant: str, text: str, where: str) -> None:
+    """Record the `weight=W` of `tenant`'s entry; ValueError naming `where` for a bad or clashing one."""
+    try:
+        weight = float(text)
+    except ValueError:
+        weight = float("nan")
+    if not (weight > 0 and math.isfinite(weight)):
+        raise ValueError(f"{where}: weight must be a positive number, got {text!r}")
+    if weights.setdefault(tenant, weight) != weight:
+        raise ValueError(f"{where}: tenant {tenant!r} has weight {weights[tenant]:g} in another entry, here {weight:g}")
 
 
 def resolve_tenant(keys: ApiKeys, authenticated: str | None, claimed: str, what: str) -> str:

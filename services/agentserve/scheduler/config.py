@@ -6,8 +6,10 @@ import math
 from dataclasses import dataclass, field
 
 from agentserve.common.api_keys import ApiKeys
-from agentserve.common.config import check_choice
+from agentserve.common.config import check_choice, config_prefix
+from agentserve.common.http_guard import ConnectionLimits
 from agentserve.common.internal_tls import internal_tls
+from agentserve.scheduler.fair_queue import FairnessName
 from agentserve.scheduler.turn_order import TurnOrderName
 
 SESSION_KV = ("decode", "store")
@@ -84,13 +86,21 @@ class SchedulerConfig:
     session_ttl_s: float = 3600.0
     session_db: str = ""  # SQLite file sessions are written through to (session_journal.py); "" = memory only
     # Load bounds (scheduler/admission.py): turns in flight, and each tenant's rate of new turns.
-    max_inflight_turns: int = 256  # all tenants; 0 = unbounded
+    max_inflight_turns: int = 256  # all tenants, running and waiting; 0 = unbounded
     max_inflight_per_tenant: int = 128  # 0 = unbounded
+    # Of those, this many run on the engines at once; the others wait in the scheduler's queue, and
+    # `fairness` picks which starts next and whose waiting turn gives way when every place is held
+    # (fair_queue.py): wfq (weighted fair queuing across tenants, weights from the keys file) or
+    # fifo. 0 = no bound (nothing waits, the engines queue in arrival order).
+    max_running_turns: int = 64
+    fairness: FairnessName = "wfq"
     tenant_turns_per_s: float = 0.0  # token-bucket rate per tenant; 0 = no rate limit
     tenant_burst: int = 32  # turns a tenant may start at once above its rate
     # Request size: the HTTP body, and one message's text (its tokens: max_message_tokens).
     max_body_bytes: int = 4 << 20
     max_message_bytes: int = 1 << 20
+    # Slow and greedy HTTP clients (common/http_guard.py): --http-header-timeout-s and friends.
+    http: ConnectionLimits = field(default_factory=ConnectionLimits, metadata=config_prefix("http_"))
 
     def __post_init__(self) -> None:
         self._check_endpoints()
@@ -152,6 +162,7 @@ class SchedulerConfig:
             ("kv_offload", OFFLOAD_MODES),
             ("session_kv", SESSION_KV),
             ("turn_order", TurnOrderName),
+            ("fairness", FairnessName),
         ):
             check_choice(name, getattr(self, name), choices)
         if not isinstance(self.tail_blocks, bool):
@@ -175,7 +186,7 @@ class SchedulerConfig:
         for name in ("max_sessions", "max_sessions_per_tenant", "tenant_burst", "max_body_bytes", "max_message_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("max_inflight_turns", "max_inflight_per_tenant"):
+        for name in ("max_inflight_turns", "max_inflight_per_tenant", "max_running_turns"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = unbounded), got {getattr(self, name)}")
         if not (self.session_ttl_s > 0 and math.isfinite(self.session_ttl_s)):

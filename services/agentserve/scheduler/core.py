@@ -25,6 +25,7 @@ from agentserve.scheduler.admission import Admission, AdmissionLimits
 from agentserve.scheduler.agent_priority import AgentDAG, priority_of
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.engine_clients import EngineClients
+from agentserve.scheduler.fair_queue import make_turn_queue
 from agentserve.scheduler.kv_admission import KVAdmission
 from agentserve.scheduler.kv_lifecycle import make_lifecycle_policy
 from agentserve.scheduler.kv_parking import KVMoves, KVParking, StoreHints
@@ -83,7 +84,9 @@ class SchedulerCore:
                 config.max_inflight_per_tenant,
                 config.tenant_turns_per_s,
                 config.tenant_burst,
-            )
+                config.max_running_turns,
+            ),
+            queue=make_turn_queue(config.fairness, config.keys().weights),
         )
         self.kv_admission = KVAdmission(
             config.kv_commit_ratio,
@@ -270,10 +273,11 @@ class SchedulerCore:
                 metrics.REFUSED.labels("kv").inc()
                 raise
             try:
-                ticket = self.admission.admit(session.tenant)
-            except Overloaded:
+                ticket = await self.admission.admit(session.tenant)  # waits while its turn is queued
+            except BaseException as exc:  # refused, or its caller left while it waited
                 commitment.release()
-                metrics.REFUSED.labels("admission").inc()
+                if isinstance(exc, Overloaded):
+                    metrics.REFUSED.labels("admission").inc()
                 raise
             metrics.IN_FLIGHT.inc()
             self._kv_gauges()

@@ -27,7 +27,8 @@ from agentserve.v1 import scheduler_pb2_grpc
 log = logging.getLogger(__name__)
 
 # The OpenAI-compatible gateway lives in its own package; it provides `async def start_http(core:
-# SchedulerCore, host: str, port: int, keys: ApiKeys, max_body_bytes: int) -> aiohttp.web.AppRunner`.
+# SchedulerCore, host: str, port: int, keys: ApiKeys, max_body_bytes: int, limits: ConnectionLimits)
+# -> aiohttp.web.AppRunner`.
 HTTP_GATEWAY_MODULE = "agentserve.scheduler.http.app"
 # Sessions idle past their TTL are closed by a sweep this often (a lookup also closes an expired one).
 SESSION_SWEEP_S = 10.0
@@ -69,7 +70,12 @@ class SchedulerService(Service):
                 log.warning("no HTTP gateway (%s) installed; serving gRPC only", HTTP_GATEWAY_MODULE)
             else:
                 self._http = await start_http(
-                    self.core, self.config.host, self.config.http_port, self.keys, self.config.max_body_bytes
+                    self.core,
+                    self.config.host,
+                    self.config.http_port,
+                    self.keys,
+                    self.config.max_body_bytes,
+                    self.config.http,
                 )
         if self.keys.enabled:
             log.info("API keys on: %d tenants", len(self.keys.tenants))

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from agentserve.common.api_keys import ApiKeys
+from agentserve.common.config import config_prefix
+from agentserve.common.http_guard import ConnectionLimits
 from agentserve.common.internal_tls import internal_tls
 
 BUILTIN_TOOLS = ("sleep", "echo")
@@ -69,6 +71,9 @@ class ToolProxyConfig:
     # The scheduler's API keys (common/api_keys.py): with keys, tool calls need one too.
     api_keys: str = field(default="", repr=False)
     api_keys_file: str = ""
+    # Slow and greedy HTTP clients (common/http_guard.py): --header-timeout-s, --body-timeout-s,
+    # --max-connections-per-client.
+    http: ConnectionLimits = field(default_factory=ConnectionLimits, metadata=config_prefix(""))
 
     def __post_init__(self) -> None:
         if not self.host:

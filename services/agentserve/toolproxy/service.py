@@ -7,6 +7,7 @@ import logging
 import grpc
 from aiohttp import web
 
+from agentserve.common.http_guard import serve_guarded
 from agentserve.common.internal_tls import internal_tls
 from agentserve.common.server import Service
 from agentserve.toolproxy.config import ToolProxyConfig
@@ -39,9 +40,9 @@ class ToolProxyService(Service):
     async def start(self) -> None:
         await self._upstream.start()
         await self.reporter.start()
-        self._runner = web.AppRunner(build_app(self.proxy, self.config.keys()), access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.config.host, self.config.http_port).start()
+        self._runner = await serve_guarded(
+            build_app(self.proxy, self.config.keys()), self.config.host, self.config.http_port, self.config.http
+        )
         log.info(
             "tools on http://%s:%d/tools/<name> (%s); events to %s",
             self.config.host,

@@ -88,3 +88,30 @@ def test_the_tenant_comes_from_the_key_when_keys_are_on() -> None:
         resolve_tenant(on, "acme", "beta", "X-Tenant")
     with pytest.raises(Unauthenticated):
         resolve_tenant(on, None, "acme", "X-Tenant")
+
+
+def test_entries_may_give_their_tenant_a_fair_queue_weight(tmp_path) -> None:
+    keys_file = tmp_path / "keys"
+    keys_file.write_text(f"beta:{KEY_B}  weight=0.5\nbeta:sha256:{key_digest(KEY_A + 'x')} weight=0.5\n")
+    keys = ApiKeys.load(f"acme:{KEY_A} weight=3,gamma:{KEY_A}yz", str(keys_file))
+    assert keys.weights == {"acme": 3.0, "beta": 0.5} and keys.tenant_of(KEY_B) == "beta"
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ([f"acme:{KEY_A} weight=0"], "entry 1: weight must be a positive number, got '0'"),
+        ([f"acme:{KEY_A} weight=heavy"], "entry 1: weight must be a positive number, got 'heavy'"),
+        ([f"acme:{KEY_A} weight=2", f"acme:{KEY_B} weight=3"], "entry 2: tenant 'acme' has weight 2 in another entry"),
+    ],
+)
+def test_bad_weights_name_the_entry(entries, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        ApiKeys.parse(entries)
+
+
+def test_the_variable_and_the_file_must_agree_on_a_weight(tmp_path) -> None:
+    keys_file = tmp_path / "keys"
+    keys_file.write_text(f"acme:{KEY_B} weight=3\n")
+    with pytest.raises(ValueError, match="tenant 'acme' has weight 2 elsewhere, here 3"):
+        ApiKeys.load(f"acme:{KEY_A} weight=2", str(keys_file))

@@ -134,7 +134,8 @@ def test_service_starts_http_gateway_and_sweeps_engines(make_core, monkeypatch) 
     core = make_core(registry=EngineRegistry(0.02, clock), heartbeat_interval_ms=10, engine_timeout_ms=20)
     runner, calls = FakeRunner(), []
 
-    async def start_http(core_arg, host, port, keys, max_body_bytes):
+    async def start_http(core_arg, host, port, keys, max_body_bytes, limits):
+        assert limits == config.http
         calls.append((core_arg, host, port, keys.enabled, max_body_bytes))
         return runner
 

@@ -36,6 +36,7 @@ from agentserve.common.api_keys import ApiKeys
 from agentserve.common.errors import NotFoundError
 from agentserve.common.http_auth import KEYS, api_key_auth, caller
 from agentserve.common.http_errors import middlewares
+from agentserve.common.http_guard import ConnectionLimits, serve_guarded
 from agentserve.common.json_body import parse_json_object_async
 from agentserve.scheduler.http.agent_headers import parse_agent_headers
 from agentserve.scheduler.http.choices import Tagged, choice_sampling, merged
@@ -76,19 +77,19 @@ def build_app(core: CoreAPI, keys: ApiKeys = ApiKeys(), max_body_bytes: int = MA
 
 
 async def start_http(
-    core: CoreAPI, host: str, port: int, keys: ApiKeys = ApiKeys(), max_body_bytes: int = MAX_BODY_BYTES
+    core: CoreAPI,
+    host: str,
+    port: int,
+    keys: ApiKeys = ApiKeys(),
+    max_body_bytes: int = MAX_BODY_BYTES,
+    limits: ConnectionLimits = ConnectionLimits(),
 ) -> web.AppRunner:
-    """Serve the gateway on host:port (port 0 picks a free one; see `runner.addresses`).
+    """Serve the gateway on host:port (port 0 picks a free one; see `runner.addresses`), slow and
+    greedy clients bounded by `limits` (`common/http_guard.py`).
 
     The caller owns the runner and stops it with `await runner.cleanup()`.
     """
-    runner = web.AppRunner(build_app(core, keys, max_body_bytes), access_log=None)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, host, port).start()
-    except BaseException:
-        await runner.cleanup()
-        raise
+    runner = await serve_guarded(build_app(core, keys, max_body_bytes), host, port, limits)
     log.info("OpenAI-compatible HTTP on %s", ", ".join(map(str, runner.addresses)))
     return runner
 
