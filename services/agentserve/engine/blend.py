@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from agentserve.engine.layer_plan import LayerPlan
-from agentserve.engine.linears import gate_up_halves, row_invariant_linear
+from agentserve.engine.linears import row_invariant_linear
 from agentserve.engine.model import CausalLM
 from agentserve.engine.rope import RotaryEmbedding
 
@@ -238,6 +238,4 @@ def _finish_layer(x: torch.Tensor, p: LayerPlan, attended: torch.Tensor) -> torc
     """The rest of `layer_plan.run_layer` after attention: o_proj, residual, MLP, residual."""
     n = x.shape[0]
     x = x + row_invariant_linear(attended.reshape(n, p.heads * p.head_dim), *p.o_proj)
-    gate, up = gate_up_halves(p.post_norm(x), *p.gate_up)
-    gate = F.silu(gate, inplace=True).mul_(up)
-    return x + row_invariant_linear(gate, *p.down)
+    return x + p.ffn(p.post_norm(x), True)

@@ -13,7 +13,9 @@ from typing import Any
 
 import torch
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
+from agentserve.engine.moe_config import MOE_MODEL_TYPES, MoeConfig
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", *MOE_MODEL_TYPES)
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -59,6 +61,7 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_id: tuple[int, ...] = field(default_factory=tuple)
     torch_dtype: str = "float32"
+    moe: MoeConfig | None = None  # set for the MoE model types, None for the dense ones
 
     def __post_init__(self) -> None:
         if self.model_type not in SUPPORTED_MODEL_TYPES:
@@ -86,6 +89,8 @@ class ModelConfig:
             kind = self.rope_scaling.get("rope_type", self.rope_scaling.get("type"))
             if kind not in ("default", "llama3", "linear"):
                 raise ValueError(f"unsupported rope_scaling type {kind!r}; supported: default, llama3, linear")
+        if (self.moe is not None) != (self.model_type in MOE_MODEL_TYPES):
+            raise ValueError(f"model_type {self.model_type!r} {'needs' if self.moe is None else 'takes no'} MoE fields")
 
     @property
     def kv_heads_per_group(self) -> int:
@@ -104,6 +109,8 @@ class ModelConfig:
         try:
             hidden = int(raw["hidden_size"])
             heads = int(raw["num_attention_heads"])
+            layers = int(raw["num_hidden_layers"])
+            moe = MoeConfig.from_dict(model_type, raw, layers) if model_type in MOE_MODEL_TYPES else None
             eos = raw.get("eos_token_id")
             eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
             rope_theta = raw.get("rope_theta")
@@ -119,7 +126,7 @@ class ModelConfig:
                 vocab_size=int(raw["vocab_size"]),
                 hidden_size=hidden,
                 intermediate_size=int(raw["intermediate_size"]),
-                num_hidden_layers=int(raw["num_hidden_layers"]),
+                num_hidden_layers=layers,
                 num_attention_heads=heads,
                 num_key_value_heads=int(raw.get("num_key_value_heads") or heads),
                 head_dim=int(raw.get("head_dim") or hidden // heads),
@@ -128,11 +135,12 @@ class ModelConfig:
                 rope_scaling=rope_scaling,
                 max_position_embeddings=int(raw.get("max_position_embeddings", 4096)),
                 tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-                attention_bias=model_type == "qwen2" or bool(raw.get("attention_bias", False)),
+                attention_bias=_attention_bias(model_type, raw),
                 mlp_bias=bool(raw.get("mlp_bias", False)),
                 bos_token_id=raw.get("bos_token_id"),
                 eos_token_id=eos_ids,
                 torch_dtype=str(raw.get("torch_dtype") or raw.get("dtype") or "float32"),
+                moe=moe,
             )
         except KeyError as exc:
             raise ValueError(f"config.json is missing required field {exc.args[0]!r}") from None
@@ -151,4 +159,16 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["eos_token_id"] = list(self.eos_token_id)
+        if self.moe is None:
+            # Dense configs serialise as before, so their fingerprints do not change.
+            del out["moe"]
         return out
+
+
+def _attention_bias(model_type: str, raw: dict[str, Any]) -> bool:
+    """q/k/v biases: always on for qwen2, `qkv_bias` (default on) for qwen2_moe, off for mixtral."""
+    if model_type == "qwen2":
+        return True
+    if model_type == "qwen2_moe":
+        return bool(raw.get("qkv_bias", True))
+    return bool(raw.get("attention_bias", False))

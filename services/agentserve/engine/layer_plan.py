@@ -9,6 +9,7 @@ layer into a `LayerPlan` once, and `run_layer` runs it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +51,27 @@ class Norm:
         return self.weight * normed.to(x.dtype)
 
 
+class FeedForward(Protocol):
+    """A layer's feed-forward block on its post-attention-norm input `[tokens, hidden]`: a dense
+    SwiGLU (`DenseMlp`) or a mixture of experts (`moe.SparseMoe`). `batch_invariant`: each row's
+    result must not depend on the other rows (`linears.row_invariant_linear`)."""
+
+    def __call__(self, h: torch.Tensor, batch_invariant: bool) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class DenseMlp:
+    """SwiGLU: down(silu(gate(h)) * up(h)), gate|up fused."""
+
+    gate_up: WeightBias
+    down: WeightBias
+
+    def __call__(self, h: torch.Tensor, batch_invariant: bool) -> torch.Tensor:
+        gate, up = gate_up_halves(h, *self.gate_up, batch_invariant=batch_invariant)
+        gate = F.silu(gate, inplace=True).mul_(up)  # in place: no new buffers
+        return (row_invariant_linear if batch_invariant else F.linear)(gate, *self.down)
+
+
 @dataclass(frozen=True)
 class LayerPlan:
     index: int
@@ -60,8 +82,7 @@ class LayerPlan:
     qkv: WeightBias  # fused q|k|v
     o_proj: WeightBias
     post_norm: Norm
-    gate_up: WeightBias  # fused gate|up
-    down: WeightBias
+    ffn: FeedForward
 
 
 def run_layer(
@@ -82,6 +103,4 @@ def run_layer(
     k_rows, v_rows = pool.flat(p.index)
     out = paged_attention(qk[:, :heads], qk[:, heads:], v, k_rows, v_rows, meta, heads // kv_heads)
     x = x + linear(out.reshape(n, heads * d), *p.o_proj)
-    gate, up = gate_up_halves(p.post_norm(x), *p.gate_up, batch_invariant=meta.batch_invariant)
-    gate = F.silu(gate, inplace=True).mul_(up)  # in place: no new buffers
-    return x + linear(gate, *p.down)
+    return x + p.ffn(p.post_norm(x), meta.batch_invariant)

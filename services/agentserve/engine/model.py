@@ -1,4 +1,5 @@
-"""A Llama-architecture decoder (and the Qwen2 q/k/v-bias variant) over a paged KV pool.
+"""A Llama-architecture decoder (the Qwen2 q/k/v-bias variant, and the Qwen2-MoE and Mixtral
+mixture-of-experts variants, `moe`) over a paged KV pool.
 
 Parameter names mirror Hugging Face's `LlamaForCausalLM` exactly (`model.layers.0.self_attn.q_proj`
 ...), so a checkpoint's state dict loads without a rename table. The forward pass does not walk
@@ -18,9 +19,12 @@ from torch import nn
 
 from agentserve.engine.attention import DecodeMetadata, PrefillMetadata
 from agentserve.engine.config import ModelConfig
+from agentserve.engine.expert_load import ExpertLoad
 from agentserve.engine.kv_pool import KVPool
-from agentserve.engine.layer_plan import LayerPlan, Norm, run_layer
+from agentserve.engine.layer_plan import FeedForward, LayerPlan, Norm, run_layer
 from agentserve.engine.linears import FusedLinear, column_major, head_linear, store_column_major
+from agentserve.engine.mlp import MLP
+from agentserve.engine.moe import MixtralBlock, Qwen2MoeBlock
 from agentserve.engine.rope import RotaryEmbedding
 
 # Called with a layer index just before that layer runs; layerwise KV loading hooks in here.
@@ -56,35 +60,40 @@ class Attention(nn.Module):
         self.qkv = FusedLinear(self.q_proj, self.k_proj, self.v_proj)
 
 
-class MLP(nn.Module):
-    """Parameters only: `layer_plan.run_layer` runs the layer."""
-
-    def __init__(self, config: ModelConfig):
-        super().__init__()
-        bias = config.mlp_bias
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=bias)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=bias)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=bias)
-        self.gate_up = FusedLinear(self.gate_proj, self.up_proj)
-
-
 class DecoderLayer(nn.Module):
-    """Parameters, and `derive` to turn them into the `LayerPlan` that `layer_plan.run_layer` runs."""
+    """Parameters, and `derive` to turn them into the `LayerPlan` that `layer_plan.run_layer` runs.
+
+    The feed-forward block sits under HF's name for it: `mlp` (dense, or Qwen2-MoE's sparse
+    block) or `block_sparse_moe` (Mixtral's)."""
 
     def __init__(self, config: ModelConfig, layer_idx: int):
         super().__init__()
         self.self_attn = Attention(config, layer_idx)
-        self.mlp = MLP(config)
+        moe = config.moe
+        ffn: nn.Module
+        if moe is None or not moe.is_sparse(layer_idx):
+            ffn = MLP(config.hidden_size, config.intermediate_size, config.mlp_bias)
+        elif config.model_type == "mixtral":
+            ffn = MixtralBlock(config.hidden_size, moe)
+        else:
+            ffn = Qwen2MoeBlock(config.hidden_size, moe)
+        self.ffn_name = "block_sparse_moe" if isinstance(ffn, MixtralBlock) else "mlp"
+        self.add_module(self.ffn_name, ffn)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def derive(self) -> LayerPlan:
-        """Fuse and lay out this layer's weights for the forward pass (`linears`), and plan it."""
-        attn, mlp = self.self_attn, self.mlp
+    def derive(self, expert_load: ExpertLoad | None) -> LayerPlan:
+        """Fuse and lay out this layer's weights for the forward pass (`linears`), and plan it;
+        a sparse layer's plan counts its routing into `expert_load`."""
+        attn = self.self_attn
         attn.qkv.fuse()
-        mlp.gate_up.fuse()
         store_column_major(attn.o_proj)
-        store_column_major(mlp.down_proj)
+        ffn = getattr(self, self.ffn_name)
+        if isinstance(ffn, MLP):
+            plan: FeedForward = ffn.derive()
+        else:
+            assert expert_load is not None, "a sparse layer in a model without expert counts"
+            plan = ffn.derive(expert_load.row(attn.layer_idx))
         return LayerPlan(
             index=attn.layer_idx,
             heads=attn.num_heads,
@@ -94,8 +103,7 @@ class DecoderLayer(nn.Module):
             qkv=(attn.qkv.weight, attn.qkv.bias),
             o_proj=(attn.o_proj.weight, attn.o_proj.bias),
             post_norm=Norm.build(self.post_attention_layernorm.weight, self.post_attention_layernorm.eps),
-            gate_up=(mlp.gate_up.weight, mlp.gate_up.bias),
-            down=(mlp.down_proj.weight, mlp.down_proj.bias),
+            ffn=plan,
         )
 
 
@@ -124,6 +132,8 @@ class CausalLM(nn.Module):
         # A tied head shares its storage with the row-major embedding table (the token lookup
         # needs rows), so it gets its own column-major copy.
         self.register_buffer("tied_head_weight", None, persistent=False)
+        # Tokens routed to each expert of each sparse layer (MoE models only; `expert_load`).
+        self.expert_load: ExpertLoad | None = None
         self.plans: list[LayerPlan] = []
         self.rebuild_derived()
 
@@ -134,7 +144,11 @@ class CausalLM(nn.Module):
         `load_state_dict(assign=True)`) or moving the model: fused projections, column-major
         layouts, the tied head's copy, the layer plans and the rotary tables are all derived.
         """
-        self.plans = [cast(DecoderLayer, layer).derive() for layer in self.model.layers]
+        moe, device = self.config.moe, self.model.embed_tokens.weight.device
+        if moe is not None and (self.expert_load is None or self.expert_load.counts.device != device):
+            # Counts live beside the weights (a model built on the meta device gets them on load).
+            self.expert_load = ExpertLoad(moe, device)
+        self.plans = [cast(DecoderLayer, layer).derive(self.expert_load) for layer in self.model.layers]
         self.final_norm = Norm.build(self.model.norm.weight, self.model.norm.eps)
         if self.config.tie_word_embeddings:
             self.tied_head_weight = column_major(self.lm_head.weight)
@@ -159,6 +173,8 @@ class CausalLM(nn.Module):
             if before_layer is not None:
                 before_layer(plan.index)
             x = run_layer(x, plan, cos, sin, pool, meta)
+        if self.expert_load is not None:
+            self.expert_load.forward_done()
         if logits_rows is not None:
             x = x[logits_rows]
         return self.logits(x, meta.batch_invariant)

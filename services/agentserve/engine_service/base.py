@@ -18,6 +18,7 @@ from agentserve.engine.engine import LLMEngine
 from agentserve.engine.local_compute import measure_local_compute
 from agentserve.engine_service.compute_metrics import register_forward_metrics
 from agentserve.engine_service.config import EngineServiceConfig
+from agentserve.engine_service.expert_metrics import record_expert_load, register_expert_metrics
 from agentserve.engine_service.kv_moves import KVMover
 from agentserve.engine_service.peer_allowlist import PeerAllowList
 from agentserve.engine_service.pool_metrics import register_pool_metrics
@@ -54,6 +55,9 @@ class EngineService(Service):
         register_nic_metrics(self.nics.values())
         register_pool_metrics(engine.blocks.stats)
         register_forward_metrics(engine.runner)
+        register_expert_metrics(engine.model)
+        if config.record_expert_load:
+            record_expert_load(engine.model, config.record_expert_load)
         self.mover = KVMover(self.engine, self.engine_id, self.kvstore, config.kvstore_address, self.nics, self.tls)
         self.registrar: Registrar | None = None
         # The peers this engine may dial (handoff, relay): the decode engines the scheduler registered.

@@ -36,6 +36,8 @@ class EngineServiceConfig:
     # Bit-identical logits whatever a sequence is batched with (`EngineConfig.batch_invariant`).
     batch_invariant: bool = True
     layerwise_min_read_kb: int = 64  # a layerwise path-A read of a block carries whole layers >= this (`layer_loads`)
+    # A MoE model's per-forward expert counts as JSON lines to this path (`engine.expert_load`); "" = off.
+    record_expert_load: str = ""
     scheduler_address: str = "127.0.0.1:50061"  # the scheduler's internal port
     # Dial only decode engines the scheduler registered (engine_service/peer_allowlist.py); False:
     # any address a prefill request names, for rigs of engines without a scheduler (engine tests).

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from agentserve.engine.engine_config import EngineConfig
+from agentserve.engine.layer_plan import DenseMlp
 from agentserve.engine.linears import gate_up_halves, head_linear, row_invariant_linear
 from agentserve.engine.model import CausalLM
 from agentserve.engine.prefix_attention import attend_with_prefix
@@ -69,8 +70,11 @@ class PrefillKernels:
                 )[0].transpose(0, 1)
             attended = clock()
             linear(out.reshape(x.shape[0], -1), *plan.o_proj)
-            gate_up_halves(x, *plan.gate_up, batch_invariant=self.batch_invariant)
-            linear(self.act, *plan.down)
+            if isinstance(plan.ffn, DenseMlp):
+                gate_up_halves(x, *plan.ffn.gate_up, batch_invariant=self.batch_invariant)
+                linear(self.act, *plan.ffn.down)
+            else:  # a mixture of experts: routing and experts as the forward runs them
+                plan.ffn(x, self.batch_invariant)
             end = clock()
             spent["linear"] += (mid - start) + (end - attended)
             spent["attention"] += attended - mid
