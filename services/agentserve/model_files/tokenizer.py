@@ -22,6 +22,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer as BackendTokenizer
 
 from agentserve.model_files.gguf_folder import model_folder
+from agentserve.model_files.tools_prompt import needs_tools_prompt, renders_tools, with_tools_prompt
 
 # Texts longer than this are tokenized with the GIL released (see `encode`).
 GIL_FREE_CHARS = 16 << 10
@@ -48,6 +49,7 @@ class Tokenizer:
         self._bos_id = None if bos is None else backend.token_to_id(bos)
         self._eos_ids = tuple(dict.fromkeys(int(i) for i in eos_token_ids))  # ordered, deduplicated
         self._template = None if chat_template is None else _compile_chat_template(chat_template)
+        self._renders_tools = chat_template is not None and renders_tools(chat_template)
 
     @classmethod
     def from_dir(cls, path: str | Path) -> Tokenizer:
@@ -136,11 +138,15 @@ class Tokenizer:
     ) -> str:
         """Render `messages` (each with 'role' and 'content') into the model's prompt string.
 
-        `tools` are JSON schemas passed to templates that describe tools (Llama 3.1, Qwen2.5).
+        `tools` are JSON schemas passed to templates that describe tools (Llama 3.1, Qwen2.5). For a
+        template that does not read `tools`, the tools, earlier calls and tool results are written
+        into the messages in the documented format (`model_files.tools_prompt`).
         """
         if self._template is None:
             raise ValueError("this tokenizer has no chat_template")
         _check_messages(messages)
+        if not self._renders_tools and needs_tools_prompt(messages, tools):
+            messages, tools = with_tools_prompt(messages, tools), None
         try:
             return self._template.render(
                 messages=[dict(m) for m in messages],

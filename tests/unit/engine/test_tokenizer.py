@@ -148,8 +148,12 @@ def test_llama_style_config_with_dict_bos_and_several_eos_sources(tiny_model_dir
     assert tok.eos_token_ids == (4, 1)  # tokenizer_config first, then generation_config's [1, 4]
     rendered = tok.apply_chat_template([{"role": "user", "content": " hi "}])
     assert rendered == "<|bos|><|im_start|>user<|im_end|>\n\nhi<|im_end|><|im_start|>assistant<|im_end|>\n\n"
-    with pytest.raises(ValueError, match="unsupported role tool"):
-        tok.apply_chat_template([{"role": "tool", "content": "{}"}])
+    with pytest.raises(ValueError, match="unsupported role developer"):
+        tok.apply_chat_template([{"role": "developer", "content": "{}"}])
+    # The template does not read `tools`: a tool result reaches it as a user turn (model_files.tools_prompt).
+    assert tok.apply_chat_template([{"role": "tool", "content": "{}"}], add_generation_prompt=False) == (
+        "<|bos|><|im_start|>user<|im_end|>\n\n<tool_response>\n{}\n</tool_response><|im_end|>"
+    )
     transformers = pytest.importorskip("transformers")
     hf = transformers.AutoTokenizer.from_pretrained(folder)
     assert (
