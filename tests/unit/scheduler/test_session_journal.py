@@ -88,3 +88,14 @@ def test_a_journal_from_before_agent_info_opens_with_default_info(tmp_path) -> N
     session.info = AgentInfo("a", priority=3)
     session.commit([1, 2])
     assert SessionStore(journal=SessionJournal(db)).get("old").info == AgentInfo("a", priority=3)
+
+
+def test_every_write_is_durable_when_it_returns(tmp_path) -> None:
+    # FULL syncs the WAL at each commit; NORMAL would leave turns since the last checkpoint to a
+    # power cut (`agentserve bench powerloss --target sessions` finds them lost).
+    journal = SessionJournal(tmp_path / "sessions.sqlite3")
+    try:
+        assert journal._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert journal._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    finally:
+        journal.close()
