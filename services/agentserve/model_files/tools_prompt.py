@@ -1,6 +1,6 @@
 """The documented tools format, written into the messages for chat templates that do not render tools.
 
-A template renders tools when it reads the `tools` variable (Qwen2.5, Llama 3.1, Hermes, the default
+A template renders tools when it reads the `tools` variable (Qwen2.5, Llama 3.1, Hermes, the tiny
 model's). One that does not (SmolLM2's, plain ChatML) would drop the request's tools and print tool
 calls and tool results as bare roles. For such a template the tools go into the messages it does
 render, in the Hermes / Qwen2.5 format the server documents (README, "Tool calls"), decodes tool-call
@@ -11,7 +11,7 @@ grammars in (`agentserve.structured.grammar`) and parses replies with:
 - an assistant message's `tool_calls` become `<tool_call>` blocks after its content;
 - consecutive `tool` messages become one user message of `<tool_response>` blocks.
 
-The text is the one the default model's template renders itself (`model_files.presets.CHAT_TEMPLATE`),
+The text is the one the tiny model's template renders itself (`model_files.presets.CHAT_TEMPLATE`),
 so a ChatML template renders the same prompt either way.
 """
 

@@ -76,6 +76,18 @@ def test_auto_with_a_strict_tool_is_free_text_whose_calls_are_valid_calls():
     assert _parse({"tools": strict_tools, **_json_schema(WEATHER)}) == StructuredOutput.json_schema(WEATHER_DECODED)
 
 
+def test_a_forced_call_wins_over_response_format():
+    """The reply is the call (OpenAI accepts the pair; the Agents SDK sends it for an agent with an
+    output_type whose tool_choice forces a tool), so the call grammar alone applies, as in vLLM."""
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    assert _parse({**_json_schema(WEATHER), "tools": TOOLS, "tool_choice": named}) == _parse(
+        {"tools": TOOLS, "tool_choice": named}
+    )
+    assert _parse({**_json_schema(WEATHER), "tools": TOOLS, "tool_choice": "required"}) == _parse(
+        {"tools": TOOLS, "tool_choice": "required"}
+    )
+
+
 @pytest.mark.parametrize(
     ("schema", "message"),
     [
@@ -142,8 +154,8 @@ NAMED_GHOST = {"type": "function", "function": {"name": "ghost"}}
             r"'tools\[0\].function.parameters' is not a usable JSON Schema: Unimplemented keys: \[\"not\"\]",
         ),
         (
-            {**_json_schema(WEATHER), "tools": TOOLS, "tool_choice": "required"},
-            "'response_format' cannot be combined with tool_choice 'required' or a named function",
+            {**_json_schema(None), "tools": TOOLS, "tool_choice": "required"},
+            "'response_format.json_schema.schema' must be a JSON Schema object, got NoneType",
         ),
     ],
 )

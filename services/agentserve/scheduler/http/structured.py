@@ -6,6 +6,8 @@
   "function": {"name": X}}`: exactly one call, to X; `"auto"` (the default with tools) with a
   `strict` tool: free text in which every call is a valid call among `tools`; `"auto"` without a
   strict tool, and `"none"`: nothing.
+- both: a forced call (`"required"`, a named function) wins, as the reply is calls; otherwise the
+  `response_format` does, as the reply is that JSON.
 
 `strict: true` (on a json_schema or a tool) first checks the schema against OpenAI's strict rules
 (`agentserve.structured.strict_schema`). Every schema is then decoded as
@@ -40,14 +42,14 @@ def parse_structured(
     `max_tokens`: the reply's limit, which bounds the schemas' strings (`decoding_schema`)."""
     response = _response_format(body.get("response_format"), max_tokens)
     calls = _tool_choice(body.get("tool_choice"), tools, max_tokens)
-    if response is not None and calls is not None and calls.kind is StructuredKind.TEXT_OR_TOOL_CALLS:
+    if calls is not None and calls.kind is StructuredKind.TOOL_CALL:
+        # A forced call: the reply is tool calls, so `response_format` (checked above) shapes no part
+        # of it. OpenAI accepts the pair (the Agents SDK sends it for an agent with an output_type
+        # whose tool_choice forces a tool) and vLLM decodes the call grammar alone.
+        return calls
+    if response is not None:
         return response  # the reply is the schema's JSON; strict tools constrain only a reply that may call them
-    if response is not None and calls is not None:
-        raise ValueError(
-            "'response_format' cannot be combined with tool_choice 'required' or a named function: "
-            "the reply is tool calls"
-        )
-    return response or calls
+    return calls
 
 
 def _response_format(raw: Any, max_tokens: int) -> StructuredOutput | None:
