@@ -4,12 +4,13 @@ Admission (`admission.py`) lets `max_running` turns run on the engines at once; 
 here, and each freed slot goes to the turn `pop` names. When the queue is full, `shed` names the
 tenant whose newest waiting turn is refused (HTTP 429 / RESOURCE_EXHAUSTED) to make room.
 
-    wfq    weighted fair queuing across tenants, self-clocked (SCFQ, Golestani 1994): a turn's
-           finish tag is max(V, its tenant's last tag) + cost / weight, where V is the tag of the
-           turn that started last; the smallest tag starts first (ties: arrival order). A tenant
-           that sends at 10x its share gets its share and no more; one under its share waits for
-           one slot, whatever the other's backlog. A full queue sheds the tenant holding the most
-           waiting turns per unit of weight, so a flooding tenant is refused before others wait.
+    wfq    weighted fair queuing across tenants, by start tags (SFQ: Goyal, Vin and Cheng 1996): a
+           turn's start tag is max(V, its tenant's last finish tag), its finish tag that plus
+           cost / weight, and V the start tag of the turn that started last; the smallest start
+           tag starts first (ties: arrival order). Backlogged tenants start turns in proportion to
+           their weights; a tenant under its share starts at the next free slot, whatever another
+           tenant's backlog. A full queue sheds the tenant holding the most waiting turns per unit
+           of weight, so a flooding tenant is refused before others wait.
     fifo   one queue in arrival order; a full queue refuses the turn that arrives.
 
 Weights come from the keys file (`common/api_keys.py`); a tenant without one weighs 1. Tags are
@@ -69,7 +70,7 @@ class TurnQueue(Protocol[T]):
 class _Waiting(Generic[T]):
     item: T
     cost: float
-    tag: float
+    start: float
     arrival: int
 
 
@@ -77,7 +78,7 @@ class _Waiting(Generic[T]):
 class _Tenant(Generic[T]):
     weight: float
     waiting: deque[_Waiting[T]] = field(default_factory=deque)
-    last_tag: float = 0.0
+    last_finish: float = 0.0
 
 
 class WeightedFairQueue(Generic[T]):
@@ -107,20 +108,24 @@ class WeightedFairQueue(Generic[T]):
         state = self._tenants.get(tenant)
         if state is None:
             state = self._tenants[tenant] = _Tenant(self.weight(tenant))
-        tag = max(self.virtual_time, state.last_tag) + cost / state.weight
-        state.waiting.append(_Waiting(item, cost, tag, next(self._arrivals)))
-        state.last_tag = tag
+        start = max(self.virtual_time, state.last_finish)
+        state.waiting.append(_Waiting(item, cost, start, next(self._arrivals)))
+        state.last_finish = start + cost / state.weight
         self._count += 1
 
     def pop(self) -> T:
-        tenant, state = min(
-            ((t, s) for t, s in self._tenants.items() if s.waiting),
-            key=lambda ts: (ts[1].waiting[0].tag, ts[1].waiting[0].arrival),
+        state = min(
+            (s for s in self._tenants.values() if s.waiting),
+            key=lambda s: (s.waiting[0].start, s.waiting[0].arrival),
         )
         head = state.waiting.popleft()
-        self.virtual_time = head.tag
+        self.virtual_time = head.start
         self._count -= 1
-        self._forget_idle(tenant)
+        # A tenant with nothing waiting whose last finish tag V has reached holds no state worth
+        # keeping: its next turn starts from V either way.
+        idle = [t for t, s in self._tenants.items() if not s.waiting and s.last_finish <= self.virtual_time]
+        for tenant in idle:
+            del self._tenants[tenant]
         return head.item
 
     def remove(self, tenant: str, item: T) -> bool:
@@ -135,10 +140,11 @@ class WeightedFairQueue(Generic[T]):
         del state.waiting[index]
         refund = waiting.cost / state.weight
         for later in itertools.islice(state.waiting, index, None):
-            later.tag -= refund
-        state.last_tag -= refund
+            later.start -= refund
+        state.last_finish -= refund
         self._count -= 1
-        self._forget_idle(tenant)
+        if not state.waiting and state.last_finish <= self.virtual_time:
+            del self._tenants[tenant]
         return True
 
     def shed(self, arriving: str) -> str:
@@ -150,13 +156,6 @@ class WeightedFairQueue(Generic[T]):
 
     def newest(self, tenant: str) -> T:
         return self._tenants[tenant].waiting[-1].item
-
-    def _forget_idle(self, tenant: str) -> None:
-        # A tenant with nothing waiting whose last tag V has passed holds no state worth keeping:
-        # its next turn starts from V either way.
-        state = self._tenants[tenant]
-        if not state.waiting and state.last_tag <= self.virtual_time:
-            del self._tenants[tenant]
 
 
 class FifoQueue(Generic[T]):

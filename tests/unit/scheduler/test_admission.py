@@ -120,8 +120,8 @@ def test_turns_past_max_running_start_in_weighted_fair_order() -> None:
             await turns.finish()
         return turns.started
 
-    # Waiting: a3..a6 tagged 0.5, 1, 1.5, 2 (weight 2), b1 and b2 tagged 1 and 2.
-    assert asyncio.run(go()) == ["a1", "a2", "a3", "a4", "b1", "a5", "a6", "b2"]
+    # Waiting: a3..a6 start at 0, 0.5, 1, 1.5 (weight 2), b1 and b2 at 0 and 1.
+    assert asyncio.run(go()) == ["a1", "a2", "a3", "b1", "a4", "a5", "b2", "a6"]
 
 
 def test_a_full_scheduler_sheds_the_flooding_tenant_for_one_under_its_share() -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from agentserve.common.config import load_config
 from agentserve.common.errors import RetryableError
+from agentserve.common.http_guard import ConnectionLimits
 from agentserve.common.server import ServerSettings
 from agentserve.scheduler import service as service_module
 from agentserve.scheduler.config import SchedulerConfig
@@ -36,6 +37,16 @@ def test_defaults_and_flags_over_env() -> None:
     )
     assert (policies.prefill_policy, policies.prefill_alpha_ms, policies.prefill_beta) == ("dualpath", 20.0, 2.5)
     assert (policies.relay_policy, policies.kv_path_policy) == ("other-decode", "split")
+    assert (config.fairness, config.max_running_turns, config.max_inflight_turns) == ("wfq", 64, 256)
+    assert config.http == ConnectionLimits(header_timeout_s=10.0, body_timeout_s=30.0, max_connections_per_client=256)
+    bounded = load_config(
+        SchedulerConfig,
+        ["--http-header-timeout-s", "2", "--fairness", "fifo"],
+        env={"AGENTSERVE_HTTP_BODY_TIMEOUT_S": "3"},
+    )
+    assert (bounded.fairness, bounded.http.header_timeout_s, bounded.http.body_timeout_s) == ("fifo", 2.0, 3.0)
+    with pytest.raises(ValueError, match="header_timeout_s must be a positive number of seconds, got 0"):
+        load_config(SchedulerConfig, ["--http-header-timeout-s", "0"], env={})
 
 
 @pytest.mark.parametrize(
@@ -74,6 +85,9 @@ def test_defaults_and_flags_over_env() -> None:
         (dict(park_min_wait_s=float("inf")), "park_min_wait_s must be a finite number >= 0, got inf"),
         (dict(kv_commit_ratio=-1.0), "kv_commit_ratio must be a finite number >= 0, got -1.0"),
         (dict(tool_seeds="search"), "tool_seeds: 'search' is not name=seconds"),
+        (dict(max_running_turns=-1), "max_running_turns must be >= 0"),
+        (dict(fairness="drr"), "fairness must be one of wfq, fifo, got 'drr'"),
+        (dict(api_keys="acme:as-key-of-acme-0123456789 weight=-2"), "entry 1: weight must be a positive number"),
     ],
 )
 def test_bad_config(fields: dict, message: str) -> None:

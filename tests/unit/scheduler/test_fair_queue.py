@@ -20,8 +20,8 @@ def test_wfq_serves_backlogged_tenants_in_proportion_to_their_weights() -> None:
         queue.push("a", f"a{i}")
     for i in range(1, 4):
         queue.push("b", f"b{i}")
-    # Finish tags: a 0.5, 1, 1.5, 2, 2.5, 3; b 1, 2, 3; equal tags in arrival order.
-    assert drain(queue) == ["a1", "a2", "b1", "a3", "a4", "b2", "a5", "a6", "b3"]
+    # Start tags: a 0, 0.5, 1, 1.5, 2, 2.5; b 0, 1, 2; equal tags in arrival order.
+    assert drain(queue) == ["a1", "b1", "a2", "a3", "b2", "a4", "a5", "b3", "a6"]
 
 
 def test_a_tenant_arriving_behind_a_flood_waits_for_one_turn_not_the_backlog() -> None:
@@ -29,9 +29,9 @@ def test_a_tenant_arriving_behind_a_flood_waits_for_one_turn_not_the_backlog() -
     for i in range(1, 11):
         queue.push("a", f"a{i}")
     assert [queue.pop() for _ in range(3)] == ["a1", "a2", "a3"]
-    queue.push("b", "b1")  # V = 3: its tag is 4, a4's too, and a4 came first
-    queue.push("b", "b2")
-    assert [queue.pop() for _ in range(4)] == ["a4", "b1", "a5", "b2"]
+    queue.push("b", "b1")  # V = 2 (a3's start): b1 starts at 2, a4 at 3
+    queue.push("b", "b2")  # at 3, after a4 (which came first)
+    assert [queue.pop() for _ in range(4)] == ["b1", "a4", "b2", "a5"]
     assert drain(queue) == [f"a{i}" for i in range(6, 11)]
 
 
@@ -39,11 +39,12 @@ def test_an_idle_tenant_banks_no_credit() -> None:
     queue = WeightedFairQueue()
     for i in range(1, 5):
         queue.push("a", f"a{i}")
-    assert drain(queue) == ["a1", "a2", "a3", "a4"]  # V = 4; b was idle all along
-    for i in range(1, 3):
+    assert drain(queue) == ["a1", "a2", "a3", "a4"]  # V = 3; b was idle all along
+    for i in range(1, 4):
         queue.push("a", f"a{i + 4}")
         queue.push("b", f"b{i}")
-    assert drain(queue) == ["a5", "b1", "a6", "b2"]
+    # a from its last finish (4), b from V (3): one turn ahead, then one for one.
+    assert drain(queue) == ["b1", "a5", "b2", "a6", "b3", "a7"]
 
 
 def test_a_withdrawn_turn_gives_its_tenant_its_cost_back() -> None:
@@ -55,7 +56,7 @@ def test_a_withdrawn_turn_gives_its_tenant_its_cost_back() -> None:
     queue.push("b", "b2")
     assert queue.remove("a", "a1") and not queue.remove("a", "a1") and not queue.remove("c", "x")
     assert (len(queue), queue.queued("a"), queue.queued("b")) == (4, 2, 2)
-    # a2 and a3 now carry tags 1 and 2, as if a1 had never come.
+    # a2 and a3 now start at 0 and 1, as if a1 had never come.
     assert drain(queue) == ["a2", "b1", "a3", "b2"]
 
 
