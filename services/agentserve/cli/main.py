@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from agentserve.bench.common.workloads import cli_args as workload_args
-from agentserve.bench.micro import powerloss_cli
+from agentserve.bench.micro import eplb_cli, powerloss_cli
 from agentserve.bench.papers.agentaware import cli_args as agentaware_args
 from agentserve.bench.papers.dualpath import cli_args as dualpath_args
 from agentserve.bench.papers.replay import cli_args as replay_args
@@ -235,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     powerloss_cli.add_arguments(plo)
     plo.set_defaults(func=powerloss_cli.command)
+    eplb = bench.add_parser("eplb", help="expert-parallel rank load, MoE layer time and TPOT with vs without EPLB")
+    eplb_cli.add_arguments(eplb)
+    eplb.set_defaults(func=eplb_cli.command)
     kvb = bench.add_parser("kvstore", help="kvstore read/write MB/s and latency per block size vs the raw disk")
     kvb.add_argument("--data-dir", type=Path, help="where to put the bench files (default: system temp)")
     kvb.add_argument("--mb-per-size", type=int, default=256, help="MB of blocks per block size")

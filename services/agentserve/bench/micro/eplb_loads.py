@@ -1,0 +1,107 @@
+"""Expert loads for `bench eplb`: windows of `[layer][expert]` token copies on the target's layout.
+
+Two sources:
+
+- **recorded**: an engine's `--record-expert-load` file (`engine.expert_load.LoadRecorder`) from
+  a small MoE. Its experts are mapped onto the target's: each of its `E` experts stands for
+  `target_experts / E` target experts that split its load evenly, scattered by a seeded
+  permutation per target layer (a model's experts bear no relation to GPU order); target layer
+  `l` replays recorded layer `l % L`. Its forwards are cut into windows of `window` forwards.
+- **zipf**: each layer's expert popularity falls as 1 / rank^s over a random order of its experts,
+  and between windows a tenth of the experts swap ranks (routing drifts with the workload); a
+  window's loads are the expected copies of `copies_per_window` tokens' copies.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentserve.engine.expert_load import RECORD_FORMAT
+
+# [window][layer][expert] token copies
+Windows = list[list[list[float]]]
+
+
+@dataclass(frozen=True)
+class Recording:
+    layers: list[int]
+    num_experts: int
+    top_k: int
+    forwards: list[list[list[int]]]  # [forward][sparse layer][expert]
+
+    @classmethod
+    def read(cls, path: str | Path) -> Recording:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        if not lines:
+            raise ValueError(f"{path} is empty; record one with --record-expert-load")
+        header = json.loads(lines[0])
+        if header.get("format") != RECORD_FORMAT:
+            raise ValueError(f"{path} is not an expert-load recording (format {header.get('format')!r})")
+        forwards = [json.loads(line)["counts"] for line in lines[1:]]
+        if not forwards:
+            raise ValueError(f"{path} records no forward")
+        return cls(header["layers"], header["num_experts"], header["top_k"], forwards)
+
+
+def recorded_windows(
+    recording: Recording, window: int, target_experts: int, target_layers: int, seed: int = 0
+) -> Windows:
+    if window <= 0:
+        raise ValueError(f"window must be positive, got {window}")
+    if target_experts % recording.num_experts:
+        raise ValueError(f"{recording.num_experts} recorded experts do not divide {target_experts} target experts")
+    split = target_experts // recording.num_experts
+    rng = random.Random(seed)
+    # slot_of[l][t]: the recorded expert target expert t of target layer l stands for.
+    stands_for = []
+    for _ in range(target_layers):
+        order = list(range(target_experts))
+        rng.shuffle(order)
+        stands_for.append([order[t] // split for t in range(target_experts)])
+    out: Windows = []
+    for start in range(0, len(recording.forwards) - window + 1, window):
+        chunk = recording.forwards[start : start + window]
+        sums = [
+            [sum(f[layer][e] for f in chunk) for e in range(recording.num_experts)]
+            for layer in range(len(recording.layers))
+        ]
+        out.append(
+            [
+                [sums[layer % len(sums)][stands_for[layer][t]] / split for t in range(target_experts)]
+                for layer in range(target_layers)
+            ]
+        )
+    if len(out) < 2:
+        raise ValueError(f"{len(recording.forwards)} recorded forwards make fewer than 2 windows of {window}")
+    return out
+
+
+def zipf_windows(
+    experts: int, layers: int, windows: int, exponent: float, copies_per_window: float, seed: int = 0
+) -> Windows:
+    if exponent < 0 or windows < 2:
+        raise ValueError("zipf exponent must be >= 0 and windows >= 2")
+    rng = random.Random(seed)
+    weights = [1 / (rank + 1) ** exponent for rank in range(experts)]
+    total = sum(weights)
+    orders = []
+    for _ in range(layers):
+        order = list(range(experts))
+        rng.shuffle(order)
+        orders.append(order)
+    out: Windows = []
+    for _ in range(windows):
+        window = []
+        for order in orders:
+            loads = [0.0] * experts
+            for rank, expert in enumerate(order):
+                loads[expert] = copies_per_window * weights[rank] / total
+            window.append(loads)
+            for _ in range(experts // 20):  # a tenth of the experts swap ranks in pairs
+                a, b = rng.randrange(experts), rng.randrange(experts)
+                order[a], order[b] = order[b], order[a]
+        out.append(window)
+    return out
