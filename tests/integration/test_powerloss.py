@@ -28,3 +28,9 @@ def test_the_harness_catches_directory_fsyncs_dropped(target):
     result = run(PowerlossConfig(trials=8, target=target, plant="no-dir-fsync"))
     assert result["acknowledged_lost"] > 0, result
     assert result["crashes_per_window"]["after_dir_fsync"] == 0  # the planted bug leaves none
+
+
+def test_with_file_fsyncs_dropped_torn_blocks_land_under_their_names_and_are_refused():
+    result = run(PowerlossConfig(trials=8, target="kvstore", plant="no-file-fsync"))
+    assert result["acknowledged_lost"] > 0 and result["torn_refused"] > 0, result
+    assert result["torn_readable"] == 0, result["problems"]

@@ -14,8 +14,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--plant-bug",
-        choices=["no-dir-fsync"],
-        help="drop every directory fsync in the writer (the recorder plants it): the check must then find losses",
+        choices=["no-dir-fsync", "no-file-fsync"],
+        help="drop every directory (or file) fsync in the writer (the recorder plants it): the check must then "
+        "find losses",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="also write powerloss-<target>.json and .md into this directory")

@@ -19,7 +19,7 @@ from pathlib import Path
 from agentserve.bench.micro.powerloss_log import Op, read_log
 
 SHIM_SOURCE = Path(__file__).with_name("powerloss_shim.c")
-PLANTS = ("no-dir-fsync",)  # bugs the recorder can plant (`PL_PLANT`): directory fsyncs dropped
+PLANTS = ("no-dir-fsync", "no-file-fsync")  # bugs the recorder can plant (`PL_PLANT`): those fsyncs dropped
 
 
 def cache_dir() -> Path:

@@ -3,7 +3,8 @@
  *
  * Environment: PL_ROOT (absolute, resolved directory: only paths under it are logged), PL_LOG
  * (the log file, outside PL_ROOT), PL_PLANT (optional planted bug: "no-dir-fsync" makes fsync of
- * a directory a no-op that is not logged). The writer adds its own markers with pl_mark().
+ * a directory a no-op that is not logged, "no-file-fsync" the same for files). The writer adds its
+ * own markers with pl_mark().
  *
  * Each record: u8 op, 3 pad, i32 fd, i64 a, i64 b, u32 len1, u32 len2, u64 dlen, then path1,
  * path2 and the data. One mutex covers each call and its record, so the log's order is the order
@@ -43,7 +44,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static char root[PATH_MAX];
 static size_t root_len;
 static int log_fd = -1;
-static int plant_no_dir_fsync;
+static int plant_no_dir_fsync, plant_no_file_fsync;
 static unsigned char tracked[MAX_FD]; /* 1: a file under the root, 2: a directory under the root */
 
 #define REAL(name) static __typeof__(name) *real_##name; if (!real_##name) real_##name = dlsym(RTLD_NEXT, #name)
@@ -74,6 +75,7 @@ __attribute__((constructor)) static void pl_init(void) {
     if (!o) o = dlsym(RTLD_NEXT, "open");
     log_fd = o(l, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     plant_no_dir_fsync = plant && strcmp(plant, "no-dir-fsync") == 0;
+    plant_no_file_fsync = plant && strcmp(plant, "no-file-fsync") == 0;
     pthread_atfork(hold, release, release);
 }
 
@@ -255,7 +257,7 @@ static int do_fsync(int fd, int data_only) {
     REAL(fsync);
     REAL(fdatasync);
     if (!is_tracked(fd)) return data_only ? real_fdatasync(fd) : real_fsync(fd);
-    if (plant_no_dir_fsync && tracked[fd] == 2) return 0;
+    if ((plant_no_dir_fsync && tracked[fd] == 2) || (plant_no_file_fsync && tracked[fd] == 1)) return 0;
     pthread_mutex_lock(&lock);
     int rc = data_only ? real_fdatasync(fd) : real_fsync(fd);
     if (rc == 0) emit(OP_FSYNC, fd, data_only, 0, NULL, NULL, NULL, 0);

@@ -48,6 +48,7 @@ class Outcome:
     acknowledged: int = 0  # acknowledged items checked
     lost: int = 0
     torn_readable: int = 0
+    refused: int = 0  # kvstore: files the store's verification found torn and dropped (never served)
     next_turn_checked: int = 0
     next_turn_differs: int = 0
     problems: list[str] = field(default_factory=list)  # what went wrong, one line each
@@ -81,6 +82,7 @@ def check_kvstore(root: Path, marks: Marks, seed: int) -> Outcome:
             elif hashlib.blake2b(data, digest_size=16).hexdigest() != digest:
                 outcome.torn_readable += 1
                 outcome.problems.append(f"block {key[:12]} readable with other bytes than written")
+        outcome.refused = store.ssd.stats().corrupt_dropped
     finally:
         store.close()
     return outcome

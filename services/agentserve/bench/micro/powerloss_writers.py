@@ -29,7 +29,6 @@ from pathlib import Path
 
 from agentserve.contracts import AgentInfo
 from agentserve.kv.block_hash import BLOCK_ID_BYTES
-from agentserve.kvstore.store import KVStore
 from agentserve.scheduler.session_journal import SessionJournal
 from agentserve.scheduler.sessions import Session, SessionStore
 
@@ -90,7 +89,9 @@ def _marker() -> Callable[[str], None]:
 
 
 def write_kvstore(root: Path, seed: int, group_commit: bool) -> None:
-    from agentserve.bench.micro.kvstore.blocks import BlockMaker  # imports torch: only this writer needs it
+    # The store imports torch (seconds): the sessions writer, which runs without it, does not pay.
+    from agentserve.bench.micro.kvstore.blocks import BlockMaker
+    from agentserve.kvstore.store import KVStore
 
     mark = _marker()
     maker = BlockMaker(FINGERPRINT, BLOCK_BYTES, num_layers=BLOCK_LAYERS, seed=seed)

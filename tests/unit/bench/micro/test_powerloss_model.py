@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from agentserve.bench.micro.powerloss import crash_points, windows_of
+from agentserve.bench.micro.powerloss import PowerlossConfig, crash_points, windows_of
 from agentserve.bench.micro.powerloss_log import OPEN_CREATED, OPEN_DIRECTORY, Kind, Op, parse
 from agentserve.bench.micro.powerloss_model import ReplayError, materialize, replay
 
@@ -164,3 +164,16 @@ def test_the_log_parses_what_the_recorder_writes():
     assert parse(raw) == [Op(Kind.RENAME, -1, 0, 0, "/r/ab", "/r/cd"), Op(Kind.WRITE, 4, 7, 0, data=b"xyz")]
     with pytest.raises(ValueError, match="truncated in a record body"):
         parse(raw[:-1])
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"trials": 0}, "trials must be at least 1"),
+        ({"target": "redis"}, "target must be one of kvstore, sessions"),
+        ({"plant": "no-sync"}, "plant must be one of no-dir-fsync, no-file-fsync"),
+    ],
+)
+def test_a_bad_setting_is_named(fields, message):
+    with pytest.raises(ValueError, match=message):
+        PowerlossConfig(**fields)
