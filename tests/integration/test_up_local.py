@@ -31,8 +31,9 @@ class UpLocal:
     def __init__(self, tmp_path: Path) -> None:
         self.stderr_path = tmp_path / "up.stderr"
         self.log_dir = tmp_path / "logs"
-        cmd = [sys.executable, "-m", "agentserve.cli.main", "up", "--local", "--free-ports", "--decoders", "1"]
-        cmd += ["--data-dir", str(tmp_path / "kv"), "--log-dir", str(self.log_dir)]
+        # The tiny model: what is tested here is the process tree, and it starts in seconds.
+        cmd = [sys.executable, "-m", "agentserve.cli.main", "up", "--local", "--model", "tiny", "--free-ports"]
+        cmd += ["--decoders", "1", "--data-dir", str(tmp_path / "kv"), "--log-dir", str(self.log_dir)]
         with self.stderr_path.open("w") as stderr:
             self.popen = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
 

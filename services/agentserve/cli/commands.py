@@ -10,15 +10,16 @@ import sys
 from pathlib import Path
 
 from agentserve.contracts import SamplingParams
-from agentserve.engine.default_model import ensure_default_model
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
+from agentserve.engine.model_catalog import TINY, resolve_model
 from agentserve.engine.model_init import init_model
 from agentserve.model_files.tokenizer import Tokenizer
 
 
 def _model_dir(path: Path | None) -> Path:
-    return path if path is not None else ensure_default_model()
+    """`generate` and `bench engine`'s `--model`: a catalog name (tiny, smollm2) or a path; tiny when none."""
+    return resolve_model(str(path) if path is not None else TINY).source
 
 
 def model_init(args: argparse.Namespace) -> None:
@@ -284,8 +285,12 @@ def up_local(args: argparse.Namespace) -> int:
     from agentserve.cluster.local import LocalCluster, Stopped, catch_stop_signals
     from agentserve.cluster.ports import LocalPorts
     from agentserve.cluster.settings import ComputeSettings, FabricSettings
+    from agentserve.common.config import load_config
     from agentserve.engine.emulation_config import EmulationConfig
+    from agentserve.engine.model_catalog import describe, resolve_model
+    from agentserve.engine_service.config import EngineServiceConfig
 
+    model = resolve_model(args.model)
     compute = ComputeSettings(
         args.compute,
         EmulationConfig(
@@ -305,7 +310,11 @@ def up_local(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         log_dir=args.log_dir,
         internal_tls=not args.plain_internal,
+        model_dir=model.source,
+        model_name=model.name,
     )
+    engines = load_config(EngineServiceConfig, [], env=cluster.env)  # the settings the engines inherit
+    print(f"agentserve: {describe(model, engines.dtype)}", file=sys.stderr)
     emulated = (
         f"; emulated {compute.emulation.target_model} on {compute.emulation.target_gpu}, "
         f"time dilation {compute.emulation.time_dilation:g}"

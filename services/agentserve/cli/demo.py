@@ -26,7 +26,7 @@ def run_demo(
     address: str,
     toolproxy_url: str,
     turns: int = 3,
-    max_tokens: int = 32,
+    max_tokens: int = 64,
     out: TextIO = sys.stdout,
     tracing_ui: str | None = None,
 ) -> list[dict]:

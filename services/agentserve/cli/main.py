@@ -50,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = sub.add_parser("generate", help="generate a completion with a local engine")
     gen.add_argument(
-        "--model", type=Path, help="HF-style model folder or Llama GGUF file (default: the embedded tiny model)"
+        "--model",
+        type=Path,
+        help="HF-style model folder, Llama GGUF file, or a catalog name: tiny (the default), smollm2",
     )
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--max-tokens", type=int, default=64)
@@ -70,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         required=True,
         help="every service as a local process on loopback (compose: docker compose up)",
+    )
+    up.add_argument(
+        "--model",
+        help="what every engine serves: smollm2 (SmolLM2-135M-Instruct, the default; scripts/install.sh fetches it), "
+        "tiny (the embedded 4-layer model), or an HF-style model folder or Llama GGUF file",
     )
     up.add_argument("--prefill", type=int, default=1, help="prefill engines, each on its own port")
     up.add_argument("--decoders", type=int, default=2)
@@ -160,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_command", required=True)
     eng = bench.add_parser("engine", help="prefill/decode speed and prefix-cache speedup of one engine")
-    eng.add_argument("--model", type=Path)
+    eng.add_argument("--model", type=Path, help="model folder, GGUF file, or tiny (the default) / smollm2")
     eng.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
     eng.add_argument("--quick", action="store_true", help="fewer contexts and repetitions")
     eng.add_argument("--json", action="store_true")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from agentserve.cluster.ports import LOOPBACK, LocalPorts
 from agentserve.cluster.settings import ComputeSettings, FabricSettings
+from agentserve.engine.model_catalog import ServedModel
 
 
 def cert_root(data_dir: Path) -> Path:
@@ -28,7 +29,7 @@ def session_db(data_dir: Path) -> Path:
 
 def service_commands(  # noqa: PLR0913 - the cluster's layout and its typed fabric and compute settings
     ports: LocalPorts,
-    model_dir: Path,
+    model: ServedModel,
     data_dir: Path,
     decoders: int,
     fabric: FabricSettings = FabricSettings(),
@@ -40,7 +41,7 @@ def service_commands(  # noqa: PLR0913 - the cluster's layout and its typed fabr
     """(name, gRPC port, command) of every service, in start order. Internal services listen on
     loopback; the scheduler and the tool proxy on `listen_host`. With `certs` (what `ensure_certs`
     made), each service's internal plane runs mutual TLS with its role's certificate."""
-    cmds = _service_commands(ports, model_dir, data_dir, decoders, fabric, prefill, compute, listen_host)
+    cmds = _service_commands(ports, model, data_dir, decoders, fabric, prefill, compute, listen_host)
     if certs is None:
         return cmds
     return [(name, port, [*cmd, "--internal-tls-dir", str(certs / cert_role(name))]) for name, port, cmd in cmds]
@@ -48,7 +49,7 @@ def service_commands(  # noqa: PLR0913 - the cluster's layout and its typed fabr
 
 def _service_commands(
     ports: LocalPorts,
-    model_dir: Path,
+    model: ServedModel,
     data_dir: Path,
     decoders: int,
     fabric: FabricSettings,
@@ -61,7 +62,9 @@ def _service_commands(
         "--host",
         LOOPBACK,
         "--model-dir",
-        str(model_dir),
+        str(model.source),
+        "--model-name",
+        model.name,
         "--advertise-host",
         "127.0.0.1",
         "--scheduler-address",
@@ -108,7 +111,9 @@ def _service_commands(
                 "--metrics-port",
                 str(ports.metrics),
                 "--model-dir",
-                str(model_dir),
+                str(model.source),
+                "--model-name",
+                model.name,
                 "--kvstore-address",
                 f"127.0.0.1:{ports.kvstore}",
                 "--kv-path-policy",

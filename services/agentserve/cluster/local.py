@@ -8,7 +8,9 @@ run in their own process group and die with this process even when it is SIGKILL
 (`process.spawn`). With several prefill engines (`--prefill N`) they are named prefill-0 ..
 prefill-N-1; the first listens on the prefill port, the others on free ports. With `--compute
 emulated` the engines run no model: each takes the target model's time on the target GPU from the
-cost model (a dozen fit on two cores; `ComputeSettings`).
+cost model (a dozen fit on two cores; `ComputeSettings`). The scheduler and the engines serve
+`model_dir` (a folder or GGUF file, `engine.model_catalog`); without one, the tiny model, which the
+tests and benches need for its speed (`up --local` passes its own default, SmolLM2-135M-Instruct).
 
 Every service listens on loopback. Only the clients' endpoints (the scheduler's gRPC and HTTP, the
 tool proxy's HTTP) may listen elsewhere (`listen_host`), and only with API keys configured.
@@ -41,7 +43,7 @@ from agentserve.cluster.settings import ComputeSettings, FabricSettings, snic_bu
 from agentserve.common.api_keys import ApiKeys
 from agentserve.common.certs import ensure_certs
 from agentserve.common.internal_tls import InternalTLS
-from agentserve.engine.default_model import ensure_default_model
+from agentserve.engine.model_catalog import TINY, ServedModel, resolve_model
 from agentserve.model_files.tokenizer_files import models_home
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -69,6 +71,7 @@ class LocalCluster:
         data_dir: Path | None = None,
         log_dir: Path | None = None,
         model_dir: Path | None = None,
+        model_name: str | None = None,
         env: dict[str, str] | None = None,
         fabric: FabricSettings = FabricSettings(),
         compute: ComputeSettings = ComputeSettings(),
@@ -94,6 +97,7 @@ class LocalCluster:
         self.data_dir = data_dir or home / "kvstore-local"
         self.log_dir = log_dir or home / "logs"
         self.model_dir = model_dir
+        self.model_name = model_name
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         keys = keys_of(self.env)  # malformed keys fail here, before anything starts
         if listen_host not in (LOOPBACK, "localhost", "::1") and not keys.enabled:
@@ -113,7 +117,7 @@ class LocalCluster:
         before prefill-0), and skip the readiness wait: a later `start()` starts the rest. Tests
         use it to watch a scheduler that has no engines.
         """
-        model_dir = self.model_dir or ensure_default_model()
+        model = self.served_model()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         started = {p.name for p in self.procs}
         if not started:
@@ -123,7 +127,7 @@ class LocalCluster:
         try:
             commands = service_commands(
                 self.ports,
-                model_dir,
+                model,
                 self.data_dir,
                 self.decoders,
                 self.fabric,
@@ -153,6 +157,12 @@ class LocalCluster:
         except BaseException:
             self.stop()
             raise
+
+    def served_model(self) -> ServedModel:
+        """What the scheduler and the engines serve: `model_dir` (the tiny model when None) under
+        `model_name` (when None, the name the catalog gives that path)."""
+        model = resolve_model(str(self.model_dir) if self.model_dir else TINY)
+        return model if self.model_name is None else ServedModel(self.model_name, model.source)
 
     def respawn(self, name: str, timeout_s: float = 180.0) -> Proc:
         """Start service `name` again (after it died) and wait until it serves (tests kill one)."""

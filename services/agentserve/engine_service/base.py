@@ -100,7 +100,14 @@ class EngineService(Service):
         # Logged here, not in __init__: the server configures logging after building the service.
         engine = self.engine.engine
         log.info(
-            "%s %s serving %s (fingerprint %s)", self.role.value, self.engine_id, self.model_dir, engine.fingerprint
+            "%s %s serving %s from %s: %d layers, %s (fingerprint %s)",
+            self.role.value,
+            self.engine_id,
+            self.config.model_name,
+            self.model_dir,
+            engine.model_config.num_hidden_layers,
+            self.config.dtype,
+            engine.fingerprint,
         )
         if isinstance(engine.model, EmulatedModel):
             emulated = engine.model

@@ -13,8 +13,11 @@ from agentserve.cluster.commands import service_commands
 from agentserve.cluster.local import LocalCluster
 from agentserve.cluster.ports import LocalPorts
 from agentserve.cluster.settings import FabricSettings
+from agentserve.engine.model_catalog import ServedModel
 
 pytestmark = pytest.mark.unit
+
+MODEL = ServedModel("m-instruct", Path("/m"))
 
 
 @pytest.fixture(autouse=True)
@@ -31,12 +34,30 @@ def flag(cmd: list[str], name: str) -> str:
 
 def test_profile_and_policy_reach_the_services() -> None:
     fabric = FabricSettings(profile="h800-node", kv_path_policy="always-b", prefill_tokens_per_s=800.0)
-    commands = {name: cmd for name, _, cmd in service_commands(LocalPorts(), Path("/m"), Path("/d"), 2, fabric)}
+    commands = {name: cmd for name, _, cmd in service_commands(LocalPorts(), MODEL, Path("/d"), 2, fabric)}
     for engine in ("prefill", "decode-0", "decode-1"):
         assert flag(commands[engine], "--fabric-profile") == "h800-node"
         assert float(flag(commands[engine], "--fabric-prefill-tokens-per-s")) == 800.0
     assert flag(commands["scheduler"], "--kv-path-policy") == "always-b"
     assert "--fabric-profile" not in commands["kvstore"]
+
+
+def test_the_model_and_its_name_reach_the_scheduler_and_every_engine() -> None:
+    commands = {name: cmd for name, _, cmd in service_commands(LocalPorts(), MODEL, Path("/d"), 2)}
+    for service in ("scheduler", "prefill", "decode-0", "decode-1"):
+        assert (flag(commands[service], "--model-dir"), flag(commands[service], "--model-name")) == ("/m", "m-instruct")
+    assert "--model-dir" not in commands["kvstore"] and "--model-dir" not in commands["toolproxy"]
+
+
+def test_the_cluster_serves_the_tiny_model_unless_given_one(tmp_path: Path) -> None:
+    from agentserve.engine.default_model import ensure_default_model
+    from agentserve.engine.model_catalog import SMOLLM2_FILE
+
+    assert LocalCluster().served_model() == ServedModel("agentserve-tiny", ensure_default_model())
+    gguf = tmp_path / SMOLLM2_FILE
+    gguf.write_bytes(b"GGUF")
+    assert LocalCluster(model_dir=gguf).served_model() == ServedModel("SmolLM2-135M-Instruct", gguf)
+    assert LocalCluster(model_dir=gguf, model_name="smol").served_model() == ServedModel("smol", gguf)
 
 
 def test_unknown_profile_or_policy_fails_before_anything_starts(capsys) -> None:
@@ -59,7 +80,7 @@ def test_ready_line_lists_every_endpoint() -> None:
     )
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "AGENTSERVE_TRACING_UI": "http://h:6006"}
     assert ready_line(ports, env).endswith("| traces to http://127.0.0.1:4317 (UI http://h:6006)")
-    commands = {name: cmd for name, _, cmd in service_commands(ports, Path("/m"), Path("/d"), 1)}
+    commands = {name: cmd for name, _, cmd in service_commands(ports, MODEL, Path("/d"), 1)}
     assert flag(commands["scheduler"], "--metrics-port") == "9100"
     assert flag(commands["scheduler"], "--session-db") == "/d-sessions/sessions.sqlite3"  # beside the kvstore's
 
@@ -68,13 +89,13 @@ def test_several_prefill_engines_get_distinct_ports_and_names() -> None:
     ports = LocalPorts().with_prefill(3)
     assert ports.prefill_ports[0] == 50053 and len(set(ports.prefill_ports)) == 3
     assert not {50051, 50052, 50054, 50055, 8000, 8080, 9100} & set(ports.prefill_ports[1:])
-    commands = {name: (port, cmd) for name, port, cmd in service_commands(ports, Path("/m"), Path("/d"), 2, prefill=3)}
+    commands = {name: (port, cmd) for name, port, cmd in service_commands(ports, MODEL, Path("/d"), 2, prefill=3)}
     assert [n for n in commands if n.startswith("prefill")] == ["prefill-0", "prefill-1", "prefill-2"]
     for i in range(3):
         port, cmd = commands[f"prefill-{i}"]
         assert port == ports.prefill_ports[i] and flag(cmd, "--grpc-port") == str(port)
         assert cmd[cmd.index("-m") + 1] == "agentserve.prefill"
-    single = [name for name, _, _ in service_commands(LocalPorts(), Path("/m"), Path("/d"), 2)]
+    single = [name for name, _, _ in service_commands(LocalPorts(), MODEL, Path("/d"), 2)]
     assert single == ["kvstore", "scheduler", "prefill", "decode-0", "decode-1", "toolproxy"]
     free = LocalPorts.free(1, prefill=2)
     assert free.prefill == free.prefill_ports[0] != free.prefill_ports[1]
@@ -87,11 +108,11 @@ def test_prefill_count_is_validated() -> None:
 
 
 def test_every_service_listens_on_loopback_unless_keys_open_the_client_endpoints() -> None:
-    commands = {name: cmd for name, _, cmd in service_commands(LocalPorts(), Path("/m"), Path("/d"), 1)}
+    commands = {name: cmd for name, _, cmd in service_commands(LocalPorts(), MODEL, Path("/d"), 1)}
     assert {name: flag(cmd, "--host") for name, cmd in commands.items()} == dict.fromkeys(commands, "127.0.0.1")
     opened = {
         name: flag(cmd, "--host")
-        for name, _, cmd in service_commands(LocalPorts(), Path("/m"), Path("/d"), 1, listen_host="0.0.0.0")
+        for name, _, cmd in service_commands(LocalPorts(), MODEL, Path("/d"), 1, listen_host="0.0.0.0")
     }
     assert opened == {**dict.fromkeys(commands, "127.0.0.1"), "scheduler": "0.0.0.0", "toolproxy": "0.0.0.0"}
     with pytest.raises(ValueError, match="listening on 0.0.0.0 needs API keys"):
@@ -117,7 +138,7 @@ def test_emulated_compute_reaches_every_engine_and_nothing_else() -> None:
     commands = {
         name: cmd
         for name, _, cmd in service_commands(
-            LocalPorts().with_prefill(2), Path("/m"), Path("/d"), 2, prefill=2, compute=compute
+            LocalPorts().with_prefill(2), MODEL, Path("/d"), 2, prefill=2, compute=compute
         )
     }
     for engine in ("prefill-0", "prefill-1", "decode-0", "decode-1"):
@@ -132,7 +153,7 @@ def test_emulated_compute_reaches_every_engine_and_nothing_else() -> None:
         assert engine_flags == cmd[len(cmd) - len(engine_flags) :]
         assert load_config(PrefillConfig, engine_flags, env={}).emulation == emulation  # every setting arrives
     assert all("--compute" not in commands[name] for name in ("kvstore", "scheduler", "toolproxy"))
-    real = {name: cmd for name, _, cmd in service_commands(LocalPorts(), Path("/m"), Path("/d"), 1)}
+    real = {name: cmd for name, _, cmd in service_commands(LocalPorts(), MODEL, Path("/d"), 1)}
     assert "--compute" not in real["prefill"]  # real compute: the engines' own default
 
 
