@@ -92,6 +92,16 @@ def bench_perplexity(args: argparse.Namespace) -> dict:
     return perplexity.run(seq_len=args.seq_len, max_tokens=args.max_tokens, random_seed=args.random_seed)
 
 
+def bench_fp8(args: argparse.Namespace) -> dict:
+    from agentserve.bench.micro import fp8
+    from agentserve.sim import kv_dtype
+
+    lengths = tuple(int(n) for n in args.lengths.split(",") if n)
+    result = fp8.run(args.model or fp8.DEFAULT_MODEL, lengths, args.scored)
+    result["dualpath_sim"] = kv_dtype.compare(args.sim_agents) if args.sim_agents else None
+    return result
+
+
 def bench_layerwise(args: argparse.Namespace) -> dict:
     from agentserve.bench.micro import layerwise as layerwise_bench
 

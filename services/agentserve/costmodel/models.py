@@ -18,7 +18,13 @@ of KV from HBM, besides the weights (`weight_bytes`; see agentserve.costmodel.ti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
+
+# How KV is stored (`EngineConfig.kv_dtype`). auto: as the model's `kv_bytes_per_token_per_layer`
+# states; fp8_e4m3: one byte a value plus a float32 scale per token row of K and of V (`kv.fp8`).
+KVDtype = Literal["auto", "fp8_e4m3"]
+FP8_ROW_SCALE_BYTES = 2 * 4  # K's and V's float32 scale, per token and layer
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,7 @@ class TargetModel:
     indexer_kv_bytes_per_token_per_layer: int = 0  # the part of the KV every decode step reads in full
     weight_shards: int = 1  # GPUs one replica's weights are spread over in the reference deployment
     max_context: int = 131_072  # tokens
+    kv_fp8: bool = False  # the stated KV bytes are already FP8 (a BF16 KV otherwise)
 
     def __post_init__(self) -> None:
         if self.layers <= 0 or self.kv_bytes_per_token_per_layer <= 0:
@@ -56,6 +63,16 @@ class TargetModel:
     @property
     def kv_bytes_per_token(self) -> int:
         return self.layers * self.kv_bytes_per_token_per_layer
+
+    def with_kv_dtype(self, kv_dtype: KVDtype) -> TargetModel:
+        """This model with its KV held as `kv_dtype`: FP8 halves a BF16 KV's bytes, plus the row
+        scales; a KV that is FP8 already (or `auto`) keeps its bytes."""
+        if kv_dtype == "auto" or self.kv_fp8:
+            return self
+        if kv_dtype != "fp8_e4m3":
+            raise ValueError(f"kv_dtype must be one of auto, fp8_e4m3, got {kv_dtype!r}")
+        per_layer = self.kv_bytes_per_token_per_layer // 2 + FP8_ROW_SCALE_BYTES
+        return replace(self, kv_bytes_per_token_per_layer=per_layer, kv_fp8=True)
 
     @property
     def weight_bytes(self) -> float:
@@ -123,6 +140,7 @@ DEEPSEEK_V32 = TargetModel(
     indexer_kv_bytes_per_token_per_layer=132,
     weight_shards=32,
     max_context=163_840,
+    kv_fp8=True,
 )
 
 # A 27B dense-class model shaped like Gemma 3 27B (62 layers, 32 query heads, 16 KV heads, head

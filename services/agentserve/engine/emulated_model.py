@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from agentserve.costmodel.models import KVDtype
 from agentserve.costmodel.timing import ComputeCost
 from agentserve.engine.config import ModelConfig
 from agentserve.engine.emulated_pool import STANDIN_DTYPE, EmulatedKVPool, StandinGeometry
@@ -29,9 +30,12 @@ class EmulatedModel:
     num_blocks: int  # `emulation.kv_blocks`, or what the target GPU holds (agentserve.costmodel.kv_capacity)
 
     @classmethod
-    def build(cls, emulation: EmulationConfig, vocabulary: ModelConfig, block_size: int) -> EmulatedModel:
-        """`vocabulary`: the config.json of the model whose tokenizer the cluster uses (weights unread)."""
-        cost = emulation.cost()
+    def build(
+        cls, emulation: EmulationConfig, vocabulary: ModelConfig, block_size: int, kv_dtype: KVDtype = "auto"
+    ) -> EmulatedModel:
+        """`vocabulary`: the config.json of the model whose tokenizer the cluster uses (weights unread);
+        `kv_dtype`: the engine's, which sets the target KV bytes its blocks are charged."""
+        cost = emulation.cost(kv_dtype)
         geometry = StandinGeometry.for_target(cost.model, block_size, emulation.kv_materialise_bytes)
         config = ModelConfig(
             model_type="llama",
@@ -47,7 +51,7 @@ class EmulatedModel:
             eos_token_id=vocabulary.eos_token_id,
             torch_dtype="float16",
         )
-        return cls(config, emulation, cost, geometry, emulation.pool_blocks(block_size))
+        return cls(config, emulation, cost, geometry, emulation.pool_blocks(block_size, kv_dtype))
 
     @property
     def fingerprint(self) -> str:

@@ -16,7 +16,7 @@ from typing import Literal
 from agentserve.common.config import choices_of
 from agentserve.costmodel.gpus import target_gpu
 from agentserve.costmodel.kv_capacity import DEFAULT_ACTIVATION_RESERVE, kv_capacity_blocks
-from agentserve.costmodel.models import target_model
+from agentserve.costmodel.models import KVDtype, target_model
 from agentserve.costmodel.timing import DEFAULT_DECODE_BANDWIDTH_EFFICIENCY, DEFAULT_PREFILL_MFU, ComputeCost
 
 # real: the model's forward runs (token-exact); emulated: forwards take the target's time from a
@@ -65,19 +65,21 @@ class EmulationConfig:
             raise ValueError(f"kv_blocks must be >= 0 (0 = what the target GPU holds), got {self.kv_blocks}")
         self.cost()  # efficiencies and weight_shards, checked where they are defined
 
-    def cost(self) -> ComputeCost:
+    def cost(self, kv_dtype: KVDtype = "auto") -> ComputeCost:
+        """The target's costs with its KV held as `kv_dtype` (the engine's, `EngineConfig.kv_dtype`):
+        FP8 KV is charged FP8 bytes in the pool, on decode reads and on the NICs."""
         return ComputeCost(
-            target_model(self.target_model),
+            target_model(self.target_model).with_kv_dtype(kv_dtype),
             target_gpu(self.target_gpu),
             prefill_mfu=self.prefill_mfu,
             decode_bandwidth_efficiency=self.decode_bandwidth_efficiency,
             weight_shards=self.weight_shards,
         )
 
-    def pool_blocks(self, block_size: int) -> int:
+    def pool_blocks(self, block_size: int, kv_dtype: KVDtype = "auto") -> int:
         """The KV pool's blocks of `block_size` tokens: `kv_blocks`, or what the target GPU holds;
         ValueError if `kv_blocks` is more than the target GPU holds."""
-        capacity = kv_capacity_blocks(self.cost(), block_size, self.activation_reserve)
+        capacity = kv_capacity_blocks(self.cost(kv_dtype), block_size, self.activation_reserve)
         if self.kv_blocks > capacity:
             raise ValueError(
                 f"kv_blocks {self.kv_blocks} is more than {self.target_gpu} holds for {self.target_model} "

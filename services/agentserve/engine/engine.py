@@ -98,10 +98,14 @@ class LLMEngine:
             self.runner = EmulatedRunner(model, self.pool)
         else:
             self.dtype = parse_dtype(config.dtype)
-            self.pool = KVPool.for_budget(self.model_config, config.kv_cache_bytes, config.block_size, self.dtype)
+            self.pool = KVPool.for_budget(
+                self.model_config, config.kv_cache_bytes, config.block_size, self.dtype, config.fp8_kv
+            )
             self.runner = ModelRunner(model, self.pool, config.batch_invariant)
         self.segmented: SegmentedPrefill | None = None
-        if isinstance(model, CausalLM) and isinstance(self.pool, KVPool):
+        # A segmented prefill blends masters' KV computed outside the pool; with FP8 KV its prompts
+        # run as plain prompts, so every row the engine attends over is on the FP8 grid.
+        if isinstance(model, CausalLM) and isinstance(self.pool, KVPool) and not config.fp8_kv:
             self.segmented = SegmentedPrefill(model, self.pool, config.reuse_max_deviation)
         self.blocks = BlockManager(self.pool.num_slots, config.block_size, config.eviction_policy)
         self.batch_policy = config.prefill_batch_policy()
@@ -129,7 +133,7 @@ class LLMEngine:
         """An emulated-compute engine (`config.emulation`); `vocabulary_dir` is the model folder
         whose config.json gives the token ids (its weights are not read)."""
         vocabulary = ModelConfig.from_file(model_folder(vocabulary_dir) / "config.json")
-        model = EmulatedModel.build(config.emulation, vocabulary, config.block_size)
+        model = EmulatedModel.build(config.emulation, vocabulary, config.block_size, config.kv_dtype)
         return cls(model, model.fingerprint, config)
 
     @classmethod
@@ -544,8 +548,11 @@ class LLMEngine:
         self._extend_block_ids(seq)
         return seq.block_ids
 
-    def export_blocks(self, block_ids: Seq[bytes], kv_dtype: str = "native") -> bytearray:
-        """Serialize resident blocks (wire/disk format, no extra copy); ValueError if one is not resident."""
+    def export_blocks(self, block_ids: Seq[bytes], kv_dtype: str | None = None) -> bytearray:
+        """Serialize resident blocks (wire/disk format, no extra copy); ValueError if one is not resident.
+
+        `kv_dtype` (block format) defaults to the engine's: FP8 bytes and scales for an FP8 engine,
+        which carry its pool's values exactly (`kv_pool`)."""
         slots = []
         for i, block_id in enumerate(block_ids):
             slot = self.blocks.lookup(block_id)
@@ -553,6 +560,7 @@ class LLMEngine:
                 raise ValueError(f"block {i} ({block_id.hex()}) is not resident in this engine")
             slots.append(slot)
         k, v = self.pool.read_blocks(slots)
+        kv_dtype = kv_dtype or self.config.block_kv_dtype
         return serialize_blocks(k, v, block_ids=list(block_ids), fingerprint=self.fingerprint, kv_dtype=kv_dtype)
 
     def import_blocks(self, data: bytes | memoryview) -> int:

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agentserve.common.config import check_choice
+from agentserve.common.config import check_choice, choices_of
 from agentserve.contracts.agents import CRITICAL_PRIORITY
+from agentserve.costmodel.models import KVDtype
 from agentserve.engine.config import parse_dtype
 from agentserve.engine.emulation_config import ComputeMode, EmulationConfig
 from agentserve.engine.prefill_batch import PrefillBatchPolicy, make_prefill_batch_policy
 from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, check_eviction_policy
 
-KV_DTYPES = ("native", "fp8_e4m3")
+# How an engine holds and ships KV (`KVDtype`). auto: in the model's dtype. fp8_e4m3: every K/V row
+# it writes is rounded to e4m3 with the row's own power-of-two scale (`kv.fp8`), so prefill, decode,
+# the prefix cache and every imported block attend over the same FP8 values, and blocks leave it as
+# FP8 bytes plus scales (the block format's `fp8_e4m3`): half of bf16's bytes to the store and NICs.
+# An emulated engine charges the target's FP8 bytes (`TargetModel.with_kv_dtype`).
+KV_DTYPES = choices_of(KVDtype)
 
 # The estimated deviation (`engine.recompute_selection`) above which a segmented request is
 # recomputed in full, read from the quality curve (bench/papers/tokendance/quality.py): with masters from
@@ -49,6 +55,7 @@ class EngineConfig:
     # is recomputed in full (`engine.recompute_selection`); None: never.
     reuse_max_deviation: float | None = DEFAULT_MAX_DEVIATION
     emulation: EmulationConfig = field(default_factory=EmulationConfig)  # read when compute is emulated
+    kv_dtype: KVDtype = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.block_size, int) or self.block_size <= 0:
@@ -67,10 +74,20 @@ class EngineConfig:
             raise ValueError(f"batch_invariant must be true or false, got {self.batch_invariant!r}")
         self.prefill_batch_policy()  # ValueError naming the bad field
         check_choice("compute", self.compute, ComputeMode)
+        check_choice("kv_dtype", self.kv_dtype, KVDtype)
         if self.reuse_max_deviation is not None and not self.reuse_max_deviation >= 0:
             raise ValueError(f"reuse_max_deviation must be >= 0, got {self.reuse_max_deviation!r}")
         parse_dtype(self.dtype)
         check_eviction_policy(self.eviction_policy)
+
+    @property
+    def fp8_kv(self) -> bool:
+        return self.kv_dtype == "fp8_e4m3"
+
+    @property
+    def block_kv_dtype(self) -> str:
+        """The block format's `kv_dtype` this engine's exported blocks carry."""
+        return "fp8_e4m3" if self.fp8_kv else "native"
 
     def prefill_batch_policy(self) -> PrefillBatchPolicy:
         return make_prefill_batch_policy(

@@ -18,6 +18,7 @@ from agentserve.engine.attention import DecodeMetadata, PrefillMetadata, paged_a
 from agentserve.engine.kv_pool import KVPool
 from agentserve.engine.linears import gate_up_halves, row_invariant_linear
 from agentserve.engine.rope import RotaryEmbedding
+from agentserve.kv.fp8 import round_to_fp8
 
 # (weight, bias) of a linear layer, as `F.linear` takes them.
 WeightBias = tuple[torch.Tensor, torch.Tensor | None]
@@ -100,7 +101,10 @@ def run_layer(
     # q and k side by side in the fused output: one rotary pass covers both.
     qk = RotaryEmbedding.rotate(qkv[:, : (heads + kv_heads) * d].view(n, heads + kv_heads, d), cos, sin)
     v = qkv[:, (heads + kv_heads) * d :].view(n, kv_heads, d)
+    k = qk[:, heads:]
+    if pool.fp8:  # attend over the FP8 values the pool keeps (`kv_pool`), in a prefill as in a decode
+        k, v = round_to_fp8(k), round_to_fp8(v)
     k_rows, v_rows = pool.flat(p.index)
-    out = paged_attention(qk[:, :heads], qk[:, heads:], v, k_rows, v_rows, meta, heads // kv_heads)
+    out = paged_attention(qk[:, :heads], k, v, k_rows, v_rows, meta, heads // kv_heads)
     x = x + linear(out.reshape(n, heads * d), *p.o_proj)
     return x + p.ffn(p.post_norm(x), meta.batch_invariant)

@@ -133,9 +133,12 @@ class LayerStream:
             tail_tokens=tail_tokens,
         )
 
-    def serialize_block(self, index: int, block_id: bytes, fingerprint: str) -> bytearray:
-        """Block `index` (all layers, which must have arrived) in the block format."""
+    def serialize_block(self, index: int, block_id: bytes, fingerprint: str, kv_dtype: str = "native") -> bytearray:
+        """Block `index` (all layers, which must have arrived) in the block format, its payload
+        `kv_dtype` (an FP8 engine's: the values its staged prefill attended over, `kv.fp8`)."""
         if not self.complete:
             raise LayerLoadError("the cached prefix did not arrive whole")
         window = slice(index, index + 1)
-        return serialize_blocks(self.k[:, window], self.v[:, window], block_ids=[block_id], fingerprint=fingerprint)
+        return serialize_blocks(
+            self.k[:, window], self.v[:, window], block_ids=[block_id], fingerprint=fingerprint, kv_dtype=kv_dtype
+        )

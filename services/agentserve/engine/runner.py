@@ -149,7 +149,7 @@ class ModelRunner:
                 layers = range(layer, layer + 1)
                 self.pool.write_blocks(new_slots[:1], blocks_k[-1:][None], blocks_v[-1:][None], layers)
             # [tokens, heads, d]; a tail's rows past its tokens are not the prefix's
-            k, v = (t[skip:].flatten(0, 1)[:external_tokens].to(self.pool.dtype) for t in (blocks_k, blocks_v))
+            k, v = (self.pool.stored(t[skip:].flatten(0, 1)[:external_tokens]) for t in (blocks_k, blocks_v))
             if not resident_slots:
                 meta.staged_prefix = (k, v)  # the loader's buffer is the layer's whole prefix: no copy
                 return

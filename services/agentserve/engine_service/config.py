@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from agentserve.common.config import config_prefix
 from agentserve.common.internal_tls import internal_tls
+from agentserve.costmodel.models import KVDtype
 from agentserve.engine.emulation_config import ComputeMode, EmulationConfig
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY
@@ -35,6 +36,7 @@ class EngineServiceConfig:
     prefill_attention_tokens: int = 0
     # Bit-identical logits whatever a sequence is batched with (`EngineConfig.batch_invariant`).
     batch_invariant: bool = True
+    kv_dtype: KVDtype = "auto"  # fp8_e4m3: KV held, stored and moved as FP8 (`EngineConfig.kv_dtype`)
     layerwise_min_read_kb: int = 64  # a layerwise path-A read of a block carries whole layers >= this (`layer_loads`)
     # A MoE model's per-forward expert counts as JSON lines to this path (`engine.expert_load`); "" = off.
     record_expert_load: str = ""
@@ -101,6 +103,7 @@ class EngineServiceConfig:
             prefill_token_budget=self.prefill_token_budget,
             prefill_attention_tokens=self.prefill_attention_tokens,
             batch_invariant=self.batch_invariant,
+            kv_dtype=self.kv_dtype,
             compute=self.compute,
             emulation=self.emulation,
         )

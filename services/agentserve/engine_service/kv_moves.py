@@ -99,7 +99,8 @@ def block_wire_bytes(engine: LLMEngine) -> int:
     config = engine.model_config
     shape = (config.num_hidden_layers, 1, engine.block_size, config.num_key_value_heads, config.head_dim)
     zeros = torch.zeros(shape, dtype=engine.dtype)
-    return len(serialize_blocks(zeros, zeros, block_ids=[bytes(16)], fingerprint=engine.fingerprint))
+    kv_dtype = engine.config.block_kv_dtype
+    return len(serialize_blocks(zeros, zeros, block_ids=[bytes(16)], fingerprint=engine.fingerprint, kv_dtype=kv_dtype))
 
 
 def unshaped_nics() -> dict[str, EmulatedNIC]:

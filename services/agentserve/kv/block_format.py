@@ -36,7 +36,7 @@ from agentserve.kv.block_header import (
     payload_range,
     read_header,
 )
-from agentserve.kv.fp8 import FP8_DTYPE, dequantize, quantize_per_block
+from agentserve.kv.fp8 import FP8_DTYPE, dequantize, quantize_per_token
 
 # The store and engines import the whole format from here; block_header holds the details.
 __all__ = [
@@ -73,9 +73,9 @@ def serialize_blocks(
 ) -> bytearray:
     """Encode K/V of shape [num_layers, num_blocks, block_size, num_kv_heads, head_dim].
 
-    `kv_dtype="fp8_e4m3"` stores e4m3 values with a float32 scale per block and layer (for K and
-    V separately); a reader dequantizes them back to the original dtype. `position` records the
-    position of the first token the keys were rotated for: a shared block's master records it
+    `kv_dtype="fp8_e4m3"` stores e4m3 values with a float32 scale per token row of each block and
+    layer (for K and V separately, `kv.fp8`); a reader dequantizes them back to the original dtype.
+    `position` records the position of the first token the keys were rotated for: a shared block's master records it
     (`kv.block_diff`), other blocks leave it out.
     """
     _check_inputs(k, v, block_ids, fingerprint, kv_dtype)
@@ -108,8 +108,8 @@ def serialize_blocks(
     for i in range(num_layers):
         base = i * layout.stride
         if layout.scales is not None:
-            qk, k_scales = quantize_per_block(k[i])
-            qv, v_scales = quantize_per_block(v[i])
+            qk, k_scales = quantize_per_token(k[i])
+            qv, v_scales = quantize_per_token(v[i])
             _write(payload, base + layout.k, qk)
             _write(payload, base + layout.v, qv)
             _write(payload, base + layout.scales, torch.stack([k_scales, v_scales]))
@@ -225,8 +225,11 @@ def _strided(view: memoryview, header: BlockHeader, num_layers: int, section: in
 
 
 def _scales(view: memoryview, header: BlockHeader, num_layers: int, section: int) -> torch.Tensor:
-    """float32 [num_layers, 2, num_blocks]: K then V scales, at byte `section` of each layer."""
+    """float32 [num_layers, 2, num_blocks, block_size]: K then V row scales, at byte `section` of each layer."""
     flat = torch.frombuffer(view, dtype=torch.float32, count=len(view) // 4)
+    rows = header.num_blocks * header.block_size
     return flat.as_strided(
-        (num_layers, 2, header.num_blocks), (header.layout.stride // 4, header.num_blocks, 1), section // 4
+        (num_layers, 2, header.num_blocks, header.block_size),
+        (header.layout.stride // 4, rows, header.block_size, 1),
+        section // 4,
     )

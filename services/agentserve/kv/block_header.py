@@ -71,7 +71,7 @@ class LayerLayout:
 
     k: int
     v: int
-    scales: int | None  # fp8 only: float32 [2, num_blocks], K scales then V scales
+    scales: int | None  # fp8 only: float32 [2, num_blocks, block_size], K row scales then V's
     length: int
     stride: int
 
@@ -114,7 +114,7 @@ def layer_layout(
     v = _align(side)
     if kv_dtype == "fp8_e4m3":
         scales = _align(v + side)
-        length = scales + 2 * num_blocks * 4
+        length = scales + 2 * num_blocks * block_size * 4
     else:
         scales, length = None, v + side
     return LayerLayout(k=0, v=v, scales=scales, length=length, stride=_align(length))

@@ -126,7 +126,7 @@ class PrefillWorker:
             loading = both.create_task(_timed(self._load_into(stream, loads.blocks, loads.plan), "load", kind))
             submitted = time.monotonic()
             event = await self._first_token(request, stream.external(loads.stored, loads.tail_tokens))
-        elsewhere = _from_stream(stream, loads.blocks, self.engine.engine.fingerprint)
+        elsewhere = _from_stream(stream, loads.blocks, self.engine.engine)
         return _Computed(event, submitted, *loading.result(), elsewhere=elsewhere)
 
     async def _load_then_compute(self, request: PrefillRequest, loads: TurnLoads, kind: str) -> _Computed:
@@ -402,13 +402,13 @@ def _pin_resident(engine: LLMEngine, ids: list[bytes], loaded_blocks: int, after
     return engine.blocks.pin(ids[:leading] + computed[: engine.blocks.cached_prefix(computed)] + rest)
 
 
-def _from_stream(stream: LayerStream, ids: list[bytes], fingerprint: str) -> HeldElsewhere:
+def _from_stream(stream: LayerStream, ids: list[bytes], engine: LLMEngine) -> HeldElsewhere:
     index = {block_id: i for i, block_id in enumerate(ids)}
 
     def serialize(block_id: bytes) -> bytes | None:
         i = index.get(block_id)
         if i is None or not stream.complete:
             return None
-        return bytes(stream.serialize_block(i, block_id, fingerprint))
+        return bytes(stream.serialize_block(i, block_id, engine.fingerprint, engine.config.block_kv_dtype))
 
     return serialize

@@ -23,7 +23,12 @@ def dualpath_spec(args: argparse.Namespace) -> DualPathSimSpec:
         output_tokens=args.output_tokens,
         seed=args.seed,
     )
-    overrides: dict[str, Any] = {"block_size": args.block_size, "layer_groups": args.layer_groups, "gpu": args.gpu}
+    overrides: dict[str, Any] = {
+        "block_size": args.block_size,
+        "layer_groups": args.layer_groups,
+        "gpu": args.gpu,
+        "kv_dtype": args.kv_dtype,
+    }
     if args.model:
         overrides["model"] = args.model
     policies = tuple(p for p in args.policies.split(",") if p)

@@ -23,6 +23,12 @@ def add_dualpath_arguments(p: argparse.ArgumentParser) -> None:
         "--model", default="", choices=["", *TARGET_MODELS], help="target model (default: the profile's, deepseek-v3.2)"
     )
     p.add_argument("--gpu", default="h800", choices=list(TARGET_GPUS), help="target GPU (default h800)")
+    p.add_argument(
+        "--kv-dtype",
+        default="auto",
+        choices=["auto", "fp8_e4m3"],
+        help="KV as stored and moved: auto = the target model's; fp8_e4m3 halves a BF16 KV's bytes (default auto)",
+    )
     p.add_argument("--agents", type=int, default=w.agents, help=f"agents offline (default {w.agents})")
     p.add_argument("--turns", type=int, default=w.turns, help=f"turns per agent (default {w.turns})")
     p.add_argument("--first-context", type=int, default=w.first_context, help="first turn's prompt tokens")

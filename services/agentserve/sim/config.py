@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agentserve.common.config import check_choice
 from agentserve.costmodel.gpus import target_gpu
 from agentserve.costmodel.kv_capacity import kv_capacity_blocks
-from agentserve.costmodel.models import target_model
+from agentserve.costmodel.models import KVDtype, TargetModel, target_model
 from agentserve.costmodel.timing import DEFAULT_DECODE_BANDWIDTH_EFFICIENCY, DEFAULT_PREFILL_MFU, ComputeCost
 from agentserve.fabric.profiles import HardwareProfile
 
@@ -39,9 +40,11 @@ class SimConfig:
     # KV pool blocks per engine (0: what the GPU's HBM holds after the weights, `kv_capacity`).
     prefill_pool_blocks: int = 0
     decode_pool_blocks: int = 0
+    kv_dtype: KVDtype = "auto"  # fp8_e4m3: the store, the NICs and the pools carry FP8 KV bytes
 
     def __post_init__(self) -> None:
         target_model(self.model)
+        check_choice("sim kv_dtype", self.kv_dtype, KVDtype)
         target_gpu(self.gpu)
         for name in ("prefill_nodes", "decode_nodes", "gpus_per_node", "block_size", "layer_groups"):
             if getattr(self, name) < 1:
@@ -70,10 +73,12 @@ class SimConfig:
             base["model"] = profile.target.model
         return cls(**{**base, **overrides})
 
+    def target(self) -> TargetModel:
+        """The target model with its KV in `kv_dtype`."""
+        return target_model(self.model).with_kv_dtype(self.kv_dtype)
+
     def cost(self) -> ComputeCost:
-        return ComputeCost(
-            target_model(self.model), target_gpu(self.gpu), self.prefill_mfu, self.decode_bandwidth_efficiency
-        )
+        return ComputeCost(self.target(), target_gpu(self.gpu), self.prefill_mfu, self.decode_bandwidth_efficiency)
 
     def engines(self, role: str) -> int:
         """Engines of `role` (prefill or decode)."""
@@ -93,11 +98,13 @@ class SimConfig:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        return target_model(self.model).kv_bytes_per_token
+        return self.target().kv_bytes_per_token
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
+            "kv_dtype": self.kv_dtype,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
             "gpu": self.gpu,
             "engines": {"prefill": self.engines("prefill"), "decode": self.engines("decode")},
             "gpus_per_node": self.gpus_per_node,
