@@ -46,6 +46,17 @@ def test_config_from_flags_and_env():
     )
     assert (config.http_port, config.grpc_port, config.scheduler_address) == (9080, 50056, "sched:50051")
     assert config.upstream_urls == {"s": "http://h/s"}
+    assert (config.http.header_timeout_s, config.http.body_timeout_s, config.http.max_connections_per_client) == (
+        10.0,
+        30.0,
+        256,
+    )
+    bounded = load_config(
+        ToolProxyConfig, ["--header-timeout-s", "2"], env={"AGENTSERVE_MAX_CONNECTIONS_PER_CLIENT": "8"}
+    )
+    assert (bounded.http.header_timeout_s, bounded.http.max_connections_per_client) == (2.0, 8)
+    with pytest.raises(ValueError, match="body_timeout_s must be a positive number of seconds, got -1"):
+        load_config(ToolProxyConfig, ["--body-timeout-s", "-1"], env={})
 
 
 @pytest.mark.parametrize(
