@@ -11,6 +11,7 @@ from agentserve.bench.common.workloads import cli_args as workload_args
 from agentserve.bench.micro import eplb_cli, powerloss_cli
 from agentserve.bench.papers.agentaware import cli_args as agentaware_args
 from agentserve.bench.papers.dualpath import cli_args as dualpath_args
+from agentserve.bench.papers.peer import cli_args as peer_args
 from agentserve.bench.papers.replay import cli_args as replay_args
 from agentserve.bench.papers.tokendance.cli import add_arguments as tokendance_args
 from agentserve.cli import commands
@@ -325,6 +326,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tokendance_args(dance)
     dance.set_defaults(func=commands.bench_tokendance)
+    peer = bench.add_parser(
+        "peer",
+        help="agentserve vs llama.cpp's llama-server on the same GGUF and agent trace: sessions within an SLO, "
+        "later-turn TTFT, TPOT, tokens/s, resident memory",
+    )
+    peer_args.add_arguments(peer)
+    peer.set_defaults(func=peer_args.command)
 
     sim = sub.add_parser("sim", help="discrete-event simulation of the scheduler's policies at scale").add_subparsers(
         dest="sim_command", required=True
