@@ -1,8 +1,8 @@
 """A tenant flooding the scheduler and clients that hold connections open slowly cannot take the
 system from others, against real services on loopback (`LocalCluster` with two tenants' keys,
-four turns running at once, and 2-second read timeouts on the HTTP fronts). The engines emulate
+eight turns running at once, and 2-second read timeouts on the HTTP fronts). The engines emulate
 the target (DeepSeek-V3.2 on H800, time dilation 4: `ComputeSettings("emulated")`), so a turn
-takes the target GPU's time, where a batch of four decodes as fast as one, and the latencies
+takes the target GPU's time, where a batch of eight decodes as fast as one, and the latencies
 measure the scheduler's queueing rather than two shared CPU cores running the model for both
 tenants at once.
 
@@ -35,7 +35,7 @@ from tests.support.cluster import local_cluster
 pytestmark = pytest.mark.integration
 
 KEYS = {"flood": "as-flood-key-0123456789abcdef", "steady": "as-steady-key-0123456789abcde"}
-MAX_RUNNING = 4
+MAX_RUNNING = 8
 COMPUTE = ComputeSettings("emulated", EmulationConfig("deepseek-v3.2", "h800", time_dilation=4.0))
 TIMEOUT_S = 2.0
 CAP = 100
@@ -50,9 +50,12 @@ ENV = {
     "AGENTSERVE_HEADER_TIMEOUT_S": str(TIMEOUT_S),
     "AGENTSERVE_BODY_TIMEOUT_S": str(TIMEOUT_S),
 }
-TURN = {"prompt": [5, 9, 13, 17] * 4, "max_tokens": 16, "ignore_eos": True, "temperature": 0}
+TURN = {"prompt": [5, 9, 13, 17] * 4, "max_tokens": 32, "ignore_eos": True, "temperature": 0}
 # Closing 500 connections on a loaded 2-core machine: the timers fire on time, the event loop may not.
 MARGIN_S = 4.0
+# uvloop's timers count from the loop's clock as its iteration began, which a busy iteration leaves
+# behind the wall clock: a deadline may pass that much early.
+EARLY_S = 0.25
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +157,8 @@ def test_a_flooding_tenant_is_refused_and_the_steady_one_keeps_its_latency(clust
     print(
         f"capacity {capacity:.1f} turns/s; steady p50 alone {p50_alone:.3f} s, beside the flood "
         f"{p50_loaded:.3f} s ({p50_loaded / p50_alone:.2f}x); flood at {rate:.1f}/s: "
-        f"{flood_statuses.count(200)} served, {flood_statuses.count(429)} refused"
+        f"{flood_statuses.count(200)} served, {flood_statuses.count(429)} refused; steady: "
+        f"{sum(status != 200 for status, _ in alone + loaded)} of {len(alone + loaded)} refused"
     )
     assert {status for status, _ in alone + loaded} == {200}
     assert set(flood_statuses) == {200, 429} and flood_statuses.count(429) > flood_statuses.count(200)
@@ -210,14 +214,16 @@ def test_500_slow_headers_are_closed_within_the_timeout_while_a_normal_client_is
         f"500 slow headers closed after {seconds[0]:.2f} .. {seconds[-1]:.2f} s; normal client: {len(statuses)} turns"
     )
     assert all(reply == HEADER_TIMEOUT for _, reply in closed)
-    assert seconds[0] >= TIMEOUT_S and seconds[-1] <= TIMEOUT_S + MARGIN_S
+    assert seconds[0] >= TIMEOUT_S - EARLY_S and seconds[-1] <= TIMEOUT_S + MARGIN_S
     assert statuses and set(statuses) == {200}
 
 
 def test_the_tool_proxy_closes_slow_headers_too(cluster):
     closed = asyncio.run(_slow_clients(cluster.ports.toolproxy_http, 50))
+    seconds = sorted(s for s, _ in closed)
+    print(f"50 slow headers at the tool proxy closed after {seconds[0]:.2f} .. {seconds[-1]:.2f} s")
     assert all(reply == HEADER_TIMEOUT for _, reply in closed)
-    assert all(TIMEOUT_S <= s <= TIMEOUT_S + MARGIN_S for s, _ in closed)
+    assert seconds[0] >= TIMEOUT_S - EARLY_S and seconds[-1] <= TIMEOUT_S + MARGIN_S
 
 
 async def _stalled_body(port: int) -> tuple[float, bytes]:
@@ -236,7 +242,7 @@ async def _stalled_body(port: int) -> tuple[float, bytes]:
 
 def test_a_stalled_body_is_closed_after_the_body_timeout(cluster):
     seconds, reply = asyncio.run(_stalled_body(cluster.ports.http))
-    assert reply == HEADER_TIMEOUT and TIMEOUT_S <= seconds <= TIMEOUT_S + MARGIN_S
+    assert reply == HEADER_TIMEOUT and TIMEOUT_S - EARLY_S <= seconds <= TIMEOUT_S + MARGIN_S
 
 
 async def _over_the_cap(port: int) -> bytes:
