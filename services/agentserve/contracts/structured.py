@@ -56,7 +56,10 @@ class ToolSchema:
 class StructuredOutput:
     kind: StructuredKind
     schema: str = ""  # JSON_SCHEMA: the JSON Schema, as JSON text
-    tools: tuple[ToolSchema, ...] = ()  # TOOL_CALL, TEXT_OR_TOOL_CALLS: the functions a call may name
+    # TOOL_CALL, TEXT_OR_TOOL_CALLS: the functions a call may name. JSON_OBJECT, JSON_SCHEMA: optional;
+    # with tools the output is the JSON or, instead, one or more calls among them (OpenAI's
+    # `response_format` beside tools under tool_choice "auto": it shapes the answer, not the calls).
+    tools: tuple[ToolSchema, ...] = ()
     single_call: bool = False  # TOOL_CALL: exactly one call (a named tool_choice); else one or more
 
     def __post_init__(self) -> None:
@@ -66,14 +69,12 @@ class StructuredOutput:
             parse_schema(self.schema, "structured output schema")
         elif self.schema:
             raise ValueError(f"a {self.kind.value} structured output takes no schema")
-        if self.kind not in (StructuredKind.TOOL_CALL, StructuredKind.TEXT_OR_TOOL_CALLS):
-            if self.tools or self.single_call:
-                raise ValueError(f"a {self.kind.value} structured output takes no tools")
-            return
-        if not self.tools:
-            raise ValueError(f"a {self.kind.value} structured output needs at least one tool")
         if self.single_call and self.kind is not StructuredKind.TOOL_CALL:
             raise ValueError("single_call applies to a tool_call structured output only")
+        if not self.tools:
+            if self.kind in (StructuredKind.TOOL_CALL, StructuredKind.TEXT_OR_TOOL_CALLS):
+                raise ValueError(f"a {self.kind.value} structured output needs at least one tool")
+            return
         names = [tool.name for tool in self.tools]
         if len(set(names)) != len(names):
             raise ValueError(f"tool names must be unique, got {names}")

@@ -5,6 +5,9 @@ JSON comes out in one canonical layout: no free whitespace (a weak model could o
 object with blanks until max_tokens), ", " and ": " separators, properties in schema order. A tool
 call therefore reads exactly `<tool_call>\\n{"name": "f", "arguments": {...}}\\n</tool_call>`.
 
+JSON with tools (a `response_format` beside strict tools under tool_choice "auto") is the JSON or,
+from its first character on, calls instead: `start: json | calls`.
+
 Free text with tool calls (TEXT_OR_TOOL_CALLS, a strict tool under tool_choice "auto") is
 llguidance's structural-tag pattern: text is free up to the first `<tool_call>` (a lazy lexeme ends
 at its trigger), and from there on the call is decoded under the call grammar; the text after the
@@ -40,12 +43,21 @@ ANY_OBJECT: dict[str, Any] = {"type": "object"}
 
 def grammar_for(structured: StructuredOutput) -> str:
     """The Lark grammar (with embedded JSON Schemas) the output must match; `check` says if it compiles."""
-    if structured.kind is StructuredKind.JSON_OBJECT:
-        return f"start: {_json(ANY_OBJECT)}\n"
-    if structured.kind is StructuredKind.JSON_SCHEMA:
-        return f"start: {_json(parse_schema(structured.schema, 'schema'))}\n"
     calls = " | ".join(f"fn{i}" for i in range(len(structured.tools)))
     functions = [f"fn{i}: {call_rule(tool)}" for i, tool in enumerate(structured.tools)]
+    if structured.kind in (StructuredKind.JSON_OBJECT, StructuredKind.JSON_SCHEMA):
+        schema = (
+            ANY_OBJECT if structured.kind is StructuredKind.JSON_OBJECT else parse_schema(structured.schema, "schema")
+        )
+        if not structured.tools:
+            return f"start: {_json(schema)}\n"
+        rules = [
+            f"start: {_json(schema)} | calls",
+            f"calls: call ({_literal(TOOL_CALL_SEPARATOR)} call)*",
+            f"call: {_literal(TOOL_CALL_OPEN)} ({calls}) {_literal(TOOL_CALL_CLOSE)}",
+            *functions,
+        ]
+        return "\n".join(rules) + "\n"
     if structured.kind is StructuredKind.TEXT_OR_TOOL_CALLS:
         trigger = TOOL_CALL_OPEN.rstrip("\n")
         rules = [

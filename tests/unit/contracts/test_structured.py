@@ -28,7 +28,10 @@ def test_builders_carry_schemas_as_json_text_and_compare_by_value():
             lambda: StructuredOutput(StructuredKind.JSON_OBJECT, schema="{}"),
             "json_object structured output takes no schema",
         ),
-        (lambda: StructuredOutput(StructuredKind.JSON_OBJECT, tools=(ToolSchema("f"),)), "takes no tools"),
+        (
+            lambda: StructuredOutput(StructuredKind.JSON_OBJECT, tools=(ToolSchema("f"),), single_call=True),
+            "single_call applies to a tool_call structured output only",
+        ),
         (lambda: StructuredOutput(StructuredKind.TOOL_CALL), "needs at least one tool"),
         (lambda: StructuredOutput(StructuredKind.TEXT_OR_TOOL_CALLS), "text_or_tool_calls structured output needs"),
         (

@@ -4,6 +4,7 @@ sampling beside free ones in one batch without changing the free ones."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -204,3 +205,30 @@ def test_auto_with_strict_tools_lets_text_open_only_valid_calls(engine, tokenize
         jsonschema.validate(json.loads(parsed.tool_calls[0].arguments), WEATHER)
     with pytest.raises(ValueError, match="do not match the grammar"):
         engine.grammars.matcher(structured, tokenizer.encode("hi <tool_call>\nfoo"))
+
+
+def test_json_beside_strict_tools_is_the_json_or_calls_instead(engine, tokenizer):
+    # A response_format beside strict tools under "auto": the reply is RECORD's JSON or calls to
+    # get_weather; once it opened either, the other is gone, and text is neither.
+    tools = StructuredOutput.tool_calls({"get_weather": WEATHER}).tools
+    structured = dataclasses.replace(StructuredOutput.json_schema(RECORD), tools=tools)
+    prompt = [5, 900, 31, 7]
+    for opening in ("<tool_call>\n", '{"level": '):
+        opened = tokenizer.encode(opening)
+        for seed in range(2):
+            params = SamplingParams(max_tokens=300, temperature=1.0, seed=seed, structured=structured)
+            seq = engine.add_request(prompt + opened, params, generated=len(opened))
+            while not seq.finished:
+                engine.step()
+            assert seq.finish_reason == "stop"
+            text = opening + _text(tokenizer, seq.output_token_ids)
+            parsed = parse_tool_calls(text)
+            if opening.startswith("<tool_call>"):
+                assert not parsed.content and [call.name for call in parsed.tool_calls][:1] == ["get_weather"]
+                for call in parsed.tool_calls:
+                    jsonschema.validate(json.loads(call.arguments), WEATHER)
+            else:
+                assert not parsed.tool_calls
+                jsonschema.validate(json.loads(text), RECORD)
+    with pytest.raises(ValueError, match="do not match the grammar"):
+        engine.grammars.matcher(structured, tokenizer.encode("Let me check."))

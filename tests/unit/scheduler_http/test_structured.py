@@ -3,6 +3,7 @@ is a ValueError (the gateway's 400) naming it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -72,8 +73,11 @@ def test_auto_with_a_strict_tool_is_free_text_whose_calls_are_valid_calls():
     assert _parse({"tools": strict_tools}) == expected
     assert _parse({"tools": strict_tools, "tool_choice": "auto"}) == expected
     assert _parse({"tools": strict_tools, "tool_choice": "none"}) is None
-    # A json_schema reply is the schema's JSON: the strict tools do not constrain it further.
-    assert _parse({"tools": strict_tools, **_json_schema(WEATHER)}) == StructuredOutput.json_schema(WEATHER_DECODED)
+    # Beside a json_schema the reply is that JSON or, instead, valid calls (OpenAI's reading of the pair).
+    assert _parse({"tools": strict_tools, **_json_schema(WEATHER)}) == dataclasses.replace(
+        StructuredOutput.json_schema(WEATHER_DECODED), tools=expected.tools
+    )
+    assert _parse({"tools": TOOLS, **_json_schema(WEATHER)}) == StructuredOutput.json_schema(WEATHER_DECODED)
 
 
 def test_a_forced_call_wins_over_response_format():

@@ -19,6 +19,16 @@ def test_json_kinds_embed_the_schema_with_the_canonical_layout():
     assert grammar_for(schema) == f'start: %json {{"type": "integer", {LAYOUT}}}\n'
 
 
+def test_json_beside_tools_is_the_json_or_calls_instead():
+    structured = StructuredOutput(StructuredKind.JSON_OBJECT, tools=(ToolSchema("f"),))
+    assert grammar_for(structured).splitlines()[:3] == [
+        f'start: %json {{"type": "object", {LAYOUT}}} | calls',
+        'calls: call ("\\n" call)*',
+        'call: "<tool_call>\\n" (fn0) "\\n</tool_call>"',
+    ]
+    check(structured)
+
+
 def test_named_tool_call_is_exactly_one_hermes_call():
     calls = StructuredOutput.tool_calls({"get_weather": {"type": "object"}}, single_call=True)
     assert grammar_for(calls) == (

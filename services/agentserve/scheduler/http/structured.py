@@ -6,8 +6,8 @@
   "function": {"name": X}}`: exactly one call, to X; `"auto"` (the default with tools) with a
   `strict` tool: free text in which every call is a valid call among `tools`; `"auto"` without a
   strict tool, and `"none"`: nothing.
-- both: a forced call (`"required"`, a named function) wins, as the reply is calls; otherwise the
-  `response_format` does, as the reply is that JSON.
+- both: a forced call (`"required"`, a named function) wins, as the reply is calls; under `"auto"`
+  with a strict tool the reply is the `response_format`'s JSON or, instead, calls among `tools`.
 
 `strict: true` (on a json_schema or a tool) first checks the schema against OpenAI's strict rules
 (`agentserve.structured.strict_schema`). Every schema is then decoded as
@@ -18,6 +18,7 @@ could not decode under is a 400 naming its field, before any engine sees the req
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -47,9 +48,11 @@ def parse_structured(
         # of it. OpenAI accepts the pair (the Agents SDK sends it for an agent with an output_type
         # whose tool_choice forces a tool) and vLLM decodes the call grammar alone.
         return calls
-    if response is not None:
-        return response  # the reply is the schema's JSON; strict tools constrain only a reply that may call them
-    return calls
+    if response is not None and calls is not None:
+        # "auto" with strict tools: the JSON answer, or calls instead (OpenAI's reading; the Agents
+        # SDK sends its output_type's schema on every step, those that should call a tool included).
+        return dataclasses.replace(response, tools=calls.tools)
+    return response or calls
 
 
 def _response_format(raw: Any, max_tokens: int) -> StructuredOutput | None:
