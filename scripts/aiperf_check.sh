@@ -104,7 +104,11 @@ AGENTSERVE_HTTP_HOST_PORT=$HTTP_PORT
 AGENTSERVE_TOOLPROXY_HOST_PORT=$(free_port)
 AGENTSERVE_PHOENIX_HOST_PORT=$(free_port)
 EOF
-compose() { docker compose -p "$PROJECT" -f "$ROOT/docker-compose.yml" --env-file "$ENV_FILE" "$@"; }
+# The tiny model (docker-compose.tiny.yml): the tokenizer above is its own, and its speed keeps the run to minutes.
+compose() {
+    docker compose -p "$PROJECT" -f "$ROOT/docker-compose.yml" -f "$ROOT/docker-compose.tiny.yml" \
+        --env-file "$ENV_FILE" "$@"
+}
 cleanup() {
     compose logs --no-color --timestamps > "$OUT/compose.log" 2>&1 || true
     if [ "${KEEP_STACK:-0}" = 1 ]; then

