@@ -111,7 +111,7 @@ def _run_agents(base_url: str, model_name: str, run: Callable[[agents.Model], Aw
 
 
 def _glossary_agent(glossary: Glossary, model: agents.Model) -> agents.Agent[Any]:
-    """An agent with the `lookup` tool whose final output is an Answer, at the SDK's defaults."""
+    """An agent with the `lookup` tool whose final output is an Answer: the SDK's defaults but temperature 0."""
     return agents.Agent(
         name="glossary",
         instructions=INSTRUCTIONS,
