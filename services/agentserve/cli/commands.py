@@ -63,7 +63,8 @@ def generate(args: argparse.Namespace) -> dict | None:
         seed=args.seed,
         ignore_eos=args.ignore_eos,
     )
-    engine = LLMEngine.from_dir(model_dir, EngineConfig(dtype=args.dtype, prefix_cache=not args.no_prefix_cache))
+    config = EngineConfig(dtype=args.dtype, prefix_cache=not args.no_prefix_cache, device=args.device)
+    engine = LLMEngine.from_dir(model_dir, config)
     seq = engine.generate(prompt_ids, params)
     output = tokenizer.decode(seq.output_token_ids)
     if not args.json:
@@ -83,7 +84,7 @@ def generate(args: argparse.Namespace) -> dict | None:
 def bench_engine(args: argparse.Namespace) -> dict:
     from agentserve.bench.micro.engine import run
 
-    return run(_model_dir(args.model), dtype=args.dtype, quick=args.quick)
+    return run(_model_dir(args.model), dtype=args.dtype, quick=args.quick, device=args.device)
 
 
 def bench_perplexity(args: argparse.Namespace) -> dict:
@@ -309,6 +310,7 @@ def up_local(args: argparse.Namespace) -> int:
             time_dilation=args.time_dilation,
             kv_materialise_bytes=args.kv_materialise_bytes,
         ),
+        device=args.device,
     )
     cluster = LocalCluster(
         LocalPorts.free(args.decoders, args.prefill) if args.free_ports else LocalPorts(),

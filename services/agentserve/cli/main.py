@@ -19,6 +19,9 @@ from agentserve.engine.emulation_config import COMPUTE_MODES, EmulationConfig
 from agentserve.sim import cli_args as sim_cli
 from agentserve.training.trainer import TrainConfig
 
+# `EngineConfig.device`: the flag of generate, bench engine and up (and of every engine service).
+DEVICE_HELP = "where the engine runs the model: cpu (the default), cuda, cuda:N, or auto (cuda when present)"
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentserve", description="LLM inference serving for AI agents")
@@ -61,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    gen.add_argument("--device", default="cpu", help=DEVICE_HELP)
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     gen.add_argument("--ignore-eos", action="store_true", help="generate exactly --max-tokens tokens")
     gen.add_argument("--no-prefix-cache", action="store_true")
@@ -113,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=COMPUTE_MODES,
         help="emulated: engines load no weights and take the target model's time on the target GPU",
     )
+    up.add_argument("--device", default="cpu", help=DEVICE_HELP + "; real compute: every engine runs there")
     emulation = EmulationConfig()  # the defaults of the flags below
     up.add_argument("--target-model", default=emulation.target_model, help="emulated: an agentserve.costmodel model")
     up.add_argument("--target-gpu", default=emulation.target_gpu, help="emulated compute: h800, h100 or h200")
@@ -170,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     eng = bench.add_parser("engine", help="prefill/decode speed and prefix-cache speedup of one engine")
     eng.add_argument("--model", type=Path, help="model folder, GGUF file, or tiny (the default) / smollm2")
     eng.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    eng.add_argument("--device", default="cpu", help=DEVICE_HELP)
     eng.add_argument("--quick", action="store_true", help="fewer contexts and repetitions")
     eng.add_argument("--json", action="store_true")
     eng.set_defaults(func=commands.bench_engine)

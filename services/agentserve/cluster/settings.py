@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from agentserve.common.config import check_choice
+from agentserve.engine.device import resolve_device
 from agentserve.engine.emulation_config import ComputeMode, EmulationConfig
 
 
@@ -52,14 +53,16 @@ class ComputeSettings:
 
     mode: ComputeMode = "real"
     emulation: EmulationConfig = field(default_factory=EmulationConfig)
+    device: str = "cpu"  # real compute: where every engine runs the model (`EngineConfig.device`)
 
     def __post_init__(self) -> None:
         check_choice("compute", self.mode, ComputeMode)
+        resolve_device(self.device)  # a GPU this machine lacks fails here, before any service starts
 
     def engine_args(self) -> list[str]:
-        """The engine flags (`EngineServiceConfig.compute` and its emulation's) that say this."""
+        """The engine flags (`EngineServiceConfig.compute`, its emulation's, `device`) that say this."""
         if self.mode == "real":
-            return []
+            return [] if self.device == "cpu" else ["--device", self.device]
         emulation = [
             text
             for f in fields(EmulationConfig)

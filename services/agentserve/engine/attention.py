@@ -28,7 +28,8 @@ from agentserve.engine.prefix_attention import attend_with_prefix
 def token_rows(table: torch.Tensor, start: int, stop: int, block_size: int) -> torch.Tensor:
     """Flat pool rows of positions [start, stop), given the slot table (`[blocks]` or `[B, blocks]`)."""
     first = start // block_size
-    rows = table[..., first:, None] * block_size + torch.arange(block_size)  # every row of those blocks
+    every_row = torch.arange(block_size, device=table.device)
+    rows = table[..., first:, None] * block_size + every_row  # every row of those blocks
     offset = start - first * block_size
     return rows.flatten(-2)[..., offset : offset + stop - start]
 
@@ -38,7 +39,7 @@ def token_rows(table: torch.Tensor, start: int, stop: int, block_size: int) -> t
 
 
 def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return torch.zeros(visible.shape, dtype=dtype).masked_fill_(~visible, float("-inf"))
+    return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, float("-inf"))
 
 
 @dataclass
@@ -64,10 +65,17 @@ class PrefillMetadata:
 
     @classmethod
     def build(
-        cls, slots: Sequence[int], block_size: int, num_cached: int, num_new: int, batch_invariant: bool = True
+        cls,
+        slots: Sequence[int],
+        block_size: int,
+        num_cached: int,
+        num_new: int,
+        batch_invariant: bool = True,
+        device: torch.device | None = None,
     ) -> PrefillMetadata:
+        """`device`: the pool's, where the row indices are built (None: the CPU)."""
         total = num_cached + num_new
-        table = torch.as_tensor(list(slots[: -(-total // block_size)]), dtype=torch.long)
+        table = torch.as_tensor(list(slots[: -(-total // block_size)]), dtype=torch.long, device=device)
         prefix = list(slots[: -(-num_cached // block_size)])
         consecutive = bool(prefix) and prefix == list(range(prefix[0], prefix[0] + len(prefix)))
         return cls(
@@ -79,6 +87,13 @@ class PrefillMetadata:
             prefix_start=prefix[0] * block_size if consecutive else None,
             batch_invariant=batch_invariant,
         )
+
+    def move_to(self, device: torch.device) -> None:
+        """Put the step's row indices on `device` (the pool's), in place: a staging hook holds this
+        object and sets `staged_prefix` on it per layer."""
+        self.write_rows, self.prefix_slots = self.write_rows.to(device), self.prefix_slots.to(device)
+        if self.staged_prefix is not None:
+            self.staged_prefix = (self.staged_prefix[0].to(device), self.staged_prefix[1].to(device))
 
     def prefix_kv(self, rows: torch.Tensor) -> torch.Tensor:
         """One layer's KV of the cached prefix in position order, `[num_cached, heads, d]`."""
@@ -100,6 +115,11 @@ class DecodeMetadata:
         """Every position in this step is below this."""
         return self.context_rows.shape[1]
 
+    def move_to(self, device: torch.device) -> None:
+        """Put the step's rows and mask on `device` (the pool's), in place."""
+        self.write_rows, self.context_rows = self.write_rows.to(device), self.context_rows.to(device)
+        self.key_mask = self.key_mask.to(device)
+
     @classmethod
     def build(
         cls,
@@ -108,19 +128,21 @@ class DecodeMetadata:
         lengths: Sequence[int],
         dtype: torch.dtype = torch.float32,
         batch_invariant: bool = True,
+        device: torch.device | None = None,
     ) -> DecodeMetadata:
-        """lengths[b] counts sequence b's tokens including the one being decoded."""
+        """lengths[b] counts sequence b's tokens including the one being decoded; `device`: the
+        pool's, where the rows and the mask are built (None: the CPU)."""
         max_len = padded_context(max(lengths)) if batch_invariant else max(lengths)
         num_blocks = -(-max_len // block_size)
         # One padded table for the batch (padding points at slot 0, masked), so the whole batch's
         # rows take a few tensor ops instead of a few per sequence.
         used = [list(t[:num_blocks]) for t in slot_tables]
-        table = torch.as_tensor([u + [0] * (num_blocks - len(u)) for u in used], dtype=torch.long)
+        table = torch.as_tensor([u + [0] * (num_blocks - len(u)) for u in used], dtype=torch.long, device=device)
         rows = token_rows(table, 0, max_len, block_size)
-        lengths_t = torch.as_tensor(lengths)
-        visible = torch.arange(max_len)[None, :] < lengths_t[:, None]
+        lengths_t = torch.as_tensor(lengths, device=device)
+        visible = torch.arange(max_len, device=device)[None, :] < lengths_t[:, None]
         return cls(
-            write_rows=rows[torch.arange(len(lengths)), lengths_t - 1],
+            write_rows=rows[torch.arange(len(lengths), device=device), lengths_t - 1],
             context_rows=rows,
             key_mask=additive_mask(visible, dtype)[:, None, None, :],
             batch_invariant=batch_invariant,

@@ -31,6 +31,7 @@ import torch
 from agentserve.contracts import SamplingParams
 from agentserve.contracts.segments import SegmentedPrompt
 from agentserve.engine.config import ModelConfig, parse_dtype
+from agentserve.engine.device import place_model
 from agentserve.engine.emulated_model import EmulatedModel
 from agentserve.engine.emulated_pool import EmulatedKVPool
 from agentserve.engine.emulated_runner import EmulatedRunner
@@ -98,14 +99,18 @@ class LLMEngine:
             self.runner = EmulatedRunner(model, self.pool)
         else:
             self.dtype = parse_dtype(config.dtype)
+            device = config.torch_device
+            model = self.model = place_model(model, device)  # weights where the pool is (`engine.device`)
             self.pool = KVPool.for_budget(
-                self.model_config, config.kv_cache_bytes, config.block_size, self.dtype, config.fp8_kv
+                self.model_config, config.kv_cache_bytes, config.block_size, self.dtype, config.fp8_kv, device
             )
             self.runner = ModelRunner(model, self.pool, config.batch_invariant)
         self.segmented: SegmentedPrefill | None = None
         # A segmented prefill blends masters' KV computed outside the pool; with FP8 KV its prompts
-        # run as plain prompts, so every row the engine attends over is on the FP8 grid.
-        if isinstance(model, CausalLM) and isinstance(self.pool, KVPool) and not config.fp8_kv:
+        # run as plain prompts, so every row the engine attends over is on the FP8 grid. The blend
+        # builds its KV on the host, so off the CPU they run as plain prompts too.
+        on_cpu = isinstance(self.pool, KVPool) and self.pool.device.type == "cpu"
+        if isinstance(model, CausalLM) and isinstance(self.pool, KVPool) and not config.fp8_kv and on_cpu:
             self.segmented = SegmentedPrefill(model, self.pool, config.reuse_max_deviation)
         self.blocks = BlockManager(self.pool.num_slots, config.block_size, config.eviction_policy)
         self.batch_policy = config.prefill_batch_policy()

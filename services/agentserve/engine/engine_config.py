@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from agentserve.common.config import check_choice, choices_of
 from agentserve.contracts.agents import CRITICAL_PRIORITY
 from agentserve.costmodel.models import KVDtype
 from agentserve.engine.config import parse_dtype
+from agentserve.engine.device import resolve_device
 from agentserve.engine.emulation_config import ComputeMode, EmulationConfig
 from agentserve.engine.prefill_batch import PrefillBatchPolicy, make_prefill_batch_policy
 from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, check_eviction_policy
@@ -56,6 +59,9 @@ class EngineConfig:
     reuse_max_deviation: float | None = DEFAULT_MAX_DEVIATION
     emulation: EmulationConfig = field(default_factory=EmulationConfig)  # read when compute is emulated
     kv_dtype: KVDtype = "auto"
+    # Where the weights, the KV pool and each forward's tensors live (`engine.device`): auto, cpu,
+    # cuda or cuda:N. Read when compute is real; an emulated engine runs no model.
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if not isinstance(self.block_size, int) or self.block_size <= 0:
@@ -78,7 +84,13 @@ class EngineConfig:
         if self.reuse_max_deviation is not None and not self.reuse_max_deviation >= 0:
             raise ValueError(f"reuse_max_deviation must be >= 0, got {self.reuse_max_deviation!r}")
         parse_dtype(self.dtype)
+        resolve_device(self.device)  # ValueError naming --device, at start-up
         check_eviction_policy(self.eviction_policy)
+
+    @property
+    def torch_device(self) -> torch.device:
+        """The device `device` names on this machine (`auto` resolved)."""
+        return resolve_device(self.device)
 
     @property
     def fp8_kv(self) -> bool:

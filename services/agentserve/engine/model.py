@@ -154,7 +154,7 @@ class CausalLM(nn.Module):
             self.tied_head_weight = column_major(self.lm_head.weight)
         else:
             store_column_major(self.lm_head)
-        self.model.rotary_emb = RotaryEmbedding(self.config)
+        self.model.rotary_emb = RotaryEmbedding(self.config).to(device)
 
     @torch.inference_mode()
     def forward(
@@ -166,6 +166,14 @@ class CausalLM(nn.Module):
         logits_rows: torch.Tensor | slice | None = None,
         before_layer: LayerHook | None = None,
     ) -> torch.Tensor:
+        """The inputs may come from the host: ids, positions and `meta` are put on the pool's device
+        (no-ops when already there). The logits return to the host, where sampling, grammar masks
+        and speculative acceptance run."""
+        device = pool.device
+        input_ids = input_ids.to(device)
+        if isinstance(positions, torch.Tensor):
+            positions = positions.to(device)
+        meta.move_to(device)
         x = F.embedding(input_ids, self.model.embed_tokens.weight)
         # Once per forward, shared by every layer.
         cos, sin = self.model.rotary_emb.cos_sin(positions, meta.context_len, x.dtype)
@@ -177,7 +185,7 @@ class CausalLM(nn.Module):
             self.expert_load.forward_done()
         if logits_rows is not None:
             x = x[logits_rows]
-        return self.logits(x, meta.batch_invariant)
+        return self.logits(x, meta.batch_invariant).cpu()
 
     def logits(self, x: torch.Tensor, batch_invariant: bool = True) -> torch.Tensor:
         """Float logits of the last layer's output rows `x` (the final norm, then the LM head)."""

@@ -75,8 +75,12 @@ class ModelRunner:
         if pool.dtype != model_dtype:
             # Attention copies each layer's new K/V into the pool as they are, without a cast.
             raise ValueError(f"KV pool dtype {pool.dtype} differs from the model's {model_dtype}")
+        weights_device = model.model.embed_tokens.weight.device
+        if pool.device != weights_device:
+            raise ValueError(f"KV pool device {pool.device} differs from the model's {weights_device}")
         self.model = model
         self.pool = pool
+        self.device = pool.device  # each step's ids and row indices are built there
         self.batch_invariant = batch_invariant
 
     def prefill(
@@ -91,8 +95,8 @@ class ModelRunner:
         """
         total = len(seq.token_ids)
         bs = self.pool.block_size
-        meta = PrefillMetadata.build(seq.slots, bs, num_cached, total - num_cached, self.batch_invariant)
-        ids = torch.as_tensor(seq.token_ids[num_cached:], dtype=torch.long)
+        meta = PrefillMetadata.build(seq.slots, bs, num_cached, total - num_cached, self.batch_invariant, self.device)
+        ids = torch.as_tensor(seq.token_ids[num_cached:], dtype=torch.long, device=self.device)
         hook = None
         if external is not None and external.num_blocks > external_start:
             hook = self._layer_loader(external, seq.slots[external_start : external.num_blocks], external_start)
@@ -128,11 +132,13 @@ class ModelRunner:
         num_new = len(seq.token_ids) - num_cached
         tail = external.tail_tokens
         meta = PrefillMetadata(
-            write_rows=token_rows(torch.as_tensor(new_slots, dtype=torch.long), tail, tail + num_new, bs),
+            write_rows=token_rows(
+                torch.as_tensor(new_slots, dtype=torch.long, device=self.device), tail, tail + num_new, bs
+            ),
             total=len(seq.token_ids),
             num_cached=num_cached,
             block_size=bs,
-            prefix_slots=torch.as_tensor(resident_slots, dtype=torch.long),
+            prefix_slots=torch.as_tensor(resident_slots, dtype=torch.long, device=self.device),
             prefix_start=None,
             batch_invariant=self.batch_invariant,
         )
@@ -160,7 +166,7 @@ class ModelRunner:
             torch.cat([pool_v.index_select(0, resident_rows), v], out=staging[1])
             meta.staged_prefix = staging
 
-        ids = torch.as_tensor(seq.token_ids[num_cached:], dtype=torch.long)
+        ids = torch.as_tensor(seq.token_ids[num_cached:], dtype=torch.long, device=self.device)
         positions = slice(num_cached, len(seq.token_ids))
         logits = self.model(ids, positions, self.pool, meta, logits_rows=slice(-1, None), before_layer=stage)
         return logits[0]
@@ -169,8 +175,8 @@ class ModelRunner:
         """One token for each sequence (its last token's KV is computed now); logits [B, vocab]."""
         lengths = [len(s.token_ids) for s in seqs]
         meta = DecodeMetadata.build(
-            [s.slots for s in seqs], self.pool.block_size, lengths, self.pool.dtype, self.batch_invariant
+            [s.slots for s in seqs], self.pool.block_size, lengths, self.pool.dtype, self.batch_invariant, self.device
         )
-        ids = torch.as_tensor([s.token_ids[-1] for s in seqs], dtype=torch.long)
-        positions = torch.as_tensor([n - 1 for n in lengths], dtype=torch.long)
+        ids = torch.as_tensor([s.token_ids[-1] for s in seqs], dtype=torch.long, device=self.device)
+        positions = torch.as_tensor([n - 1 for n in lengths], dtype=torch.long, device=self.device)
         return self.model(ids, positions, self.pool, meta)

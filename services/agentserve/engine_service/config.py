@@ -37,6 +37,7 @@ class EngineServiceConfig:
     # Bit-identical logits whatever a sequence is batched with (`EngineConfig.batch_invariant`).
     batch_invariant: bool = True
     kv_dtype: KVDtype = "auto"  # fp8_e4m3: KV held, stored and moved as FP8 (`EngineConfig.kv_dtype`)
+    device: str = "cpu"  # auto | cpu | cuda | cuda:N: where the model and its KV pool run (`EngineConfig.device`)
     layerwise_min_read_kb: int = 64  # a layerwise path-A read of a block carries whole layers >= this (`layer_loads`)
     # A MoE model's per-forward expert counts as JSON lines to this path (`engine.expert_load`); "" = off.
     record_expert_load: str = ""
@@ -104,6 +105,7 @@ class EngineServiceConfig:
             prefill_attention_tokens=self.prefill_attention_tokens,
             batch_invariant=self.batch_invariant,
             kv_dtype=self.kv_dtype,
+            device=self.device,
             compute=self.compute,
             emulation=self.emulation,
         )

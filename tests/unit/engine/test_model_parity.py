@@ -8,10 +8,12 @@ import transformers
 
 from agentserve.contracts import SamplingParams
 from agentserve.engine.attention import PrefillMetadata
+from agentserve.engine.device import place_model
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.kv_pool import KVPool
 from agentserve.engine.loader import load_model
+from tests.support.device import TEST_DEVICE
 
 pytestmark = pytest.mark.unit
 
@@ -62,7 +64,9 @@ def _build_hf(kind: str, extra: dict, out_dir, shard: bool = False):
 
 
 def _our_logits(model, token_ids):
-    pool = KVPool(model.config, num_slots=len(token_ids) // 16 + 1, block_size=16, dtype=next(model.parameters()).dtype)
+    model = place_model(model, torch.device(TEST_DEVICE))
+    dtype = next(model.parameters()).dtype
+    pool = KVPool(model.config, num_slots=len(token_ids) // 16 + 1, block_size=16, dtype=dtype, device=TEST_DEVICE)
     slots = list(range(pool.num_slots))
     meta = PrefillMetadata.build(slots, 16, 0, len(token_ids))
     return model(torch.tensor(token_ids), torch.arange(len(token_ids)), pool, meta)
@@ -89,7 +93,7 @@ def test_greedy_continuation_matches_transformers(variant, tmp_path):
         ref = hf.generate(
             torch.tensor([prompt]), max_new_tokens=24, do_sample=False, min_new_tokens=24, pad_token_id=0
         )[0, len(prompt) :].tolist()
-    engine = LLMEngine.from_dir(tmp_path, EngineConfig(kv_cache_bytes=8 << 20))
+    engine = LLMEngine.from_dir(tmp_path, EngineConfig(kv_cache_bytes=8 << 20, device=TEST_DEVICE))
     got = engine.generate(prompt, SamplingParams(max_tokens=24, ignore_eos=True)).output_token_ids
     assert got == ref
 

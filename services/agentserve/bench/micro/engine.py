@@ -14,9 +14,10 @@ from pathlib import Path
 import torch
 
 from agentserve.bench.micro.prefill_flops import attention_flops, linear_flops_per_row, prefill_flops
-from agentserve.bench.micro.prefill_kernels import PrefillKernels
+from agentserve.bench.micro.prefill_kernels import PrefillKernels, synced_clock
 from agentserve.contracts import SamplingParams
 from agentserve.engine.config import ModelConfig
+from agentserve.engine.device import device_name
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.model import CausalLM
@@ -29,10 +30,11 @@ def _tokens(rng: random.Random, n: int, vocab: int) -> list[int]:
     return [rng.randrange(5, vocab) for _ in range(n)]
 
 
-def _timed(fn: Callable[..., object]) -> float:
-    start = time.perf_counter()
+def _timed(fn: Callable[..., object], clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds `fn` takes. An engine step needs no synced clock: its logits come back to the host."""
+    start = clock()
     fn()
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def prefill_tokens_per_s(engine: LLMEngine, rng: random.Random, contexts: Iterable[int], reps: int) -> dict[str, float]:
@@ -70,8 +72,9 @@ def cached_prefill_speedup(
     model, fingerprint, dtype = model_dir_engine.model, model_dir_engine.fingerprint, model_dir_engine.config.dtype
     if not isinstance(model, CausalLM):
         raise TypeError("the cached-prefill speedup needs an engine that computes (not an emulated one)")
-    cold_engine = LLMEngine(model, fingerprint, EngineConfig(prefix_cache=False, dtype=dtype))
-    warm_engine = LLMEngine(model, fingerprint, EngineConfig(dtype=dtype))
+    device = model_dir_engine.config.device  # the engines share the model: it stays where it is
+    cold_engine = LLMEngine(model, fingerprint, EngineConfig(prefix_cache=False, dtype=dtype, device=device))
+    warm_engine = LLMEngine(model, fingerprint, EngineConfig(dtype=dtype, device=device))
     cold_kernels, warm_kernels = (
         PrefillKernels(model, total, 0, warm_engine.config.batch_invariant),
         PrefillKernels(model, total - cached, cached, warm_engine.config.batch_invariant),
@@ -131,22 +134,25 @@ def _kernel_gflops(cfg: ModelConfig, kind: str, new: int, cached: int, runs: lis
 
 
 def linear_gflops(engine: LLMEngine, rows: tuple[int, ...], reps: int = 20) -> dict[str, float]:
-    """The CPU's rate on the model's own MLP projection (hidden -> intermediate) at each row count:
-    the physical limit behind the cached-prefill speedup, measured beside it."""
-    cfg = engine.model_config
-    weight = torch.randn(cfg.intermediate_size, cfg.hidden_size, dtype=engine.dtype)
+    """The engine device's rate on the model's own MLP projection (hidden -> intermediate) at each
+    row count: the physical limit behind the cached-prefill speedup, measured beside it."""
+    cfg, device = engine.model_config, engine.config.torch_device
+    clock = synced_clock(device)
+    weight = torch.randn(cfg.intermediate_size, cfg.hidden_size, dtype=engine.dtype, device=device)
     out = {}
     for n in rows:
-        x = torch.randn(n, cfg.hidden_size, dtype=engine.dtype)
+        x = torch.randn(n, cfg.hidden_size, dtype=engine.dtype, device=device)
         torch.nn.functional.linear(x, weight)
-        best = min(_timed(lambda x=x: torch.nn.functional.linear(x, weight)) for _ in range(reps))
+        best = min(_timed(lambda x=x: torch.nn.functional.linear(x, weight), clock) for _ in range(reps))
         out[str(n)] = round(2 * n * cfg.hidden_size * cfg.intermediate_size / best / 1e9, 1)
     return out
 
 
-def run(model_dir: Path, dtype: str = "fp32", quick: bool = False) -> dict:
+def run(model_dir: Path, dtype: str = "fp32", quick: bool = False, device: str = "cpu") -> dict:
+    """`device`: the engines' (`EngineConfig.device`): auto, cpu, cuda or cuda:N."""
     rng = random.Random(0)
-    engine = LLMEngine.from_dir(model_dir, EngineConfig(prefix_cache=False, dtype=dtype, kv_cache_bytes=512 << 20))
+    config = EngineConfig(prefix_cache=False, dtype=dtype, kv_cache_bytes=512 << 20, device=device)
+    engine = LLMEngine.from_dir(model_dir, config)
     engine.generate(_tokens(rng, 64, engine.model_config.vocab_size), ONE_TOKEN)  # warm-up
     reps = 1 if quick else 3
     # Prompts that leave room for the one generated token in the model's context (SmolLM2: 8192).
@@ -157,6 +163,7 @@ def run(model_dir: Path, dtype: str = "fp32", quick: bool = False) -> dict:
         "model": str(model_dir),
         "fingerprint": engine.fingerprint,
         "dtype": dtype,
+        "device": device_name(config.torch_device),
         "block_size": engine.block_size,
         "prefill_tokens_per_s": prefill_tokens_per_s(engine, rng, contexts, reps),
         "decode_step_ms": decode_step_ms(engine, rng, (1, 8, 32), prompt_len=128, steps=4 if quick else 10),

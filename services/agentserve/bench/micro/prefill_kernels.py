@@ -7,6 +7,7 @@ kernel the engine calls (`attend_with_prefix`'s two flash calls and merge over a
 the causal flash kernel from scratch), then the LM head on the last row. Left out is everything
 that is not one of those kernels: norms, rotary, residual adds, the activation, KV writes,
 metadata and the engine's Python. The inputs are random (kernel time does not depend on values).
+They sit on the model's device; on a GPU each clock reading waits for the queued kernels first.
 
 Timing both prefills this way, side by side with the real ones, splits the cached side's shortfall
 into what its small matrices cost (the kernels at 40 rows run slower per FLOP than at 1000) and
@@ -16,6 +17,7 @@ what the rest of a forward adds.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -34,17 +36,17 @@ class PrefillKernels:
         # four), so the kernels alone must too to be the same shapes.
         self.linear = row_invariant_linear if batch_invariant else F.linear
         self.batch_invariant = batch_invariant
-        dtype = model.lm_head.weight.dtype
+        dtype, device = model.lm_head.weight.dtype, model.lm_head.weight.device
         heads, kv_heads, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        self.model, self.cached = model, cached
-        self.x = torch.randn(new, cfg.hidden_size, dtype=dtype)
-        self.act = torch.randn(new, cfg.intermediate_size, dtype=dtype)
-        self.q = torch.randn(new, heads, d, dtype=dtype)
-        self.k = torch.randn(new, kv_heads, d, dtype=dtype)
-        self.v = torch.randn(new, kv_heads, d, dtype=dtype)
+        self.model, self.cached, self.device = model, cached, device
+        self.x = torch.randn(new, cfg.hidden_size, dtype=dtype, device=device)
+        self.act = torch.randn(new, cfg.intermediate_size, dtype=dtype, device=device)
+        self.q = torch.randn(new, heads, d, dtype=dtype, device=device)
+        self.k = torch.randn(new, kv_heads, d, dtype=dtype, device=device)
+        self.v = torch.randn(new, kv_heads, d, dtype=dtype, device=device)
         # The cached prefix as the pool holds it: `[tokens, kv_heads, d]` rows.
-        self.prefix_k = torch.randn(cached, kv_heads, d, dtype=dtype)
-        self.prefix_v = torch.randn(cached, kv_heads, d, dtype=dtype)
+        self.prefix_k = torch.randn(cached, kv_heads, d, dtype=dtype, device=device)
+        self.prefix_v = torch.randn(cached, kv_heads, d, dtype=dtype, device=device)
         self.head = model.head_weight
 
     @torch.inference_mode()
@@ -52,7 +54,7 @@ class PrefillKernels:
         """Run the kernels once; seconds spent in the projections, the attention and the LM head."""
         x, q, k, v, linear = self.x, self.q, self.k, self.v, self.linear
         spent = {"linear": 0.0, "attention": 0.0, "lm_head": 0.0}
-        clock = time.perf_counter
+        clock = synced_clock(self.device)
         for plan in self.model.plans:
             start = clock()
             linear(x, *plan.qkv)
@@ -82,3 +84,15 @@ class PrefillKernels:
         head_linear(x[-1:], self.head, self.batch_invariant)
         spent["lm_head"] = clock() - start
         return spent
+
+
+def synced_clock(device: torch.device) -> Callable[[], float]:
+    """`time.perf_counter`, after the device's queued kernels have finished (a CPU runs them at once)."""
+    if device.type != "cuda":
+        return time.perf_counter
+
+    def clock() -> float:
+        torch.cuda.synchronize(device)
+        return time.perf_counter()
+
+    return clock
