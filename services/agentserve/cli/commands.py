@@ -35,7 +35,11 @@ def model_train(args: argparse.Namespace) -> dict:
     from agentserve.training.trainer import TrainConfig, save_weights, train
 
     config = TrainConfig(
-        steps=args.steps, batch_size=args.batch_size, warmup_steps=args.warmup_steps, threads=args.threads
+        steps=args.steps,
+        batch_size=args.batch_size,
+        warmup_steps=args.warmup_steps,
+        threads=args.threads,
+        model_type=args.model_type,
     )
     result = train(config, log=lambda line: print(line, file=sys.stderr, flush=True))
     out = save_weights(result.weights, args.out)

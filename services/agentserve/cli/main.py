@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--random-weights", action="store_true", help="random weights drawn from --seed (the only kind for small)"
     )
     init.add_argument("--seed", type=int, default=None, help="seed of --random-weights (default 0)")
-    init.add_argument("--model-type", default="llama", choices=["llama", "qwen2"])
+    init.add_argument("--model-type", default="llama", choices=["llama", "qwen2", "mixtral"])
     init.set_defaults(func=commands.model_init)
     train = model.add_parser(
         "train",
@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
     train.add_argument("--warmup-steps", type=int, default=TrainConfig.warmup_steps)
     train.add_argument("--threads", type=int, default=TrainConfig.threads, help="part of the result: keep it fixed")
+    train.add_argument(
+        "--model-type", default="llama", choices=["llama", "mixtral"], help="mixtral: the preset's MoE variant"
+    )
     train.add_argument("--json", action="store_true")
     train.set_defaults(func=commands.model_train)
 

@@ -18,11 +18,24 @@ from typing import Any
 import torch
 from safetensors.torch import load, save
 
-from agentserve.model_files.presets import BOS_ID, PAD_ID, STOP_IDS, TRAINED_WEIGHTS, ModelPreset, get_preset
+from agentserve.model_files.presets import (
+    BOS_ID,
+    PAD_ID,
+    STOP_IDS,
+    TRAINED_MOE_WEIGHTS,
+    TRAINED_WEIGHTS,
+    ModelPreset,
+    get_preset,
+)
 from agentserve.model_files.tokenizer_files import write_json, write_tokenizer_files
 
 INIT_STD = 0.02
-MODEL_TYPES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+MODEL_TYPES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mixtral": "MixtralForCausalLM"}
+# The mixtral variant of a preset: its dense MLP becomes MOE_EXPERTS SwiGLU experts of a quarter
+# of its width, each token routed to MOE_TOP_K of them (half the dense MLP's compute per token).
+MOE_EXPERTS = 8
+MOE_TOP_K = 2
+MOE_WIDTH_DIVISOR = 4
 
 
 def init_model(out_dir: str | Path, preset: str = "tiny", seed: int | None = None, model_type: str = "llama") -> Path:
@@ -35,10 +48,11 @@ def init_model(out_dir: str | Path, preset: str = "tiny", seed: int | None = Non
     spec = get_preset(preset)
     if model_type not in MODEL_TYPES:
         raise ValueError(f"unknown model_type {model_type!r}; choose one of {', '.join(MODEL_TYPES)}")
-    if seed is None and (preset not in TRAINED_WEIGHTS or model_type != "llama"):
+    if seed is None and preset not in shipped_weights(model_type):
         raise ValueError(
-            f"trained weights ship for the llama {', '.join(TRAINED_WEIGHTS)} preset only, not {model_type} "
-            f"{preset!r}; pass a seed for random weights"
+            f"trained weights ship for the llama {', '.join(TRAINED_WEIGHTS)} and mixtral "
+            f"{', '.join(TRAINED_MOE_WEIGHTS)} presets only, not {model_type} {preset!r}; "
+            "pass a seed for random weights"
         )
     if seed is not None and (not isinstance(seed, int) or seed < 0):
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
@@ -49,25 +63,32 @@ def init_model(out_dir: str | Path, preset: str = "tiny", seed: int | None = Non
 
     write_tokenizer_files(out, spec)
     write_json(out / "config.json", model_config(spec, model_type))
-    tensors = trained_weights(preset) if seed is None else init_weights(spec, model_type, seed)
+    tensors = trained_weights(preset, model_type) if seed is None else init_weights(spec, model_type, seed)
     # save() + write_bytes rather than save_file, which creates the file 0600 whatever the umask and so
     # breaks images that build the model as one user and serve it as another.
     (out / "model.safetensors").write_bytes(save(tensors, metadata={"format": "pt"}))
     return out
 
 
-def trained_weights_path(preset: str) -> Path:
-    """The shipped fp16 weights of `preset` (a key of `TRAINED_WEIGHTS`)."""
-    if preset not in TRAINED_WEIGHTS:
-        shipped = ", ".join(TRAINED_WEIGHTS)
-        raise ValueError(f"no trained weights ship for preset {preset!r}; presets with them: {shipped}")
-    return Path(str(resources.files("agentserve.model_files").joinpath("data", TRAINED_WEIGHTS[preset])))
+def shipped_weights(model_type: str) -> dict[str, str]:
+    """The trained weights files that ship for `model_type`, by preset."""
+    return {"llama": TRAINED_WEIGHTS, "mixtral": TRAINED_MOE_WEIGHTS}.get(model_type, {})
 
 
-def trained_weights(preset: str) -> dict[str, torch.Tensor]:
+def trained_weights_path(preset: str, model_type: str = "llama") -> Path:
+    """The shipped fp16 weights of `preset`'s `model_type` (a key of `shipped_weights`)."""
+    shipped = shipped_weights(model_type)
+    if preset not in shipped:
+        raise ValueError(
+            f"no trained weights ship for preset {preset!r}; presets with them: {', '.join(shipped) or 'none'}"
+        )
+    return Path(str(resources.files("agentserve.model_files").joinpath("data", shipped[preset])))
+
+
+def trained_weights(preset: str, model_type: str = "llama") -> dict[str, torch.Tensor]:
     """The shipped weights in fp32, as the random ones are: the model folder's dtype does not
     depend on where its weights came from (fp16 -> fp32 is exact)."""
-    shipped = load(trained_weights_path(preset).read_bytes())
+    shipped = load(trained_weights_path(preset, model_type).read_bytes())
     return {name: shipped[name].float() for name in sorted(shipped)}
 
 
@@ -101,6 +122,15 @@ def model_config(spec: ModelPreset, model_type: str) -> dict[str, Any]:
     }
     if model_type == "llama":
         config.update(attention_bias=False, mlp_bias=False)
+    elif model_type == "mixtral":
+        config.update(
+            intermediate_size=spec.intermediate_size // MOE_WIDTH_DIVISOR,  # Mixtral's name for an expert's width
+            num_local_experts=MOE_EXPERTS,
+            num_experts_per_tok=MOE_TOP_K,
+            sliding_window=None,
+            router_aux_loss_coef=0.01,
+            output_router_logits=False,
+        )
     else:
         config.update(use_sliding_window=False, sliding_window=None, max_window_layers=spec.num_hidden_layers)
     return config
@@ -137,9 +167,18 @@ def init_weights(spec: ModelPreset, model_type: str, seed: int) -> dict[str, tor
             weights[f"{layer}.self_attn.k_proj.bias"] = normal(kv_dim)
             weights[f"{layer}.self_attn.v_proj.bias"] = normal(kv_dim)
         weights[f"{layer}.self_attn.o_proj.weight"] = linear(hidden, q_dim)
-        weights[f"{layer}.mlp.gate_proj.weight"] = linear(inter, hidden)
-        weights[f"{layer}.mlp.up_proj.weight"] = linear(inter, hidden)
-        weights[f"{layer}.mlp.down_proj.weight"] = linear(hidden, inter)
+        if model_type == "mixtral":
+            width = inter // MOE_WIDTH_DIVISOR
+            weights[f"{layer}.block_sparse_moe.gate.weight"] = linear(MOE_EXPERTS, hidden)
+            for e in range(MOE_EXPERTS):
+                expert = f"{layer}.block_sparse_moe.experts.{e}"
+                weights[f"{expert}.w1.weight"] = linear(width, hidden)
+                weights[f"{expert}.w3.weight"] = linear(width, hidden)
+                weights[f"{expert}.w2.weight"] = linear(hidden, width)
+        else:
+            weights[f"{layer}.mlp.gate_proj.weight"] = linear(inter, hidden)
+            weights[f"{layer}.mlp.up_proj.weight"] = linear(inter, hidden)
+            weights[f"{layer}.mlp.down_proj.weight"] = linear(hidden, inter)
         weights[f"{layer}.input_layernorm.weight"] = norm()
         weights[f"{layer}.post_attention_layernorm.weight"] = norm()
     weights["model.norm.weight"] = norm()

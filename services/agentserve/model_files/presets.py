@@ -129,6 +129,8 @@ PRESETS: dict[str, ModelPreset] = {
 # Presets with trained weights shipped in `model_files/data` (fp16, Hugging Face parameter names),
 # written by `agentserve model train`; the others exist as random weights only.
 TRAINED_WEIGHTS = {"tiny": "tiny-trained.fp16.safetensors"}
+# The mixtral (mixture-of-experts) variants with trained weights (`agentserve model train --model-type mixtral`).
+TRAINED_MOE_WEIGHTS = {"tiny": "tiny-mixtral-trained.fp16.safetensors"}
 
 
 def get_preset(name: str) -> ModelPreset:

@@ -9,7 +9,9 @@ thread count (a GEMM's summation order depends on it). Same config, torch and CP
 The shipped weights came from the defaults:
 `agentserve model train --out services/agentserve/model_files/data/tiny-trained.fp16.safetensors`
 (307K tokens seen, ~4.5 passes over the training blocks): 2 minutes on 2 otherwise idle cores, 16
-on 2 cores shared with other jobs, the same bytes every time.
+on 2 cores shared with other jobs, the same bytes every time. The tiny MoE's came from
+`agentserve model train --model-type mixtral --steps 50 --warmup-steps 5 --out
+services/agentserve/model_files/data/tiny-mixtral-trained.fp16.safetensors` (docs/moe.md).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ SHIPPED_DTYPE = torch.float16
 @dataclass(frozen=True)
 class TrainConfig:
     preset: str = "tiny"
+    model_type: str = "llama"  # or mixtral: the preset's mixture-of-experts variant (`model_init`)
+    router_aux_coef: float = 0.01  # mixtral's load-balancing term (`forward.TrainingForward`)
     init_seed: int = 0  # the random weights training starts from
     data_seed: int = 0  # window offsets and order
     steps: int = 300
@@ -54,6 +58,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         get_preset(self.preset)
+        if self.model_type not in ("llama", "mixtral"):
+            raise ValueError(f"model_type must be llama or mixtral, got {self.model_type!r}")
         for name in ("steps", "batch_size", "seq_len", "threads"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -116,8 +122,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print, log_every: in
 
 def _train(config: TrainConfig, log: Callable[[str], None], log_every: int) -> TrainResult:
     spec = get_preset(config.preset)
-    forward = TrainingForward(ModelConfig.from_dict(model_config(spec, "llama")))
-    weights = {name: t.requires_grad_() for name, t in init_weights(spec, "llama", config.init_seed).items()}
+    forward = TrainingForward(ModelConfig.from_dict(model_config(spec, config.model_type)), config.router_aux_coef)
+    weights = {name: t.requires_grad_() for name, t in init_weights(spec, config.model_type, config.init_seed).items()}
     tokenizer = Tokenizer.from_dir(ensure_default_tokenizer(config.preset))
     stream = torch.tensor(token_stream(tokenizer, split_corpus().train))
     batches = windows(stream, config.seq_len, torch.Generator().manual_seed(config.data_seed))

@@ -32,7 +32,7 @@ def test_random_weights_come_from_the_seed(tmp_path, tiny_model_dir, capsys) -> 
     ("args", "message"),
     [
         (["--seed", "3"], "--seed applies to --random-weights only"),
-        (["--preset", "small"], "trained weights ship for the llama tiny preset only"),
+        (["--preset", "small"], "trained weights ship for the llama tiny and mixtral tiny presets only"),
     ],
 )
 def test_bad_combinations_are_named(args: list[str], message: str, tmp_path, capsys) -> None:

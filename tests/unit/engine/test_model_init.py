@@ -231,7 +231,9 @@ def test_default_weights_are_the_shipped_trained_ones_in_fp32(tmp_path):
 
 
 def test_only_the_tiny_llama_has_trained_weights(tmp_path):
-    with pytest.raises(ValueError, match=r"trained weights ship for the llama tiny preset only, not llama 'small'"):
+    with pytest.raises(
+        ValueError, match=r"trained weights ship for the llama tiny and mixtral tiny presets only, not llama 'small'"
+    ):
         init_model(tmp_path / "m", "small")
     with pytest.raises(ValueError, match=r"not qwen2 'tiny'; pass a seed for random weights"):
         init_model(tmp_path / "m", model_type="qwen2")

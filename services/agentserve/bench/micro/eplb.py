@@ -6,7 +6,8 @@ experts in 8 groups, top-8, 58 MoE layers, 8 GPUs per node):
 
 - **without EPLB**: expert e on rank e // (256 / ranks), no spare slots;
 - **with EPLB**: `redundant_per_rank` spare slots per GPU, placement re-planned for every window
-  from the previous window's loads (`costmodel.eplb.plan_layer`), then judged on this window's.
+  from the past windows' loads, exponentially weighted by `history_decay` per window
+  (`costmodel.eplb.plan_layer`), then judged on this window's.
 
 Reported per case: `max_over_mean_rank_load` (a window's busiest rank over the mean rank, averaged
 over windows and layers; 1.0 is perfect), the MoE layer time ratio (`costmodel.expert_parallel`:
@@ -44,7 +45,7 @@ NIC_BYTES_PER_S = 400e9 / 8  # one 400 Gbps compute NIC per GPU (profiles/dualpa
 @dataclass(frozen=True)
 class EplbConfig:
     recorded: Path | None = None  # an engine's --record-expert-load file; None: the Zipf case only
-    window: int = 32  # recorded forwards per re-planning window
+    window_copies: int = 1024  # routed token copies per layer in a recorded re-planning window
     ranks: tuple[int, ...] = (32, 64)
     gpus_per_node: int = 8
     redundant_per_rank: int = 1
@@ -53,12 +54,17 @@ class EplbConfig:
     decode_batch: int = 128  # sequences per rank in a decode step
     decode_context: int = 8192  # tokens each sequence attends over
     steps_per_window: int = 8
+    # The plan's input: the loads of past windows, each window's weight this times the next one's
+    # (0: the previous window alone; 1: all past windows alike).
+    history_decay: float = 0.5
     seed: int = 0
 
     def __post_init__(self) -> None:
         for rank_count in self.ranks:
             if rank_count <= 0 or SHAPE.routed_experts % rank_count or rank_count % self.gpus_per_node:
                 raise ValueError(f"ranks {rank_count} must divide {SHAPE.routed_experts} experts into whole nodes")
+        if not 0 <= self.history_decay <= 1:
+            raise ValueError(f"history_decay must be in [0, 1], got {self.history_decay}")
         if self.redundant_per_rank < 0 or self.decode_batch <= 0 or self.steps_per_window <= 0:
             raise ValueError("redundant_per_rank must be >= 0, decode_batch and steps_per_window positive")
 
@@ -85,8 +91,12 @@ def replay(windows: Windows, ranks: int, config: EplbConfig) -> dict[str, Any]:
     ratio: dict[str, list[float]] = {"eplb": [], "static": []}
     layer_s: dict[str, list[float]] = {"eplb": [], "static": []}
     tpot: dict[str, list[float]] = {"eplb": [], "static": []}
+    seen = [[0.0] * experts for _ in windows[0]]
     for previous, current in zip(windows, windows[1:]):
-        plans = [plan_layer(loads, SHAPE.expert_groups, balanced) for loads in previous]
+        for layer, loads in enumerate(previous):
+            decay = config.history_decay
+            seen[layer] = [decay * old + new for old, new in zip(seen[layer], loads, strict=True)]
+        plans = [plan_layer(loads, SHAPE.expert_groups, balanced) for loads in seen]
         for layer, loads in enumerate(current):
             ratio["eplb"].append(imbalance(rank_loads(loads, plans[layer], ranks)))
             ratio["static"].append(imbalance(rank_loads(loads, static, ranks)))
@@ -142,7 +152,7 @@ def run(config: EplbConfig) -> dict[str, Any]:
     }
     if config.recorded is not None:
         recording = Recording.read(config.recorded)
-        sources["recorded"] = recorded_windows(recording, config.window, experts, layers, config.seed)
+        sources["recorded"] = recorded_windows(recording, config.window_copies, experts, layers, config.seed)
         regime["recorded_model"] = {
             "experts": recording.num_experts,
             "top_k": recording.top_k,

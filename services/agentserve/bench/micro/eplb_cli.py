@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--loads", type=Path, help="an engine's --record-expert-load file to replay (default: the Zipf case only)"
+        "--loads",
+        type=Path,
+        help="an engine's --record-expert-load file to replay (default: record the trained tiny MoE on agent sessions)",
     )
-    parser.add_argument("--window", type=int, default=32, help="recorded forwards per re-planning window")
+    parser.add_argument("--no-recorded", action="store_true", help="replay the Zipf case only")
+    parser.add_argument("--sessions", type=int, default=24, help="agent sessions the tiny MoE runs for the recording")
+    parser.add_argument(
+        "--window-copies", type=int, default=1024, help="routed token copies per layer in a re-planning window"
+    )
     parser.add_argument("--ranks", default="32,64", help="comma-separated GPU counts")
     parser.add_argument("--redundant-per-rank", type=int, default=1, help="EPLB's spare expert slots per GPU")
     parser.add_argument("--zipf-exponent", type=float, default=1.0)
@@ -32,7 +41,7 @@ def command(args: argparse.Namespace) -> dict:
         raise ValueError(f"--ranks must be comma-separated integers, got {args.ranks!r}") from None
     config = eplb.EplbConfig(
         recorded=args.loads,
-        window=args.window,
+        window_copies=args.window_copies,
         ranks=ranks,
         redundant_per_rank=args.redundant_per_rank,
         zipf_exponent=args.zipf_exponent,
@@ -41,9 +50,29 @@ def command(args: argparse.Namespace) -> dict:
         steps_per_window=args.steps_per_window,
         seed=args.seed,
     )
-    result = eplb.run(config)
+    recording = None
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.loads is None and not args.no_recorded:
+            recording = _record_tiny_moe(Path(tmp), args.out, args.sessions)
+            config = dataclasses.replace(config, recorded=recording["file"])
+        result = eplb.run(config)
+    if recording is not None:
+        result["regime"]["recording"] = {k: str(v) if isinstance(v, Path) else v for k, v in recording.items()}
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "eplb.json").write_text(json.dumps(result, indent=2) + "\n")
         (args.out / "eplb.md").write_text(eplb.markdown(result))
     return result
+
+
+def _record_tiny_moe(tmp: Path, out: Path | None, sessions: int) -> dict[str, Any]:
+    """The trained tiny MoE's expert loads on agent sessions (`eplb_record`), in `out` if given."""
+    from agentserve.bench.micro.eplb_record import record_agent_loads
+    from agentserve.engine.model_init import init_model
+
+    model_dir = init_model(tmp / "tiny-mixtral", "tiny", model_type="mixtral")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    path = (out or tmp) / "expert-loads.jsonl"
+    summary = record_agent_loads(model_dir, path, max_sessions=sessions)
+    return {"model": "tiny mixtral (trained)", "file": path, **summary}

@@ -6,7 +6,8 @@ Two sources:
   a small MoE. Its experts are mapped onto the target's: each of its `E` experts stands for
   `target_experts / E` target experts that split its load evenly, scattered by a seeded
   permutation per target layer (a model's experts bear no relation to GPU order); target layer
-  `l` replays recorded layer `l % L`. Its forwards are cut into windows of `window` forwards.
+  `l` replays recorded layer `l % L`. Its forwards are cut into windows of `window_copies`
+  routed token copies.
 - **zipf**: each layer's expert popularity falls as 1 / rank^s over a random order of its experts,
   and between windows a tenth of the experts swap ranks (routing drifts with the workload); a
   window's loads are the expected copies of `copies_per_window` tokens' copies.
@@ -47,35 +48,41 @@ class Recording:
 
 
 def recorded_windows(
-    recording: Recording, window: int, target_experts: int, target_layers: int, seed: int = 0
+    recording: Recording, window_copies: int, target_experts: int, target_layers: int, seed: int = 0
 ) -> Windows:
-    if window <= 0:
-        raise ValueError(f"window must be positive, got {window}")
+    """Consecutive forwards grouped into windows of at least `window_copies` token copies (per
+    layer), as a balancer re-planning every so many routed tokens sees them; a last, shorter
+    window is dropped."""
+    if window_copies <= 0:
+        raise ValueError(f"window_copies must be positive, got {window_copies}")
     if target_experts % recording.num_experts:
         raise ValueError(f"{recording.num_experts} recorded experts do not divide {target_experts} target experts")
     split = target_experts // recording.num_experts
     rng = random.Random(seed)
-    # slot_of[l][t]: the recorded expert target expert t of target layer l stands for.
+    # stands_for[l][t]: the recorded expert that target expert t of target layer l stands for.
     stands_for = []
     for _ in range(target_layers):
         order = list(range(target_experts))
         rng.shuffle(order)
         stands_for.append([order[t] // split for t in range(target_experts)])
     out: Windows = []
-    for start in range(0, len(recording.forwards) - window + 1, window):
-        chunk = recording.forwards[start : start + window]
-        sums = [
-            [sum(f[layer][e] for f in chunk) for e in range(recording.num_experts)]
-            for layer in range(len(recording.layers))
-        ]
+    chunk: list[list[list[int]]] = []
+    for forward in recording.forwards:
+        chunk.append(forward)
+        if sum(sum(f[0]) for f in chunk) < window_copies:
+            continue
+        sums = [[sum(column) for column in zip(*(f[layer] for f in chunk))] for layer in range(len(recording.layers))]
         out.append(
             [
                 [sums[layer % len(sums)][stands_for[layer][t]] / split for t in range(target_experts)]
                 for layer in range(target_layers)
             ]
         )
+        chunk = []
     if len(out) < 2:
-        raise ValueError(f"{len(recording.forwards)} recorded forwards make fewer than 2 windows of {window}")
+        raise ValueError(
+            f"{len(recording.forwards)} recorded forwards make fewer than 2 windows of {window_copies} copies"
+        )
     return out
 
 

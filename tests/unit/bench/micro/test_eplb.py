@@ -20,10 +20,11 @@ def _recording(path, forwards):
     return path
 
 
-def test_recorded_windows_sum_forwards_and_split_each_expert_over_its_targets(tmp_path):
+def test_recorded_windows_sum_forwards_until_the_copies_and_split_each_expert_over_its_targets(tmp_path):
     forwards = [[[3, 1], [0, 4]], [[1, 1], [2, 2]], [[5, 0], [1, 1]], [[1, 0], [1, 0]]]
     recording = Recording.read(_recording(tmp_path / "loads.jsonl", forwards))
-    windows = recorded_windows(recording, window=2, target_experts=4, target_layers=3, seed=1)
+    # Layer 0 routes 4, 2, 5, 1 copies: windows of at least 6 copies take forwards 0-1 and 2-3.
+    windows = recorded_windows(recording, window_copies=6, target_experts=4, target_layers=3, seed=1)
     assert len(windows) == 2
     # Window 0, recorded layer 0 sums to [4, 2]: each recorded expert is two target experts of half its load.
     assert sorted(windows[0][0]) == [1.0, 1.0, 2.0, 2.0]
