@@ -50,6 +50,8 @@ class AsyncEngine:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._subscribers: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        # Output tokens already streamed per request: a speculative step adds several at once.
+        self._published: dict[str, int] = {}
         self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
         if isinstance(engine.runner, EmulatedRunner):
             engine.runner.sleep = self._sleep_serving_commands
@@ -203,6 +205,7 @@ class AsyncEngine:
 
     def _abort(self, engine: LLMEngine, seq: Sequence) -> None:
         self._subscribers.pop(seq.request_id, None)
+        self._published.pop(seq.request_id, None)
         if not seq.finished:
             engine.abort(seq)
 
@@ -235,11 +238,18 @@ class AsyncEngine:
             return
         loop, events = target
         # Read here, on the engine thread: by the time the loop runs, the sequence may have grown.
-        logprob = seq.logprobs[-1] if seq.params.logprobs is not None else None
-        event = TokenEvent(seq.token_ids[-1], seq.finished, seq.finish_reason, seq, logprob)
+        first, last = self._published.get(seq.request_id, 0), seq.num_output_tokens
+        for i in range(first, last):
+            logprob = seq.logprobs[i] if seq.params.logprobs is not None else None
+            done = seq.finished and i == last - 1
+            event = TokenEvent(
+                seq.token_ids[seq.num_prompt_tokens + i], done, seq.finish_reason if done else None, seq, logprob
+            )
+            loop.call_soon_threadsafe(events.put_nowait, event)
+        self._published[seq.request_id] = last
         if seq.finished:
             self._subscribers.pop(seq.request_id, None)
-        loop.call_soon_threadsafe(events.put_nowait, event)
+            self._published.pop(seq.request_id, None)
 
     def _fail_all(self, exc: Exception) -> None:
         engine = self.engine

@@ -44,6 +44,8 @@ from agentserve.engine.runner import ExternalPrefix, LayerLoadError, ModelRunner
 from agentserve.engine.sampling import make_generator, sample, suppress, token_logprob
 from agentserve.engine.segmented_prefill import SegmentedPrefill
 from agentserve.engine.sequence import Sequence, SequenceStatus
+from agentserve.engine.speculative.acceptance import verify_token
+from agentserve.engine.speculative.speculator import Speculator, make_drafter
 from agentserve.kv import block_hash
 from agentserve.kv.block_format import deserialize_blocks, serialize_blocks
 from agentserve.kv.block_hash import compute_block_id
@@ -113,6 +115,10 @@ class LLMEngine:
         if isinstance(model, CausalLM) and isinstance(self.pool, KVPool) and not config.fp8_kv and on_cpu:
             self.segmented = SegmentedPrefill(model, self.pool, config.reuse_max_deviation)
         self.blocks = BlockManager(self.pool.num_slots, config.block_size, config.eviction_policy)
+        self.speculator: Speculator | None = None
+        if config.speculative.enabled and isinstance(model, CausalLM) and isinstance(self.pool, KVPool):
+            drafter = make_drafter(config.speculative, model, self.pool, config.batch_invariant)
+            self.speculator = Speculator(config.speculative, drafter, self.blocks, config.block_size)
         self.batch_policy = config.prefill_batch_policy()
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -253,6 +259,8 @@ class LLMEngine:
         if not self.running:
             return []
         self._reserve_decode_slots()
+        if self.speculator is not None:
+            return self._decode_speculative(list(self.running))
         logits = self.runner.decode(self.running)
         batch_seqs = list(self.running)
         for seq, row in zip(batch_seqs, logits):
@@ -260,6 +268,26 @@ class LLMEngine:
             self._seal_full_blocks(seq)
             self._append_token(seq, row)
         return batch_seqs
+
+    def _decode_speculative(self, batch: list[Sequence]) -> list[Sequence]:
+        """A decode step that verifies drafts (`engine.speculative`): one forward over every
+        sequence's last token and draft; each sequence keeps its draft tokens up to the first the
+        target rejects, plus the target's own token there (or after the whole draft), then gives
+        back the slots of the positions it did not keep."""
+        assert self.speculator is not None and isinstance(self.runner, ModelRunner)
+        drafts = self.speculator.draft(batch)
+        rows = self.runner.verify(batch, [draft.tokens for draft in drafts])
+        for seq, seq_rows, draft in zip(batch, rows, drafts):
+            kept = 0
+            for j, row in enumerate(seq_rows):
+                seq.num_computed = len(seq)  # the forward wrote the KV of every token so far
+                self._seal_full_blocks(seq)
+                accepted = self._append_token(seq, row, draft.at(j))
+                kept += accepted
+                if not accepted or seq.finished:
+                    break
+            self.speculator.roll_back(seq, len(draft.tokens), kept)
+        return batch
 
     def _admit_prefills(self) -> list[tuple[Sequence, PrefillPlan]]:
         """Take waiting sequences in queue order (priority, then arrival) while the policy, the pool
@@ -429,7 +457,11 @@ class LLMEngine:
         for seq in self.running:
             self.blocks.append(seq.slots, len(seq))
 
-    def _append_token(self, seq: Sequence, logits: torch.Tensor) -> None:
+    def _append_token(
+        self, seq: Sequence, logits: torch.Tensor, draft: tuple[int, torch.Tensor | None] | None = None
+    ) -> bool:
+        """Sample `seq`'s next token from `logits`, or, for a drafted position, verify the draft's
+        token and distribution (`speculative.acceptance`); True if the draft's token was kept."""
         p = seq.params
         shaped = logits
         if seq.grammar is not None:
@@ -437,7 +469,11 @@ class LLMEngine:
         if seq.num_output_tokens < p.min_tokens:  # nothing that would stop the sequence, yet
             eos = () if p.ignore_eos else self.model_config.eos_token_id
             shaped = suppress(shaped, {*eos, *p.stop_token_ids})
-        token = sample(shaped, p, seq.generator)
+        kept = False
+        if draft is None:
+            token = sample(shaped, p, seq.generator)
+        else:
+            token, kept = verify_token(shaped, *draft, p, seq.generator)
         if seq.grammar is not None:
             seq.grammar.accept(token)
         if p.logprobs is not None:
@@ -447,6 +483,7 @@ class LLMEngine:
             self._finish(seq, "stop")
         elif seq.num_output_tokens >= p.max_tokens:
             self._finish(seq, "length")
+        return kept
 
     def _finish(self, seq: Sequence, reason: str, free: bool = True) -> None:
         seq.status = SequenceStatus.FINISHED

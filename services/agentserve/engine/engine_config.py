@@ -13,6 +13,7 @@ from agentserve.engine.config import parse_dtype
 from agentserve.engine.device import resolve_device
 from agentserve.engine.emulation_config import ComputeMode, EmulationConfig
 from agentserve.engine.prefill_batch import PrefillBatchPolicy, make_prefill_batch_policy
+from agentserve.engine.speculative.config import SpeculativeConfig
 from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, check_eviction_policy
 
 # How an engine holds and ships KV (`KVDtype`). auto: in the model's dtype. fp8_e4m3: every K/V row
@@ -58,6 +59,8 @@ class EngineConfig:
     # is recomputed in full (`engine.recompute_selection`); None: never.
     reuse_max_deviation: float | None = DEFAULT_MAX_DEVIATION
     emulation: EmulationConfig = field(default_factory=EmulationConfig)  # read when compute is emulated
+    # Speculative decoding (`engine.speculative`): drafts verified in one forward per step; off by default.
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     kv_dtype: KVDtype = "auto"
     # Where the weights, the KV pool and each forward's tensors live (`engine.device`): auto, cpu,
     # cuda or cuda:N. Read when compute is real; an emulated engine runs no model.
@@ -84,6 +87,8 @@ class EngineConfig:
         if self.reuse_max_deviation is not None and not self.reuse_max_deviation >= 0:
             raise ValueError(f"reuse_max_deviation must be >= 0, got {self.reuse_max_deviation!r}")
         parse_dtype(self.dtype)
+        if self.speculative.enabled and self.compute != "real":
+            raise ValueError(f"speculative decoding needs real compute, got compute {self.compute!r}")
         resolve_device(self.device)  # ValueError naming --device, at start-up
         check_eviction_policy(self.eviction_policy)
 

@@ -165,7 +165,10 @@ class CausalLM(nn.Module):
         meta: PrefillMetadata | DecodeMetadata,
         logits_rows: torch.Tensor | slice | None = None,
         before_layer: LayerHook | None = None,
+        exit_after: int | None = None,
     ) -> torch.Tensor:
+        """`exit_after`: run only the first that many layers before the head (a self-speculative
+        draft, `engine.speculative.early_exit`); None runs them all."""
         """The inputs may come from the host: ids, positions and `meta` are put on the pool's device
         (no-ops when already there). The logits return to the host, where sampling, grammar masks
         and speculative acceptance run."""
@@ -177,7 +180,7 @@ class CausalLM(nn.Module):
         x = F.embedding(input_ids, self.model.embed_tokens.weight)
         # Once per forward, shared by every layer.
         cos, sin = self.model.rotary_emb.cos_sin(positions, meta.context_len, x.dtype)
-        for plan in self.plans:
+        for plan in self.plans[:exit_after]:
             if before_layer is not None:
                 before_layer(plan.index)
             x = run_layer(x, plan, cos, sin, pool, meta)

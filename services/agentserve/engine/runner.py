@@ -180,3 +180,25 @@ class ModelRunner:
         ids = torch.as_tensor([s.token_ids[-1] for s in seqs], dtype=torch.long, device=self.device)
         positions = torch.as_tensor([n - 1 for n in lengths], dtype=torch.long, device=self.device)
         return self.model(ids, positions, self.pool, meta)
+
+    def verify(self, seqs: list[Sequence], drafts: list[list[int]]) -> list[torch.Tensor]:
+        """Score each sequence's last token and its draft tokens in one forward: `[1 + len(draft),
+        vocab]` logits per sequence, row j the target's next-token logits after draft token j.
+
+        Every position is a decode row of its own (the sequence's slots, its own context length),
+        so a row's logits are the ones a plain `decode` of that position gives, bit for bit under
+        `batch_invariant`, and a greedy speculative decode emits a plain decode's tokens. All rows'
+        KV is written before any row attends, so a draft position sees the drafts before it.
+        """
+        tables: list[list[int]] = []
+        lengths: list[int] = []
+        ids: list[int] = []
+        for seq, draft in zip(seqs, drafts):
+            for j, token in enumerate([seq.token_ids[-1], *draft]):
+                tables.append(seq.slots)
+                lengths.append(len(seq.token_ids) + j)
+                ids.append(token)
+        meta = DecodeMetadata.build(tables, self.pool.block_size, lengths, self.pool.dtype, self.batch_invariant)
+        positions = torch.as_tensor(lengths, dtype=torch.long) - 1
+        logits = self.model(torch.as_tensor(ids, dtype=torch.long), positions, self.pool, meta)
+        return list(torch.split(logits, [1 + len(draft) for draft in drafts]))

@@ -38,6 +38,21 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
+def distribution(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The probabilities `sample` draws from for a `[vocab]` logits row, in vocab order (float32):
+    temperature, then top-p's kept prefix renormalised; greedy is one-hot at the argmax. Speculative
+    verification (`engine.speculative.acceptance`) needs the whole distribution, not one draw."""
+    if params.greedy:
+        return torch.nn.functional.one_hot(torch.argmax(logits), logits.shape[-1]).float()
+    probs = torch.softmax(logits.float() / params.temperature, dim=-1)
+    if params.top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, descending=True)
+        keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < params.top_p
+        kept = torch.zeros_like(probs).scatter_(-1, order, sorted_probs * keep)
+        return kept / kept.sum()
+    return probs
+
+
 def suppress(logits: torch.Tensor, token_ids: Collection[int]) -> torch.Tensor:
     """`logits` with `token_ids` made impossible (a copy; the caller's row is left as it was)."""
     if not token_ids:
