@@ -91,6 +91,12 @@ def bench_engine(args: argparse.Namespace) -> dict:
     return run(_model_dir(args.model), dtype=args.dtype, quick=args.quick, device=args.device)
 
 
+def bench_spec(args: argparse.Namespace) -> dict:
+    from agentserve.bench.micro import spec
+
+    return spec.run(args.model, args.batch, args.max_tokens, args.rounds, args.k, args.ngram, args.draft_layers)
+
+
 def bench_perplexity(args: argparse.Namespace) -> dict:
     from agentserve.bench.micro import perplexity
 
