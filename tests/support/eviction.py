@@ -1,7 +1,7 @@
 """A second eviction policy for tests: shows a cache orders its evictions by the policy it is
 given (by name), not by a built-in LRU."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from agentserve.kv.eviction import EvictionPolicy
 
@@ -9,7 +9,7 @@ from agentserve.kv.eviction import EvictionPolicy
 class MostRecentFirst(EvictionPolicy):
     """Evicts the most recently inserted or used block first; takes the interface's `pop_victim`."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
         self._order: list[bytes] = []
 
     def insert(self, block_id: bytes, size: int) -> None:

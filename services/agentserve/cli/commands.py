@@ -262,6 +262,12 @@ def sim_dualpath(args: argparse.Namespace) -> dict | None:
     return dualpath(args)
 
 
+def sim_agentaware(args: argparse.Namespace) -> dict | None:
+    from agentserve.sim.cli import agentaware
+
+    return agentaware(args)
+
+
 def sim_validate(args: argparse.Namespace) -> dict | None:
     from agentserve.sim.cli import validate
 

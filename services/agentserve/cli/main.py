@@ -362,6 +362,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim_cli.add_dualpath_arguments(simdp)
     simdp.set_defaults(func=commands.sim_dualpath)
+    simaa = sim.add_parser(
+        "agentaware",
+        help="the agent-aware KV lifecycle at TokenCake's regime (pools smaller than the working set) "
+        "against vllm (recompute) and lru (store-backed), in virtual time",
+    )
+    sim_cli.add_agentaware_arguments(simaa)
+    simaa.set_defaults(func=commands.sim_agentaware)
     simval = sim.add_parser(
         "validate", help="a stored emulated bench dualpath run, simulated as it ran, metric by metric"
     )

@@ -16,8 +16,9 @@ the manager exactly as it was. Single-threaded by design: the engine's scheduler
 
 from __future__ import annotations
 
+import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY, Hint, make_eviction_policy
@@ -30,7 +31,15 @@ class Allocation:
 
 
 class BlockManager:
-    def __init__(self, num_slots: int, block_size: int, eviction_policy: str = DEFAULT_EVICTION_POLICY) -> None:
+    def __init__(
+        self,
+        num_slots: int,
+        block_size: int,
+        eviction_policy: str = DEFAULT_EVICTION_POLICY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`clock`: the time hints are given on (`Hint.pin_until`, `next_use_at`): the engine's
+        monotonic clock, or a simulator's virtual time."""
         if not isinstance(num_slots, int) or num_slots <= 0:
             raise ValueError(f"num_slots must be a positive integer, got {num_slots!r}")
         if not isinstance(block_size, int) or block_size <= 0:
@@ -41,7 +50,7 @@ class BlockManager:
         self._sealed_id: list[bytes | None] = [None] * num_slots
         self._slot_of: dict[bytes, int] = {}
         self._free: deque[int] = deque(range(num_slots))
-        self._evictable = make_eviction_policy(eviction_policy)  # the cached slots' block ids
+        self._evictable = make_eviction_policy(eviction_policy, clock)  # the cached slots' block ids
         self._held_hints: dict[bytes, Hint] = {}  # hints for blocks in use, given to the policy when freed
         self._holds: dict[int, int] = {}  # slot -> references taken by `hold` and not yet released
         self.hit_blocks = 0

@@ -79,7 +79,8 @@ class EvictionPolicy(ABC):
 class LRUPolicy(EvictionPolicy):
     """Least recently used first; hints are ignored (the baseline agent-aware policies beat)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        """`clock` is unused: LRU orders by use, not by time (one constructor for every policy)."""
         self._order: OrderedDict[bytes, int] = OrderedDict()
 
     def insert(self, block_id: bytes, size: int) -> None:
@@ -195,7 +196,10 @@ def _spent(hint: Hint, now: float) -> bool:
     )
 
 
-EVICTION_POLICIES: dict[str, Callable[[], EvictionPolicy]] = {"lru": LRUPolicy, "hinted": HintedPolicy}
+EVICTION_POLICIES: dict[str, Callable[[Callable[[], float]], EvictionPolicy]] = {
+    "lru": LRUPolicy,
+    "hinted": HintedPolicy,
+}
 DEFAULT_EVICTION_POLICY = "lru"
 
 
@@ -207,6 +211,9 @@ def check_eviction_policy(name: str) -> str:
     return name
 
 
-def make_eviction_policy(name: str = DEFAULT_EVICTION_POLICY) -> EvictionPolicy:
-    """A fresh policy of the named kind (one per cache); ValueError naming the choices if unknown."""
-    return EVICTION_POLICIES[check_eviction_policy(name)]()
+def make_eviction_policy(
+    name: str = DEFAULT_EVICTION_POLICY, clock: Callable[[], float] = time.monotonic
+) -> EvictionPolicy:
+    """A fresh policy of the named kind (one per cache) whose hints are on `clock` (a simulator's
+    virtual time; `time.monotonic` in the services); ValueError naming the choices if unknown."""
+    return EVICTION_POLICIES[check_eviction_policy(name)](clock)

@@ -71,3 +71,42 @@ def validate(args: argparse.Namespace) -> dict[str, Any]:
     if not args.emulated.is_file():
         raise ValueError(f"--emulated {args.emulated}: no such file (a bench dualpath result JSON)")
     return run_validate(args.emulated)
+
+
+def agentaware(args: argparse.Namespace) -> dict[str, Any]:
+    from agentserve.bench.papers.agentaware.workload import AgentAwareSpec, read_tool_sample
+    from agentserve.sim.agentaware.bench import AwareBenchSpec, run_bench
+    from agentserve.sim.agentaware.config import AwareConfig
+    from agentserve.sim.agentaware.report import write_report
+
+    spec = AwareBenchSpec(
+        config=AwareConfig(
+            model=args.model,
+            gpu=args.gpu,
+            engines=args.engines,
+            engines_per_node=args.engines_per_node,
+            snic_gbps=args.snic_gbps,
+            block_size=args.block_size,
+            chunk_tokens=args.chunk_tokens,
+            pool_blocks_per_engine=args.pool_blocks,
+        ),
+        workload=AgentAwareSpec(
+            jobs=args.jobs,
+            width=args.width,
+            rounds=args.rounds,
+            system_tokens=args.system_tokens,
+            first_tokens=args.first_tokens,
+            new_tokens=args.new_tokens,
+            output_tokens=args.output_tokens,
+            prediction=args.prediction,
+            seed=args.seed,
+        ),
+        rates=args.rates,
+        policies=tuple(p for p in args.policies.split(",") if p),
+        compare_rate=args.compare_rate,
+        seed=args.seed,
+    )
+    result = run_bench(spec, read_tool_sample(args.trace))
+    if args.out is not None:
+        write_report(result, args.out)
+    return result

@@ -69,3 +69,50 @@ def add_validate_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_EMULATED_RUN,
         help=f"a stored bench dualpath result to simulate as it ran (default {DEFAULT_EMULATED_RUN})",
     )
+
+
+AGENTAWARE_RATES = "0.25,0.5,1.0,2.0"
+
+
+def add_agentaware_arguments(p: argparse.ArgumentParser) -> None:
+    from agentserve.bench.papers.agentaware.workload import DEFAULT_TRACE, PREDICTIONS
+    from agentserve.sim.agentaware.config import DEFAULT_CHUNK_TOKENS
+    from agentserve.sim.agentaware.policies import POLICY_NAMES as AWARE_POLICIES
+
+    p.add_argument("--json", action="store_true", help="print the result as one line of JSON")
+    p.add_argument("--model", default="dense-27b", choices=list(TARGET_MODELS), help="target model (default dense-27b)")
+    p.add_argument("--gpu", default="h800", choices=list(TARGET_GPUS), help="target GPU (default h800)")
+    p.add_argument("--engines", type=int, default=8, help="engines, one GPU each (default 8)")
+    p.add_argument("--engines-per-node", type=int, default=8, help="engines sharing a node's storage NIC (default 8)")
+    p.add_argument("--snic-gbps", type=float, default=400.0, help="a node's storage NIC bandwidth (default 400)")
+    p.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="KV block tokens")
+    p.add_argument("--chunk-tokens", type=int, default=DEFAULT_CHUNK_TOKENS, help="prompt tokens per iteration")
+    p.add_argument("--pool-blocks", type=int, default=0, help="KV blocks per engine (default: what HBM holds)")
+    p.add_argument("--jobs", type=int, default=60, help="jobs, alternately code-writer and deep-research (default 60)")
+    p.add_argument("--width", type=int, default=4, help="coders or researchers per job (default 4)")
+    p.add_argument("--rounds", type=int, default=4, help="turns per worker (default 4)")
+    p.add_argument("--system-tokens", type=int, default=2048, help="shared system prompt tokens (default 2048)")
+    p.add_argument("--first-tokens", type=int, default=4096, help="a session's first message tokens (default 4096)")
+    p.add_argument("--new-tokens", type=int, default=1024, help="a later turn's message tokens (default 1024)")
+    p.add_argument("--output-tokens", type=int, default=128, help="tokens decoded per turn (default 128)")
+    p.add_argument("--prediction", default="median", choices=list(PREDICTIONS), help="what callers predict")
+    p.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="TraceLab round trace the tool times come from")
+    p.add_argument(
+        "--rates", type=rates, default=AGENTAWARE_RATES, help=f"job arrival rates, jobs/s ({AGENTAWARE_RATES})"
+    )
+    p.add_argument(
+        "--compare-rate", type=float, default=None, help="the rate the keys compare at (default the highest)"
+    )
+    p.add_argument("--policies", default=",".join(AWARE_POLICIES), help="comma-separated subset (default all)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, help="also write result.json and README.md there")
+
+
+def rates(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--rates must be comma-separated numbers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"--rates must be positive numbers, got {text!r}")
+    return values

@@ -7,22 +7,22 @@ from pathlib import Path
 from typing import Any
 
 
-def _f(value: Any, digits: int = 3) -> str:
+def fmt(value: Any, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
 def markdown(result: dict[str, Any]) -> str:
     lines = ["# agentserve sim dualpath", "", "| figure | value | target | paper | met |", "|---|---|---|---|---|"]
     for key, v in result["targets"].items():
-        lines.append(f"| {key} | {_f(v['value'])} | {v['target']} | {v['paper']} | {v['met']} |")
+        lines.append(f"| {key} | {fmt(v['value'])} | {v['target']} | {v['paper']} | {v['met']} |")
     lines += ["", "| policy | JCT s | turns/s | TTFT p90 ms | TPOT p90 ms | SNIC max/avg | capacity agents/s |"]
     lines.append("|---|---|---|---|---|---|---|")
     for name, p in result["policies"].items():
         off = p["offline"]
         capacity = (p.get("capacity") or {}).get("capacity_agents_per_s")
         lines.append(
-            f"| {name} | {_f(off['jct_s'], 1)} | {_f(off['turns_per_s'], 2)} | {_f(off['ttft_p90_ms'], 1)} | "
-            f"{_f(off['tpot_p90_ms'], 2)} | {_f(off['snic']['max_over_avg'])} | {_f(capacity)} |"
+            f"| {name} | {fmt(off['jct_s'], 1)} | {fmt(off['turns_per_s'], 2)} | {fmt(off['ttft_p90_ms'], 1)} | "
+            f"{fmt(off['tpot_p90_ms'], 2)} | {fmt(off['snic']['max_over_avg'])} | {fmt(capacity)} |"
         )
     lines += ["", "Bounds (cost model, per later turn):", ""]
     lines += [f"- {k}: {v}" for k, v in result["bounds"].items()]
