@@ -3,7 +3,8 @@
 A call to one of the `protected` methods must carry `authorization: Bearer <key>` metadata; the
 key's tenant is then current (`authenticated_tenant()`) while the servicer runs. A call without a
 valid key fails UNAUTHENTICATED before the servicer sees it (the error interceptor outside this one
-turns `Unauthenticated` into the status). Other methods (health, reflection, the engines' internal
+turns `Unauthenticated` into the status), and before its request is parsed, so malformed bytes
+without a key are UNAUTHENTICATED too, not INVALID_ARGUMENT. Other methods (health, reflection, the engines' internal
 plane) pass untouched. With no keys configured nothing is checked and no tenant is current.
 """
 
@@ -54,7 +55,16 @@ class ApiKeyInterceptor(grpc.aio.ServerInterceptor):
             tenant = exc
         request = "stream" if handler.request_streaming else "unary"
         kind = f"{request}_{'stream' if handler.response_streaming else 'unary'}"
-        return handler._replace(**{kind: _as_tenant(getattr(handler, kind), tenant)})
+        replaced: dict[str, Any] = {kind: _as_tenant(getattr(handler, kind), tenant)}
+        if isinstance(tenant, Unauthenticated):
+            # The request of a call without a valid key is never parsed: it fails UNAUTHENTICATED
+            # whatever its bytes, and untrusted bytes reach no parser.
+            replaced["request_deserializer"] = _unparsed
+        return handler._replace(**replaced)
+
+
+def _unparsed(raw: bytes) -> None:
+    return None
 
 
 def _as_tenant(behavior: Behavior, tenant: str | Unauthenticated) -> Behavior:

@@ -151,5 +151,26 @@ def test_malformed_messages_are_invalid_argument_on_every_kind_of_method() -> No
     assert out["ok"] == [(grpc.StatusCode.OK, 'session_id: "s-1"')]
 
 
+def test_without_a_key_malformed_bytes_are_unauthenticated_not_parsed() -> None:
+    keys = ApiKeys.parse([f"acme:{KEY}"])
+
+    async def main():
+        async with serving(KeyedService(keys)) as address, open_channel(address) as channel:
+            out = {}
+            for name, raw in {**GARBAGE, "one zero byte": b"\x00"}.items():
+                unary = channel.unary_unary(OPEN, request_serializer=None, response_deserializer=None)
+                stream = channel.unary_stream(TURN, request_serializer=None, response_deserializer=None)
+                out[name] = [(await _outcome(unary(raw)))[0], (await _outcome(_drain(stream(raw))))[0]]
+            keyed = (("authorization", f"Bearer {KEY}"),)
+            unary = channel.unary_unary(OPEN, request_serializer=None, response_deserializer=None)
+            out["with the key"] = [(await _outcome(unary(GARBAGE["bad wire type"], metadata=keyed)))[0]]
+            return out
+
+    out = asyncio.run(main())
+    for name in (*GARBAGE, "one zero byte"):
+        assert out[name] == [grpc.StatusCode.UNAUTHENTICATED] * 2, (name, out[name])
+    assert out["with the key"] == [grpc.StatusCode.INVALID_ARGUMENT]
+
+
 async def _drain(call) -> list:
     return [item async for item in call]
