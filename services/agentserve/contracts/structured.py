@@ -60,7 +60,9 @@ class StructuredOutput:
     # with tools the output is the JSON or, instead, one or more calls among them (OpenAI's
     # `response_format` beside tools under tool_choice "auto": it shapes the answer, not the calls).
     tools: tuple[ToolSchema, ...] = ()
-    single_call: bool = False  # TOOL_CALL: exactly one call (a named tool_choice); else one or more
+    # At most one call (a named tool_choice, or parallel_tool_calls false): TOOL_CALL exactly one;
+    # TEXT_OR_TOOL_CALLS and JSON with tools, at most one. False: one or more.
+    single_call: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, StructuredKind):
@@ -69,8 +71,8 @@ class StructuredOutput:
             parse_schema(self.schema, "structured output schema")
         elif self.schema:
             raise ValueError(f"a {self.kind.value} structured output takes no schema")
-        if self.single_call and self.kind is not StructuredKind.TOOL_CALL:
-            raise ValueError("single_call applies to a tool_call structured output only")
+        if self.single_call and not self.tools:
+            raise ValueError("single_call applies to a structured output with tools only")
         if not self.tools:
             if self.kind in (StructuredKind.TOOL_CALL, StructuredKind.TEXT_OR_TOOL_CALLS):
                 raise ValueError(f"a {self.kind.value} structured output needs at least one tool")
@@ -78,8 +80,6 @@ class StructuredOutput:
         names = [tool.name for tool in self.tools]
         if len(set(names)) != len(names):
             raise ValueError(f"tool names must be unique, got {names}")
-        if self.single_call and len(self.tools) != 1:
-            raise ValueError(f"a single tool call names one tool, got {len(self.tools)}")
 
     @classmethod
     def json_schema(cls, schema: Mapping[str, Any]) -> StructuredOutput:
@@ -87,7 +87,7 @@ class StructuredOutput:
 
     @classmethod
     def tool_calls(cls, tools: Mapping[str, Mapping[str, Any]], single_call: bool = False) -> StructuredOutput:
-        """Calls among `tools` (name -> parameters schema); `single_call`: exactly one, to the only tool."""
+        """Calls among `tools` (name -> parameters schema); `single_call`: exactly one."""
         return cls(
             StructuredKind.TOOL_CALL,
             tools=tuple(ToolSchema(name, json.dumps(params)) for name, params in tools.items()),

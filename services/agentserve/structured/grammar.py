@@ -53,7 +53,7 @@ def grammar_for(structured: StructuredOutput) -> str:
             return f"start: {_json(schema)}\n"
         rules = [
             f"start: {_json(schema)} | calls",
-            f"calls: call ({_literal(TOOL_CALL_SEPARATOR)} call)*",
+            "calls: call" if structured.single_call else f"calls: call ({_literal(TOOL_CALL_SEPARATOR)} call)*",
             f"call: {_literal(TOOL_CALL_OPEN)} ({calls}) {_literal(TOOL_CALL_CLOSE)}",
             *functions,
         ]
@@ -61,7 +61,7 @@ def grammar_for(structured: StructuredOutput) -> str:
     if structured.kind is StructuredKind.TEXT_OR_TOOL_CALLS:
         trigger = TOOL_CALL_OPEN.rstrip("\n")
         rules = [
-            "start: call* TEXT",
+            "start: call? TEXT" if structured.single_call else "start: call* TEXT",
             f"call: opening {_literal(TOOL_CALL_OPEN[len(trigger) :])} ({calls}) {_literal(TOOL_CALL_CLOSE)}",
             f"opening[lazy]: TEXT {_literal(trigger)}",
             f"TEXT: /(.|\\n)*/ & ~/(.|\\n)*{trigger}(.|\\n)*/",

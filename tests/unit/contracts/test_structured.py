@@ -29,16 +29,11 @@ def test_builders_carry_schemas_as_json_text_and_compare_by_value():
             "json_object structured output takes no schema",
         ),
         (
-            lambda: StructuredOutput(StructuredKind.JSON_OBJECT, tools=(ToolSchema("f"),), single_call=True),
-            "single_call applies to a tool_call structured output only",
+            lambda: StructuredOutput(StructuredKind.JSON_OBJECT, single_call=True),
+            "single_call applies to a structured output with tools only",
         ),
         (lambda: StructuredOutput(StructuredKind.TOOL_CALL), "needs at least one tool"),
         (lambda: StructuredOutput(StructuredKind.TEXT_OR_TOOL_CALLS), "text_or_tool_calls structured output needs"),
-        (
-            lambda: StructuredOutput(StructuredKind.TEXT_OR_TOOL_CALLS, tools=(ToolSchema("f"),), single_call=True),
-            "single_call applies to a tool_call structured output only",
-        ),
-        (lambda: StructuredOutput.tool_calls({"f": {}, "g": {}}, single_call=True), "single tool call names one tool"),
         (lambda: StructuredOutput(StructuredKind.TOOL_CALL, tools=(ToolSchema("f"), ToolSchema("f"))), "unique"),
         (lambda: ToolSchema("get weather"), "tool name must be 1-64 letters"),
         (lambda: ToolSchema("f", "3"), "tool 'f' parameters must be a JSON object, got int"),

@@ -171,6 +171,30 @@ def test_required_tool_choice_is_one_or_more_calls_among_the_tools(engine, token
                 assert call == {"name": "get_time", "arguments": {}}
 
 
+def test_a_single_call_output_holds_exactly_one_forced_call_among_several_tools(engine, tokenizer):
+    no_arguments = {"type": "object", "properties": {}, "additionalProperties": False}
+    tools = {"get_weather": WEATHER, "get_time": no_arguments}
+    forced = StructuredOutput.tool_calls(tools, single_call=True)
+    for seed in range(3):
+        params = SamplingParams(max_tokens=120, temperature=1.0, seed=seed, structured=forced)
+        seq = engine.generate([5, 900, 31, 7], params)
+        assert seq.finish_reason == "stop"
+        call = json.loads(HERMES.fullmatch(_text(tokenizer, seq.output_token_ids)).group(1))
+        assert call["name"] in tools
+
+
+def test_after_one_call_a_single_call_text_cannot_open_another(compiler, tokenizer):
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n</tool_call>'
+    trigger = tokenizer.encode("<tool_call>")
+    generated = tokenizer.encode("Sure. " + call + " Then ") + trigger[:-1]
+    several = StructuredOutput(
+        StructuredKind.TEXT_OR_TOOL_CALLS, tools=StructuredOutput.tool_calls({"get_weather": WEATHER}).tools
+    )
+    single = dataclasses.replace(several, single_call=True)
+    assert trigger[-1] in _allowed(compiler, several, generated)  # a second call may open
+    assert trigger[-1] not in _allowed(compiler, single, generated)  # it may not
+
+
 def test_decode_after_handoff_continues_exactly_where_the_prefill_left(engine):
     # The prefill engine samples the first token; the decode engine gets it as part of its prompt
     # and must replay it into the grammar. Greedy: both halves equal one uninterrupted run.

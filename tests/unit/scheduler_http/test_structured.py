@@ -63,6 +63,31 @@ def test_tool_choices():
     )
 
 
+def test_parallel_tool_calls_false_allows_one_call_wherever_a_grammar_decodes_the_calls():
+    strict_tools = [
+        {"type": "function", "function": {"name": "get_weather", "parameters": STRICT_WEATHER, "strict": True}}
+    ]
+    weather = ToolSchema("get_weather", json.dumps(WEATHER_DECODED))
+    required = _parse({"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": False})
+    assert required == StructuredOutput(
+        StructuredKind.TOOL_CALL, tools=(weather, ToolSchema("now", NO_PARAMETERS)), single_call=True
+    )
+    auto = _parse({"tools": strict_tools, "parallel_tool_calls": False})
+    assert auto == StructuredOutput(StructuredKind.TEXT_OR_TOOL_CALLS, tools=(weather,), single_call=True)
+    answer = _parse({"tools": strict_tools, "parallel_tool_calls": False, **_json_schema(WEATHER)})
+    assert answer == StructuredOutput(
+        StructuredKind.JSON_SCHEMA, schema=json.dumps(WEATHER_DECODED), tools=(weather,), single_call=True
+    )
+    assert _parse({"tools": TOOLS, "parallel_tool_calls": False}) is None  # no grammar: nothing to bound
+    assert _parse({"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": True}) == _parse(
+        {"tools": TOOLS, "tool_choice": "required"}
+    )
+    with pytest.raises(ValueError, match="'parallel_tool_calls' must be a boolean, got 'no'"):
+        _parse({"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": "no"})
+    body = {"messages": [{"role": "user", "content": "hi"}], "tools": TOOLS, "parallel_tool_calls": False}
+    assert parse_chat_request(body).tools.choice == "auto"  # accepted by the chat route, not a 400
+
+
 def test_auto_with_a_strict_tool_is_free_text_whose_calls_are_valid_calls():
     strict_tools = [
         {"type": "function", "function": {"name": "get_weather", "parameters": STRICT_WEATHER, "strict": True}}

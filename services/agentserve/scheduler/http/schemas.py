@@ -61,6 +61,7 @@ CHAT_FIELDS = SAMPLING_FIELDS | {
     "top_logprobs",
     "tools",
     "tool_choice",
+    "parallel_tool_calls",
     "response_format",
 }
 COMPLETION_FIELDS = SAMPLING_FIELDS | {"prompt"}

@@ -6,6 +6,7 @@
   "function": {"name": X}}`: exactly one call, to X; `"auto"` (the default with tools) with a
   `strict` tool: free text in which every call is a valid call among `tools`; `"auto"` without a
   strict tool, and `"none"`: nothing.
+- `parallel_tool_calls: false`: at most one call (exactly one where a call is forced).
 - both: a forced call (`"required"`, a named function) wins, as the reply is calls; under `"auto"`
   with a strict tool the reply is the `response_format`'s JSON or, instead, calls among `tools`.
 
@@ -42,7 +43,7 @@ def parse_structured(
     `tools`: the request's `tools`, already checked (`scheduler.http.tools.parse_tools`);
     `max_tokens`: the reply's limit, which bounds the schemas' strings (`decoding_schema`)."""
     response = _response_format(body.get("response_format"), max_tokens)
-    calls = _tool_choice(body.get("tool_choice"), tools, max_tokens)
+    calls = _tool_choice(body.get("tool_choice"), tools, max_tokens, _parallel_tool_calls(body))
     if calls is not None and calls.kind is StructuredKind.TOOL_CALL:
         # A forced call: the reply is tool calls, so `response_format` (checked above) shapes no part
         # of it. OpenAI accepts the pair (the Agents SDK sends it for an agent with an output_type
@@ -51,7 +52,7 @@ def parse_structured(
     if response is not None and calls is not None:
         # "auto" with strict tools: the JSON answer, or calls instead (OpenAI's reading; the Agents
         # SDK sends its output_type's schema on every step, those that should call a tool included).
-        return dataclasses.replace(response, tools=calls.tools)
+        return dataclasses.replace(response, tools=calls.tools, single_call=calls.single_call)
     return response or calls
 
 
@@ -81,7 +82,18 @@ def _response_format(raw: Any, max_tokens: int) -> StructuredOutput | None:
     return StructuredOutput(StructuredKind.JSON_SCHEMA, schema=schema)
 
 
-def _tool_choice(choice: Any, tools: Sequence[Mapping[str, Any]], max_tokens: int) -> StructuredOutput | None:
+def _parallel_tool_calls(body: Mapping[str, Any]) -> bool:
+    """OpenAI's `parallel_tool_calls` (default true); false: a reply holds at most one call, which
+    the grammar enforces wherever the reply is decoded under one (forced calls, strict tools)."""
+    value = body.get("parallel_tool_calls", True)
+    if not isinstance(value, bool):
+        raise ValueError(f"'parallel_tool_calls' must be a boolean, got {value!r}")
+    return value
+
+
+def _tool_choice(
+    choice: Any, tools: Sequence[Mapping[str, Any]], max_tokens: int, parallel: bool = True
+) -> StructuredOutput | None:
     if choice == "none":
         return None
     if choice in (None, "auto"):
@@ -116,7 +128,7 @@ def _tool_choice(choice: Any, tools: Sequence[Mapping[str, Any]], max_tokens: in
         )
         for i, function in chosen
     )
-    return StructuredOutput(kind, tools=schemas, single_call=wanted is not None)
+    return StructuredOutput(kind, tools=schemas, single_call=wanted is not None or not parallel)
 
 
 def _usable_schema(schema: Any, where: str, max_tokens: int) -> str:
