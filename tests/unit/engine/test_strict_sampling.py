@@ -1,5 +1,6 @@
-"""A strict json_schema with an unbounded string and integer, sampled at temperature 1 on the default
-(trained tiny) model: every reply ends inside max_tokens, parses and validates. The constraint is
+"""A strict json_schema with an unbounded string and integer, sampled at temperature 1 on the model
+`up` serves by default (SmolLM2-135M-Instruct) and on the tiny model the tests serve: every reply
+ends inside max_tokens, parses and validates. The constraint is
 built as the gateway builds it (`parse_chat_request`), so the bounds under test are the served ones."""
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import json
 import jsonschema
 import pytest
 
-from agentserve.engine.default_model import ensure_default_model
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
+from agentserve.engine.model_catalog import SERVED_DEFAULT, TINY, resolve_model
+from agentserve.model_files.gguf_folder import model_folder
 from agentserve.model_files.tokenizer import Tokenizer
 from agentserve.scheduler.http.schemas import parse_chat_request
 
@@ -28,9 +30,10 @@ SAMPLES = 100
 MAX_TOKENS = 64
 
 
-@pytest.mark.timeout(600)  # 100 sequences in one batch: about a minute on two shared cores
-def test_every_seeded_sample_of_a_strict_schema_parses_and_validates():
-    model_dir = ensure_default_model()
+@pytest.mark.timeout(900)  # 100 sequences in one batch: minutes on two shared cores for SmolLM2
+@pytest.mark.parametrize("model", [SERVED_DEFAULT, TINY])
+def test_every_seeded_sample_of_a_strict_schema_parses_and_validates(model):
+    model_dir = model_folder(resolve_model(model).source)
     engine = LLMEngine.from_dir(model_dir, EngineConfig(prefix_cache=False))
     tokenizer = Tokenizer.from_dir(model_dir)
     body = {
