@@ -59,9 +59,9 @@ class EngineConfig:
     # is recomputed in full (`engine.recompute_selection`); None: never.
     reuse_max_deviation: float | None = DEFAULT_MAX_DEVIATION
     emulation: EmulationConfig = field(default_factory=EmulationConfig)  # read when compute is emulated
+    kv_dtype: KVDtype = "auto"
     # Speculative decoding (`engine.speculative`): drafts verified in one forward per step; off by default.
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
-    kv_dtype: KVDtype = "auto"
     # Where the weights, the KV pool and each forward's tensors live (`engine.device`): auto, cpu,
     # cuda or cuda:N. Read when compute is real; an emulated engine runs no model.
     device: str = "cpu"
@@ -87,9 +87,9 @@ class EngineConfig:
         if self.reuse_max_deviation is not None and not self.reuse_max_deviation >= 0:
             raise ValueError(f"reuse_max_deviation must be >= 0, got {self.reuse_max_deviation!r}")
         parse_dtype(self.dtype)
+        resolve_device(self.device)  # ValueError naming --device, at start-up
         if self.speculative.enabled and self.compute != "real":
             raise ValueError(f"speculative decoding needs real compute, got compute {self.compute!r}")
-        resolve_device(self.device)  # ValueError naming --device, at start-up
         check_eviction_policy(self.eviction_policy)
 
     @property

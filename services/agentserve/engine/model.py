@@ -168,8 +168,9 @@ class CausalLM(nn.Module):
         exit_after: int | None = None,
     ) -> torch.Tensor:
         """`exit_after`: run only the first that many layers before the head (a self-speculative
-        draft, `engine.speculative.early_exit`); None runs them all."""
-        """The inputs may come from the host: ids, positions and `meta` are put on the pool's device
+        draft, `engine.speculative.early_exit`); None runs them all.
+
+        The inputs may come from the host: ids, positions and `meta` are put on the pool's device
         (no-ops when already there). The logits return to the host, where sampling, grammar masks
         and speculative acceptance run."""
         device = pool.device
