@@ -74,7 +74,8 @@ def validate(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def agentaware(args: argparse.Namespace) -> dict[str, Any]:
-    from agentserve.bench.papers.agentaware.workload import AgentAwareSpec, read_tool_sample
+    from agentserve.bench.papers.agentaware.cli_args import workload_spec
+    from agentserve.bench.papers.agentaware.workload import read_tool_sample
     from agentserve.sim.agentaware.bench import AwareBenchSpec, run_bench
     from agentserve.sim.agentaware.config import AwareConfig
     from agentserve.sim.agentaware.report import write_report
@@ -90,17 +91,7 @@ def agentaware(args: argparse.Namespace) -> dict[str, Any]:
             chunk_tokens=args.chunk_tokens,
             pool_blocks_per_engine=args.pool_blocks,
         ),
-        workload=AgentAwareSpec(
-            jobs=args.jobs,
-            width=args.width,
-            rounds=args.rounds,
-            system_tokens=args.system_tokens,
-            first_tokens=args.first_tokens,
-            new_tokens=args.new_tokens,
-            output_tokens=args.output_tokens,
-            prediction=args.prediction,
-            seed=args.seed,
-        ),
+        workload=workload_spec(args),
         rates=args.rates,
         policies=tuple(p for p in args.policies.split(",") if p),
         compare_rate=args.compare_rate,

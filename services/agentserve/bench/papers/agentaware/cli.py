@@ -11,9 +11,8 @@ from typing import Any
 
 from agentserve.bench.common.cluster import ClusterSpec
 from agentserve.bench.papers.agentaware.bench import BenchSpec, run_bench
-from agentserve.bench.papers.agentaware.cli_args import WALL_BUDGET_S, add_arguments
+from agentserve.bench.papers.agentaware.cli_args import WALL_BUDGET_S, add_arguments, workload_spec
 from agentserve.bench.papers.agentaware.report import write_report
-from agentserve.bench.papers.agentaware.workload import AgentAwareSpec
 from agentserve.cluster.settings import ComputeSettings
 from agentserve.engine.emulation_config import EmulationConfig
 
@@ -47,17 +46,7 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
     kv_blocks = -(-args.kv_pool_tokens // args.block_size)
     # A bad target or dilation fails here, naming the setting.
     emulation = EmulationConfig(args.target_model, args.target_gpu, time_dilation=args.time_dilation)
-    workload = AgentAwareSpec(
-        jobs=args.jobs,
-        width=args.width,
-        rounds=args.rounds,
-        system_tokens=args.system_tokens,
-        first_tokens=args.first_tokens,
-        new_tokens=args.new_tokens,
-        output_tokens=args.output_tokens,
-        prediction=args.prediction,
-        seed=args.seed,
-    )
+    workload = workload_spec(args)
     return BenchSpec(
         workload=workload,
         cluster=ClusterSpec(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agentserve.bench.papers.agentaware.workload import DEFAULT_TRACE, PREDICTIONS
+from agentserve.bench.papers.agentaware.workload import DEFAULT_TRACE, PREDICTIONS, AgentAwareSpec
 
 DEFAULT_RATES = "0.2,0.3,0.6"
 WALL_BUDGET_S = 1200  # the default invocation on the 2-core machine (issue 14)
@@ -62,3 +62,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--policies", default="", help="comma-separated lifecycle policies (default: every registered one)")
     r.add_argument("--out", type=Path, help="results directory (default artifacts/bench/papers/agentaware-<time>)")
     r.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def workload_spec(args: argparse.Namespace) -> AgentAwareSpec:
+    """The jobs the workload arguments describe (`bench agentaware` and `sim agentaware` take the same)."""
+    return AgentAwareSpec(
+        jobs=args.jobs,
+        width=args.width,
+        rounds=args.rounds,
+        system_tokens=args.system_tokens,
+        first_tokens=args.first_tokens,
+        new_tokens=args.new_tokens,
+        output_tokens=args.output_tokens,
+        prediction=args.prediction,
+        seed=args.seed,
+    )
