@@ -4,10 +4,10 @@
 # `scripts/test.sh --durations=15`; arguments that name test paths (`scripts/test.sh
 # tests/unit/kvstore`) replace the tiers with one run over those paths.
 #
-# The integration tier runs on two pytest-xdist workers, a test file to a worker (`--dist loadfile`,
-# so a module's shared cluster stays in one process): one pytest process keeps about one core
-# busy, its tests waiting on the clusters they start, so two use a 2-core machine.
-# AGENTSERVE_TEST_WORKERS=1 runs it in one process.
+# The unit and integration tiers run on pytest-xdist workers, a test file to a worker (`--dist
+# loadfile`, so a module's fixtures and shared cluster stay in one process): unit tests on two (they
+# are CPU-bound, one per core), integration tests on three (each mostly waits on the clusters it
+# starts). AGENTSERVE_TEST_WORKERS=1 runs every tier in one process.
 #
 # Every tier runs even when an earlier one fails; the exit status is the first failing tier's. A
 # tier whose tests the arguments deselect all (pytest's exit 5, "no tests collected") counts as
@@ -41,8 +41,13 @@ for run in "${runs[@]}"; do
     start=$SECONDS
     paths=()
     if [ "$run" != "given paths" ]; then paths=("$run"); fi
-    if [ "$run" = tests/integration ] && [ "${AGENTSERVE_TEST_WORKERS:-2}" -gt 1 ]; then
-        paths+=(-n "${AGENTSERVE_TEST_WORKERS:-2}" --dist loadfile)
+    workers=0
+    case "$run" in
+        tests/unit) workers=${AGENTSERVE_TEST_WORKERS:-2} ;;
+        tests/integration) workers=${AGENTSERVE_TEST_WORKERS:-3} ;;
+    esac
+    if [ "$workers" -gt 1 ]; then
+        paths+=(-n "$workers" --dist loadfile)
     fi
     echo "==== $run ===="
     rc=0
