@@ -4,10 +4,11 @@
 # `scripts/test.sh --durations=15`; arguments that name test paths (`scripts/test.sh
 # tests/unit/kvstore`) replace the tiers with one run over those paths.
 #
-# The unit and integration tiers run on pytest-xdist workers, a test file to a worker (`--dist
-# loadfile`, so a module's fixtures and shared cluster stay in one process): unit tests on two (they
-# are CPU-bound, one per core), integration tests on three (each mostly waits on the clusters it
-# starts). AGENTSERVE_TEST_WORKERS=1 runs every tier in one process.
+# The integration tier runs on three pytest-xdist workers, a test file to a worker (`--dist
+# loadfile`, so a module's shared cluster stays in one process): its workers wait on the clusters
+# they start, so three keep the cores busier than one. The unit tier stays in one process: its
+# tests are CPU-bound, and torch's threads in two workers would contend for the same two cores.
+# AGENTSERVE_TEST_WORKERS sets the integration tier's workers (1: one process).
 #
 # Every tier runs even when an earlier one fails; the exit status is the first failing tier's. A
 # tier whose tests the arguments deselect all (pytest's exit 5, "no tests collected") counts as
@@ -43,7 +44,6 @@ for run in "${runs[@]}"; do
     if [ "$run" != "given paths" ]; then paths=("$run"); fi
     workers=0
     case "$run" in
-        tests/unit) workers=${AGENTSERVE_TEST_WORKERS:-2} ;;
         tests/integration) workers=${AGENTSERVE_TEST_WORKERS:-3} ;;
     esac
     if [ "$workers" -gt 1 ]; then
