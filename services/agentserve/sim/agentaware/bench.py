@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentserve.bench.common.workloads.model import Workload
+from agentserve.bench.papers.agentaware.ratios import verdicts
 from agentserve.bench.papers.agentaware.workload import AgentAwareSpec, ToolSample, describe, generate
 from agentserve.sim.agentaware.config import AwareConfig
 from agentserve.sim.agentaware.policies import POLICY_NAMES, VLLM, make_aware_policy
@@ -31,7 +32,6 @@ from agentserve.sim.agentaware.run import simulate_aware
 
 OURS = "agentserve"
 LRU = "lru"
-TARGETS = {"e2e_latency_reduction": 0.47, "kv_utilization_gain": 0.169, "prefetch_hit_ratio": 0.9}
 
 
 @dataclass(frozen=True)
@@ -88,24 +88,14 @@ def bounds_against(base: dict[str, Any]) -> dict[str, Any]:
 
 def must_show(runs: dict[str, dict[float, dict[str, Any]]], rate: float) -> dict[str, Any]:
     ours, vllm, lru = runs[OURS][rate], runs[VLLM][rate], runs[LRU][rate]
-    top = keys_against(ours, vllm)
+    top, against_lru = keys_against(ours, vllm), keys_against(ours, lru)
     return {
         **top,
         "compared_at_rate_jobs_per_s": rate,
         "vs_vllm_bound": bounds_against(vllm),
-        "vs_lru": {**keys_against(ours, lru), **bounds_against(lru)},
-        "targets": {
-            key: {"value": top[key], "target": target, "met": top[key] is not None and top[key] >= target}
-            for key, target in TARGETS.items()
-        },
-        "targets_vs_lru": {
-            key: {
-                "value": keys_against(ours, lru)[key],
-                "target": target,
-                "met": keys_against(ours, lru)[key] is not None and keys_against(ours, lru)[key] >= target,
-            }
-            for key, target in TARGETS.items()
-        },
+        "vs_lru": {**against_lru, **bounds_against(lru)},
+        "targets": verdicts(top),
+        "targets_vs_lru": verdicts(against_lru),
     }
 
 

@@ -162,9 +162,8 @@ class AwareRun:
         prefix = self.workload.prefixes.get(agent.spec.prefix or "", 0)
         agent.kv.block_ids = context_block_ids(agent.spec.id, prefix, agent.context, bs)
         agent.next_index += 1
-        for tool in spec.tools:
-            self.parking.started(agent.kv, tool)
-            break  # parked at the first call, as the scheduler does with parallel calls
+        if spec.tools:
+            self.parking.started(agent.kv, spec.tools[0])  # parked at the first call, as the scheduler does
         self.loop.after(record.tool_s, lambda: self._tools_done(agent, turn.index))
 
     def _tools_done(self, agent: _Agent, index: int) -> None:
@@ -199,6 +198,7 @@ class AwareRun:
         useful = sum(e.used_area + e.reused_area for e in self.engines.values())
         e2e, crit = job_latencies(self.workload, sessions)
         jobs = list(e2e.values())
+        ttfts = [t.ttft_s for t in turns if t.ttft_s is not None]
         left = [self.records[k] for k in sorted(self.kv_left)]
         hit = [t for t in left if t.handoff_held_blocks >= t.expected_cached_tokens // self.config.block_size]
         tokens = token_figures(turns)
@@ -211,8 +211,8 @@ class AwareRun:
             "job_latency_p50_s": _round(percentile(jobs, 50)),
             "job_latency_p90_s": _round(percentile(jobs, 90)),
             "critical_path_jct_mean_s": _round(sum(crit.values()) / len(crit) if crit else None),
-            "ttft_p50_s": _round(percentile([t.ttft_s for t in turns if t.ttft_s is not None], 50)),
-            "ttft_p90_s": _round(percentile([t.ttft_s for t in turns if t.ttft_s is not None], 90)),
+            "ttft_p50_s": _round(percentile(ttfts, 50)),
+            "ttft_p90_s": _round(percentile(ttfts, 90)),
             "returning_turns_kv_left": len(left),
             "returning_turns_kv_left_resident": len(hit),
             "prefetch_hit_ratio": _round(len(hit) / len(left) if left else None),
