@@ -2,7 +2,7 @@
 
 Each trial starts a writer process (from a forkserver) that opens the store on a shared data dir (the index rebuilt
 from what earlier trials left), streams durable writes and reports every acknowledged block on a
-pipe; the parent kills it after a random delay, reopens the store and checks that
+pipe; the parent kills it after a random number of acknowledgements, reopens the store and checks that
 
 - every block ever acknowledged reads back bit-exact (by BLAKE2 digest),
 - every block the store lists, acknowledged or not, reads back whole and intact: nothing partial
@@ -50,7 +50,7 @@ def _writer(data_dir: Path, blocks: list[tuple[bytes, bytes]], group_commit: boo
     """The child: write `blocks` durably, one ack per block after its write returned."""
     store = _open(data_dir, group_commit, dram_budget_bytes=1 << 20)
     acks.send_bytes(b"R")
-    step = 4 if group_commit else 1  # group commit: batches of 4 share one commit
+    step = _step(group_commit)
     for start in range(0, len(blocks), step):
         batch = blocks[start : start + step]
         store.put_many(FINGERPRINT, batch)
@@ -66,8 +66,13 @@ _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload([__name__])
 
 
-def _trial(data_dir: Path, blocks: list[tuple[bytes, bytes]], group_commit: bool, delay_s: float) -> set[int]:
-    """Run one writer, SIGKILL it `delay_s` after it opened the store; the acknowledged indexes."""
+def _trial(
+    data_dir: Path, blocks: list[tuple[bytes, bytes]], group_commit: bool, kill_after: int, delay_s: float
+) -> set[int]:
+    """Run one writer and SIGKILL it `delay_s` after its `kill_after`-th acknowledgement; the
+    acknowledged indexes. Counting acknowledgements, not wall time from the start, places the kill
+    inside the stream however fast or loaded this machine is; the short random delay spreads the
+    kill over the next write's steps (temp file, data, fsync, rename)."""
     reader, writer_end = _CONTEXT.Pipe(duplex=False)
     proc = _CONTEXT.Process(target=_writer, args=(data_dir, blocks, group_commit, writer_end), daemon=True)
     proc.start()
@@ -76,6 +81,10 @@ def _trial(data_dir: Path, blocks: list[tuple[bytes, bytes]], group_commit: bool
     try:
         if not reader.poll(60) or reader.recv_bytes() != b"R":
             raise RuntimeError("crash-trial writer did not open the store")
+        while len(raw) // _ACK.size < kill_after:
+            if not reader.poll(60):
+                raise RuntimeError("crash-trial writer stopped acknowledging")
+            raw += reader.recv_bytes()
         time.sleep(delay_s)
         proc.kill()
         proc.join()
@@ -121,8 +130,9 @@ def _corrupt_one(store: KVStore, data_dir: Path, acked: dict[bytes, bytes], rng:
     del acked[victim]
 
 
-def _stream_seconds(data_dir: Path, makers: list[BlockMaker], blocks_per_trial: int, group_commit: bool) -> float:
-    """How long one writer's whole stream takes here, timed in a scratch store beside `data_dir`."""
+def _write_seconds(data_dir: Path, makers: list[BlockMaker], blocks_per_trial: int, group_commit: bool) -> float:
+    """How long one durable write (a block, or a group commit's batch) takes here, timed in a
+    scratch store beside `data_dir`."""
     scratch = data_dir.parent / f".{data_dir.name}-calibrate-{int(group_commit)}"
     store = _open(scratch, group_commit)
     try:
@@ -130,14 +140,18 @@ def _stream_seconds(data_dir: Path, makers: list[BlockMaker], blocks_per_trial: 
             (b, makers[i % len(makers)].make(b))
             for i, b in enumerate(block_id_for(("calibrate", i), "crash") for i in range(blocks_per_trial))
         ]
-        step = 4 if group_commit else 1
+        step = _step(group_commit)
         start = time.perf_counter()
         for i in range(0, len(blocks), step):
             store.put_many(FINGERPRINT, blocks[i : i + step])
-        return time.perf_counter() - start
+        return (time.perf_counter() - start) / -(-len(blocks) // step)
     finally:
         store.close()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _step(group_commit: bool) -> int:
+    return 4 if group_commit else 1  # group commit: batches of 4 share one commit
 
 
 def run_trials(
@@ -145,19 +159,15 @@ def run_trials(
     trials: int = 200,
     seed: int = 0,
     blocks_per_trial: int = 32,
-    max_delay_s: float | None = None,
     corrupt_every: int = 10,
 ) -> dict:
-    """`max_delay_s` None: kill within 80% of a stream's measured duration on this machine, so
-    almost every kill lands mid-stream however fast or loaded the disk and CPU are."""
+    """Each trial kills its writer after a random number of acknowledgements (at least two writes
+    before the end of its stream) plus a random part of one write's measured duration."""
+    if blocks_per_trial < 2 * _step(True):
+        raise ValueError(f"blocks_per_trial must be at least {2 * _step(True)}")
     rng = random.Random(seed)
     makers = [BlockMaker(FINGERPRINT, size, num_layers=8, seed=seed + i) for i, size in enumerate(SIZES)]
-    delays = {
-        mode: max_delay_s
-        if max_delay_s is not None
-        else 0.8 * _stream_seconds(data_dir, makers, blocks_per_trial, mode)
-        for mode in (False, True)
-    }
+    write_s = {mode: _write_seconds(data_dir, makers, blocks_per_trial, mode) for mode in (False, True)}
     acked: dict[bytes, bytes] = {}  # id -> digest of every acknowledged, not deliberately corrupted block
     written: dict[bytes, bytes] = {}
     killed_mid_stream = corrupted = 0
@@ -168,7 +178,8 @@ def run_trials(
         digests = {b: hashlib.blake2b(d).digest() for b, d in blocks}
         written.update(digests)
         group_commit = trial % 2 == 1
-        acks = _trial(data_dir, blocks, group_commit, rng.uniform(0, delays[group_commit]))
+        kill_after = rng.randrange(0, blocks_per_trial - 2 * _step(group_commit) + 1)
+        acks = _trial(data_dir, blocks, group_commit, kill_after, rng.uniform(0, write_s[group_commit]))
         killed_mid_stream += len(acks) < len(blocks)
         acked.update((ids[i], digests[ids[i]]) for i in acks)
         store = _open(data_dir, group_commit)
