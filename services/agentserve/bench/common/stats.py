@@ -4,7 +4,8 @@ A percentile is linear interpolation between the closest ranks, numpy's default 
 over the `n` values sorted ascending, the `p`-th percentile sits at rank `(n - 1) * p / 100`; a
 fractional rank takes the two values around it, weighted by the fraction. So the 0th is the
 smallest value, the 100th the largest, and the 50th the median of an even count is the mean of
-the middle two.
+the middle two. Infinite values (a failed turn's latency) sort last and are never interpolated
+with: a percentile that reaches one is infinite.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def percentile(values: Sequence[float], p: float) -> float | None:
     rank = (len(data) - 1) * p / 100
     lo = math.floor(rank)
     hi = min(lo + 1, len(data) - 1)
+    if rank == lo or math.isinf(data[hi]):  # an exact rank, or a step toward an infinite value (a failure)
+        return data[lo] if rank == lo else data[hi]
     return data[lo] + (data[hi] - data[lo]) * (rank - lo)
 
 

@@ -1,5 +1,7 @@
 """The one percentile definition (linear interpolation between closest ranks) and what is built on it."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -48,3 +50,12 @@ def test_distribution_skips_missing_values_and_scales() -> None:
 
 def test_ecdf_is_the_share_at_or_below_each_sorted_value() -> None:
     assert ecdf([3, None, 1, 2]) == ([1, 2, 3], [1 / 3, 2 / 3, 1.0])
+
+
+def test_a_percentile_reaching_an_infinite_value_is_infinite_and_one_below_it_is_not() -> None:
+    values = [10.0, 20.0, 30.0, 40.0, math.inf]  # a failed turn's latency is infinite
+    assert percentile(values, 100) == math.inf
+    assert percentile(values, 90) == math.inf  # rank 3.6: a step toward the failure
+    assert percentile(values, 75) == 40.0  # rank 3 exactly: no step
+    assert percentile(values, 50) == 30.0
+    assert percentile([math.inf, math.inf], 50) == math.inf

@@ -122,6 +122,30 @@ def probe_entry(load: float, summary: dict) -> dict:
         "ttft_p90_later_turns_ms": summary["ttft_p90_later_turns_ms"],
         "hit_ratio": summary["hit_ratio"],
         "engines": summary["engines"],
+        "slo_check": summary.get("slo_check"),
+    }
+
+
+def binding_term(probes: list[dict], capacity: float | None, lowest_failing: float | None) -> dict | None:
+    """Which SLO term binds the capacity (`SLO.check`): the one furthest past its bound at the lowest
+    failing load, else (every probe passed) the one nearest its bound at the capacity. None when
+    the probes carry no per-term check."""
+    at = lowest_failing if lowest_failing is not None else capacity
+    probe = next((p for p in probes if p["load"] == at and p.get("slo_check")), None)
+    if probe is None:
+        return None
+    check = probe["slo_check"]
+    term = next(t for t in check["terms"] if t["term"] == check["binding"])
+    return {
+        "term": term["term"],
+        "load": at,
+        "why": "fails first: furthest past its bound at the lowest failing load"
+        if lowest_failing is not None
+        else "nearest its bound at the highest load probed",
+        "value_ms": term["value_ms"],
+        "bound_ms": term["bound_ms"],
+        "failed_turns": term["failed_turns"],
+        "terms_failed": [t["term"] for t in check["terms"] if not t["met"]],
     }
 
 

@@ -94,7 +94,13 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_capacity_arguments(p: argparse.ArgumentParser) -> None:
     _workload_and_target(p)
-    p.add_argument("--slo", required=True, help='e.g. "ttft_p90=2000ms,tpot_p90=200ms": at least 90%% of turns within')
+    p.add_argument(
+        "--slo",
+        required=True,
+        help="each term a latency bound at a percentile over the turns it applies to, e.g. "
+        "ttft_first_p90=4000ms,ttft_later_p90=1000ms,tpot_p90=200ms (metrics: ttft, ttft_first, ttft_later, tt2t, "
+        "tpot, e2e); capacity is the highest load at which every term holds, and the report says which binds",
+    )
     p.add_argument(
         "--load",
         choices=["rate", "concurrency", "speedup"],

@@ -148,30 +148,54 @@ def _tiers(s: dict) -> str:
 
 def capacity_markdown(r: dict) -> str:
     w, slo = r["workload"], r["slo"]
-    bounds = ", ".join(f"{m} <= {b:g} ms" for m, b in slo["bounds_ms"].items())
+    terms = list(slo["terms"])
     lines = [
         f"# agentserve bench capacity — {w['name']}",
         "",
         f"- workload: `{w['source']}`, {w['sessions']} sessions, {w['turns']} turns"
         + (f", token scale 1/{w['token_scale']}" if w["token_scale"] > 1 else ""),
-        f"- SLO: {bounds} for at least {slo['attainment']:.0%} of turns",
+        "- SLO: "
+        + ", ".join(f"{t} <= {b:g} ms" for t, b in slo["terms"].items())
+        + " (each over the turns it applies to: first turns, later turns, or all)",
         f"- load: {r['load']}",
         f"- **capacity: {_fmt(r['capacity'], 3)}** (lowest failing load {_fmt(r['lowest_failing_load'], 3)}; "
         f"converged: {r['converged']})",
     ]
+    binding = r.get("binding")
+    if binding:
+        lines.append(
+            f"- **binding: {binding['term']}** at load {binding['load']:g} "
+            f"({_fmt(binding['value_ms'])} ms against {binding['bound_ms']:g} ms; {binding['why']}; "
+            f"failed there: {', '.join(binding['terms_failed']) or 'none'})"
+        )
     for role, d in r["per_engine"].items():
         lines.append(f"- per {role} engine ({len(d['engines'])}): {_fmt(d['capacity_per_engine'], 3)}")
     lines += [
         "",
-        "| load | meets SLO | turns meeting SLO | goodput turns/s | turns/s | TTFT p90 ms | TPOT p90 ms | failed |",
-        "|---|---|---|---|---|---|---|---|",
+        "| load | meets SLO | binding | "
+        + " | ".join(f"{t} ms" for t in terms)
+        + " | turns meeting all | goodput turns/s | turns/s | failed |",
+        "|---|---|---|" + "---|" * len(terms) + "---|---|---|---|",
     ]
     for p in sorted(r["probes"], key=lambda p: p["load"]):
+        check = p["slo_check"]
+        values = {t["term"]: t for t in check["terms"]}
         lines.append(
-            f"| {p['load']:g} | {'yes' if p['meets_slo'] else 'no'} | {p['attainment']:.1%} | "
-            f"{_fmt(p['goodput_turns_per_s'], 2)} | {_fmt(p['turns_per_s'], 2)} | {_fmt(p['ttft_p90_ms'])} | "
-            f"{_fmt(p['tpot_p90_ms'])} | {p['turns_failed']} |"
+            f"| {p['load']:g} | {'yes' if check['meets'] else 'no'} | {check['binding']} | "
+            + " | ".join(_term_cell(values[t]) for t in terms)
+            + f" | {p['attainment']:.1%} | {_fmt(p['goodput_turns_per_s'], 2)} | {_fmt(p['turns_per_s'], 2)} | "
+            f"{p['turns_failed']} |"
         )
     if r.get("files"):
         lines += ["", f"![capacity]({Path(r['files']['capacity_plot']).name})"]
     return "\n".join(lines) + "\n"
+
+
+def _term_cell(term: dict) -> str:
+    """A term's value in a probe row: n/a without turns to judge, failed when failed turns reach its
+    percentile, bold past its bound."""
+    if not term["turns"]:
+        return "n/a"
+    if term["value_ms"] is None:
+        return "**failed**"
+    return f"{term['value_ms']:.1f}" if term["met"] else f"**{term['value_ms']:.1f}**"

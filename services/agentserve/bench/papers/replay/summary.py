@@ -97,6 +97,8 @@ def summarize(
             "computed_prompt_tokens_per_s": sum(t.prompt_tokens - t.cached_tokens for t in ok) / duration,
         },
         "goodput": goodput(turns, duration, slo),
+        # Each SLO term at its own percentile, and which binds (`SLO.check`): capacity's predicate.
+        "slo_check": slo.check(turns).to_json() if slo is not None else None,
         "tool_wait_share": sum(s.tool_s for s in sessions) / active if active > 0 else None,
         "engines": engine_counts(ok),
     }

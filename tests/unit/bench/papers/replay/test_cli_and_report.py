@@ -8,7 +8,9 @@ import pytest
 
 from agentserve.bench.common.workloads.generator import GeneratorSpec, generate
 from agentserve.bench.common.workloads.session_format import read_workload
+from agentserve.bench.papers.replay.capacity import binding_term
 from agentserve.bench.papers.replay.cli import write_capacity
+from agentserve.bench.papers.replay.records import TurnRecord
 from agentserve.bench.papers.replay.replayer import Replayer, ReplayOptions
 from agentserve.bench.papers.replay.report import write_replay
 from agentserve.bench.papers.replay.slo import SLO
@@ -161,32 +163,49 @@ def test_replay_report_files_and_markdown(tmp_path):
 
 
 def test_capacity_report(tmp_path):
-    probes = [
-        {
-            "load": x,
-            "meets_slo": x <= 4,
-            "attainment": 1.0 if x <= 4 else 0.5,
-            "goodput_turns_per_s": x / 2,
-            "turns_per_s": x / 2,
-            "turns_total": 10,
-            "turns_failed": 0,
-            "ttft_p90_ms": 100.0 * x,
-            "tpot_p90_ms": 10.0,
-            "e2e_p90_ms": 300.0 * x,
-            "engines": {},
-        }
-        for x in (1, 2, 4, 8, 6, 5)
-    ]
+    # First turns' TTFT grows 100 ms per unit of load, later turns' 120 ms: the later-turn bound
+    # (500 ms) is crossed first, at load 5, while the first-turn bound (1000 ms) still holds.
+    slo = SLO.parse("ttft_first_p90=1000ms,ttft_later_p90=500ms,tpot_p90=50ms")
+
+    def turns(x: float) -> list[TurnRecord]:
+        out = []
+        for i in range(10):
+            ttft = (100.0 if i < 5 else 120.0) * x / 1000
+            out.append(TurnRecord("s", i, i < 5, 0.0, output_tokens=3, first_token_s=ttft, last_token_s=ttft + 0.02))
+        return out
+
+    probes = []
+    for x in (1, 2, 4, 8, 6, 5):
+        records = turns(x)
+        probes.append(
+            {
+                "load": x,
+                "attainment": slo.attained(records),
+                "goodput_turns_per_s": slo.attained(records) * x / 2,
+                "turns_per_s": x / 2,
+                "turns_total": 10,
+                "turns_failed": 0,
+                "engines": {},
+                "slo_check": slo.check(records).to_json(),
+            }
+        )
+    binding = binding_term(probes, 4, 5)
+    assert binding is not None
+    assert (binding["term"], binding["load"], binding["terms_failed"]) == ("ttft_later_p90", 5, ["ttft_later_p90"])
+    assert binding["value_ms"] == pytest.approx(600.0)
     result = {
         "workload": {"name": "w", "source": "s", "sessions": 1, "turns": 1, "token_scale": 16},
-        "slo": {"bounds_ms": {"ttft": 500.0}, "attainment": 0.9},
+        "slo": slo.to_json(),
         "load": "concurrency",
         "capacity": 4,
         "lowest_failing_load": 5,
         "converged": True,
+        "binding": binding,
         "per_engine": {"decode": {"engines": ["d0", "d1"], "capacity_per_engine": 2.0}},
         "probes": probes,
     }
     write_capacity(result, tmp_path)
     assert (tmp_path / "capacity.png").stat().st_size > 10_000
     assert matches_golden((tmp_path / "capacity.md").read_text(), GOLDEN_CAPACITY)
+    # With no failing probe the term nearest its bound at the capacity binds.
+    assert binding_term(probes[:3], 4, None)["term"] == "ttft_later_p90"  # 480 of 500 ms
