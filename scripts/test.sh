@@ -35,14 +35,13 @@ if [ ${#runs[@]} -eq 0 ]; then
     runs=(tests/unit tests/integration tests/container)
 fi
 
-timings=()
-status=0
-ran_tests=false
-for run in "${runs[@]}"; do
-    start=$SECONDS
-    paths=()
+state=$(mktemp -d)
+trap 'rm -rf "$state"' EXIT
+
+# tier RUN: one pytest run; its exit status and wall time go to $state for the summary.
+tier() {
+    local run="$1" start=$SECONDS rc=0 workers=0 paths=()
     if [ "$run" != "given paths" ]; then paths=("$run"); fi
-    workers=0
     case "$run" in
         tests/integration) workers=${AGENTSERVE_TEST_WORKERS:-3} ;;
     esac
@@ -50,18 +49,43 @@ for run in "${runs[@]}"; do
         paths+=(-n "$workers" --dist loadfile)
     fi
     echo "==== $run ===="
-    rc=0
-    .venv/bin/python -m pytest "${paths[@]}" "$@" || rc=$?
-    timings+=("$(printf '%-18s %5ds  (exit %d)' "$run" $((SECONDS - start)) "$rc")")
+    .venv/bin/python -m pytest "${paths[@]}" "${args[@]}" || rc=$?
+    echo "$rc" >"$state/${run//\//_}.rc"
+    echo $((SECONDS - start)) >"$state/${run//\//_}.s"
+}
+
+args=("$@")
+if [ "${runs[*]}" = "tests/unit tests/integration tests/container" ]; then
+    # The container tier runs beside the unit tier: the unit tier opens no sockets and starts no
+    # processes (its fixture enforces it), and the container tier mostly waits on its containers,
+    # so the two share the cores without touching each other's ports. Its output is printed when
+    # it ends. The integration tier runs alone after both: its loopback clusters want both cores.
+    tier tests/container >"$state/container.log" 2>&1 &
+    container=$!
+    tier tests/unit
+    wait "$container" || true
+    cat "$state/container.log"
+    tier tests/integration
+    beside=" (beside unit)"
+else
+    for run in "${runs[@]}"; do tier "$run"; done
+    beside=""
+fi
+
+status=0
+ran_tests=false
+echo "==== test tiers ===="
+for run in "${runs[@]}"; do
+    rc=$(cat "$state/${run//\//_}.rc")
+    note=""
+    if [ "$run" = tests/container ]; then note=$beside; fi
+    printf '%-18s %5ds  (exit %d)%s\n' "$run" "$(cat "$state/${run//\//_}.s")" "$rc" "$note"
     if [ "$rc" -eq 0 ]; then
         ran_tests=true
     elif [ "$rc" -ne "$NO_TESTS" ] && [ "$status" -eq 0 ]; then
         status=$rc
     fi
 done
-
-echo "==== test tiers ===="
-printf '%s\n' "${timings[@]}"
 if [ "$status" -eq 0 ] && [ "$ran_tests" = false ]; then
     status=$NO_TESTS
 fi

@@ -78,7 +78,9 @@ def clean_venv(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> Pa
     shutil.copytree(ROOT / "services", src / "services", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    pip = [str(venv / "bin/python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    # --no-compile: byte-compiling torch's thousands of modules at install is most of the install's
+    # time, and the probe imports every agentserve module anyway.
+    pip = [str(venv / "bin/python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile"]
     subprocess.run(
         [*pip, "--no-index", "--find-links", str(wheelhouse), str(src)],
         check=True,
