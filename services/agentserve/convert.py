@@ -146,10 +146,14 @@ def kv_path_from_proto(value: int) -> KVPath:
 # --- engine status ----------------------------------------------------------------------------
 
 
+def engine_role_to_proto(role: Role) -> common_pb2.EngineRole:
+    return _ROLE_TO_PROTO[role]
+
+
 def engine_status_to_proto(status: EngineStatus) -> common_pb2.EngineStatus:
     return common_pb2.EngineStatus(
         engine_id=status.engine_id,
-        role=_ROLE_TO_PROTO[status.role],
+        role=engine_role_to_proto(status.role),
         address=status.address,
         model_name=status.model_name,
         model_fingerprint=status.model_fingerprint,
@@ -163,6 +167,7 @@ def engine_status_to_proto(status: EngineStatus) -> common_pb2.EngineStatus:
         nics=[nic_status_to_proto(n) for n in status.nics],
         kv_block_bytes=status.kv_block_bytes,
         unfinished_prefill_tokens=status.unfinished_prefill_tokens,
+        draining=status.draining,
     )
 
 
@@ -184,6 +189,7 @@ def engine_status_from_proto(msg: common_pb2.EngineStatus) -> EngineStatus:
         max_context=msg.max_context,
         kv_block_bytes=msg.kv_block_bytes,
         unfinished_prefill_tokens=msg.unfinished_prefill_tokens,
+        draining=msg.draining,
         nics=tuple(
             NICStatus(n.name, n.configured_gbps, n.queue_bytes, n.active_transfers, n.bytes_total) for n in msg.nics
         ),

@@ -28,12 +28,12 @@ PORT_FLAGS = ("--grpc-port", "--http-port", "--metrics-port")
 class UpLocal:
     """`agentserve up --local --free-ports` in its own session, with its stderr in a file."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, decoders: int = 1) -> None:
         self.stderr_path = tmp_path / "up.stderr"
         self.log_dir = tmp_path / "logs"
         # The tiny model: what is tested here is the process tree, and it starts in seconds.
         cmd = [sys.executable, "-m", "agentserve.cli.main", "up", "--local", "--model", "tiny", "--free-ports"]
-        cmd += ["--decoders", "1", "--data-dir", str(tmp_path / "kv"), "--log-dir", str(self.log_dir)]
+        cmd += ["--decoders", str(decoders), "--data-dir", str(tmp_path / "kv"), "--log-dir", str(self.log_dir)]
         with self.stderr_path.open("w") as stderr:
             self.popen = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
 

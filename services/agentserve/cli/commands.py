@@ -307,8 +307,14 @@ def certs(args: argparse.Namespace) -> int:
     return 0
 
 
+def drain(args: argparse.Namespace) -> int:
+    from agentserve.cli.drain import drain as drain_engine
+
+    return drain_engine(args)
+
+
 def up_local(args: argparse.Namespace) -> int:
-    from agentserve.cli.up import ready_line
+    from agentserve.cli.up import drain_hint, ready_line
     from agentserve.cluster.local import LocalCluster, Stopped, catch_stop_signals
     from agentserve.cluster.ports import LocalPorts
     from agentserve.cluster.settings import ComputeSettings, FabricSettings
@@ -363,6 +369,7 @@ def up_local(args: argparse.Namespace) -> int:
         return 128 + stopped.signum
     ports = cluster.ports
     print(ready_line(ports, os.environ, args.host) + ". Ctrl-C stops everything.", file=sys.stderr)
+    print(drain_hint(ports, cluster.certs), file=sys.stderr)
     if args.demo:
         from agentserve.cli.demo import run_demo
 

@@ -152,6 +152,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     certs.set_defaults(func=commands.certs)
 
+    drain = sub.add_parser(
+        "drain",
+        help="scale in: the engine takes no new turns, finishes its own, deregisters and exits "
+        "(its sessions' KV stays in the store)",
+    )
+    drain.add_argument(
+        "engine",
+        help="the engine's id (turn metadata's prefill_engine / decode_engine, the scheduler's log) or host:port",
+    )
+    drain.add_argument(
+        "--scheduler", default="127.0.0.1:50061", help="the scheduler's internal port (default: up --local's)"
+    )
+    drain.add_argument(
+        "--tls-dir",
+        type=Path,
+        help="an operator certificate (ca.pem, cert.pem, key.pem); default: up --local's, when its default "
+        "data directory has one (compose: /certs/operator in the scheduler's container)",
+    )
+    drain.add_argument(
+        "--plain", action="store_true", help="the internal plane runs plain (up --local --plain-internal)"
+    )
+    drain.add_argument("--wait", action="store_true", help="return once the engine deregistered")
+    drain.add_argument("--timeout", type=float, default=120.0, help="seconds --wait waits (default 120)")
+    drain.set_defaults(func=commands.drain)
+
     profile = sub.add_parser("profile", help="hardware profiles of the emulated fabric").add_subparsers(
         dest="profile_command", required=True
     )

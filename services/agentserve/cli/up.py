@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from agentserve.cluster.local import keys_of
 from agentserve.cluster.ports import LOOPBACK, LocalPorts
@@ -28,4 +29,13 @@ def ready_line(ports: LocalPorts, env: Mapping[str, str], listen_host: str = LOO
         f"agentserve: ready. OpenAI http://{host}:{ports.http}/v1 | gRPC {host}:{ports.scheduler} | "
         f"tools http://{host}:{ports.toolproxy_http}/tools/<name> | "
         f"metrics http://127.0.0.1:{ports.metrics}/metrics | {access} | {tracing}"
+    )
+
+
+def drain_hint(ports: LocalPorts, certs: Path | None) -> str:
+    """How to scale in one of the engines `up --local` started (`agentserve drain`)."""
+    tls = f" --tls-dir {certs / 'operator'}" if certs is not None else " --plain"
+    return (
+        f"agentserve: scale in with `agentserve drain ENGINE --scheduler 127.0.0.1:{ports.scheduler_internal}{tls}` "
+        "(ENGINE: an engine id from the scheduler's log or a turn's metadata)"
     )

@@ -5,7 +5,8 @@ SERVING over gRPC health and for the scheduler's HTTP `/health` to say a prefill
 engine have registered, then supervises: a service that exits is restarted with backoff
 (`restarts.RestartPolicy`); on Ctrl-C / SIGTERM / SIGHUP, at any phase, all are stopped. Children
 run in their own process group and die with this process even when it is SIGKILLed
-(`process.spawn`). With several prefill engines (`--prefill N`) they are named prefill-0 ..
+(`process.spawn`). An engine that exits after a drain (scale-in: `agentserve drain`, or a
+SIGTERM sent to it) is not restarted. With several prefill engines (`--prefill N`) they are named prefill-0 ..
 prefill-N-1; the first listens on the prefill port, the others on free ports. With `--compute
 emulated` the engines run no model: each takes the target model's time on the target GPU from the
 cost model (a dozen fit on two cores; `ComputeSettings`). The scheduler and the engines serve
@@ -219,8 +220,14 @@ class LocalCluster:
         try:
             while True:
                 now = time.monotonic()
-                for proc in self.procs:
-                    if proc.restart_at is None and proc.popen.poll() is not None:
+                for proc in list(self.procs):
+                    if proc.restart_at is None and proc.popen.poll() is not None and drained(proc):
+                        print(
+                            f"agentserve: {proc.name} drained and exited; not restarting it (scaled in)",
+                            file=sys.stderr,
+                        )
+                        self.procs.remove(proc)
+                    elif proc.restart_at is None and proc.popen.poll() is not None:
                         proc.restart_at = proc.restarts.died(now)
                         if proc.restart_at is None:
                             print(
@@ -244,6 +251,12 @@ class LocalCluster:
             return 0
         finally:
             self.stop()
+
+
+def drained(proc: Proc) -> bool:
+    """Whether an engine exited after draining (`agentserve drain`, or a SIGTERM sent to it alone):
+    an engine exits 0 only then, and a scaled-in engine stays down."""
+    return proc.name.startswith(("prefill", "decode")) and proc.popen.returncode == 0
 
 
 def catch_stop_signals() -> None:

@@ -27,9 +27,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from agentserve.common.internal_tls import CA_FILE, CERT_FILE, INTERNAL_NAME, KEY_FILE
 
-# Services of a deployment; `client` is for tools that call internal services (up's health probes,
-# operators' scripts, tests).
-SERVICES = ("kvstore", "scheduler", "prefill", "decode", "toolproxy", "client")
+# Services of a deployment; `client` is for tools that look at internal services (up's health
+# probes, operators' scripts, tests), `operator` for commands that act on them (`agentserve drain`).
+SERVICES = ("kvstore", "scheduler", "prefill", "decode", "toolproxy", "client", "operator")
 CA_KEY_FILE = "ca.key"
 CA_VALID = datetime.timedelta(days=3650)
 CERT_VALID = datetime.timedelta(days=397)

@@ -42,6 +42,11 @@ class PermissionDenied(Exception):
     a peer the scheduler has not registered): gRPC PERMISSION_DENIED."""
 
 
+class FailedPrecondition(Exception):
+    """The request is well formed but the system is not in a state to do it (draining the last
+    engine of a role): gRPC FAILED_PRECONDITION."""
+
+
 class Overloaded(RetryableError):
     """A load bound (in-flight turns, rate, open sessions) refused the request: HTTP 429 with
     `Retry-After`, gRPC RESOURCE_EXHAUSTED with `retry-after` trailing metadata (whole seconds)."""
@@ -65,6 +70,8 @@ def status_for(exc: BaseException) -> grpc.StatusCode:
         return grpc.StatusCode.UNAUTHENTICATED
     if isinstance(exc, PermissionDenied):
         return grpc.StatusCode.PERMISSION_DENIED
+    if isinstance(exc, FailedPrecondition):
+        return grpc.StatusCode.FAILED_PRECONDITION
     if isinstance(exc, Overloaded):
         return grpc.StatusCode.RESOURCE_EXHAUSTED
     if isinstance(exc, (RetryableError, ConnectionError, grpc.aio.AioRpcError)):

@@ -2,10 +2,11 @@
 
 Mutual TLS (internal_tls.py) proves a caller holds a certificate of the deployment's CA; it does not
 say what the caller may do. Each certificate names its role in its common name (`common/certs.py`
-issues one per service: kvstore, scheduler, prefill, decode, toolproxy, and client for operators'
-tools), and `CALLERS` lists, per internal method, the roles whose code calls it. Anything else is
-PERMISSION_DENIED: a toolproxy certificate cannot read KV, a decode certificate cannot prefill, an
-operator's `client` certificate can look (health, stats, lookups, the tool list) but not act.
+issues one per service: kvstore, scheduler, prefill, decode, toolproxy, client for tools that look
+and operator for operators who act), and `CALLERS` lists, per internal method, the roles whose
+code calls it. Anything else is PERMISSION_DENIED: a toolproxy certificate cannot read KV, a decode
+certificate cannot prefill, a `client` certificate can look (health, stats, lookups, the tool list)
+but not act, and only an `operator` certificate drains an engine (`agentserve drain`).
 
 The table is the contract written where it is enforced: a method missing from it is refused to
 everyone (fail closed), so a new RPC is callable only once someone says who calls it.
@@ -17,15 +18,16 @@ from collections.abc import Mapping
 
 from agentserve.common.errors import PermissionDenied
 
-SCHEDULER, PREFILL, DECODE, KVSTORE, TOOLPROXY, CLIENT = (
+SCHEDULER, PREFILL, DECODE, KVSTORE, TOOLPROXY, CLIENT, OPERATOR = (
     "scheduler",
     "prefill",
     "decode",
     "kvstore",
     "toolproxy",
     "client",
+    "operator",
 )
-ROLES = frozenset({SCHEDULER, PREFILL, DECODE, KVSTORE, TOOLPROXY, CLIENT})
+ROLES = frozenset({SCHEDULER, PREFILL, DECODE, KVSTORE, TOOLPROXY, CLIENT, OPERATOR})
 ENGINES = frozenset({PREFILL, DECODE})
 
 # Services every deployment peer may call: probes (`up`'s, compose's HEALTHCHECK with the
@@ -56,9 +58,12 @@ CALLERS: Mapping[str, frozenset[str]] = {
     "/agentserve.v1.Decode/Lookup": frozenset({PREFILL, CLIENT}),
     # A prefill engine: only the scheduler schedules turns.
     "/agentserve.v1.Prefill/Prefill": frozenset({SCHEDULER}),
-    # The scheduler's internal port: engines join and report, the tool proxy reports tool waits.
+    # The scheduler's internal port: engines join, report and leave, the tool proxy reports tool
+    # waits, an operator drains an engine (scale-in).
     "/agentserve.v1.SchedulerInternal/Register": ENGINES,
     "/agentserve.v1.SchedulerInternal/Heartbeat": ENGINES,
+    "/agentserve.v1.SchedulerInternal/Deregister": ENGINES,
+    "/agentserve.v1.SchedulerInternal/DrainEngine": frozenset({OPERATOR}),
     "/agentserve.v1.SchedulerInternal/ToolCallStarted": frozenset({TOOLPROXY}),
     "/agentserve.v1.SchedulerInternal/ToolCallFinished": frozenset({TOOLPROXY}),
     # The tool proxy's gRPC: the tool list is for anyone in the deployment to read.

@@ -3,7 +3,8 @@
 It owns what is the same everywhere: an asyncio gRPC server on uvloop, gRPC health (NOT_SERVING
 until the service's warm-up finished, e.g. an engine's first real generation), reflection,
 Prometheus `/metrics`, OpenTelemetry, the `interceptors` (trace context and error mapping for every
-RPC), and a graceful stop on SIGTERM/SIGINT. A service supplies its servicers and lifecycle hooks
+RPC), and a graceful stop on SIGTERM/SIGINT (after the service's `drain`), or when the service
+ends itself (`ended`: a drained engine). A service supplies its servicers and lifecycle hooks
 by implementing `Service`; `main` is every `python -m agentserve.<service>` entry point.
 
 A service's gRPC port is on the internal plane: with `internal_tls_dir` configured it accepts only
@@ -122,6 +123,14 @@ class Service:
     async def warmup(self) -> None:
         """Prove the service works; health turns SERVING only after this returns."""
 
+    async def drain(self) -> None:
+        """On SIGTERM/SIGINT, before the server stops: finish what is in progress (an engine drains,
+        `engine_service.base`). Returns at once by default."""
+
+    async def ended(self) -> None:
+        """Returns when the service ends itself (a drained engine); by default never."""
+        await asyncio.Event().wait()
+
     async def stop(self) -> None:
         """Release resources; called once after the gRPC server stopped taking requests."""
 
@@ -169,13 +178,25 @@ async def serve(service: Service, settings: ServerSettings, ready: asyncio.Event
         log.info("%s SERVING", settings.name)
         if ready is not None:
             ready.set()
-        await stop.wait()
+        await _until_stopped(service, stop)
     finally:
         await health_servicer.enter_graceful_shutdown()
         await asyncio.gather(*(port.server.stop(settings.grace_s) for port in ports))
         await service.stop()
         shutdown_tracing()
         log.info("%s stopped", settings.name)
+
+
+async def _until_stopped(service: Service, stop: asyncio.Event) -> None:
+    """Until a signal (`stop`: the service drains first) or the service ends itself."""
+    signalled, ended = asyncio.ensure_future(stop.wait()), asyncio.ensure_future(service.ended())
+    try:
+        await asyncio.wait({signalled, ended}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        signalled.cancel()
+        ended.cancel()
+    if stop.is_set():
+        await service.drain()
 
 
 @dataclass(frozen=True)

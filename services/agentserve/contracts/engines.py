@@ -42,6 +42,8 @@ class EngineStatus:
     kv_block_bytes: int = 0  # one full block in the block format; 0 = not reported
     # Prefill engines: tokens left to compute of the prefills they accepted and have not returned.
     unfinished_prefill_tokens: int = 0
+    # Draining: no new turns; it finishes its own, then deregisters (scheduler/registry.py).
+    draining: bool = False
 
     def nic(self, name: str) -> NICStatus:
         """The named NIC's last report (an idle one if the engine reports none by that name)."""

@@ -1,8 +1,16 @@
 """EngineService: what prefill and decode processes share (model, engine thread, store client,
-registration, warm-up). Role-specific servicers plug in through `add_to_server`."""
+registration, warm-up, drain). Role-specific servicers plug in through `add_to_server`.
+
+Drain (scale-in): on SIGTERM, or when the scheduler's heartbeat reply asks (an operator's
+`agentserve drain`), the engine reports `draining`, so the scheduler places no new turn on it; it
+keeps serving the calls it gets for the turns it has, deregisters once idle (`Registrar`), and the
+process exits 0. A drain that outlasts `drain_timeout_s` stops the engine anyway. The sessions'
+KV is in the store already: a decode engine persists each turn's blocks before its last token.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from pathlib import Path
@@ -63,6 +71,8 @@ class EngineService(Service):
         # The peers this engine may dial (handoff, relay): the decode engines the scheduler registered.
         self.peer_allowlist = PeerAllowList(self._registered_peers)
         self.model_dir = model_dir
+        self._draining = False
+        self._drained = asyncio.Event()  # the drain ended: the process may exit
 
     def _scaled_profile(self, engine: LLMEngine, model_dir: str) -> ScaledProfile:
         """The hardware profile scaled to this machine's compute: it gives this engine's snic and cnic."""
@@ -94,7 +104,43 @@ class EngineService(Service):
             max_context=engine.model_config.max_position_embeddings,
             nics=nic_status(self.nics.values()),
             kv_block_bytes=self.mover.charge.per_block,
+            draining=self._draining,
         )
+
+    def idle(self) -> bool:
+        """Nothing runs or waits here: no sequence in the batch or its queue, no prefill accepted."""
+        status = self.status()
+        return status.running == 0 and status.waiting == 0 and status.unfinished_prefill_tokens == 0
+
+    def begin_drain(self) -> None:
+        """Take no new turns, finish these, deregister, end (`ended`). Idempotent."""
+        if self._draining:
+            return
+        self._draining = True
+        log.info("%s %s draining: finishing its turns, then deregistering", self.role.value, self.engine_id)
+        asyncio.get_running_loop().create_task(self._finish_drain(), name="drain")
+
+    async def _finish_drain(self) -> None:
+        if self.registrar is not None:
+            self.registrar.wake()
+            try:
+                await asyncio.wait_for(self.registrar.deregistered.wait(), self.config.drain_timeout_s)
+            except TimeoutError:
+                status = self.status()
+                log.warning(
+                    "drain did not finish in %.0f s (%d running, %d waiting); stopping anyway",
+                    self.config.drain_timeout_s,
+                    status.running,
+                    status.waiting,
+                )
+        self._drained.set()
+
+    async def drain(self) -> None:
+        self.begin_drain()
+        await self._drained.wait()
+
+    async def ended(self) -> None:
+        await self._drained.wait()
 
     async def start(self) -> None:
         # Logged here, not in __init__: the server configures logging after building the service.
@@ -147,6 +193,8 @@ class EngineService(Service):
             self.config.heartbeat_interval_ms / 1000,
             self.tls,
             on_peers=self.peer_allowlist.update,
+            on_drain=self.begin_drain,
+            idle=self.idle,
         )
         self.registrar.start()
 

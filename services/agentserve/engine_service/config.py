@@ -52,6 +52,9 @@ class EngineServiceConfig:
     # this, then the turn recomputes (a dead one answers at once). 0 = no deadline.
     kvstore_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 1000
+    # A drain (SIGTERM, `agentserve drain`) waits this long for the engine's turns to finish and its
+    # deregistration, then stops the engine anyway (compose's stop_grace_period is longer).
+    drain_timeout_s: float = 30.0
     fabric_profile: str = "local-unshaped"  # profiles/<name>.yaml (or a .yaml path): this engine's snic and cnic
     fabric_prefill_tokens_per_s: float = 0.0  # local compute speed the profile is scaled by; 0 = measure
     # The node's storage NIC shared with the other engines naming the same bucket file, worth
@@ -65,7 +68,14 @@ class EngineServiceConfig:
     emulation: EmulationConfig = field(default_factory=EmulationConfig, metadata=config_prefix(""))
 
     def __post_init__(self) -> None:
-        for name in ("grpc_port", "kv_cache_mb", "block_size", "max_batch_size", "heartbeat_interval_ms"):
+        for name in (
+            "grpc_port",
+            "kv_cache_mb",
+            "block_size",
+            "max_batch_size",
+            "heartbeat_interval_ms",
+            "drain_timeout_s",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not self.fabric_profile:

@@ -33,7 +33,7 @@ from agentserve.scheduler.paths import PathPolicy, make_path_policy
 from agentserve.scheduler.placement import GlobalScheduler
 from agentserve.scheduler.prefill_policy import make_prefill_policy
 from agentserve.scheduler.prompts import PromptBuilder
-from agentserve.scheduler.registry import EngineRegistry, EngineStatus
+from agentserve.scheduler.registry import Engine, EngineRegistry, EngineStatus
 from agentserve.scheduler.relay_policy import make_relay_policy
 from agentserve.scheduler.rounds import RoundGroups
 from agentserve.scheduler.router import LeastLoadedRouter, Router
@@ -150,8 +150,9 @@ class SchedulerCore:
         return priority_of(session, self.dag)
 
     def _alive(self, role: Role, address: str) -> bool:
-        """Whether the registry still counts the engine at `address` alive (heartbeats arriving)."""
-        return any(engine.address == address for engine in self.registry.alive(role))
+        """Whether the registry still counts the engine at `address` alive (heartbeats arriving),
+        draining or not: a draining engine finishes the calls it has."""
+        return any(engine.address == address for engine in self.registry.alive(role, draining=True))
 
     @classmethod
     def create(cls, config: SchedulerConfig) -> SchedulerCore:
@@ -334,10 +335,33 @@ class SchedulerCore:
     def heartbeat(self, status: EngineStatus) -> bool:
         return self.registry.heartbeat(status)
 
+    def drain_requested(self, engine_id: str) -> bool:
+        """Whether the engine is to drain (told with its heartbeat reply)."""
+        engine = self.registry.get(engine_id)
+        return engine is not None and engine.draining
+
+    def drain_engine(self, name: str) -> Engine:
+        """Scale in: the engine named by id or address takes no new turns from now on and is told
+        to drain with its next heartbeat reply (`EngineRegistry.drain` says what is refused)."""
+        engine = self.registry.drain(name)
+        log.info(
+            "draining %s engine %s (%d calls and turns on it)", engine.status.role.value, engine.engine_id, engine.busy
+        )
+        return engine
+
+    def deregister(self, status: EngineStatus) -> bool:
+        """A draining engine leaves once idle here (`EngineRegistry.deregister`)."""
+        known = self.registry.get(status.engine_id) is not None
+        gone = self.registry.deregister(status)
+        if gone and known:
+            log.info("deregistered drained %s engine %s", status.role.value, status.engine_id)
+        return gone
+
     def peers(self) -> list[str]:
         """The addresses engines may dial (handoffs, relays): the decode engines registered and
-        alive, the only ones a prefill request names. Sent with every Register and Heartbeat reply."""
-        return sorted({engine.address for engine in self.registry.alive(Role.DECODE)})
+        alive, draining ones too (a turn placed there before its drain still hands off to it), the
+        only ones a prefill request names. Sent with every Register and Heartbeat reply."""
+        return sorted({engine.address for engine in self.registry.alive(Role.DECODE, draining=True)})
 
     def expire_engines(self) -> list[str]:
         dead = self.registry.expire()

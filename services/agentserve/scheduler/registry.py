@@ -4,16 +4,26 @@ Engines register at start and heartbeat every interval; one silent for longer th
 dropped from routing, and one whose call failed is dropped at once (`mark_dead`). A dropped engine
 that is still alive learns it from its next heartbeat (`known=False`) and registers again, so a
 false alarm costs one heartbeat interval, not the engine.
+
+Scale-in drains an engine: its status says `draining` (an operator's `drain`, or the engine's own
+report after a SIGTERM), and from then on no new turn is placed on it (`alive` leaves it out) while
+the work already sent there finishes (`alive(..., draining=True)` still counts it, for liveness and
+the peers' allow-list). It leaves the registry by `deregister` once nothing this scheduler sent is
+still on it (`Engine.busy`): the check and the removal happen in one step on the event loop, so no
+placement can slip in between. The state is the engine's status, so a registry kept elsewhere (etcd)
+carries it the same way.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from agentserve.common.errors import FailedPrecondition, NotFoundError
 from agentserve.contracts import EngineStatus, Role
 from agentserve.scheduler.nic_ledger import NICLedger
 
@@ -34,6 +44,9 @@ class Engine:
     snic: NICLedger = field(default_factory=NICLedger)  # store reads the scheduler routed here
     cnic: NICLedger = field(default_factory=NICLedger)  # path-B relay bytes routed through its compute NIC
     prefill_planned_tokens: int = field(default=0)  # tokens left to compute of prefills sent here
+    # Work this scheduler sent here and that has not ended: calls (`track`), placements (`plan`),
+    # turns placed here (`hold`). A draining engine deregisters only at 0.
+    busy: int = field(default=0)
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)  # the registry's, for last_seen
 
     @property
@@ -85,6 +98,10 @@ class Engine:
     @property
     def address(self) -> str:
         return self.status.address
+
+    @property
+    def draining(self) -> bool:
+        return self.status.draining
 
     @property
     def load(self) -> int:
@@ -139,8 +156,47 @@ class EngineRegistry:
             # The engine restarted with another model under the same id: make it register again.
             del self._engines[status.engine_id]
             return False
-        engine.status = status
+        # Draining is sticky: a heartbeat the engine sent before it heard of its drain does not undo it.
+        engine.status = dataclasses.replace(status, draining=True) if engine.draining else status
         engine.last_seen = self._clock()
+        return True
+
+    def find(self, name: str) -> Engine:
+        """The registered engine whose id or address is `name` (draining ones too); NotFoundError
+        naming the field and the registered ids."""
+        if not name:
+            raise ValueError("DrainEngineRequest.engine must name an engine (its id or host:port)")
+        for engine in self._engines.values():
+            if name in (engine.engine_id, engine.address):
+                return engine
+        known = ", ".join(sorted(self._engines)) or "none"
+        raise NotFoundError(f"DrainEngineRequest.engine: no registered engine {name!r} (registered: {known})")
+
+    def drain(self, name: str) -> Engine:
+        """Mark the engine `name` (`find`) draining: no new turn is placed on it from now on.
+        Idempotent. FailedPrecondition when it is the last engine of its role that takes turns."""
+        engine = self.find(name)
+        if not engine.draining:
+            others = [e for e in self.alive(engine.status.role) if e is not engine]
+            if not others:
+                raise FailedPrecondition(
+                    f"engine {engine.engine_id} is the last {engine.status.role.value} engine taking turns; "
+                    "start another before draining it"
+                )
+            engine.status = dataclasses.replace(engine.status, draining=True)
+        return engine
+
+    def deregister(self, status: EngineStatus) -> bool:
+        """Remove a draining engine once nothing this scheduler sent is on it (marking it draining
+        first if it was not); True when it is gone (or was never registered), False while busy."""
+        engine = self._engines.get(status.engine_id)
+        if engine is None:
+            return True
+        if not engine.draining:
+            engine.status = dataclasses.replace(engine.status, draining=True)
+        if engine.busy:
+            return False
+        del self._engines[status.engine_id]
         return True
 
     def mark_dead(self, engine_id: str) -> bool:
@@ -155,12 +211,17 @@ class EngineRegistry:
             del self._engines[engine_id]
         return dead
 
-    def alive(self, role: Role) -> list[Engine]:
+    def alive(self, role: Role, *, draining: bool = False) -> list[Engine]:
         """Engines of `role` heard from within the timeout, by id (stale ones never route, even
-        between `expire` sweeps)."""
+        between `expire` sweeps): those that take new turns, and with `draining` also those
+        finishing the turns they have."""
         cutoff = self._clock() - self._timeout_s
         return sorted(
-            (e for e in self._engines.values() if e.status.role is role and e.last_seen >= cutoff),
+            (
+                e
+                for e in self._engines.values()
+                if e.status.role is role and e.last_seen >= cutoff and (draining or not e.draining)
+            ),
             key=lambda e: e.engine_id,
         )
 
@@ -179,9 +240,20 @@ class EngineRegistry:
         """Count a call to `engine` as in flight for the duration of the block."""
         engine.inflight += 1
         try:
-            yield
+            with self.hold(engine):
+                yield
         finally:
             engine.inflight -= 1
+
+    @contextmanager
+    def hold(self, engine: Engine) -> Iterator[None]:
+        """Keep `engine` registered while the block runs (a turn placed on it, between its calls):
+        `deregister` waits for it. Unlike `track` it is not load the policies see."""
+        engine.busy += 1
+        try:
+            yield
+        finally:
+            engine.busy -= 1
 
     @contextmanager
     def plan(
@@ -205,7 +277,8 @@ class EngineRegistry:
         engine.cnic.route(cnic_bytes, engine.bytes_per_s("cnic"), self._clock())
         engine.prefill_planned_tokens += prefill_tokens
         try:
-            yield
+            with self.hold(engine):
+                yield
         finally:
             engine.snic.release(snic_bytes, self._clock())
             engine.cnic.release(cnic_bytes, self._clock())

@@ -17,6 +17,7 @@ from agentserve.common.api_keys import ApiKeys, resolve_tenant
 from agentserve.common.grpc_auth import authenticated_tenant
 from agentserve.convert import (
     agent_info_from_proto,
+    engine_role_to_proto,
     engine_status_from_proto,
     sampling_from_proto,
     tool_call_from_proto,
@@ -88,8 +89,24 @@ class SchedulerInternalServicer(scheduler_pb2_grpc.SchedulerInternalServicer):
     async def Heartbeat(
         self, request: common_pb2.EngineStatus, context: grpc.aio.ServicerContext
     ) -> scheduler_pb2.HeartbeatResponse:
-        known = self.core.heartbeat(engine_status_from_proto(request))
-        return scheduler_pb2.HeartbeatResponse(known=known, peers=self.core.peers())
+        status = engine_status_from_proto(request)
+        known = self.core.heartbeat(status)
+        return scheduler_pb2.HeartbeatResponse(
+            known=known, peers=self.core.peers(), drain=self.core.drain_requested(status.engine_id)
+        )
+
+    async def Deregister(
+        self, request: common_pb2.EngineStatus, context: grpc.aio.ServicerContext
+    ) -> scheduler_pb2.DeregisterResponse:
+        return scheduler_pb2.DeregisterResponse(deregistered=self.core.deregister(engine_status_from_proto(request)))
+
+    async def DrainEngine(
+        self, request: scheduler_pb2.DrainEngineRequest, context: grpc.aio.ServicerContext
+    ) -> scheduler_pb2.DrainEngineResponse:
+        engine = self.core.drain_engine(request.engine)
+        return scheduler_pb2.DrainEngineResponse(
+            engine_id=engine.engine_id, role=engine_role_to_proto(engine.status.role), busy=engine.busy
+        )
 
     async def ToolCallStarted(
         self, request: scheduler_pb2.ToolCallEvent, context: grpc.aio.ServicerContext

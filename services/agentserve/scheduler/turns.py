@@ -178,24 +178,26 @@ class TurnRunner:
         hits = await self.kv.store_hits(turn)
         mark = phase("lookup", turn.index, mark)
         placed, response = await self._prefill(turn, hits)
-        mark = phase("prefill", turn.index, mark)
-        meta = self.telemetry.prefilled(turn, placed, response, hits)
-        first = response.first_token
-        turn.output.append(first)
-        stops = StopScanner(self.prompts.tokenizer, turn.sampling)
-        finished = response.finished or turn.sampling.max_tokens == 1
-        scanned = stops.scan([first], finished, response.finish_reason)
-        logprobs = [response.first_logprob] if response.first_logprob is not None else []
-        if scanned.reason is not None:
-            yield await self._finish(turn, scanned, meta, logprobs)
-            return
-        yield TurnEvent(token_ids=[first], text=scanned.text, metadata=meta, logprobs=logprobs)
-        mark = time.perf_counter()  # the caller's time with the first token is not the decode's
-        async with aclosing(self._decode(turn, placed.decode, stops)) as events:
-            async for event in events:
-                if event.finished:
-                    phase("decode", turn.index, mark)
-                yield event
+        # The decode engine holds the turn's KV from the handoff on: a drain waits for the turn's end.
+        with self.registry.hold(placed.decode):
+            mark = phase("prefill", turn.index, mark)
+            meta = self.telemetry.prefilled(turn, placed, response, hits)
+            first = response.first_token
+            turn.output.append(first)
+            stops = StopScanner(self.prompts.tokenizer, turn.sampling)
+            finished = response.finished or turn.sampling.max_tokens == 1
+            scanned = stops.scan([first], finished, response.finish_reason)
+            logprobs = [response.first_logprob] if response.first_logprob is not None else []
+            if scanned.reason is not None:
+                yield await self._finish(turn, scanned, meta, logprobs)
+                return
+            yield TurnEvent(token_ids=[first], text=scanned.text, metadata=meta, logprobs=logprobs)
+            mark = time.perf_counter()  # the caller's time with the first token is not the decode's
+            async with aclosing(self._decode(turn, placed.decode, stops)) as events:
+                async for event in events:
+                    if event.finished:
+                        phase("decode", turn.index, mark)
+                    yield event
 
     async def _prefill(self, turn: RunningTurn, hits: int) -> tuple[Placement, PrefillResult]:
         key = _round_key(turn)

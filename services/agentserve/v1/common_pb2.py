@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from agentserve.v1 import fabric_pb2 as agentserve_dot_v1_dot_fabric__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x61gentserve/v1/common.proto\x12\ragentserve.v1\x1a\x1a\x61gentserve/v1/fabric.proto\"\xe5\x01\n\x0eSamplingParams\x12\x12\n\nmax_tokens\x18\x01 \x01(\r\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\r\n\x05top_p\x18\x03 \x01(\x02\x12\x11\n\x04seed\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\x12\n\nignore_eos\x18\x05 \x01(\x08\x12\x12\n\nmin_tokens\x18\x06 \x01(\r\x12\x15\n\x08logprobs\x18\x07 \x01(\rH\x01\x88\x01\x01\x12\x33\n\nstructured\x18\x08 \x01(\x0b\x32\x1f.agentserve.v1.StructuredOutputB\x07\n\x05_seedB\x0b\n\t_logprobs\"^\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\r\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\x15\n\rtop_token_ids\x18\x03 \x03(\r\x12\x14\n\x0ctop_logprobs\x18\x04 \x03(\x02\"\x90\x02\n\x10StructuredOutput\x12\x32\n\x04kind\x18\x01 \x01(\x0e\x32$.agentserve.v1.StructuredOutput.Kind\x12\x0e\n\x06schema\x18\x02 \x01(\t\x12(\n\x05tools\x18\x03 \x03(\x0b\x32\x19.agentserve.v1.ToolSchema\x12\x13\n\x0bsingle_call\x18\x04 \x01(\x08\"y\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10KIND_JSON_OBJECT\x10\x01\x12\x14\n\x10KIND_JSON_SCHEMA\x10\x02\x12\x12\n\x0eKIND_TOOL_CALL\x10\x03\x12\x1b\n\x17KIND_TEXT_OR_TOOL_CALLS\x10\x04\".\n\nToolSchema\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nparameters\x18\x02 \x01(\t\")\n\x07KVBlock\x12\x10\n\x08\x62lock_id\x18\x01 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"\xfd\x02\n\x0c\x45ngineStatus\x12\x11\n\tengine_id\x18\x01 \x01(\t\x12\'\n\x04role\x18\x02 \x01(\x0e\x32\x19.agentserve.v1.EngineRole\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x12\n\nmodel_name\x18\x04 \x01(\t\x12\x19\n\x11model_fingerprint\x18\x05 \x01(\t\x12\x12\n\nblock_size\x18\x06 \x01(\r\x12\x0f\n\x07running\x18\x07 \x01(\r\x12\x0f\n\x07waiting\x18\x08 \x01(\r\x12\x16\n\x0e\x66ree_kv_blocks\x18\t \x01(\x04\x12\x17\n\x0ftotal_kv_blocks\x18\n \x01(\x04\x12\x12\n\nvocab_size\x18\x0b \x01(\r\x12\x13\n\x0bmax_context\x18\x0c \x01(\r\x12&\n\x04nics\x18\r \x03(\x0b\x32\x18.agentserve.v1.NICStatus\x12\x16\n\x0ekv_block_bytes\x18\x0e \x01(\x04\x12!\n\x19unfinished_prefill_tokens\x18\x0f \x01(\x04\"\xb2\x01\n\x0bReusePolicy\x12-\n\x04mode\x18\x01 \x01(\x0e\x32\x1f.agentserve.v1.ReusePolicy.Mode\x12\x1f\n\x12recompute_fraction\x18\x02 \x01(\x02H\x00\x88\x01\x01\"<\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\x0e\n\nMODE_EXACT\x10\x01\x12\x0e\n\nMODE_REUSE\x10\x02\x42\x15\n\x13_recompute_fraction\"N\n\nSharedSpan\x12\x12\n\ncontent_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\r\x12\r\n\x05start\x18\x03 \x01(\r\x12\x0e\n\x06length\x18\x04 \x01(\r\"f\n\x0ePromptSegments\x12)\n\x06shared\x18\x01 \x03(\x0b\x32\x19.agentserve.v1.SharedSpan\x12)\n\x05reuse\x18\x02 \x01(\x0b\x32\x1a.agentserve.v1.ReusePolicy*Z\n\nEngineRole\x12\x1b\n\x17\x45NGINE_ROLE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45NGINE_ROLE_PREFILL\x10\x01\x12\x16\n\x12\x45NGINE_ROLE_DECODE\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x61gentserve/v1/common.proto\x12\ragentserve.v1\x1a\x1a\x61gentserve/v1/fabric.proto\"\xe5\x01\n\x0eSamplingParams\x12\x12\n\nmax_tokens\x18\x01 \x01(\r\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\r\n\x05top_p\x18\x03 \x01(\x02\x12\x11\n\x04seed\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\x12\n\nignore_eos\x18\x05 \x01(\x08\x12\x12\n\nmin_tokens\x18\x06 \x01(\r\x12\x15\n\x08logprobs\x18\x07 \x01(\rH\x01\x88\x01\x01\x12\x33\n\nstructured\x18\x08 \x01(\x0b\x32\x1f.agentserve.v1.StructuredOutputB\x07\n\x05_seedB\x0b\n\t_logprobs\"^\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\r\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\x15\n\rtop_token_ids\x18\x03 \x03(\r\x12\x14\n\x0ctop_logprobs\x18\x04 \x03(\x02\"\x90\x02\n\x10StructuredOutput\x12\x32\n\x04kind\x18\x01 \x01(\x0e\x32$.agentserve.v1.StructuredOutput.Kind\x12\x0e\n\x06schema\x18\x02 \x01(\t\x12(\n\x05tools\x18\x03 \x03(\x0b\x32\x19.agentserve.v1.ToolSchema\x12\x13\n\x0bsingle_call\x18\x04 \x01(\x08\"y\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10KIND_JSON_OBJECT\x10\x01\x12\x14\n\x10KIND_JSON_SCHEMA\x10\x02\x12\x12\n\x0eKIND_TOOL_CALL\x10\x03\x12\x1b\n\x17KIND_TEXT_OR_TOOL_CALLS\x10\x04\".\n\nToolSchema\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nparameters\x18\x02 \x01(\t\")\n\x07KVBlock\x12\x10\n\x08\x62lock_id\x18\x01 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"\x8f\x03\n\x0c\x45ngineStatus\x12\x11\n\tengine_id\x18\x01 \x01(\t\x12\'\n\x04role\x18\x02 \x01(\x0e\x32\x19.agentserve.v1.EngineRole\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x12\n\nmodel_name\x18\x04 \x01(\t\x12\x19\n\x11model_fingerprint\x18\x05 \x01(\t\x12\x12\n\nblock_size\x18\x06 \x01(\r\x12\x0f\n\x07running\x18\x07 \x01(\r\x12\x0f\n\x07waiting\x18\x08 \x01(\r\x12\x16\n\x0e\x66ree_kv_blocks\x18\t \x01(\x04\x12\x17\n\x0ftotal_kv_blocks\x18\n \x01(\x04\x12\x12\n\nvocab_size\x18\x0b \x01(\r\x12\x13\n\x0bmax_context\x18\x0c \x01(\r\x12&\n\x04nics\x18\r \x03(\x0b\x32\x18.agentserve.v1.NICStatus\x12\x16\n\x0ekv_block_bytes\x18\x0e \x01(\x04\x12!\n\x19unfinished_prefill_tokens\x18\x0f \x01(\x04\x12\x10\n\x08\x64raining\x18\x10 \x01(\x08\"\xb2\x01\n\x0bReusePolicy\x12-\n\x04mode\x18\x01 \x01(\x0e\x32\x1f.agentserve.v1.ReusePolicy.Mode\x12\x1f\n\x12recompute_fraction\x18\x02 \x01(\x02H\x00\x88\x01\x01\"<\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\x0e\n\nMODE_EXACT\x10\x01\x12\x0e\n\nMODE_REUSE\x10\x02\x42\x15\n\x13_recompute_fraction\"N\n\nSharedSpan\x12\x12\n\ncontent_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\r\x12\r\n\x05start\x18\x03 \x01(\r\x12\x0e\n\x06length\x18\x04 \x01(\r\"f\n\x0ePromptSegments\x12)\n\x06shared\x18\x01 \x03(\x0b\x32\x19.agentserve.v1.SharedSpan\x12)\n\x05reuse\x18\x02 \x01(\x0b\x32\x1a.agentserve.v1.ReusePolicy*Z\n\nEngineRole\x12\x1b\n\x17\x45NGINE_ROLE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45NGINE_ROLE_PREFILL\x10\x01\x12\x16\n\x12\x45NGINE_ROLE_DECODE\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentserve.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ENGINEROLE']._serialized_start=1516
-  _globals['_ENGINEROLE']._serialized_end=1606
+  _globals['_ENGINEROLE']._serialized_start=1534
+  _globals['_ENGINEROLE']._serialized_end=1624
   _globals['_SAMPLINGPARAMS']._serialized_start=74
   _globals['_SAMPLINGPARAMS']._serialized_end=303
   _globals['_TOKENLOGPROB']._serialized_start=305
@@ -47,13 +47,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_KVBLOCK']._serialized_start=724
   _globals['_KVBLOCK']._serialized_end=765
   _globals['_ENGINESTATUS']._serialized_start=768
-  _globals['_ENGINESTATUS']._serialized_end=1149
-  _globals['_REUSEPOLICY']._serialized_start=1152
-  _globals['_REUSEPOLICY']._serialized_end=1330
-  _globals['_REUSEPOLICY_MODE']._serialized_start=1247
-  _globals['_REUSEPOLICY_MODE']._serialized_end=1307
-  _globals['_SHAREDSPAN']._serialized_start=1332
-  _globals['_SHAREDSPAN']._serialized_end=1410
-  _globals['_PROMPTSEGMENTS']._serialized_start=1412
-  _globals['_PROMPTSEGMENTS']._serialized_end=1514
+  _globals['_ENGINESTATUS']._serialized_end=1167
+  _globals['_REUSEPOLICY']._serialized_start=1170
+  _globals['_REUSEPOLICY']._serialized_end=1348
+  _globals['_REUSEPOLICY_MODE']._serialized_start=1265
+  _globals['_REUSEPOLICY_MODE']._serialized_end=1325
+  _globals['_SHAREDSPAN']._serialized_start=1350
+  _globals['_SHAREDSPAN']._serialized_end=1428
+  _globals['_PROMPTSEGMENTS']._serialized_start=1430
+  _globals['_PROMPTSEGMENTS']._serialized_end=1532
 # @@protoc_insertion_point(module_scope)

@@ -90,7 +90,7 @@ class KVBlock(_message.Message):
     def __init__(self, block_id: _Optional[bytes] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class EngineStatus(_message.Message):
-    __slots__ = ("engine_id", "role", "address", "model_name", "model_fingerprint", "block_size", "running", "waiting", "free_kv_blocks", "total_kv_blocks", "vocab_size", "max_context", "nics", "kv_block_bytes", "unfinished_prefill_tokens")
+    __slots__ = ("engine_id", "role", "address", "model_name", "model_fingerprint", "block_size", "running", "waiting", "free_kv_blocks", "total_kv_blocks", "vocab_size", "max_context", "nics", "kv_block_bytes", "unfinished_prefill_tokens", "draining")
     ENGINE_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -106,6 +106,7 @@ class EngineStatus(_message.Message):
     NICS_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCK_BYTES_FIELD_NUMBER: _ClassVar[int]
     UNFINISHED_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
     engine_id: str
     role: EngineRole
     address: str
@@ -121,7 +122,8 @@ class EngineStatus(_message.Message):
     nics: _containers.RepeatedCompositeFieldContainer[_fabric_pb2.NICStatus]
     kv_block_bytes: int
     unfinished_prefill_tokens: int
-    def __init__(self, engine_id: _Optional[str] = ..., role: _Optional[_Union[EngineRole, str]] = ..., address: _Optional[str] = ..., model_name: _Optional[str] = ..., model_fingerprint: _Optional[str] = ..., block_size: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., free_kv_blocks: _Optional[int] = ..., total_kv_blocks: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., nics: _Optional[_Iterable[_Union[_fabric_pb2.NICStatus, _Mapping]]] = ..., kv_block_bytes: _Optional[int] = ..., unfinished_prefill_tokens: _Optional[int] = ...) -> None: ...
+    draining: bool
+    def __init__(self, engine_id: _Optional[str] = ..., role: _Optional[_Union[EngineRole, str]] = ..., address: _Optional[str] = ..., model_name: _Optional[str] = ..., model_fingerprint: _Optional[str] = ..., block_size: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., free_kv_blocks: _Optional[int] = ..., total_kv_blocks: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., nics: _Optional[_Iterable[_Union[_fabric_pb2.NICStatus, _Mapping]]] = ..., kv_block_bytes: _Optional[int] = ..., unfinished_prefill_tokens: _Optional[int] = ..., draining: _Optional[bool] = ...) -> None: ...
 
 class ReusePolicy(_message.Message):
     __slots__ = ("mode", "recompute_fraction")

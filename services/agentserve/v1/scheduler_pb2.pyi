@@ -151,13 +151,37 @@ class RegisterResponse(_message.Message):
     peers: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, heartbeat_interval_ms: _Optional[int] = ..., peers: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class DeregisterResponse(_message.Message):
+    __slots__ = ("deregistered",)
+    DEREGISTERED_FIELD_NUMBER: _ClassVar[int]
+    deregistered: bool
+    def __init__(self, deregistered: _Optional[bool] = ...) -> None: ...
+
+class DrainEngineRequest(_message.Message):
+    __slots__ = ("engine",)
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
+    engine: str
+    def __init__(self, engine: _Optional[str] = ...) -> None: ...
+
+class DrainEngineResponse(_message.Message):
+    __slots__ = ("engine_id", "role", "busy")
+    ENGINE_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    BUSY_FIELD_NUMBER: _ClassVar[int]
+    engine_id: str
+    role: _common_pb2.EngineRole
+    busy: int
+    def __init__(self, engine_id: _Optional[str] = ..., role: _Optional[_Union[_common_pb2.EngineRole, str]] = ..., busy: _Optional[int] = ...) -> None: ...
+
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("known", "peers")
+    __slots__ = ("known", "peers", "drain")
     KNOWN_FIELD_NUMBER: _ClassVar[int]
     PEERS_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FIELD_NUMBER: _ClassVar[int]
     known: bool
     peers: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, known: _Optional[bool] = ..., peers: _Optional[_Iterable[str]] = ...) -> None: ...
+    drain: bool
+    def __init__(self, known: _Optional[bool] = ..., peers: _Optional[_Iterable[str]] = ..., drain: _Optional[bool] = ...) -> None: ...
 
 class ToolCallEvent(_message.Message):
     __slots__ = ("session_id", "tool", "call_id", "start_unix_s", "predicted_duration_s", "actual_duration_s", "ok", "caller_predicted_s")

@@ -262,6 +262,16 @@ class SchedulerInternalStub:
                 request_serializer=agentserve_dot_v1_dot_common__pb2.EngineStatus.SerializeToString,
                 response_deserializer=agentserve_dot_v1_dot_scheduler__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
+        self.Deregister = channel.unary_unary(
+                '/agentserve.v1.SchedulerInternal/Deregister',
+                request_serializer=agentserve_dot_v1_dot_common__pb2.EngineStatus.SerializeToString,
+                response_deserializer=agentserve_dot_v1_dot_scheduler__pb2.DeregisterResponse.FromString,
+                _registered_method=True)
+        self.DrainEngine = channel.unary_unary(
+                '/agentserve.v1.SchedulerInternal/DrainEngine',
+                request_serializer=agentserve_dot_v1_dot_scheduler__pb2.DrainEngineRequest.SerializeToString,
+                response_deserializer=agentserve_dot_v1_dot_scheduler__pb2.DrainEngineResponse.FromString,
+                _registered_method=True)
         self.ToolCallStarted = channel.unary_unary(
                 '/agentserve.v1.SchedulerInternal/ToolCallStarted',
                 request_serializer=agentserve_dot_v1_dot_scheduler__pb2.ToolCallEvent.SerializeToString,
@@ -295,6 +305,29 @@ class SchedulerInternalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Deregister(self, request, context):
+        """A draining engine leaves the registry: `deregistered` is false while this scheduler still has
+        calls in flight or turns placed on the engine (it asks again, heartbeating meanwhile), and true
+        once it is gone from routing for good (or was not registered). An engine that was not draining
+        is marked draining first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DrainEngine(self, request, context):
+        """---- operators ----
+        Scale in: mark the engine draining (no new turns are placed on it) and ask it, with its next
+        heartbeat reply, to finish its turns, deregister and exit; its sessions' KV stays in the store
+        and their next turns run on the other engines. Idempotent. INVALID_ARGUMENT for an empty
+        `engine`; NOT_FOUND naming `engine` and the registered ids when no engine has that id or
+        address (also once a drained engine deregistered); FAILED_PRECONDITION when it is the last
+        engine of its role that takes turns.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ToolCallStarted(self, request, context):
         """---- tool proxy ----
         """
@@ -320,6 +353,16 @@ def add_SchedulerInternalServicer_to_server(servicer, server):
                     servicer.Heartbeat,
                     request_deserializer=agentserve_dot_v1_dot_common__pb2.EngineStatus.FromString,
                     response_serializer=agentserve_dot_v1_dot_scheduler__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'Deregister': grpc.unary_unary_rpc_method_handler(
+                    servicer.Deregister,
+                    request_deserializer=agentserve_dot_v1_dot_common__pb2.EngineStatus.FromString,
+                    response_serializer=agentserve_dot_v1_dot_scheduler__pb2.DeregisterResponse.SerializeToString,
+            ),
+            'DrainEngine': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainEngine,
+                    request_deserializer=agentserve_dot_v1_dot_scheduler__pb2.DrainEngineRequest.FromString,
+                    response_serializer=agentserve_dot_v1_dot_scheduler__pb2.DrainEngineResponse.SerializeToString,
             ),
             'ToolCallStarted': grpc.unary_unary_rpc_method_handler(
                     servicer.ToolCallStarted,
@@ -389,6 +432,60 @@ class SchedulerInternal:
             '/agentserve.v1.SchedulerInternal/Heartbeat',
             agentserve_dot_v1_dot_common__pb2.EngineStatus.SerializeToString,
             agentserve_dot_v1_dot_scheduler__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Deregister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentserve.v1.SchedulerInternal/Deregister',
+            agentserve_dot_v1_dot_common__pb2.EngineStatus.SerializeToString,
+            agentserve_dot_v1_dot_scheduler__pb2.DeregisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainEngine(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentserve.v1.SchedulerInternal/DrainEngine',
+            agentserve_dot_v1_dot_scheduler__pb2.DrainEngineRequest.SerializeToString,
+            agentserve_dot_v1_dot_scheduler__pb2.DrainEngineResponse.FromString,
             options,
             channel_credentials,
             insecure,

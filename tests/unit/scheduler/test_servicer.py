@@ -199,3 +199,35 @@ def test_a_turn_with_bad_segments_is_invalid_argument_naming_the_field(make_core
     run(go())
     assert context.code is grpc.StatusCode.INVALID_ARGUMENT
     assert context.details == "segments.shared[0] ('a') needs exactly one of token_ids and text"
+
+
+@pytest.mark.parametrize(
+    "engine, code, message",
+    [
+        ("", grpc.StatusCode.INVALID_ARGUMENT, "DrainEngineRequest.engine must name an engine"),
+        ("d7", grpc.StatusCode.NOT_FOUND, "DrainEngineRequest.engine: no registered engine 'd7'"),
+        ("p0", grpc.StatusCode.FAILED_PRECONDITION, "p0 is the last prefill engine"),
+    ],
+)
+def test_drain_engine_refuses_bad_names_and_the_last_engine_by_name(make_core, engine, code, message) -> None:
+    servicer, context = served(make_core()), FakeContext()
+    with pytest.raises(grpc.aio.AbortError):
+        run(servicer.DrainEngine(scheduler_pb2.DrainEngineRequest(engine=engine), context))
+    assert context.code is code and message in context.details
+
+
+def test_drain_engine_then_heartbeat_says_drain_and_deregister_removes_it(make_core) -> None:
+    core = make_core()
+    servicer = served(core)
+
+    async def go():
+        drained = await servicer.DrainEngine(scheduler_pb2.DrainEngineRequest(engine="127.0.0.1:7000"), FakeContext())
+        beat = await servicer.Heartbeat(engine_proto("d0", address="127.0.0.1:7000"), FakeContext())
+        other = await servicer.Heartbeat(engine_proto("d1", address="127.0.0.1:7001"), FakeContext())
+        left = await servicer.Deregister(engine_proto("d0", address="127.0.0.1:7000"), FakeContext())
+        return drained, beat, other, left
+
+    drained, beat, other, left = run(go())
+    assert (drained.engine_id, drained.role, drained.busy) == ("d0", common_pb2.ENGINE_ROLE_DECODE, 0)
+    assert beat.drain and not other.drain
+    assert left.deregistered and core.registry.get("d0") is None
