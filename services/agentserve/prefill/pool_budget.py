@@ -20,6 +20,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 
+def prompt_hold_blocks(prompt_tokens: int, block_size: int) -> int:
+    """Blocks a turn without layerwise holds from the budget: its prompt's, and one more (the first
+    output token may open a block)."""
+    return -(-prompt_tokens // block_size) + 1
+
+
 class PoolLedger:
     """The budget's arithmetic without waiting: how many blocks a prompt holds, whether they fit,
     and taking and returning them. `PoolBudget` waits on it in an engine; the simulator's prefill

@@ -45,7 +45,7 @@ from agentserve.kv.block_hash import tail_block_id
 from agentserve.kvstore.client import store_down
 from agentserve.prefill.load_lanes import DEFAULT_LOAD_ORDER, LoadLanes
 from agentserve.prefill.metrics import PHASE_SECONDS, turn_kind
-from agentserve.prefill.pool_budget import PoolBudget
+from agentserve.prefill.pool_budget import PoolBudget, prompt_hold_blocks
 from agentserve.prefill.turn_loads import PromptBlocks, TurnLoads, choose_loads
 
 log = logging.getLogger(__name__)
@@ -87,8 +87,7 @@ class PrefillWorker:
         if self.budget is None:
             result = await self._prefill(request, kind)
         else:
-            # The prompt's blocks and one more (the first output token may open a block).
-            async with self.budget.hold(-(-len(request.token_ids) // self.engine.engine.block_size) + 1):
+            async with self.budget.hold(prompt_hold_blocks(len(request.token_ids), self.engine.engine.block_size)):
                 _observe("budget", kind, began)
                 result = await self._prefill(request, kind)
         _observe("total", kind, began)

@@ -28,6 +28,8 @@ def dualpath_spec(args: argparse.Namespace) -> DualPathSimSpec:
         "layer_groups": args.layer_groups,
         "gpu": args.gpu,
         "kv_dtype": args.kv_dtype,
+        "prefill_pool_blocks": args.prefill_pool_blocks,
+        "decode_pool_blocks": args.decode_pool_blocks,
     }
     if args.model:
         overrides["model"] = args.model

@@ -8,11 +8,15 @@ from pathlib import Path
 from agentserve.bench.common.policy import DEFAULT_TURN_ORDER
 from agentserve.bench.papers.dualpath.cli_args import DEFAULT_TARGET_SLO, counts
 from agentserve.bench.papers.dualpath.policies import POLICY_NAMES
-from agentserve.bench.papers.dualpath.sweep import AGENTS, CONTEXTS
+from agentserve.bench.papers.dualpath.sweep import CONTEXTS
 from agentserve.costmodel.gpus import TARGET_GPUS
 from agentserve.costmodel.models import TARGET_MODELS
 from agentserve.sim.config import DEFAULT_BLOCK_SIZE, DEFAULT_LAYER_GROUPS
 from agentserve.sim.workload import DEFAULT_PROFILE, DEFAULT_TOOL_WAIT_S, PAPER_WORKLOAD
+
+# The paper's offline sweep: agents x maximum agent length (`sim/sweep.py`).
+SWEEP_AGENTS = (64, 256, 512, 1024)
+SWEEP_CONTEXTS = CONTEXTS
 
 
 def add_dualpath_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,6 +45,18 @@ def add_dualpath_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--layer-groups", type=int, default=DEFAULT_LAYER_GROUPS, help="layerwise event granularity (layer groups)"
     )
+    p.add_argument(
+        "--prefill-pool-blocks",
+        type=int,
+        default=0,
+        help="KV blocks of each prefill engine's pool (default 0: what the target GPU's HBM holds after the weights)",
+    )
+    p.add_argument(
+        "--decode-pool-blocks",
+        type=int,
+        default=0,
+        help="KV blocks of each decode engine's pool (default 0: what the target GPU's HBM holds after the weights)",
+    )
     p.add_argument("--policies", default=",".join(POLICY_NAMES), help="comma-separated subset (default all)")
     p.add_argument("--turn-order", default=DEFAULT_TURN_ORDER, help=f"default {DEFAULT_TURN_ORDER}")
     p.add_argument("--slo", default=DEFAULT_TARGET_SLO, help=f"online SLO (default {DEFAULT_TARGET_SLO})")
@@ -49,10 +65,17 @@ def add_dualpath_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--online-duration", type=float, default=60.0, help="seconds of arrivals per probe (default 60)")
     p.add_argument("--online-start", type=float, default=1.0, help="first probe, agents/s (default 1)")
     p.add_argument("--online-tolerance", type=float, default=0.02, help="bisection's relative tolerance (0.02)")
-    p.add_argument("--sweep", action="store_true", help="offline sweep over agent counts and final contexts")
-    p.add_argument("--sweep-agents", type=counts, default=AGENTS, help="--sweep's agent counts (default 64,256,1024)")
     p.add_argument(
-        "--sweep-contexts", type=counts, default=CONTEXTS, help="--sweep's final contexts (default 32768,65536,131072)"
+        "--sweep", action="store_true", help="offline sweep: every agent count at every maximum agent length"
+    )
+    p.add_argument(
+        "--sweep-agents", type=counts, default=SWEEP_AGENTS, help="--sweep's agent counts (default 64,256,512,1024)"
+    )
+    p.add_argument(
+        "--sweep-contexts",
+        type=counts,
+        default=SWEEP_CONTEXTS,
+        help="--sweep's maximum agent lengths, final contexts (default 32768,65536,131072)",
     )
     p.add_argument("--out", type=Path, help="also write result.json and README.md (sweep.*) there")
     p.add_argument("--progress", action="store_true", help="progress lines on stderr")

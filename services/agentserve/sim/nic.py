@@ -5,6 +5,12 @@
   a link of rate `r` ends `n / r` after it starts; `k` equal transfers started together all end
   `k * n / r` after. Shares are recomputed whenever a transfer opens or ends.
 
+A transfer can also be watched part way (`when_moved`): a layerwise prefill needs to know when each
+layer group of its load has arrived, and a load streamed in one transfer delivers its first `k`
+bytes exactly when chunks of those bytes sent one after another would (the transfer is open
+throughout), while the NIC's queue counts the whole load, as the emulated NIC's does
+(`fabric/nic.py`: a transfer declares its bytes up front).
+
 It counts the bytes moved and the time some transfer was open (busy), which the report turns
 into utilisation per NIC.
 """
@@ -19,14 +25,23 @@ from agentserve.sim.events import EventLoop
 
 Done = Callable[[], None]
 # Transfers within this of the least one end with it: float error over many rate changes, never a byte.
-_RESIDUE_BYTES = 1e-3
+RESIDUE_BYTES = 1e-3
 
 
-@dataclass(frozen=True)
-class _Flow:
-    finish: float  # the link's per-transfer service count at which this transfer is done
+@dataclass
+class Transfer:
+    """One open (or finished) transfer on a link."""
+
+    start: float  # the link's per-transfer service count when it opened
+    nbytes: float
     on_done: Done
     owner: str
+    done: bool = False
+
+    @property
+    def finish(self) -> float:
+        """The link's per-transfer service count at which this transfer is done."""
+        return self.start + self.nbytes
 
 
 class SharedLink:
@@ -43,7 +58,8 @@ class SharedLink:
         self.bytes_total = 0.0
         self.busy_s = 0.0
         self._served = 0.0
-        self._heap: list[tuple[float, int, _Flow]] = []
+        self._heap: list[tuple[float, int, Transfer]] = []
+        self._marks: list[tuple[float, int, Done]] = []  # (service count, id, callback): `when_moved`
         self._next_id = 0
         self._updated = 0.0
         self._generation = 0  # bumps on every reshare: a completion scheduled before one is stale
@@ -62,20 +78,38 @@ class SharedLink:
         left = self._owner_finish.get(owner, 0.0) - self._owner_open.get(owner, 0) * self._served
         return max(0, round(left))
 
-    def send(self, nbytes: float, on_done: Done, owner: str = "") -> None:
+    def send(self, nbytes: float, on_done: Done, owner: str = "") -> Transfer:
         """Open a transfer of `nbytes` for `owner`; `on_done()` runs when its last byte is moved."""
         if nbytes < 0:
             raise ValueError(f"link {self.name}: nbytes must be >= 0, got {nbytes}")
         self.bytes_total += nbytes
         if nbytes == 0:
             self.loop.after(0.0, on_done)
-            return
+            return Transfer(self._served, 0.0, on_done, owner, done=True)
         self._advance()
-        flow = _Flow(self._served + nbytes, on_done, owner)
+        flow = Transfer(self._served, nbytes, on_done, owner)
         heapq.heappush(self._heap, (flow.finish, self._next_id, flow))
         self._next_id += 1
         self._owner_finish[owner] = self._owner_finish.get(owner, 0.0) + flow.finish
         self._owner_open[owner] = self._owner_open.get(owner, 0) + 1
+        self._reschedule()
+        return flow
+
+    def moved(self, transfer: Transfer) -> float:
+        """Bytes of `transfer` moved so far."""
+        if transfer.done:
+            return transfer.nbytes
+        self._advance()
+        return min(transfer.nbytes, self._served - transfer.start)
+
+    def when_moved(self, transfer: Transfer, nbytes: float, callback: Done) -> None:
+        """Run `callback()` once `nbytes` of `transfer` are moved (as an event now, if they are; a
+        point at or past its end, with its end)."""
+        if self.moved(transfer) >= nbytes - RESIDUE_BYTES:
+            self.loop.after(0.0, callback)
+            return
+        heapq.heappush(self._marks, (transfer.start + min(nbytes, transfer.nbytes), self._next_id, callback))
+        self._next_id += 1
         self._reschedule()
 
     def _advance(self) -> None:
@@ -87,24 +121,32 @@ class SharedLink:
         self.busy_s += elapsed
         self._served += elapsed * self.bytes_per_s / len(self._heap)
 
+    def _next_count(self) -> float:
+        """The service count of the next transfer's end or watched point."""
+        return min(self._heap[0][0], self._marks[0][0]) if self._marks else self._heap[0][0]
+
     def _reschedule(self) -> None:
         self._generation += 1
         if not self._heap:
             return
         generation = self._generation
-        delay = max(0.0, self._heap[0][0] - self._served) * len(self._heap) / self.bytes_per_s
+        delay = max(0.0, self._next_count() - self._served) * len(self._heap) / self.bytes_per_s
         self.loop.after(delay, lambda: self._complete(generation))
 
     def _complete(self, generation: int) -> None:
         if generation != self._generation:
             return
         self._advance()
-        # This event is the first transfer's end by construction; comparing with it, not with the
-        # count, keeps float error (an end time that rounds to now) from rescheduling it for ever.
-        least = self._heap[0][0]
+        # This event is the first transfer's end (or watched point) by construction; comparing with
+        # it, not with the count, keeps float error (an end time that rounds to now) from
+        # rescheduling it for ever.
+        least = self._next_count()
         callbacks = []
-        while self._heap and self._heap[0][0] <= least + _RESIDUE_BYTES:
+        while self._marks and self._marks[0][0] <= least + RESIDUE_BYTES:
+            callbacks.append(heapq.heappop(self._marks)[2])
+        while self._heap and self._heap[0][0] <= least + RESIDUE_BYTES:
             flow = heapq.heappop(self._heap)[2]
+            flow.done = True
             self._owner_open[flow.owner] -= 1
             self._owner_finish[flow.owner] -= flow.finish
             if not self._owner_open[flow.owner]:

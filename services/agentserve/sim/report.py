@@ -12,9 +12,16 @@ def fmt(value: Any, digits: int = 3) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    lines = ["# agentserve sim dualpath", "", "| figure | value | target | paper | met |", "|---|---|---|---|---|"]
+    lines = [
+        "# agentserve sim dualpath",
+        "",
+        "| figure | value | modelled bound | target | paper | met |",
+        "|---|---|---|---|---|---|",
+    ]
+    limits = result.get("limits") or {}
     for key, v in result["targets"].items():
-        lines.append(f"| {key} | {fmt(v['value'])} | {v['target']} | {v['paper']} | {v['met']} |")
+        bound = fmt((limits.get(key) or {}).get("modelled_bound"))
+        lines.append(f"| {key} | {fmt(v['value'])} | {bound} | {v['target']} | {v['paper']} | {v['met']} |")
     lines += ["", "| policy | JCT s | turns/s | TTFT p90 ms | TPOT p90 ms | SNIC max/avg | capacity agents/s |"]
     lines.append("|---|---|---|---|---|---|---|")
     for name, p in result["policies"].items():

@@ -71,17 +71,15 @@ def test_online_policies_must_be_among_those_run() -> None:
         _spec(policies=("layerwise",))
 
 
-def test_the_sweep_runs_each_point_offline_with_the_points_shape() -> None:
-    from agentserve.sim.sweep import run_sweep
+def test_the_sweep_runs_every_agent_count_at_every_maximum_length(tmp_path) -> None:
+    from agentserve.sim.sweep import run_sweep, write_sweep
 
     swept = run_sweep(_spec(policies=("baseline", "dualpath")), agent_counts=(2, 4), contexts=(10240, 20480))
-    points = [(p["axis"], p["agents"], p["final_context"]) for p in swept["points"]]
-    assert points == [
-        ("agents", 2, 10240),
-        ("agents", 4, 10240),
-        ("final_context", 6, 10240),
-        ("final_context", 6, 20480),
-    ]
+    points = [(p["agents"], p["final_context"]) for p in swept["points"]]
+    assert points == [(2, 10240), (4, 10240), (2, 20480), (4, 20480)]
     for p in swept["points"]:
         assert set(p["jct_s"]) == {"baseline", "dualpath"}
         assert p["offline_throughput_ratio"] == pytest.approx(p["jct_s"]["baseline"] / p["jct_s"]["dualpath"])
+        assert p["bounds"]["offline_ratio_bound"] > 0
+    write_sweep(swept, tmp_path)
+    assert (tmp_path / "sweep.png").is_file() and "| 4 | 20,480 |" in (tmp_path / "sweep.md").read_text()

@@ -150,3 +150,21 @@ def test_fifo_loads_take_the_way_in_one_at_a_time_and_concurrent_ones_share_it()
         # Both loads end by 0.2 s either way; fifo lets the first compute from 0.1 s.
         assert turns[0].first_token_s == pytest.approx(first_loaded + compute, rel=1e-12)
         assert turns[1].first_token_s == pytest.approx(max(0.2, first_loaded + compute) + compute, rel=1e-12)
+
+
+def test_layerwise_runs_a_turn_whose_kv_has_all_arrived_before_an_older_one_still_arriving() -> None:
+    # As `LLMEngine._admit_prefills`: a forward over a prefix still arriving holds the GPU, so
+    # while a waiting prefill can run without waiting, those still arriving are passed over.
+    compute = COST.prefill_s(32_271, 429)
+    loop, done = EventLoop(), list[SimTurn]()
+    slow, fast = SharedLink(loop, "slow", 2 * GB), SharedLink(loop, "fast", 100 * GB)
+    engine = _prefill(loop, True, FcfsBatch(), done, groups=4)
+    first = _turn(0, prompt=32_700, cached=32_271)
+    older, newer = _turn(1, prompt=32_700, cached=32_271), _turn(2, prompt=32_700, cached=32_271)
+    engine.submit(first, [])  # computes from 0 while the others load
+    engine.submit(older, [(slow, "p0", 1 * GB)])  # group g at (g + 1) * 0.125 s
+    engine.submit(newer, [(fast, "p0", 1 * GB)])  # all of it by 0.01 s
+    loop.run()
+    assert newer.first_token_s == pytest.approx(2 * compute, rel=1e-12)
+    # From 2 x compute (0.306 s) older's groups 0-2 are in; its last arrives at 0.5 s.
+    assert older.first_token_s == pytest.approx(0.5 + compute / 4, rel=1e-12)

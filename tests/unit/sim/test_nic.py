@@ -54,3 +54,33 @@ def test_a_transfer_joining_later_shares_from_when_it_opens() -> None:
 def test_a_link_needs_a_positive_rate() -> None:
     with pytest.raises(ValueError, match="bytes_per_s"):
         SharedLink(EventLoop(), "snic", 0)
+
+
+def test_a_watched_point_fires_when_that_many_bytes_are_moved_under_sharing() -> None:
+    loop = EventLoop()
+    link = SharedLink(loop, "snic", 10 * GB)
+    times: dict[str, float] = {}
+    first = link.send(1 * GB, _done_at(loop, times, "first"))
+    link.when_moved(first, 0.25 * GB, _done_at(loop, times, "quarter"))
+    loop.at(0.01, lambda: link.send(1 * GB, _done_at(loop, times, "second")))
+    loop.run()
+    # 0.1 GB alone by 0.01 s, then 5 GB/s: the next 0.15 GB take 0.03 s.
+    assert times["quarter"] == pytest.approx(0.04, rel=1e-12)
+    assert times["first"] == pytest.approx(0.01 + 0.9 * GB / (5 * GB), rel=1e-12)
+    assert link.moved(first) == 1 * GB
+
+
+def test_a_point_already_moved_fires_at_once_and_the_queue_counts_whole_transfers() -> None:
+    loop = EventLoop()
+    link = SharedLink(loop, "snic", 10 * GB)
+    times: dict[str, float] = {}
+    transfer = link.send(1 * GB, lambda: None, owner="p0")
+
+    def check() -> None:
+        link.when_moved(transfer, 0.1 * GB, _done_at(loop, times, "late watch"))
+        times["queued"] = link.queue_bytes_of("p0")
+
+    loop.at(0.05, check)
+    loop.run()
+    assert times["late watch"] == pytest.approx(0.05, rel=1e-12)
+    assert times["queued"] == 0.5 * GB
