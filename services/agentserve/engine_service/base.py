@@ -72,6 +72,7 @@ class EngineService(Service):
         self.peer_allowlist = PeerAllowList(self._registered_peers)
         self.model_dir = model_dir
         self._draining = False
+        self._drain_task: asyncio.Task | None = None  # referenced, so the loop cannot drop it
         self._drained = asyncio.Event()  # the drain ended: the process may exit
 
     def _scaled_profile(self, engine: LLMEngine, model_dir: str) -> ScaledProfile:
@@ -118,7 +119,7 @@ class EngineService(Service):
             return
         self._draining = True
         log.info("%s %s draining: finishing its turns, then deregistering", self.role.value, self.engine_id)
-        asyncio.get_running_loop().create_task(self._finish_drain(), name="drain")
+        self._drain_task = asyncio.get_running_loop().create_task(self._finish_drain(), name="drain")
 
     async def _finish_drain(self) -> None:
         if self.registrar is not None:
