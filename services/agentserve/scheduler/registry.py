@@ -103,6 +103,10 @@ class Engine:
     def draining(self) -> bool:
         return self.status.draining
 
+    def mark_draining(self) -> None:
+        """No new turn is placed here from now on (until the engine registers afresh)."""
+        self.status = dataclasses.replace(self.status, draining=True)
+
     @property
     def load(self) -> int:
         # The reported queue lags by up to a heartbeat; our own in-flight count does not, so a burst
@@ -156,8 +160,10 @@ class EngineRegistry:
             # The engine restarted with another model under the same id: make it register again.
             del self._engines[status.engine_id]
             return False
-        # Draining is sticky: a heartbeat the engine sent before it heard of its drain does not undo it.
-        engine.status = dataclasses.replace(status, draining=True) if engine.draining else status
+        draining = engine.draining
+        engine.status = status
+        if draining:  # sticky: a heartbeat the engine sent before it heard of its drain does not undo it
+            engine.mark_draining()
         engine.last_seen = self._clock()
         return True
 
@@ -183,7 +189,7 @@ class EngineRegistry:
                     f"engine {engine.engine_id} is the last {engine.status.role.value} engine taking turns; "
                     "start another before draining it"
                 )
-            engine.status = dataclasses.replace(engine.status, draining=True)
+            engine.mark_draining()
         return engine
 
     def deregister(self, status: EngineStatus) -> bool:
@@ -192,8 +198,7 @@ class EngineRegistry:
         engine = self._engines.get(status.engine_id)
         if engine is None:
             return True
-        if not engine.draining:
-            engine.status = dataclasses.replace(engine.status, draining=True)
+        engine.mark_draining()
         if engine.busy:
             return False
         del self._engines[status.engine_id]
