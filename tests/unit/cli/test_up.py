@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from agentserve.cli.main import main
-from agentserve.cli.up import ready_line
+from agentserve.cli.up import drain_hint, ready_line
 from agentserve.cluster import ports as cluster_ports
 from agentserve.cluster.commands import service_commands
-from agentserve.cluster.local import LocalCluster
+from agentserve.cluster.local import LocalCluster, drained
 from agentserve.cluster.ports import LocalPorts
+from agentserve.cluster.process import Proc
 from agentserve.cluster.settings import FabricSettings
 from agentserve.engine.model_catalog import ServedModel
 
@@ -167,3 +169,26 @@ def test_bad_emulated_compute_fails_before_anything_starts(capsys) -> None:
         ComputeSettings("simulated")
     assert main(["up", "--local", "--compute", "emulated", "--time-dilation", "0"]) == 2
     assert "time_dilation must be positive" in capsys.readouterr().err
+
+
+def test_the_drain_hint_names_the_internal_port_and_the_operator_certificate() -> None:
+    ports = LocalPorts(scheduler_internal=50161)
+    assert "agentserve drain ENGINE --scheduler 127.0.0.1:50161 --tls-dir /d-certs/operator`" in drain_hint(
+        ports, Path("/d-certs")
+    )
+    assert "--scheduler 127.0.0.1:50161 --plain`" in drain_hint(ports, None)
+
+
+@pytest.mark.parametrize(
+    "name, code, stays_down",
+    [
+        ("decode-1", 0, True),
+        ("prefill", 0, True),
+        ("decode-1", -9, False),
+        ("decode-1", 1, False),
+        ("kvstore", 0, False),
+    ],
+)
+def test_only_an_engine_that_exited_0_counts_as_drained(name, code, stays_down) -> None:
+    popen = SimpleNamespace(returncode=code)
+    assert drained(Proc(name, 1, popen)) is stays_down  # a Popen stand-in: drained() reads only returncode
