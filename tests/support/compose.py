@@ -9,6 +9,7 @@ loopback ports; container-to-container checks run inside the containers (`Stack.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -44,8 +45,10 @@ STARTUP_TIMEOUT_S = float(os.environ.get("AGENTSERVE_STACK_TIMEOUT_S", "900"))
 TEST_TIMEOUT_S = STARTUP_TIMEOUT_S + 1200
 
 
+@functools.cache
 def build_images() -> None:
-    """scripts/build_images.sh: builds what changed, else returns in seconds."""
+    """scripts/build_images.sh: builds what changed, else returns in seconds; once per test run (the
+    compose and the Swarm deployments run the same images)."""
     env = {**os.environ, "PYTHON": sys.executable}
     started = time.monotonic()
     result = subprocess.run(
