@@ -8,7 +8,8 @@ and a key already written are kept, so a second run changes nothing the services
 
     ca/ca.pem, ca/ca.key               the internal plane's private CA (`agentserve certs`); ca.pem
                                        is distributed, ca.key never leaves this directory
-    certs/<service>/cert.pem, key.pem  one certificate per service, and `client` for operators' tools
+    certs/<service>/cert.pem, key.pem  one certificate per service, and `client` and `operator` for
+                                       operators' tools (`agentserve drain --tls-dir .../operator`)
     api_keys                           TENANT:sha256:<digest>, the key the scheduler and tool proxy accept
     client_api_key                     the key itself (0600), for clients: AGENTSERVE_API_KEY=$(cat ...)
     k8s-secrets.yaml                   Secrets agentserve-<service>-tls (ca.pem, cert.pem, key.pem) and
@@ -29,8 +30,8 @@ from agentserve.common.internal_tls import CA_FILE, CERT_FILE, KEY_FILE
 
 KEY_FILE_NAME, KEYS_FILE_NAME, K8S_FILE_NAME = "client_api_key", "api_keys", "k8s-secrets.yaml"
 API_KEYS_SECRET = "agentserve-api-keys"
-# The services that run (`client` is the operators' certificate, mounted by none of them).
-DEPLOYED = tuple(s for s in SERVICES if s != "client")
+# The services that run; `client` and `operator` are certificates for people's tools, mounted by none.
+DEPLOYED = tuple(s for s in SERVICES if s not in ("client", "operator"))
 
 
 def tls_secret_name(service: str) -> str:

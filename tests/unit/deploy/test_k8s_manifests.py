@@ -67,6 +67,8 @@ def test_each_compose_service_has_a_workload_with_its_image_command_and_ports():
     for name, service in compose.items():
         (container,) = containers(workloads[name])
         assert container["image"] == service["image"], name
+        grace = workloads[name]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        assert f"{grace}s" == service["stop_grace_period"], name  # engines drain on SIGTERM
         assert container.get("command") == service.get("command"), name
         env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
         wanted = {

@@ -48,6 +48,7 @@ def test_the_stack_runs_compose_s_services_with_the_same_images_commands_and_set
             k: v for k, v in theirs.items() if k not in STACK_OWN
         }, name
         assert replicas(service) == replicas(compose[name]), name
+        assert service["stop_grace_period"] == compose[name]["stop_grace_period"], name  # engines drain
         assert not IGNORED_BY_SWARM & set(service), name
 
 
