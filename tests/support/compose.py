@@ -92,7 +92,25 @@ class _ProjectCompose(DockerCompose):
         return [*DockerCompose.compose_command_property.func(self), "-p", self.project_name]
 
 
-class Stack:
+class LoopbackEndpoints:
+    """The client endpoints a deployment publishes on 127.0.0.1, at its `ports`."""
+
+    ports: HostPorts
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.ports.grpc}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.http}"
+
+    @property
+    def toolproxy_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.toolproxy}"
+
+
+class Stack(LoopbackEndpoints):
     """One running compose project."""
 
     def __init__(self, project: str, ports: HostPorts, files: list[Path], env_file: Path):
@@ -107,19 +125,6 @@ class Stack:
             wait=False,
             project_name=project,
         )
-
-    # ---- addresses, all on loopback ----
-    @property
-    def grpc_address(self) -> str:
-        return f"127.0.0.1:{self.ports.grpc}"
-
-    @property
-    def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports.http}"
-
-    @property
-    def toolproxy_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports.toolproxy}"
 
     @property
     def phoenix_url(self) -> str:

@@ -1,13 +1,10 @@
-"""The deployment files read as data: docker-compose.yml (the reference), the Swarm stack file, the
-Kubernetes manifests, and scripts/deploy_secrets.py loaded as a module."""
+"""The deployment files read as data: docker-compose.yml (the reference), the Swarm stack file and
+the Kubernetes manifests."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import yaml
@@ -16,7 +13,6 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 STACK_FILE = ROOT / "docker-compose.swarm.yml"
 K8S_DIR = ROOT / "deploy" / "k8s"
-SECRETS_SCRIPT = ROOT / "scripts" / "deploy_secrets.py"
 # ${NAME:-default} and ${NAME}
 _VARIABLE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
 
@@ -62,12 +58,3 @@ def k8s_documents() -> list[tuple[str, dict]]:
 def k8s_workloads() -> dict[str, dict]:
     """Deployments and StatefulSets by name."""
     return {d["metadata"]["name"]: d for _, d in k8s_documents() if d["kind"] in ("Deployment", "StatefulSet")}
-
-
-def load_secrets_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("deploy_secrets", SECRETS_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module

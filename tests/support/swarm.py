@@ -30,7 +30,14 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.compose import ROOT, STARTUP_TIMEOUT_S, TINY_COMPOSE_FILE, HostPorts, build_images
+from tests.support.compose import (
+    ROOT,
+    STARTUP_TIMEOUT_S,
+    TINY_COMPOSE_FILE,
+    HostPorts,
+    LoopbackEndpoints,
+    build_images,
+)
 from tests.support.processes import LOG_DIR, free_port
 
 STACK_FILE = ROOT / "docker-compose.swarm.yml"
@@ -53,7 +60,7 @@ def docker(*args: str, check: bool = True, timeout_s: float = 120, env: dict[str
 
 
 @dataclass
-class SwarmStack:
+class SwarmStack(LoopbackEndpoints):
     """One deployed stack, and what was changed on the daemon to deploy it (undone by `close`)."""
 
     name: str
@@ -65,18 +72,6 @@ class SwarmStack:
     added_labels: dict[str, str | None] = field(default_factory=dict)
     added_tags: list[str] = field(default_factory=list)
     had_gwbridge: bool = True
-
-    @property
-    def grpc_address(self) -> str:
-        return f"127.0.0.1:{self.ports.grpc}"
-
-    @property
-    def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports.http}"
-
-    @property
-    def toolproxy_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports.toolproxy}"
 
     @property
     def api_key(self) -> str:

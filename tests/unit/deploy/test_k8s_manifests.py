@@ -17,8 +17,8 @@ from tests.support.deploy_files import (
     environment,
     k8s_documents,
     k8s_workloads,
-    load_secrets_script,
 )
+from tests.support.scripts import load_script
 
 pytestmark = pytest.mark.unit
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.unit
 VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
 HEALTHCHECK = ["python", "-m", "agentserve.common.healthcheck"]
 
-secrets_script = load_secrets_script()
+secrets_script = load_script("deploy_secrets")
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,9 @@ from tests.support.deploy_files import (
     STACK_FILE,
     compose_services,
     environment,
-    load_secrets_script,
     stack,
 )
+from tests.support.scripts import load_script
 
 pytestmark = pytest.mark.unit
 
@@ -68,7 +68,7 @@ def test_a_service_with_a_volume_runs_only_on_nodes_labelled_for_it():
 
 
 def test_every_secret_is_a_file_the_script_writes_and_each_service_gets_its_own_certificate(tmp_path: Path):
-    load_secrets_script().write_secrets(tmp_path)
+    load_script("deploy_secrets").write_secrets(tmp_path)
     spec = stack({"AGENTSERVE_SECRETS_DIR": str(tmp_path)})
     for name, secret in spec["secrets"].items():
         assert Path(secret["file"]).is_file(), name

@@ -3,28 +3,13 @@ found with their line; code, string literals, slices, ratios and addresses are n
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
+
+from tests.support.scripts import load_script
 
 pytestmark = pytest.mark.unit
 
-SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "check_comments.py"
-
-
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_comments", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve the module's annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-check = load_script()
+check = load_script("check_comments")
 
 DATED = '''"""Loads in fifo order.
 
