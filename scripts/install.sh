@@ -44,6 +44,13 @@ fi
 if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
   step "installing Debian's gcc (apt-get; the power-loss recorder is compiled with it)" quiet_apt gcc libc6-dev
 fi
+# Debian's etcd (3.4) and HAProxy: the state several schedulers share and the balancer in front of
+# them (`agentserve up --local --schedulers N`, tests/integration/test_schedulers.py). Installed, not
+# started: `up --local` starts them when asked.
+if ! command -v etcd >/dev/null 2>&1 || ! command -v haproxy >/dev/null 2>&1; then
+  step "installing Debian's etcd-server and haproxy (apt-get; several schedulers share state in etcd behind HAProxy)" \
+    quiet_apt --no-install-recommends etcd-server haproxy
+fi
 stamp=.venv/.agentserve-lock.sha256
 want=$(cat requirements.lock requirements-dev.lock pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then

@@ -317,7 +317,7 @@ def up_local(args: argparse.Namespace) -> int:
     from agentserve.cli.up import drain_hint, ready_line
     from agentserve.cluster.local import LocalCluster, Stopped, catch_stop_signals
     from agentserve.cluster.ports import LocalPorts
-    from agentserve.cluster.settings import ComputeSettings, FabricSettings
+    from agentserve.cluster.settings import ComputeSettings, ControlSettings, FabricSettings
     from agentserve.common.config import load_config
     from agentserve.engine.emulation_config import EmulationConfig
     from agentserve.engine.model_catalog import describe, resolve_model
@@ -346,6 +346,7 @@ def up_local(args: argparse.Namespace) -> int:
         internal_tls=not args.plain_internal,
         model_dir=model.source,
         model_name=model.name,
+        control=ControlSettings(args.schedulers, args.state),
     )
     engines = load_config(EngineServiceConfig, [], env=cluster.env)  # the settings the engines inherit
     print(f"agentserve: {describe(model, engines.dtype)}", file=sys.stderr)
@@ -355,8 +356,10 @@ def up_local(args: argparse.Namespace) -> int:
         if compute.mode == "emulated"
         else ""
     )
+    control = cluster.control
+    schedulers = "scheduler" if control.schedulers == 1 else f"{control.schedulers} schedulers behind haproxy"
     print(
-        f"agentserve: starting kvstore, scheduler, {args.prefill} prefill, "
+        f"agentserve: starting {'etcd, ' if control.shared else ''}kvstore, {schedulers}, {args.prefill} prefill, "
         f"{args.decoders} decode, toolproxy; fabric {args.profile}, kv paths {args.kv_path_policy}{emulated} "
         f"(logs in {cluster.log_dir})",
         file=sys.stderr,

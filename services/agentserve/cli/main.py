@@ -134,6 +134,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="emulated: KV payload bytes materialised per block (0 = the target's); NICs charge the target's",
     )
     up.add_argument(
+        "--schedulers",
+        type=int,
+        default=1,
+        help="schedulers sharing the engines, behind HAProxy on the same ports (more than one: state in etcd)",
+    )
+    up.add_argument(
+        "--state",
+        choices=["sqlite", "etcd"],
+        help="where the schedulers' state lives: sqlite (one scheduler's, the default) or etcd (started with "
+        "the cluster; the default with several schedulers)",
+    )
+    up.add_argument(
         "--plain-internal",
         action="store_true",
         help="run the internal plane without mutual TLS (default: certificates issued into <data-dir>-certs)",

@@ -16,6 +16,12 @@ tests and benches need for its speed (`up --local` passes its own default, SmolL
 Every service listens on loopback. Only the clients' endpoints (the scheduler's gRPC and HTTP, the
 tool proxy's HTTP) may listen elsewhere (`listen_host`), and only with API keys configured.
 
+The control plane (`ControlSettings`): one scheduler with its sessions in SQLite by default; with
+state etcd, an etcd (Debian's etcd-server) starts first and holds the state; with several
+schedulers (scheduler-0 .. scheduler-N-1, each on ports of its own) HAProxy takes the clients' and
+the engines' ports in front of them (`balancer.py`), and the cluster is ready once every scheduler
+sees a prefill and a decode engine.
+
 The internal plane (engines, the store, the scheduler's internal port, the tool proxy's gRPC) runs
 mutual TLS by default: certificates are issued at the first start into `<data_dir>-certs`
 (`common/certs.py`, reused after) and each service gets its own directory; `internal_tls=False`
@@ -35,12 +41,13 @@ from types import FrameType
 
 import grpc
 
-from agentserve.cluster.commands import cert_root, service_commands
+from agentserve.cluster.balancer import haproxy_config
+from agentserve.cluster.commands import INFRASTRUCTURE, balancer_config, cert_root, scheduler_name, service_commands
 from agentserve.cluster.ports import LOOPBACK, LocalPorts
 from agentserve.cluster.process import Proc, spawn
 from agentserve.cluster.readiness import health_channel, wait_ready, wait_serving
 from agentserve.cluster.restarts import RestartPolicy, RestartState
-from agentserve.cluster.settings import ComputeSettings, FabricSettings, snic_bucket_dir
+from agentserve.cluster.settings import ComputeSettings, ControlSettings, FabricSettings, snic_bucket_dir
 from agentserve.common.api_keys import ApiKeys
 from agentserve.common.certs import ensure_certs
 from agentserve.common.internal_tls import InternalTLS
@@ -79,6 +86,7 @@ class LocalCluster:
         listen_host: str = LOOPBACK,
         restart_policy: RestartPolicy = RestartPolicy(),
         internal_tls: bool = True,
+        control: ControlSettings = ControlSettings(),
     ):
         if decoders < 1:
             raise ValueError(f"at least one decode engine is required, got decoders={decoders}")
@@ -89,7 +97,8 @@ class LocalCluster:
 
         load_profile(fabric.profile)  # a bad name fails here, naming the profiles on offer
         make_path_policy(fabric.kv_path_policy)
-        self.ports = ports.with_prefill(prefill)
+        self.ports = ports.with_prefill(prefill).with_schedulers(control.schedulers)
+        self.control = control
         self.prefill = prefill
         self.decoders = decoders
         self.fabric = fabric
@@ -136,14 +145,21 @@ class LocalCluster:
                 compute=self.compute,
                 listen_host=self.listen_host,
                 certs=self.certs,
+                control=self.control,
             )
+            if self.control.balanced:
+                config = balancer_config(self.data_dir)
+                config.parent.mkdir(parents=True, exist_ok=True)
+                config.write_text(haproxy_config(self.ports, self.control.schedulers, self.listen_host))
             for name, port, cmd in commands:
                 if before is not None and (name == before or name.startswith(f"{before}-")):
                     break
                 if name in started:
                     continue
                 cmd = [*cmd, *self.extra_args(name)]
-                probe = None if name == "scheduler" else self.internal_client()  # its grpc_port faces clients
+                # A scheduler's grpc_port faces clients, and etcd's and HAProxy's are not on the internal plane.
+                plain = name.startswith("scheduler") or name in INFRASTRUCTURE
+                probe = None if plain else self.internal_client()
                 proc = Proc(name, port, self._spawn(name, cmd, "w"), cmd, probe, RestartState(self.restart_policy))
                 proc.restarts.started(time.monotonic())
                 self.procs.append(proc)
@@ -153,8 +169,8 @@ class LocalCluster:
             for proc in self.procs:
                 wait_serving(proc, timeout_s)
             if before is None:
-                scheduler = next(p for p in self.procs if p.name == "scheduler")
-                wait_ready(scheduler, self.ports.http, timeout_s)
+                for scheduler in self.schedulers:
+                    wait_ready(scheduler, self.scheduler_http_port(scheduler.name), timeout_s)
         except BaseException:
             self.stop()
             raise
@@ -173,9 +189,21 @@ class LocalCluster:
         proc.popen = self._spawn(name, proc.cmd, "a")
         proc.restarts.started(time.monotonic())
         wait_serving(proc, timeout_s)
-        if name == "scheduler":
-            wait_ready(proc, self.ports.http, timeout_s)
+        if name.startswith("scheduler"):
+            wait_ready(proc, self.scheduler_http_port(name), timeout_s)
         return proc
+
+    @property
+    def schedulers(self) -> list[Proc]:
+        """The scheduler processes started, in order."""
+        names = [scheduler_name(i, self.control.schedulers) for i in range(self.control.schedulers)]
+        return [p for p in self.procs if p.name in names]
+
+    def scheduler_http_port(self, name: str) -> int:
+        """The HTTP port of scheduler `name` itself (with several, not the balancer's)."""
+        if name == "scheduler":
+            return self.ports.http
+        return self.ports.scheduler_instance(int(name.rsplit("-", 1)[1])).http
 
     def internal_client(self, role: str = "client") -> InternalTLS | None:
         """The credentials a caller from outside the services (this process, tests) presents on

@@ -1,4 +1,7 @@
-"""LocalPorts: where each service of a local cluster listens (fixed defaults, or free ports)."""
+"""LocalPorts: where each service of a local cluster listens (fixed defaults, or free ports).
+
+With several schedulers, the clients' ports (`scheduler`, `http`) and the engines' (`scheduler_internal`)
+are the load balancer's, and each scheduler listens on ports of its own (`SchedulerPorts`)."""
 
 from __future__ import annotations
 
@@ -7,6 +10,20 @@ from dataclasses import dataclass, replace
 from agentserve.common.netutil import free_port
 
 LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class SchedulerPorts:
+    """One scheduler's own ports."""
+
+    grpc: int
+    internal: int
+    http: int
+    metrics: int
+
+    @classmethod
+    def free(cls) -> SchedulerPorts:
+        return cls(free_port(), free_port(), free_port(), free_port())
 
 
 @dataclass(frozen=True)
@@ -36,10 +53,32 @@ class LocalPorts:
             toolproxy_grpc=free_port(),
             toolproxy_http=free_port(),
             metrics=free_port(),
+            etcd=free_port(),
+            etcd_peer=free_port(),
         )
 
     toolproxy_grpc: int = 50050
     toolproxy_http: int = 8080
+    etcd: int = 2379  # the shared state's client URL (state etcd)
+    etcd_peer: int = 2380  # etcd's peer URL (a cluster of one member)
+    scheduler_ports: tuple[SchedulerPorts, ...] = ()  # each scheduler's own, when there are several
+
+    def with_schedulers(self, count: int) -> LocalPorts:
+        """These ports with each of `count` schedulers' own (free) ports: with more than one, the
+        clients' and the engines' ports go to the load balancer in front of them. The first
+        scheduler keeps the metrics port (`up --local` prints it)."""
+        if count <= max(1, len(self.scheduler_ports)):
+            return self
+        first = SchedulerPorts(free_port(), free_port(), free_port(), self.metrics)
+        return replace(self, scheduler_ports=(first, *(SchedulerPorts.free() for _ in range(count - 1))))
+
+    def scheduler_instance(self, index: int) -> SchedulerPorts:
+        """The ports of scheduler `index`: its own, or the clients' when it is the only one."""
+        if self.scheduler_ports:
+            return self.scheduler_ports[index]
+        if index == 0:
+            return SchedulerPorts(self.scheduler, self.scheduler_internal, self.http, self.metrics)
+        raise ValueError(f"no ports for scheduler {index}; use LocalPorts.with_schedulers")
 
     def with_prefill(self, count: int) -> LocalPorts:
         """These ports with one for each of `count` prefill engines: the prefill port first, free

@@ -1,5 +1,6 @@
 """What a local cluster's engines emulate: the fabric (hardware profile, path policy, shared
-storage NICs) and the compute (the real model, or the target model on the target GPU)."""
+storage NICs) and the compute (the real model, or the target model on the target GPU); and its
+control plane (how many schedulers, and where their state lives)."""
 
 from __future__ import annotations
 
@@ -75,3 +76,33 @@ class ComputeSettings:
 def _flag_text(value: object) -> str:
     """A setting as its flag's text: floats by repr, so they travel exactly."""
     return repr(value) if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class ControlSettings:
+    """The control plane of a local cluster: `schedulers` schedulers (more than one: behind HAProxy on
+    the clients' and engines' ports) over `state` (sqlite: one scheduler's own; etcd: an etcd
+    started with the cluster, shared; None: etcd with several schedulers, else sqlite)."""
+
+    schedulers: int = 1
+    state: str | None = None
+
+    def __post_init__(self) -> None:
+        from agentserve.scheduler.config import StateName
+
+        if self.schedulers < 1:
+            raise ValueError(f"at least one scheduler is required, got schedulers={self.schedulers}")
+        if self.state is not None:
+            check_choice("state", self.state, StateName)
+            if self.state == "sqlite" and self.schedulers > 1:
+                raise ValueError("several schedulers share their state in etcd: state sqlite is one scheduler's")
+
+    @property
+    def shared(self) -> bool:
+        """Whether the state is in etcd (an etcd runs with the cluster)."""
+        return self.state == "etcd" or (self.state is None and self.schedulers > 1)
+
+    @property
+    def balanced(self) -> bool:
+        """Whether HAProxy fronts the schedulers."""
+        return self.schedulers > 1

@@ -61,7 +61,15 @@ class Overloaded(RetryableError):
         return str(max(1, math.ceil(self.retry_after_s)))
 
 
+class Conflict(Exception):
+    """The request cannot be applied to the state it was made against, which changed meanwhile (a
+    turn a failed scheduler may have committed before the client heard back): HTTP 409, gRPC
+    FAILED_PRECONDITION. Retrying the same request is not safe; the caller re-reads first."""
+
+
 def status_for(exc: BaseException) -> grpc.StatusCode:
+    if isinstance(exc, Conflict):
+        return grpc.StatusCode.FAILED_PRECONDITION
     if isinstance(exc, NotFoundError):
         return grpc.StatusCode.NOT_FOUND
     if isinstance(exc, ValueError):

@@ -4,7 +4,7 @@ make the caller's W3C trace context current, and answer exceptions as OpenAI-sha
 The split is gRPC's (`errors.status_for`): a ValueError is the client's fault (400, 404 for a
 named thing that does not exist, 413 for a request over a size limit), a missing or unknown API key
 is 401, a load bound's refusal is 429 with `Retry-After`, a RetryableError or ConnectionError
-means try again (503), and
+means try again (503), a Conflict (the state changed under the request) is 409, and
 anything else is our bug (500, logged with its traceback, its text kept out of the reply). The
 fronts' bodies differ in a few ways their clients already see; `ErrorStyle` names them.
 """
@@ -19,7 +19,14 @@ from aiohttp import web
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
 
-from agentserve.common.errors import NotFoundError, Overloaded, PayloadTooLarge, RetryableError, Unauthenticated
+from agentserve.common.errors import (
+    Conflict,
+    NotFoundError,
+    Overloaded,
+    PayloadTooLarge,
+    RetryableError,
+    Unauthenticated,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +64,8 @@ class ErrorStyle:
             return 401, self.body(message, "invalid_request_error", "invalid_api_key")
         if isinstance(exc, Overloaded):
             return 429, self.body(message, "rate_limit_error", "rate_limit_exceeded")
+        if isinstance(exc, Conflict):
+            return 409, self.body(message, "invalid_request_error", "conflict")
         if self.retryable_is_503 and isinstance(exc, (RetryableError, ConnectionError)):
             return 503, self.body(message, "service_unavailable_error")
         return 500, self.body(f"internal error; see the {self.service} log", "server_error")

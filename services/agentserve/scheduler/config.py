@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 from agentserve.common.api_keys import ApiKeys
 from agentserve.common.config import check_choice, config_prefix
@@ -13,6 +14,9 @@ from agentserve.scheduler.fair_queue import FairnessName
 from agentserve.scheduler.turn_order import TurnOrderName
 
 SESSION_KV = ("decode", "store")
+# Where the control plane's state lives: sqlite (this scheduler's memory, sessions written through to
+# `session_db` when set: one scheduler) or etcd (shared by every scheduler: shared_state.py).
+StateName = Literal["sqlite", "etcd"]
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,17 @@ class SchedulerConfig:
     max_sessions_per_tenant: int = 10_000
     session_ttl_s: float = 3600.0
     session_db: str = ""  # SQLite file sessions are written through to (session_journal.py); "" = memory only
+    # Control-plane state (StateName). etcd: engines, sessions and which scheduler runs each session
+    # live in etcd at `etcd_endpoints` (client URLs or host:port), under `etcd_prefix`; a request for
+    # a session another scheduler runs is forwarded there; a scheduler's sessions move to the others
+    # within `etcd_lease_s` of its death. `advertise_host` is where the others reach this one ("" =
+    # this host's address, common/netutil.py); `scheduler_id` names it ("" = a fresh random id).
+    state: StateName = "sqlite"
+    etcd_endpoints: tuple[str, ...] = ()
+    etcd_prefix: str = "/agentserve/"
+    etcd_lease_s: int = 5
+    scheduler_id: str = ""
+    advertise_host: str = ""
     # Load bounds (scheduler/admission.py): turns in flight, and each tenant's rate of new turns.
     max_inflight_turns: int = 256  # all tenants, running and waiting; 0 = unbounded
     max_inflight_per_tenant: int = 128  # 0 = unbounded
@@ -107,6 +122,20 @@ class SchedulerConfig:
         self._check_timing()
         self._check_policies()
         self._check_limits()
+        self._check_state()
+
+    def _check_state(self) -> None:
+        """The shared state's settings (`state` itself is checked with the other choices)."""
+        if self.state != "etcd":
+            return
+        if not self.etcd_endpoints:
+            raise ValueError("state etcd needs etcd_endpoints (e.g. --etcd-endpoints 127.0.0.1:2379)")
+        if self.session_db:
+            raise ValueError("session_db is the sqlite state's; with state etcd, sessions live in etcd")
+        if not (self.etcd_prefix.startswith("/") and self.etcd_prefix.endswith("/")):
+            raise ValueError(f"etcd_prefix must start and end with '/', got {self.etcd_prefix!r}")
+        if self.etcd_lease_s < 2:
+            raise ValueError(f"etcd_lease_s must be at least 2 (etcd's shortest lease), got {self.etcd_lease_s}")
 
     def _check_endpoints(self) -> None:
         """Ports, addresses, the model's name and the internal TLS credentials."""
@@ -125,6 +154,7 @@ class SchedulerConfig:
         internal_tls(self.internal_tls_dir)  # unreadable credentials fail at start-up, naming the setting
         if not self.model_name:
             raise ValueError("model_name must not be empty")
+
         if ":" not in self.kvstore_address:
             raise ValueError(f"kvstore_address must be host:port, got {self.kvstore_address!r}")
 
@@ -163,6 +193,7 @@ class SchedulerConfig:
             ("session_kv", SESSION_KV),
             ("turn_order", TurnOrderName),
             ("fairness", FairnessName),
+            ("state", StateName),
         ):
             check_choice(name, getattr(self, name), choices)
         if not isinstance(self.tail_blocks, bool):

@@ -14,7 +14,7 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
-from agentserve.common.errors import Overloaded
+from agentserve.common.errors import NotFoundError, Overloaded
 from agentserve.common.internal_tls import internal_tls
 from agentserve.contracts import AgentInfo, Role, SamplingParams, ToolCall, TurnEvent
 from agentserve.contracts.turn_segments import TurnSegments
@@ -24,6 +24,7 @@ from agentserve.scheduler import metrics
 from agentserve.scheduler.admission import Admission, AdmissionLimits
 from agentserve.scheduler.agent_priority import AgentDAG, priority_of
 from agentserve.scheduler.config import SchedulerConfig
+from agentserve.scheduler.control_plane import ControlPlane
 from agentserve.scheduler.engine_clients import EngineClients
 from agentserve.scheduler.fair_queue import make_turn_queue
 from agentserve.scheduler.kv_admission import KVAdmission
@@ -78,6 +79,12 @@ class SchedulerCore:
         )
         if self.journal is not None:
             log.info("%d sessions resumed from %s", len(self.sessions), self.journal.path)
+        # State shared with other schedulers in etcd (`--state etcd`); None keeps it all here.
+        self.control = (
+            ControlPlane(config, self.registry, self.sessions, self._held, self._released)
+            if config.state == "etcd"
+            else None
+        )
         self.admission = Admission(
             AdmissionLimits(
                 config.max_inflight_turns,
@@ -132,6 +139,7 @@ class SchedulerCore:
             ),
             TurnPolicy(config.turn_retries, self.priority_of, make_turn_order(config.turn_order)),
             model_name=config.model_name,
+            commits=self.control.sessions if self.control is not None else None,
         )
         self.parking = KVParking(
             make_lifecycle_policy(
@@ -144,6 +152,20 @@ class SchedulerCore:
             lambda engines, session: self.turns.placer.router.pick(engines, session),
             priority_of=self.priority_of,
         )
+
+    def _held(self, session: Session) -> None:
+        """A session's copy read from etcd is held here now (its home moved here)."""
+        self.dag.add(session)
+
+    def _released(self, session: Session) -> None:
+        """A copy held here stopped counting: another scheduler is its home, or its record is gone."""
+        self.dag.remove(session)
+        self.kv_admission.forget(session.session_id)
+
+    async def start(self) -> None:
+        """Join the shared state, when there is one (its engines are known before this serves)."""
+        if self.control is not None:
+            await self.control.start()
 
     def priority_of(self, session: Session) -> int:
         """The scheduling priority of the session's next request (caller, DAG, runtime state)."""
@@ -205,7 +227,17 @@ class SchedulerCore:
         except Overloaded:
             metrics.REFUSED.labels("kv").inc()
             raise
-        created = self.sessions.create(tenant, agent, parent_session_id, system_prompt, session_id, tools, owner, info)
+        parent = None
+        if self.control is not None and parent_session_id:
+            # The parent's committed history, wherever its home is.
+            parent = await self.control.sessions.read(parent_session_id, owner)
+            if parent is None:
+                raise NotFoundError(f"unknown session {parent_session_id!r}")
+        created = self.sessions.create(
+            tenant, agent, parent_session_id, system_prompt, session_id, tools, owner, info, parent=parent
+        )
+        if self.control is not None:
+            await self.control.sessions.created(created)  # its record and home in etcd (dropped here on failure)
         self.dag.add(created)
         return created.session_id
 
@@ -219,11 +251,13 @@ class SchedulerCore:
         sampling: SamplingParams,
         owner: str = "",
         segments: TurnSegments | None = None,
+        client_state: dict[str, Any] | None = None,
     ) -> AsyncGenerator[TurnEvent, None]:
         """Run a turn: append `message` (chat-rendered text, role "user", "tool" or "system") or raw
         `token_ids` to the owner's session and stream the reply. `segments` marks the shared blocks
         of an all-gather round among the appended tokens (a block not found there is a ValueError
-        at the first iteration). Unknown sessions and malformed
+        at the first iteration). `client_state`: the front's progress once this turn is in, saved
+        with the turn's commit (`session_state` returns it). Unknown sessions and malformed
         messages raise here, at the call; the load bounds (Overloaded) and limits that depend on the
         history (context length) and "no engine" raise at the first iteration. Turns of one session
         run one after another. A caller that stops reading early should close the generator
@@ -236,7 +270,13 @@ class SchedulerCore:
             session,
             self._blocks(tokens),
             self.turns.run(
-                session, sampling=sampling, message=message, token_ids=token_ids, role=role, segments=segments
+                session,
+                sampling=sampling,
+                message=message,
+                token_ids=token_ids,
+                role=role,
+                segments=segments,
+                client_state=client_state,
             ),
         )
 
@@ -296,6 +336,8 @@ class SchedulerCore:
 
     async def close_session(self, session_id: str, owner: str = "") -> tuple[int, int]:
         """Forget the owner's session; returns its (turns, history tokens)."""
+        if self.control is not None:
+            await self.control.sessions.closed(self.sessions.get(session_id, owner))
         session = self.sessions.close(session_id, owner)
         self.dag.remove(session)
         self.kv_admission.forget(session_id)
@@ -304,16 +346,10 @@ class SchedulerCore:
         return session.turns, len(session.history)
 
     def session_state(self, session_id: str, owner: str = "") -> dict[str, Any] | None:
-        """What a front saved on the owner's session (`set_session_state`); None if it has no such session."""
+        """What a front saved on the owner's session (a turn's `client_state`); None if it has no such session."""
         if not self.sessions.exists(session_id, owner):
             return None
         return dict(self.sessions.get(session_id, owner).client_state)
-
-    def set_session_state(self, session_id: str, owner: str, state: dict[str, Any]) -> None:
-        """Keep a front's own record of the session with it (durable when sessions are)."""
-        session = self.sessions.get(session_id, owner)
-        session.client_state = dict(state)
-        self.sessions.save(session)
 
     def expire_sessions(self) -> int:
         """Close sessions idle past their TTL; how many."""
@@ -321,6 +357,8 @@ class SchedulerCore:
         for session in expired:
             self.dag.remove(session)
             self.kv_admission.forget(session.session_id)
+        if self.control is not None:
+            self.control.sessions.expired(expired)
         self._kv_gauges()
         if expired:
             log.info("closed %d sessions idle for over %.0f s", len(expired), self.config.session_ttl_s)
@@ -330,10 +368,15 @@ class SchedulerCore:
         """Add an engine; returns the heartbeat interval (ms) it should use."""
         self.registry.register(status)
         log.info("registered %s engine %s at %s", status.role.value, status.engine_id, status.address)
+        if self.control is not None:
+            self.control.engines.publish(status)
         return self.config.heartbeat_interval_ms
 
     def heartbeat(self, status: EngineStatus) -> bool:
-        return self.registry.heartbeat(status)
+        known = self.registry.heartbeat(status)
+        if known and self.control is not None:
+            self.control.engines.publish(status)
+        return known
 
     def drain_requested(self, engine_id: str) -> bool:
         """Whether the engine is to drain (told with its heartbeat reply)."""
@@ -388,6 +431,8 @@ class SchedulerCore:
         return self.sessions.find(event.session_id)
 
     async def aclose(self) -> None:
+        if self.control is not None:
+            await self.control.stop()
         await self.parking.aclose()
         if self.journal is not None:
             self.journal.close()

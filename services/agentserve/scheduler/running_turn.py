@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from opentelemetry.trace import Span
 
@@ -36,3 +37,4 @@ class RunningTurn:
     claim: tuple[str, list[bytes]] | None = None  # (decode address, blocks) claimed in `DecodeClaims`
     context_tail: Tail | None = None  # the history's stored tail: loaded if `tail_tokens`, garbage after the turn
     tail_tokens: int = 0  # prompt tokens after the store hits that the prefill loads with the tail
+    client_state: dict[str, Any] | None = None  # the front's progress once the turn is in, saved with its commit

@@ -15,6 +15,7 @@ from agentserve.common.grpc_auth import ApiKeyInterceptor
 from agentserve.common.server import Service
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.core import SchedulerCore
+from agentserve.scheduler.forwarding import SessionRouter
 from agentserve.scheduler.servicer import (
     CLIENT_METHODS,
     INTERNAL_SERVICE,
@@ -27,8 +28,8 @@ from agentserve.v1 import scheduler_pb2_grpc
 log = logging.getLogger(__name__)
 
 # The OpenAI-compatible gateway lives in its own package; it provides `async def start_http(core:
-# SchedulerCore, host: str, port: int, keys: ApiKeys, max_body_bytes: int, limits: ConnectionLimits)
-# -> aiohttp.web.AppRunner`.
+# SchedulerCore, host: str, port: int, keys: ApiKeys, max_body_bytes: int, limits: ConnectionLimits,
+# *, router: SessionRouter | None) -> aiohttp.web.AppRunner`.
 HTTP_GATEWAY_MODULE = "agentserve.scheduler.http.app"
 # Sessions idle past their TTL are closed by a sweep this often (a lookup also closes an expired one).
 SESSION_SWEEP_S = 10.0
@@ -48,11 +49,13 @@ class SchedulerService(Service):
         # Loaded before the port is bound: a broken tokenizer or chat template fails the start.
         self.core = core or SchedulerCore.create(config)
         self.keys = config.keys()
+        # Several schedulers over state in etcd: each session's requests go to its home scheduler.
+        self.router = SessionRouter(self.core.control) if self.core.control is not None else None
         self._sweeper: asyncio.Task | None = None
         self._http: Any = None
 
     def add_to_server(self, server: grpc.aio.Server) -> list[str]:
-        scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerServicer(self.core, self.keys), server)
+        scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerServicer(self.core, self.keys, self.router), server)
         return [SERVICE]
 
     def add_internal_to_server(self, server: grpc.aio.Server) -> list[str]:
@@ -63,6 +66,7 @@ class SchedulerService(Service):
         return [ApiKeyInterceptor(self.keys, CLIENT_METHODS)]
 
     async def start(self) -> None:
+        await self.core.start()  # joins the shared state (etcd), when there is one
         self._sweeper = asyncio.create_task(self._sweep(), name="engine-sweeper")
         if self.config.http_port:
             start_http = _http_gateway()
@@ -76,6 +80,7 @@ class SchedulerService(Service):
                     self.keys,
                     self.config.max_body_bytes,
                     self.config.http,
+                    router=self.router,
                 )
         if self.keys.enabled:
             log.info("API keys on: %d tenants", len(self.keys.tenants))
@@ -91,6 +96,8 @@ class SchedulerService(Service):
                 pass
         if self._http is not None:
             await self._http.cleanup()
+        if self.router is not None:
+            await self.router.close()
         await self.core.aclose()
 
     async def _sweep(self) -> None:

@@ -2,7 +2,9 @@
 
 `SchedulerServicer` is the client API, on the client port. With API keys, its methods
 (`CLIENT_METHODS`) run with the key's tenant current (`grpc_auth.ApiKeyInterceptor`): it owns the
-sessions they open and is the only one to see them. `SchedulerInternalServicer` (engines'
+sessions they open and is the only one to see them. With several schedulers (a `SessionRouter`),
+a session's Turn and CloseSession run on its home scheduler, forwarded there when they arrive
+elsewhere (`forwarding.py`). `SchedulerInternalServicer` (engines'
 registration and heartbeats, the tool proxy's events) is served only on the internal port.
 """
 
@@ -25,6 +27,8 @@ from agentserve.convert import (
     turn_segments_from_proto,
 )
 from agentserve.scheduler.core import SchedulerCore
+from agentserve.scheduler.forwarding import SERVED_BY, HomeUnreachable, SessionRouter, forwarded
+from agentserve.scheduler.shared_sessions import Located
 from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 SERVICE = scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name
@@ -34,9 +38,27 @@ CLIENT_METHODS = frozenset(f"/{SERVICE}/{name}" for name in ("OpenSession", "Tur
 
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
-    def __init__(self, core: SchedulerCore, keys: ApiKeys = ApiKeys()) -> None:
+    def __init__(self, core: SchedulerCore, keys: ApiKeys = ApiKeys(), router: SessionRouter | None = None) -> None:
         self.core = core
         self.keys = keys
+        self.router = router
+
+    async def _route(self, session_id: str, context: grpc.aio.ServicerContext) -> Located | None:
+        """Where the session's request runs (None: no router, here). When here, the reply's initial
+        metadata names this scheduler at once (a forwarder takes its absence for a dead home)."""
+        if self.router is None:
+            return None
+        located = await self.router.route(session_id, _owner(), forwarded=forwarded(context.invocation_metadata()))
+        if located.peer is None:
+            await context.send_initial_metadata(((SERVED_BY, self.router.scheduler_id),))
+        return located
+
+    async def _reroute(self, session_id: str, located: Located, context: grpc.aio.ServicerContext) -> Located:
+        assert self.router is not None
+        located = await self.router.after_unreachable(session_id, _owner(), located)
+        if located.peer is None:
+            await context.send_initial_metadata(((SERVED_BY, self.router.scheduler_id),))
+        return located
 
     async def OpenSession(
         self, request: scheduler_pb2.OpenSessionRequest, context: grpc.aio.ServicerContext
@@ -51,6 +73,15 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     async def Turn(
         self, request: scheduler_pb2.TurnRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[scheduler_pb2.TurnChunk]:
+        located = await self._route(request.session_id, context)
+        while located is not None and located.peer is not None:
+            assert self.router is not None
+            try:
+                async for chunk in self.router.forward_turn(located.peer, request, context):
+                    yield chunk
+                return
+            except HomeUnreachable:
+                located = await self._reroute(request.session_id, located, context)
         events = self.core.turn(
             request.session_id,
             message=request.message or None,
@@ -67,6 +98,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     async def CloseSession(
         self, request: scheduler_pb2.CloseSessionRequest, context: grpc.aio.ServicerContext
     ) -> scheduler_pb2.CloseSessionResponse:
+        located = await self._route(request.session_id, context)
+        while located is not None and located.peer is not None:
+            assert self.router is not None
+            try:
+                return await self.router.forward_close(located.peer, request, context)
+            except HomeUnreachable:
+                located = await self._reroute(request.session_id, located, context)
         turns, tokens = await self.core.close_session(request.session_id, owner=_owner())
         return scheduler_pb2.CloseSessionResponse(turns=turns, tokens=tokens)
 

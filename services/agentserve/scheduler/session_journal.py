@@ -19,6 +19,7 @@ database's directory is created durable in its parent (`make_durable_dirs`).
 
 from __future__ import annotations
 
+import base64
 import json
 import sqlite3
 import sys
@@ -84,6 +85,46 @@ def _unpack(blob: bytes) -> list[int]:
     if sys.byteorder != "little":
         packed.byteswap()
     return packed.tolist()
+
+
+def encode_record(session: Session) -> bytes:
+    """The session as one JSON record, with what the journal's row holds (shared state in etcd keeps
+    this as the session's value; the history is the row's packed uint32s, base64)."""
+    return json.dumps(
+        {
+            "owner": session.owner,
+            "session_id": session.session_id,
+            "tenant": session.tenant,
+            "agent": session.agent,
+            "parent_id": session.parent_id,
+            "pending_system": session.pending_system,
+            "pending_tools": list(session.pending_tools),
+            "history": base64.b64encode(_pack(session.history)).decode(),
+            "turns": session.turns,
+            "client_state": session.client_state,
+            "created_at": session.created_at,
+            "info": json.loads(_info_to_json(session.info)),
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def decode_record(data: bytes) -> Session:
+    fields = json.loads(data)
+    return Session(
+        fields["session_id"],
+        tenant=fields["tenant"],
+        agent=fields["agent"],
+        parent_id=fields["parent_id"],
+        pending_system=fields["pending_system"],
+        pending_tools=tuple(fields["pending_tools"]),
+        history=_unpack(base64.b64decode(fields["history"])),
+        turns=fields["turns"],
+        owner=fields["owner"],
+        client_state=fields["client_state"],
+        created_at=fields["created_at"],
+        info=_info_from_json(json.dumps(fields["info"]), fields["agent"]),
+    )
 
 
 class SessionJournal:

@@ -7,7 +7,8 @@ lock serialises its turns: turn N+1 is built on turn N's committed history.
 Sessions belong to the tenant that opened them (`SessionStore`): no other tenant can continue,
 fork or close one, nor learn that it exists. Their number is capped, in all and per tenant, and an
 idle one is closed after a TTL (`SessionLimits`). With a journal (`session_journal.py`) they
-survive a scheduler restart.
+survive a scheduler restart. With state shared in etcd (`shared_sessions.py`) the store holds the
+sessions this scheduler is home to, each a copy of its record in etcd at `revision`.
 """
 
 from __future__ import annotations
@@ -52,19 +53,25 @@ class Session:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     # Called after each commit (the store's journal, when sessions are durable).
     on_commit: Callable[[Session], None] | None = field(default=None, repr=False, compare=False)
+    # With state in etcd: the revision of the session's record this copy equals (0: no record, as
+    # a stateless completion's session has none). A turn commits only if the record is still there.
+    revision: int = 0
 
     @property
     def waiting_tool(self) -> bool:
         return self.tools.waiting
 
-    def commit(self, tokens: list[int], kv_holder: str = "") -> None:
+    def commit(self, tokens: list[int], kv_holder: str = "", client_state: dict[str, Any] | None = None) -> None:
         """Record a completed turn: `tokens` is the whole new history (its prompt plus its output),
-        `kv_holder` the decode engine that now holds its KV."""
+        `kv_holder` the decode engine that now holds its KV, `client_state` (if given) the front's
+        progress once this turn is in (saved with the turn, so the two never disagree)."""
         self.history = tokens
         self.kv_holder = kv_holder
         self.turns += 1
         self.pending_system = ""
         self.pending_tools = ()
+        if client_state is not None:
+            self.client_state = dict(client_state)
         if self.on_commit is not None and not self.closed:
             self.on_commit(self)
 
@@ -136,7 +143,7 @@ class SessionStore:
     def exists(self, session_id: str, owner: str = "") -> bool:
         return owner in self._sessions.get(session_id, {})
 
-    def create(
+    def create(  # noqa: PLR0913 - a session's fields, each with a default, and the parent's copy
         self,
         tenant: str = "",
         agent: str = "",
@@ -146,10 +153,12 @@ class SessionStore:
         tools: Sequence[dict[str, Any]] = (),
         owner: str = "",
         info: AgentInfo | None = None,
+        parent: Session | None = None,
     ) -> Session:
         """A new session of `owner`, as agent `info` (its `agent` wins over `agent`) if given.
-        With `parent_id` (one of the owner's sessions) it starts from the parent's committed
-        history (a sub-agent fork) in the parent's tenant. `session_id` picks the id (HTTP session
+        With `parent_id` (one of the owner's sessions; `parent`, if given, is its copy read from
+        shared state) it starts from the parent's committed history (a sub-agent fork) in the
+        parent's tenant. `session_id` picks the id (HTTP session
         header); ValueError if it is malformed or the owner already has it. Overloaded past the
         session caps (idle sessions past their TTL are closed first)."""
         if session_id is None:
@@ -158,7 +167,8 @@ class SessionStore:
             check_session_id(session_id)
             if self.exists(session_id, owner):
                 raise ValueError(f"session {session_id} already exists")
-        parent = self.get(parent_id, owner) if parent_id else None
+        if parent is None and parent_id:
+            parent = self.get(parent_id, owner)
         if parent is not None and tenant and tenant != parent.tenant:
             raise ValueError("a forked session must stay in its parent's tenant")
         session = Session(
@@ -200,6 +210,24 @@ class SessionStore:
         if session is None or self._expire_if_idle(session):
             raise NotFoundError(f"unknown session {session_id!r}")
         session.last_used = self._clock()
+        return session
+
+    def peek(self, session_id: str, owner: str = "") -> Session | None:
+        """The owner's session of that id as held here, or None; neither touches nor expires it."""
+        return self._sessions.get(session_id, {}).get(owner)
+
+    def adopt(self, session: Session) -> None:
+        """Hold `session` (a copy read from shared state), in place of any copy of it held here;
+        a turn still running on the old copy commits to nothing reachable."""
+        self.drop(session.session_id, session.owner)
+        session.last_used = self._clock()
+        self._add(session)
+
+    def drop(self, session_id: str, owner: str = "") -> Session | None:
+        """Forget the copy held here of a session whose record lives elsewhere (shared state)."""
+        session = self.peek(session_id, owner)
+        if session is not None:
+            self._remove(session)
         return session
 
     def find(self, session_id: str) -> Session:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from agentserve.contracts import GenerateChunk, GenerateRequest, PrefillRequest, PrefillResult
 from agentserve.scheduler.engine_clients import Metadata
@@ -43,6 +43,13 @@ class EngineCalls(Protocol):
     ) -> AsyncGenerator[GenerateChunk, None]: ...
 
     def forget(self, address: str) -> None: ...
+
+
+class TurnCommits(Protocol):
+    """Where a turn commits before it is recorded on the session (`SessionDirectory`: a
+    compare-and-swap in etcd when state is shared), raising if it may not."""
+
+    async def commit(self, session: Session, history: list[int], client_state: dict[str, Any] | None) -> None: ...
 
 
 @runtime_checkable

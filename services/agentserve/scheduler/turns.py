@@ -12,7 +12,9 @@
    first (`RoundGroups`): the round's turns reach one prefill engine together, which computes
    each shared block once for all of them.
 4. Commit prompt + output to the session only when the turn completes, so a failed turn leaves the
-   history as it was and the client's retry starts clean.
+   history as it was and the client's retry starts clean. With state shared by several schedulers
+   the commit is first a compare-and-swap of the session's record (`commits`): a turn another
+   scheduler's commit overtook is refused, never appended twice.
 
 An engine that fails (unreachable, died mid-call) is dropped from the registry. While the client has
 received nothing that depends on it, the step moves to another engine: a prefill is simply re-run,
@@ -28,6 +30,7 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from functools import partial
+from typing import Any
 
 from opentelemetry import trace
 
@@ -51,7 +54,7 @@ from agentserve.scheduler.segments import segment_prompt
 from agentserve.scheduler.sessions import Session
 from agentserve.scheduler.stop_scanner import Scanned, StopScanner
 from agentserve.scheduler.turn_kv import TurnKV
-from agentserve.scheduler.turn_ports import EnginePorts, KVPorts, TurnPolicy
+from agentserve.scheduler.turn_ports import EnginePorts, KVPorts, TurnCommits, TurnPolicy
 from agentserve.scheduler.turn_requests import generate_request, prefill_request
 from agentserve.scheduler.turn_telemetry import TurnTelemetry, phase
 
@@ -64,10 +67,12 @@ class TurnRunner:
         kv: KVPorts,
         policy: TurnPolicy | None = None,
         model_name: str = "",
+        commits: TurnCommits | None = None,
     ) -> None:
         """`engines`: where turns run; `kv`: the store and the optional KV capabilities
         (`turn_ports`); `policy`: retries, priorities and turn order (by default one retry, the
-        caller's priority, arrival order); `model_name`: the served model's name in turn spans."""
+        caller's priority, arrival order); `model_name`: the served model's name in turn spans;
+        `commits`: the shared state a turn commits to first (None: the session alone)."""
         self.prompts = prompts
         self.registry = engines.registry
         self.engines = engines.calls
@@ -78,6 +83,7 @@ class TurnRunner:
         self.keeps_kv = kv.drops is None  # the decode engine keeps the session's KV between turns
         self.policy = policy or TurnPolicy()
         self.telemetry = TurnTelemetry(prompts.tokenizer, model_name)
+        self.commits = commits
 
     def check(self, message: str | None, token_ids: Sequence[int] | None, role: str) -> None:
         """The request checks that need no history; `run` repeats them, callers may run them early."""
@@ -94,10 +100,12 @@ class TurnRunner:
         token_ids: Sequence[int] | None = None,
         role: str = "user",
         segments: TurnSegments | None = None,
+        client_state: dict[str, Any] | None = None,
     ) -> AsyncGenerator[TurnEvent, None]:
         """Run one turn after the session's earlier ones; the first event carries the metadata.
-        `segments` marks shared blocks among the turn's new tokens. Raises ValueError for a bad
-        request and RetryableError when no engine could serve it."""
+        `segments` marks shared blocks among the turn's new tokens; `client_state` is committed
+        with the turn (`Session.commit`). Raises ValueError for a bad request and RetryableError
+        when no engine could serve it."""
         started, turn, failure = time.perf_counter(), None, None
         try:
             self.check(message, token_ids, role)
@@ -105,6 +113,7 @@ class TurnRunner:
             phase("session_wait", session.turns, started)
             try:
                 turn = await self._start(session, sampling, message, token_ids, role, segments)
+                turn.client_state = client_state
                 async with aclosing(self._traced(turn)) as events:
                     async for event in events:
                         if event.metadata is not None:
@@ -284,7 +293,10 @@ class TurnRunner:
         # Committed before the final event is yielded: a caller that stops reading at `finished`
         # must still find the turn in the history.
         holder = turn.decode_engine if self.keeps_kv else ""
-        turn.session.commit(turn.prompt + turn.output, kv_holder=holder)
+        history = turn.prompt + turn.output
+        if self.commits is not None:
+            await self.commits.commit(turn.session, history, turn.client_state)
+        turn.session.commit(history, kv_holder=holder, client_state=turn.client_state)
         turn.committed = True
         self.telemetry.end(turn)
         return TurnEvent(

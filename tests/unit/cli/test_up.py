@@ -192,3 +192,67 @@ def test_the_drain_hint_names_the_internal_port_and_the_operator_certificate() -
 def test_only_an_engine_that_exited_0_counts_as_drained(name, code, stays_down) -> None:
     popen = SimpleNamespace(returncode=code)
     assert drained(Proc(name, 1, popen)) is stays_down  # a Popen stand-in: drained() reads only returncode
+
+
+def test_several_schedulers_share_etcd_behind_haproxy_on_the_clients_and_engines_ports() -> None:
+    from agentserve.cluster.balancer import haproxy_config
+    from agentserve.cluster.settings import ControlSettings
+
+    control = ControlSettings(schedulers=2)
+    ports = LocalPorts().with_schedulers(2)
+    commands = {
+        name: (port, cmd)
+        for name, port, cmd in service_commands(ports, MODEL, Path("/d"), 1, certs=Path("/c"), control=control)
+    }
+    assert list(commands) == [
+        "etcd",
+        "kvstore",
+        "scheduler-0",
+        "scheduler-1",
+        "haproxy",
+        "prefill",
+        "decode-0",
+        "toolproxy",
+    ]
+    assert commands["haproxy"][0] == ports.scheduler == 50051  # the balancer keeps the clients' port
+    for i in range(2):
+        port, cmd = commands[f"scheduler-{i}"]
+        own = ports.scheduler_instance(i)
+        assert port == own.grpc and flag(cmd, "--http-port") == str(own.http)
+        assert {own.grpc, own.http, own.internal} & {50051, 8000, 50061} == set()
+        assert (flag(cmd, "--state"), flag(cmd, "--etcd-endpoints"), flag(cmd, "--scheduler-id")) == (
+            "etcd",
+            "127.0.0.1:2379",
+            f"scheduler-{i}",
+        )
+        assert "--session-db" not in cmd and flag(cmd, "--internal-tls-dir") == "/c/scheduler"
+    assert flag(commands["scheduler-0"][1], "--metrics-port") == "9100"  # the one `up --local` prints
+    for name in ("prefill", "decode-0", "toolproxy"):
+        assert flag(commands[name][1], "--scheduler-address") == "127.0.0.1:50061"  # HAProxy's internal port
+    for name in ("etcd", "haproxy"):  # not on the internal plane: no certificate, tied to `up` by a shim
+        cmd = commands[name][1]
+        assert "--internal-tls-dir" not in cmd and cmd[cmd.index("-m") + 1] == "agentserve.cluster.tied"
+    config = haproxy_config(ports, 2)
+    for i in range(2):
+        own = ports.scheduler_instance(i)
+        for port in (own.grpc, own.http, own.internal):
+            assert f"127.0.0.1:{port}" in config
+    assert "bind 127.0.0.1:50051 proto h2" in config and "bind 127.0.0.1:8000" in config
+
+
+def test_one_scheduler_may_keep_its_state_in_etcd_and_several_must() -> None:
+    from agentserve.cluster.settings import ControlSettings
+
+    alone = {name: cmd for name, _, cmd in service_commands(LocalPorts(), MODEL, Path("/d"), 1)}
+    assert "--state" not in alone["scheduler"] and "etcd" not in alone
+    shared = {
+        name: cmd
+        for name, _, cmd in service_commands(LocalPorts(), MODEL, Path("/d"), 1, control=ControlSettings(state="etcd"))
+    }
+    assert list(shared)[:3] == ["etcd", "kvstore", "scheduler"] and "haproxy" not in shared
+    assert flag(shared["scheduler"], "--grpc-port") == "50051" and flag(shared["scheduler"], "--state") == "etcd"
+    with pytest.raises(ValueError, match="state sqlite is one scheduler's"):
+        ControlSettings(schedulers=2, state="sqlite")
+    with pytest.raises(ValueError, match="at least one scheduler"):
+        ControlSettings(schedulers=0)
+    assert main(["up", "--local", "--schedulers", "2", "--state", "sqlite"]) == 2

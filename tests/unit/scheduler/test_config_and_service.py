@@ -88,6 +88,11 @@ def test_defaults_and_flags_over_env() -> None:
         (dict(max_running_turns=-1), "max_running_turns must be >= 0"),
         (dict(fairness="drr"), "fairness must be one of wfq, fifo, got 'drr'"),
         (dict(api_keys="acme:as-key-of-acme-0123456789 weight=-2"), "entry 1: weight must be a positive number"),
+        (dict(state="zookeeper"), "state must be one of sqlite, etcd, got 'zookeeper'"),
+        (dict(state="etcd"), "state etcd needs etcd_endpoints"),
+        (dict(state="etcd", etcd_endpoints=("e:2379",), session_db="/s.db"), "session_db is the sqlite state's"),
+        (dict(state="etcd", etcd_endpoints=("e:2379",), etcd_prefix="agentserve"), "etcd_prefix must start and end"),
+        (dict(state="etcd", etcd_endpoints=("e:2379",), etcd_lease_s=1), "etcd_lease_s must be at least 2"),
     ],
 )
 def test_bad_config(fields: dict, message: str) -> None:
@@ -148,8 +153,9 @@ def test_service_starts_http_gateway_and_sweeps_engines(make_core, monkeypatch) 
     core = make_core(registry=EngineRegistry(0.02, clock), heartbeat_interval_ms=10, engine_timeout_ms=20)
     runner, calls = FakeRunner(), []
 
-    async def start_http(core_arg, host, port, keys, max_body_bytes, limits):
+    async def start_http(core_arg, host, port, keys, max_body_bytes, limits, *, router=None):
         assert limits == config.http
+        assert router is None  # one scheduler: no session routing
         calls.append((core_arg, host, port, keys.enabled, max_body_bytes))
         return runner
 

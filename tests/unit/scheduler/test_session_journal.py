@@ -8,7 +8,7 @@ import pytest
 
 from agentserve.common.errors import NotFoundError
 from agentserve.contracts import AgentInfo
-from agentserve.scheduler.session_journal import SessionJournal
+from agentserve.scheduler.session_journal import SessionJournal, decode_record, encode_record
 from agentserve.scheduler.sessions import SessionLimits, SessionStore
 
 pytestmark = pytest.mark.unit
@@ -99,3 +99,16 @@ def test_every_write_is_durable_when_it_returns(tmp_path) -> None:
         assert journal._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     finally:
         journal.close()
+
+
+def test_a_session_record_holds_what_its_journal_row_does() -> None:
+    store = SessionStore()
+    info = AgentInfo("sub", parents=("coder",), critical=True, priority=3)
+    session = store.create(tenant="acme", system_prompt="hi", tools=TOOLS, owner="acme/x", session_id="a/b", info=info)
+    session.commit(
+        [1, 70_000, 4_000_000_000], kv_holder="d0", client_state={"consumed": 1, "replies": 1, "tools": "[]"}
+    )
+    again = decode_record(encode_record(session))
+    fields = ("session_id", "owner", "tenant", "agent", "parent_id", "history", "turns", "client_state", "info")
+    assert [getattr(again, f) for f in fields] == [getattr(session, f) for f in fields]
+    assert (again.pending_system, again.pending_tools, again.kv_holder) == ("", (), "")  # rendered; a hint

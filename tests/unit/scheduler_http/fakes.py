@@ -67,7 +67,7 @@ class FakeSession:
     turns: list[tuple[str, str]] = field(default_factory=list)  # (role, message)
     tools: list = field(default_factory=list)
     info: object = None  # the AgentInfo it was opened with
-    state: dict = field(default_factory=dict)  # what the gateway saved (set_session_state)
+    state: dict = field(default_factory=dict)  # what the gateway saved (a turn's client_state)
 
 
 class FakeCore:
@@ -101,7 +101,18 @@ class FakeCore:
         self.sessions[session_id] = FakeSession(system_prompt, tenant, tools=list(tools), info=info)
         return session_id
 
-    async def turn(self, session_id, *, message=None, token_ids=None, role="user", sampling, owner="", segments=None):
+    async def turn(
+        self,
+        session_id,
+        *,
+        message=None,
+        token_ids=None,
+        role="user",
+        sampling,
+        owner="",
+        segments=None,
+        client_state=None,
+    ):
         self.segments.append(segments)
         session = self.sessions.get(session_id)
         if session is None:
@@ -113,6 +124,8 @@ class FakeCore:
             if event.finished:
                 session.turns.append((role, message))
                 session.tokens = cached + new_tokens + event.completion_tokens
+                if client_state is not None:
+                    session.state = dict(client_state)
 
     async def complete(self, prompt_token_ids, sampling, tenant="", segments=None):
         self.segments.append(segments)
@@ -123,9 +136,6 @@ class FakeCore:
     def session_state(self, session_id, owner=""):
         session = self.sessions.get(session_id)
         return None if session is None else dict(session.state)
-
-    def set_session_state(self, session_id, owner, state):
-        self.sessions[session_id].state = dict(state)
 
     async def close_session(self, session_id, owner=""):
         session = self.sessions.pop(session_id, None)

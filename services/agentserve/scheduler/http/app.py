@@ -19,6 +19,9 @@ surrogate 400; overload is 429 with `Retry-After`. Responses carry
 `X-Trace-Id` (the turn's OpenTelemetry trace: the caller's, if the request carries a W3C
 `traceparent`) and, in session mode, `X-Session-Id`. A session's opening request may say what agent
 it is: `X-Agent-Id`, `X-Agent-Parents`, `X-Agent-Critical`, `X-Agent-Priority` (`agent_headers.py`).
+With several schedulers (a `SessionRouter`), a request naming a session runs on the session's home
+scheduler: one that reaches another is passed there as it came (`forwarding.py`), and the answer
+carries `X-Agentserve-Scheduler`, the id of the scheduler that ran it.
 Every error is an OpenAI-style `{"error": {...}}` body; a bad request never takes the server down.
 """
 
@@ -38,6 +41,7 @@ from agentserve.common.http_auth import KEYS, api_key_auth, caller
 from agentserve.common.http_errors import middlewares
 from agentserve.common.http_guard import ConnectionLimits, serve_guarded
 from agentserve.common.json_body import parse_json_object_async
+from agentserve.scheduler.forwarding import FORWARDED, SERVED_BY, HomeUnreachable, SessionRouter
 from agentserve.scheduler.http.agent_headers import parse_agent_headers
 from agentserve.scheduler.http.choices import Tagged, choice_sampling, merged
 from agentserve.scheduler.http.core_api import CoreAPI
@@ -61,13 +65,21 @@ MAX_BODY_BYTES = 4 << 20
 OFFLOAD_CHARS = 16 << 10
 CORE = web.AppKey("core", CoreAPI)
 SESSIONS = web.AppKey("sessions", ChatSessions)
+ROUTER = web.AppKey("router", SessionRouter)
 
 
-def build_app(core: CoreAPI, keys: ApiKeys = ApiKeys(), max_body_bytes: int = MAX_BODY_BYTES) -> web.Application:
+def build_app(
+    core: CoreAPI,
+    keys: ApiKeys = ApiKeys(),
+    max_body_bytes: int = MAX_BODY_BYTES,
+    router: SessionRouter | None = None,
+) -> web.Application:
     app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares(GATEWAY_ERRORS, api_key_auth(keys)))
     app[KEYS] = keys
     app[CORE] = core
     app[SESSIONS] = ChatSessions(core)
+    if router is not None:
+        app[ROUTER] = router
     app.router.add_get("/v1/models", list_models)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
@@ -83,13 +95,16 @@ async def start_http(
     keys: ApiKeys = ApiKeys(),
     max_body_bytes: int = MAX_BODY_BYTES,
     limits: ConnectionLimits = ConnectionLimits(),
+    *,
+    router: SessionRouter | None = None,
 ) -> web.AppRunner:
     """Serve the gateway on host:port (port 0 picks a free one; see `runner.addresses`), slow and
-    greedy clients bounded by `limits` (`common/http_guard.py`).
+    greedy clients bounded by `limits` (`common/http_guard.py`), each session's requests run on its
+    home scheduler with a `router`.
 
     The caller owns the runner and stops it with `await runner.cleanup()`.
     """
-    runner = await serve_guarded(build_app(core, keys, max_body_bytes), host, port, limits)
+    runner = await serve_guarded(build_app(core, keys, max_body_bytes, router), host, port, limits)
     log.info("OpenAI-compatible HTTP on %s", ", ".join(map(str, runner.addresses)))
     return runner
 
@@ -109,10 +124,13 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     session_id = parse_session_id(request.headers.get("X-Session-Id"))
     agent = parse_agent_headers(request.headers)
     who = caller(request)
-    headers = {}
+    headers: dict[str, str] = {}
     if session_id is not None:
         if chat.n != 1:
             raise ValueError("'n' must be 1 with X-Session-Id: a session continues one history")
+        home = await _home_answer(request, session_id, who.owner, headers)
+        if home is not None:
+            return home
         sessions = request.app[SESSIONS]
         events = merged(
             1,
@@ -166,12 +184,38 @@ async def completions(request: web.Request) -> web.StreamResponse:
     return await _respond(request, events, fmt, req.n, req.stream, {})
 
 
-async def close_session(request: web.Request) -> web.Response:
+async def close_session(request: web.Request) -> web.StreamResponse:
     session_id = parse_session_id(request.match_info["session_id"])
     if session_id is None:
         raise ValueError("session id is empty")
-    turns, tokens = await request.app[SESSIONS].close(session_id, caller(request).owner)
-    return web.json_response({"id": session_id, "object": "session.deleted", "turns": turns, "tokens": tokens})
+    owner, headers = caller(request).owner, dict[str, str]()
+    home = await _home_answer(request, session_id, owner, headers)
+    if home is not None:
+        return home
+    turns, tokens = await request.app[SESSIONS].close(session_id, owner)
+    body = {"id": session_id, "object": "session.deleted", "turns": turns, "tokens": tokens}
+    return web.json_response(body, headers=headers)
+
+
+async def _home_answer(
+    request: web.Request, session_id: str, owner: str, headers: dict[str, str]
+) -> web.StreamResponse | None:
+    """With several schedulers: the session's home scheduler's answer to this request, when that
+    is another one; None when it runs here (a session without a home is claimed here: the request
+    may open it), with `SERVED_BY` added to `headers`."""
+    router = request.app.get(ROUTER)
+    if router is None:
+        return None
+    located = await router.route(session_id, owner, forwarded=FORWARDED in request.headers, create=True)
+    while located.peer is not None:
+        try:
+            return await router.proxy_http(located.peer, request)
+        except HomeUnreachable:
+            located = await router.after_unreachable(session_id, owner, located, create=True)
+    if located.reloaded:
+        request.app[SESSIONS].forget(session_id, owner)  # the session's progress is in its record
+    headers[SERVED_BY] = router.scheduler_id
+    return None
 
 
 async def health(request: web.Request) -> web.Response:

@@ -72,7 +72,10 @@ class CoreAPI(Protocol):
         sampling: SamplingParams,
         owner: str = "",
         segments: TurnSegments | None = None,
-    ) -> AsyncGenerator[TurnEventAPI, None]: ...
+        client_state: dict[str, Any] | None = None,
+    ) -> AsyncGenerator[TurnEventAPI, None]:
+        """`client_state`: the gateway's progress once this turn is in, saved with the turn."""
+        ...
 
     def complete(
         self,
@@ -85,7 +88,6 @@ class CoreAPI(Protocol):
     async def close_session(self, session_id: str, owner: str = "") -> tuple[int, int]: ...
 
     def session_state(self, session_id: str, owner: str = "") -> dict[str, Any] | None:
-        """What the gateway saved on the owner's session; None if there is no such session."""
+        """What the gateway saved on the owner's session (a turn's `client_state`); None if there
+        is no such session."""
         ...
-
-    def set_session_state(self, session_id: str, owner: str, state: dict[str, Any]) -> None: ...

@@ -108,7 +108,7 @@ class ChatSessions:
     """Maps X-Session-Id to core sessions and remembers how much of each conversation they hold.
 
     Progress is bounded LRU: past `max_sessions`, the idle session used longest ago is forgotten
-    here; it is also saved on the core session after every turn, so a later request (or a
+    here; it is also saved on the core session with every turn, so a later request (or a
     restarted scheduler with durable sessions) picks it up from there.
     """
 
@@ -168,9 +168,19 @@ class ChatSessions:
                 )
             plan = plan_turn(session_id, messages, consumed, progress.replies)
             finished = False
+            # Saved with the turn's commit (a restarted scheduler with durable sessions, another
+            # scheduler that takes the session over, or a gateway that forgot this progress picks
+            # the conversation up where it was): never a turn without its progress.
+            after = SessionProgress(plan.consumed_after, progress.replies + 1, True, progress.tools)
             try:
                 turn = self._core.turn(
-                    session_id, message=plan.message, role=plan.role, sampling=sampling, owner=owner, segments=segments
+                    session_id,
+                    message=plan.message,
+                    role=plan.role,
+                    sampling=sampling,
+                    owner=owner,
+                    segments=segments,
+                    client_state=after.state(),
                 )
                 async for event in turn:
                     finished = finished or event.finished
@@ -179,11 +189,14 @@ class ChatSessions:
                 self._progress.pop(key, None)  # closed (or expired) behind our back: reopen next time
                 raise
             if finished:
-                progress.consumed = plan.consumed_after
-                progress.replies += 1
-                # Kept with the core session too: a restarted scheduler (durable sessions) or a
-                # gateway that forgot this progress picks the conversation up where it was.
-                self._core.set_session_state(session_id, owner, progress.state())
+                progress.consumed, progress.replies = after.consumed, after.replies
+
+    def forget(self, session_id: str, owner: str = "") -> None:
+        """Drop this gateway's progress of a session (its core copy was re-read from shared state):
+        the next request reads it from the session."""
+        progress = self._progress.get((owner, session_id))
+        if progress is not None and not progress.lock.locked():
+            del self._progress[(owner, session_id)]
 
     async def close(self, session_id: str, owner: str = "") -> tuple[int, int]:
         """Close the owner's core session and forget its progress; NotFoundError if the core has no such session."""
