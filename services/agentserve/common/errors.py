@@ -47,6 +47,12 @@ class FailedPrecondition(Exception):
     engine of a role): gRPC FAILED_PRECONDITION."""
 
 
+class Conflict(FailedPrecondition):
+    """The request cannot be applied to the state it was made against, which changed meanwhile (a
+    turn a failed scheduler may have committed before the client heard back): HTTP 409, gRPC
+    FAILED_PRECONDITION. Retrying the same request is not safe; the caller re-reads first."""
+
+
 class Overloaded(RetryableError):
     """A load bound (in-flight turns, rate, open sessions) refused the request: HTTP 429 with
     `Retry-After`, gRPC RESOURCE_EXHAUSTED with `retry-after` trailing metadata (whole seconds)."""
@@ -61,15 +67,7 @@ class Overloaded(RetryableError):
         return str(max(1, math.ceil(self.retry_after_s)))
 
 
-class Conflict(Exception):
-    """The request cannot be applied to the state it was made against, which changed meanwhile (a
-    turn a failed scheduler may have committed before the client heard back): HTTP 409, gRPC
-    FAILED_PRECONDITION. Retrying the same request is not safe; the caller re-reads first."""
-
-
 def status_for(exc: BaseException) -> grpc.StatusCode:
-    if isinstance(exc, Conflict):
-        return grpc.StatusCode.FAILED_PRECONDITION
     if isinstance(exc, NotFoundError):
         return grpc.StatusCode.NOT_FOUND
     if isinstance(exc, ValueError):

@@ -387,6 +387,8 @@ class SchedulerCore:
         """Scale in: the engine named by id or address takes no new turns from now on and is told
         to drain with its next heartbeat reply (`EngineRegistry.drain` says what is refused)."""
         engine = self.registry.drain(name)
+        if self.control is not None:
+            self.control.engines.publish(engine.status)  # every scheduler stops placing turns there
         log.info(
             "draining %s engine %s (%d calls and turns on it)", engine.status.role.value, engine.engine_id, engine.busy
         )
