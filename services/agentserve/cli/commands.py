@@ -147,7 +147,13 @@ def bench_overload(args: argparse.Namespace) -> dict:
 
     if args.concurrency < 1 or args.multiple <= 0 or args.window_s <= 0:
         raise ValueError("--concurrency must be at least 1, --multiple and --window-s positive")
-    return overload.run(args.concurrency, args.multiple, args.window_s)
+    try:
+        schedulers = tuple(int(count) for count in args.schedulers.split(","))
+    except ValueError:
+        raise ValueError(f"--schedulers takes counts like 1,2, got {args.schedulers!r}") from None
+    if not schedulers or min(schedulers) < 1:
+        raise ValueError(f"--schedulers counts must be at least 1, got {args.schedulers!r}")
+    return overload.run(args.concurrency, args.multiple, args.window_s, schedulers=schedulers)
 
 
 def bench_soak(args: argparse.Namespace) -> int:

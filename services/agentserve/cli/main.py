@@ -281,6 +281,12 @@ def build_parser() -> argparse.ArgumentParser:
     ovl.add_argument("--concurrency", type=int, default=4, help="the scheduler's in-flight bound (and closed loop)")
     ovl.add_argument("--multiple", type=float, default=3.0, help="offered rate as a multiple of the sustainable one")
     ovl.add_argument("--window-s", type=float, default=15.0, help="seconds of the closed and the open loop")
+    ovl.add_argument(
+        "--schedulers",
+        default="1",
+        help="scheduler counts to measure, comma-separated (1,2: one run each on the same engines, side by side; "
+        "more than one scheduler: etcd and HAProxy, the in-flight bound split over them)",
+    )
     ovl.add_argument("--json", action="store_true")
     ovl.set_defaults(func=commands.bench_overload)
     soak = bench.add_parser(

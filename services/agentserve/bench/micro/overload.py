@@ -12,12 +12,21 @@ admits at most `concurrency` turns in flight (`AGENTSERVE_MAX_INFLIGHT_TURNS`), 
    carried Retry-After, admitted p50/p99 against the unloaded p99 (one request at a time) and the
    p99 at the sustainable rate (`concurrency` in flight), and the scheduler's and the store's
    resident memory (VmRSS) before and at its peak, sampled every 0.2 s.
+
+`schedulers` (`--schedulers 1,2`) runs the whole measurement once per count, each on a fresh cluster
+with the same engines: one scheduler as `up --local` runs it (sessions in SQLite, no balancer), or
+several over etcd behind HAProxy (`up --local --schedulers N`), requests through the balancer's
+port. The in-flight bound is the cluster's: each of N schedulers admits `ceil(concurrency / N)`, so
+the engines see the same load and the side-by-side reading (admitted throughput, admitted p99) is
+the control plane's cost. The requests are stateless completions: etcd carries the engines'
+heartbeats, not sessions.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import sys
 import tempfile
@@ -186,25 +195,90 @@ def run(
     unloaded_requests: int = 20,
     prompt_tokens: int = 64,
     max_tokens: int = 16,
+    schedulers: tuple[int, ...] = (1,),
+) -> dict:
+    """One measurement per count in `schedulers`; with the single count 1, its result as it is,
+    else each count's under `runs` and the two figures side by side."""
+    runs = {}
+    for count in schedulers:
+        runs[str(count)] = _run_one(
+            count, concurrency, multiple, window_s, unloaded_requests, prompt_tokens, max_tokens
+        )
+        report(runs[str(count)])
+    if tuple(schedulers) == (1,):
+        return runs["1"]
+    result = {"runs": runs, "side_by_side": side_by_side(runs)}
+    report_side_by_side(result["side_by_side"])
+    return result
+
+
+def _run_one(
+    schedulers: int,
+    concurrency: int,
+    multiple: float,
+    window_s: float,
+    unloaded_requests: int,
+    prompt_tokens: int,
+    max_tokens: int,
 ) -> dict:
     from agentserve.cluster.local import LocalCluster
     from agentserve.cluster.ports import LocalPorts
+    from agentserve.cluster.settings import ControlSettings
 
     work = Path(tempfile.mkdtemp(prefix="agentserve-overload-bench-"))
-    env = {"AGENTSERVE_MAX_INFLIGHT_TURNS": str(concurrency), "AGENTSERVE_MAX_INFLIGHT_PER_TENANT": str(concurrency)}
-    cluster = LocalCluster(LocalPorts.free(1), decoders=1, data_dir=work / "kv", log_dir=work / "logs", env=env)
-    print(f"starting a local cluster (in flight <= {concurrency}; logs in {cluster.log_dir})", file=sys.stderr)
+    bound = str(math.ceil(concurrency / schedulers))  # the cluster's bound, split over its schedulers
+    env = {"AGENTSERVE_MAX_INFLIGHT_TURNS": bound, "AGENTSERVE_MAX_INFLIGHT_PER_TENANT": bound}
+    cluster = LocalCluster(
+        LocalPorts.free(1),
+        decoders=1,
+        data_dir=work / "kv",
+        log_dir=work / "logs",
+        env=env,
+        control=ControlSettings(schedulers),
+    )
+    print(
+        f"starting a local cluster, {schedulers} scheduler(s) (in flight <= {bound} each; logs in {cluster.log_dir})",
+        file=sys.stderr,
+    )
     cluster.start()
     try:
-        pids = {p.name: p.popen.pid for p in cluster.procs if p.name in ("scheduler", "kvstore")}
+        pids = {p.name: p.popen.pid for p in cluster.procs if p.name.startswith(("scheduler", "kvstore"))}
         url = f"http://127.0.0.1:{cluster.ports.http}/v1/completions"
         result = asyncio.run(
             measure(url, pids, concurrency, multiple, window_s, unloaded_requests, prompt_tokens, max_tokens)
         )
     finally:
         cluster.stop()
-    report(result)
+    result["regime"]["schedulers"] = schedulers
+    result["regime"]["bound_per_scheduler"] = int(bound)
     return result
+
+
+def side_by_side(runs: dict[str, dict]) -> dict[str, dict[str, float | None]]:
+    """Per scheduler count: the sustainable rate, and under overload the admitted rate and p99."""
+    return {
+        count: {
+            "sustainable_per_s": r["sustainable"]["rate_per_s"],
+            "admitted_per_s": r["overload"]["admitted_per_s"],
+            "admitted_p99_s": round(r["overload"]["ok_p99_s"], 4),
+            "refused": r["overload"]["refused"],
+            "unloaded_p99_s": round(r["unloaded"]["ok_p99_s"], 4),
+        }
+        for count, r in runs.items()
+    }
+
+
+def report_side_by_side(rows: dict[str, dict[str, float | None]]) -> None:
+    print(
+        "schedulers | sustainable/s | admitted/s under overload | admitted p99 s | refused | unloaded p99 s",
+        file=sys.stderr,
+    )
+    for count, row in rows.items():
+        print(
+            f"{count} | {row['sustainable_per_s']} | {row['admitted_per_s']} | {row['admitted_p99_s']} | "
+            f"{row['refused']} | {row['unloaded_p99_s']}",
+            file=sys.stderr,
+        )
 
 
 def report(result: dict) -> None:
