@@ -413,7 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim_cli.add_agentaware_arguments(simaa)
     simaa.set_defaults(func=commands.sim_agentaware)
     simval = sim.add_parser(
-        "validate", help="a stored emulated bench dualpath run, simulated as it ran, metric by metric"
+        "validate",
+        help="small configurations run on the emulated cluster and simulated (or stored emulated runs), "
+        "metric by metric",
     )
     sim_cli.add_validate_arguments(simval)
     simval.set_defaults(func=commands.sim_validate)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from typing import Any
 
 from agentserve.fabric.profiles import load_profile
@@ -68,11 +69,23 @@ def dualpath(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def validate(args: argparse.Namespace) -> dict[str, Any]:
-    from agentserve.sim.validate import validate as run_validate
+    import time
+    from pathlib import Path
 
-    if not args.emulated.is_file():
-        raise ValueError(f"--emulated {args.emulated}: no such file (a bench dualpath result JSON)")
-    return run_validate(args.emulated)
+    from agentserve.sim.validate import run_checks, summary
+    from agentserve.sim.validate import validate as stored
+
+    if args.emulated is not None:
+        for path in args.emulated:
+            if not path.is_file():
+                raise ValueError(f"--emulated {path}: no such file (a bench dualpath result JSON)")
+        return summary({str(path): stored(path) for path in args.emulated})
+    out = args.out or Path("artifacts") / "sim" / f"validate-{time.strftime('%Y%m%d-%H%M%S')}"
+    names = tuple(n for n in args.configs.split(",") if n)
+    result = run_checks(names, out, args.policies)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "validate.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    return result
 
 
 def agentaware(args: argparse.Namespace) -> dict[str, Any]:

@@ -81,17 +81,25 @@ def add_dualpath_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--progress", action="store_true", help="progress lines on stderr")
 
 
-DEFAULT_EMULATED_RUN = Path("docs/dualpath/current/dualpath.json")
+VALIDATION_CONFIGS = ("pool-bound", "full-hbm", "two-prefill")  # sim/validate.py's CHECKS
 
 
 def add_validate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as one line of JSON")
     p.add_argument(
+        "--configs",
+        default=",".join(VALIDATION_CONFIGS),
+        help=f"small configurations to run emulated and simulated (default {','.join(VALIDATION_CONFIGS)})",
+    )
+    p.add_argument("--policies", default="", help="comma-separated subset of bench dualpath's policies (default all)")
+    p.add_argument(
         "--emulated",
         type=Path,
-        default=DEFAULT_EMULATED_RUN,
-        help=f"a stored bench dualpath result to simulate as it ran (default {DEFAULT_EMULATED_RUN})",
+        nargs="*",
+        default=None,
+        help="stored bench dualpath result JSONs to simulate as they ran, instead of running the configurations",
     )
+    p.add_argument("--out", type=Path, help="where the emulated runs' files go (default artifacts/sim/validate-<time>)")
 
 
 AGENTAWARE_RATES = "0.25,0.5,1.0,2.0"

@@ -101,7 +101,8 @@ def online_capacity(spec: DualPathSimSpec, policy: PolicySet) -> dict[str, Any]:
 
 def bounds(spec: DualPathSimSpec) -> dict[str, Any]:
     """What the cost model allows a saturated cluster, per later turn (the physical limits), and
-    the must-show ratios those limits allow.
+    the most the must-show ratios can be under them (each ratio's best policy at its limit, the
+    policy it is compared with at its slowest).
 
     - Storage: a node's storage NIC reads `later_turn_read_gb` a turn; the baseline and layerwise
       read over the prefill nodes' NICs alone, DualPath over every node's.
@@ -109,8 +110,9 @@ def bounds(spec: DualPathSimSpec) -> dict[str, Any]:
     - Pool (without layerwise): a turn holds its prompt's blocks of its engine's pool from its
       load's start to its handoff's end, at least its read at the engine's share of the node's
       storage NIC, its compute and its handoff over the GPU's compute NIC; so an engine whose pool
-      holds `prefill_pool_contexts` such prompts serves at most that many per hold time. Layerwise
-      stages one layer group's KV at a time, and its pool does not bind.
+      holds `prefill_pool_contexts` such prompts serves that many per hold time, at least, when
+      every engine's loads share the node's NIC (a lone load runs faster). Layerwise stages one
+      layer group's KV at a time, and its pool does not bind.
     """
     workload = generate(spec.workload)
     config = spec.config

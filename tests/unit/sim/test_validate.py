@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from agentserve.sim.validate import emulated_config, validate
+from agentserve.sim.validate import emulated_config, summary, validate
 
 STORED = Path(__file__).resolve().parents[3] / "docs/dualpath/current/dualpath.json"
 
@@ -47,6 +47,18 @@ def test_the_stored_emulated_run_maps_to_its_configuration() -> None:
     assert orders == {"turn_order": "least-served", "load_order": "concurrent"}
 
 
+def test_every_validation_config_is_a_valid_bench_dualpath_invocation() -> None:
+    from agentserve.bench.papers.dualpath.cli import bench_spec
+    from agentserve.cli.main import build_parser
+    from agentserve.sim.cli_args import VALIDATION_CONFIGS
+    from agentserve.sim.validate import CHECKS
+
+    assert set(VALIDATION_CONFIGS) <= set(CHECKS)
+    for check in CHECKS.values():
+        spec = bench_spec(build_parser().parse_args(["bench", "dualpath", *check.bench_args, "--one-at-a-time"]))
+        assert not spec.concurrent and spec.workload.turns in (4, 6)
+
+
 def test_relative_errors_are_against_the_emulated_figures_in_target_units(tmp_path: Path) -> None:
     # An "emulated" run whose local figures are exactly 10x the simulator's target ones, but for
     # the baseline's JCT, 25% longer: the errors must be 0 but that one.
@@ -71,8 +83,11 @@ def test_relative_errors_are_against_the_emulated_figures_in_target_units(tmp_pa
     path = tmp_path / "dualpath.json"
     path.write_text(json.dumps({"regime": regime, "policies": policies}))
     result = validate(path)
+    assert result["emulated_run"] == str(path)
     assert result["policies"]["baseline"]["jct_s"]["rel_error"] == pytest.approx(1 / 1.25 - 1)
     assert result["policies"]["dualpath"]["jct_s"]["rel_error"] == pytest.approx(0.0, abs=1e-12)
     assert result["max_rel_error"] == pytest.approx(0.2)
     assert result["max_rel_error_p90"] == pytest.approx(0.0, abs=1e-12)
     assert result["ranking_agrees"] is True
+    both = summary({"a": result, "b": {**result, "max_rel_error": 0.05, "ranking_agrees": False}})
+    assert both["max_rel_error"] == pytest.approx(0.2) and both["ranking_agrees"] is False
