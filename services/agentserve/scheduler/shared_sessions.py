@@ -152,8 +152,7 @@ class SessionDirectory:
         return Located(None, record.mod_revision, reloaded=True)
 
     def _adopt(self, record: KeyValue) -> None:
-        session = decode_record(record.value)
-        session.revision = record.mod_revision
+        session = _session_of(record)
         self._release(session.session_id, session.owner)
         self.sessions.adopt(session)
         self._on_hold(session)
@@ -166,11 +165,7 @@ class SessionDirectory:
     async def read(self, session_id: str, owner: str) -> Session | None:
         """A copy of the session's record as it is now (a fork's parent, wherever its home is)."""
         record = await self.etcd.get(self.keys.session(owner, session_id))
-        if record is None:
-            return None
-        session = decode_record(record.value)
-        session.revision = record.mod_revision
-        return session
+        return None if record is None else _session_of(record)
 
     async def created(self, session: Session) -> None:
         """Write a session just opened here, with this scheduler as its home; ValueError (and the
@@ -265,3 +260,10 @@ class SessionDirectory:
 
     async def aclose(self) -> None:
         await asyncio.gather(*self._deletes, return_exceptions=True)
+
+
+def _session_of(record: KeyValue) -> Session:
+    """The session a record holds, as a copy at the record's revision."""
+    session = decode_record(record.value)
+    session.revision = record.mod_revision
+    return session
