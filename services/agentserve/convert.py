@@ -29,6 +29,7 @@ from agentserve.contracts import (
     ToolSchema,
     TurnEvent,
 )
+from agentserve.contracts.context import ContextLayout, Piece
 from agentserve.contracts.segments import (
     PrivateSegment,
     ReuseMode,
@@ -226,6 +227,7 @@ def prefill_request_to_proto(request: PrefillRequest) -> prefill_pb2.PrefillRequ
         priority=request.priority,
         store_tail_tokens=request.store_tail_tokens,
         service_rank=request.service_rank,
+        context=context_to_proto(request.context),
     )
 
 
@@ -243,6 +245,7 @@ def prefill_request_from_proto(msg: prefill_pb2.PrefillRequest) -> PrefillReques
         priority=msg.priority,
         store_tail_tokens=msg.store_tail_tokens,
         service_rank=msg.service_rank,
+        context=context_from_proto(msg.context) if msg.HasField("context") else None,
     )
 
 
@@ -251,6 +254,7 @@ def prefill_result_to_proto(result: PrefillResult) -> prefill_pb2.PrefillRespons
     first = fields.pop("first_logprob")
     if first is not None:
         fields["first_logprob"] = logprob_to_proto(first)
+    fields["context"] = context_to_proto(fields["context"])
     return prefill_pb2.PrefillResponse(**fields)
 
 
@@ -271,7 +275,33 @@ def prefill_result_from_proto(msg: prefill_pb2.PrefillResponse) -> PrefillResult
         handoff_held_blocks=msg.handoff_held_blocks,
         handoff_failed=msg.handoff_failed,
         first_logprob=logprob_from_proto(msg.first_logprob) if msg.HasField("first_logprob") else None,
+        context=context_from_proto(msg.context) if msg.HasField("context") else None,
     )
+
+
+def context_to_proto(layout: ContextLayout | None) -> common_pb2.ContextLayout | None:
+    if layout is None:
+        return None
+    pieces = [
+        common_pb2.ContextPiece(start=p.start, end=p.end, block_id=p.block_id, master_id=p.master_id or b"")
+        for p in layout.pieces
+    ]
+    return common_pb2.ContextLayout(num_tokens=layout.num_tokens, pieces=pieces, tokens_digest=layout.tokens_digest)
+
+
+def context_from_proto(msg: common_pb2.ContextLayout) -> ContextLayout:
+    """ValueError for pieces that do not tile [0, num_tokens) in order."""
+    pieces = tuple(Piece(p.start, p.end, bytes(p.block_id), bytes(p.master_id) or None) for p in msg.pieces)
+    at = 0
+    for i, piece in enumerate(pieces):
+        if piece.start != at or piece.end <= piece.start:
+            raise ValueError(
+                f"context.pieces[{i}]: rows [{piece.start}, {piece.end}) must start at {at} and be non-empty"
+            )
+        at = piece.end
+    if at != msg.num_tokens:
+        raise ValueError(f"context: the pieces cover {at} tokens, num_tokens is {msg.num_tokens}")
+    return ContextLayout(msg.num_tokens, pieces, bytes(msg.tokens_digest))
 
 
 # --- decode -----------------------------------------------------------------------------------
@@ -287,6 +317,7 @@ def generate_request_to_proto(request: GenerateRequest) -> decode_pb2.GenerateRe
         sampling=sampling_to_proto(request.sampling),
         priority=request.priority,
         persist_tail=request.persist_tail,
+        context=context_to_proto(request.context),
     )
 
 
@@ -300,6 +331,7 @@ def generate_request_from_proto(msg: decode_pb2.GenerateRequest) -> GenerateRequ
         sampling=sampling_from_proto(msg.sampling),
         priority=msg.priority,
         persist_tail=msg.persist_tail,
+        context=context_from_proto(msg.context) if msg.HasField("context") else None,
     )
 
 

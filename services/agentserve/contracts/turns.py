@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agentserve.contracts.context import ContextLayout
 from agentserve.contracts.kv import PATH_A, KVPath, LoadPlan
 from agentserve.contracts.sampling import SamplingParams
 from agentserve.contracts.segments import SegmentedPrompt
@@ -42,6 +43,9 @@ class PrefillRequest:
     store_tail_tokens: int = 0
     # Among equal priorities, the engine's queue takes the lower rank first (scheduler/turn_order.py).
     service_rank: int = 0
+    # The session's context as stored after its last reused turn: with reusing segments, the
+    # prompt's first tokens are restored from it (contracts/context.py).
+    context: ContextLayout | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,7 @@ class PrefillResult:
     handoff_held_blocks: int = 0  # full prompt blocks the decode engine already held (not sent)
     handoff_failed: bool = False  # the decode engine could not take the KV: it, not the prefill, failed
     first_logprob: TokenLogprob | None = None  # when the request asked for logprobs
+    context: ContextLayout | None = None  # the prompt's reused KV as stored (masters + diffs), if reused
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,7 @@ class GenerateRequest:
     sampling: SamplingParams
     priority: int = 0
     persist_tail: bool = False  # also persist the partial last block under its tail id at the end
+    context: ContextLayout | None = None  # the prompt's reused KV in the store: decode over it, restored
 
 
 @dataclass(frozen=True)

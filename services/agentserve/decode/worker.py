@@ -8,9 +8,14 @@ import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import torch
+from opentelemetry import trace
+
 from agentserve.contracts import GenerateChunk, GenerateRequest, KVHint
 from agentserve.engine.async_engine import AsyncEngine
 from agentserve.engine.engine import LLMEngine
+from agentserve.engine.runner import ExternalPrefix, block_prefix
+from agentserve.engine_service import reused_kv
 from agentserve.engine_service.kv_moves import KVMover
 from agentserve.engine_service.relay import RelaySender
 from agentserve.kv.block_hash import checked_block_ids
@@ -84,6 +89,26 @@ class DecodeWorker:
         imported = await self.engine.call(lambda e: sum(e.import_blocks(d) for d in blocks))
         return imported, len(blocks) - imported
 
+    async def _context(self, request: GenerateRequest) -> ExternalPrefix | None:
+        """The prompt's reused KV restored from the store (`reused_kv`), as the external prefix the
+        decode runs over; None (the prompt is recomputed, a full recompute) without one, or when
+        the store cannot give it back whole. Noted on the current span (`decode.reuse_context`)."""
+        layout = request.context
+        if layout is None:
+            return None
+        engine = self.engine.engine
+        if layout.num_tokens != request.prompt_tokens or not layout.holds(request.token_ids):
+            outcome: tuple[torch.Tensor, torch.Tensor] | str = "mismatch"
+        else:
+            blocks = reused_kv.context_blocks(engine, request.tenant)
+            outcome = await reused_kv.restore(self.mover, blocks, layout, engine.dtype)
+        trace.get_current_span().set_attribute(
+            "decode.reuse_context", outcome if isinstance(outcome, str) else "restored"
+        )
+        if isinstance(outcome, str):
+            return None
+        return block_prefix(*outcome, engine.block_size)
+
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         token_ids, prompt_tokens, sampling = request.token_ids, request.prompt_tokens, request.sampling
         if not token_ids:
@@ -97,13 +122,16 @@ class DecodeWorker:
         first = True
         # The tokens after the prompt were generated already (the prefill's first): a grammar replays them.
         generated = len(token_ids) - prompt_tokens
+        context = await self._context(request)
         async for event in self.engine.generate(
             token_ids,
             sampling,
             request.tenant,
+            context,
             generated=generated,
             priority=request.priority,
             seal_tail=request.persist_tail,
+            exact_prefix=context is None,
         ):
             persisted = 0
             if event.finished:

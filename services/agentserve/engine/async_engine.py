@@ -28,6 +28,7 @@ from agentserve.engine.emulated_runner import EmulatedRunner
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.runner import ExternalPrefix
 from agentserve.engine.sequence import Sequence
+from agentserve.engine.shared_context import PrefixKV
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -125,9 +126,12 @@ class AsyncEngine:
         segments: SegmentedPrompt | None = None,
         seal_tail: bool = False,
         rank: int = 0,
+        segment_prefix: PrefixKV | None = None,
+        exact_prefix: bool = True,
     ) -> AsyncIterator[TokenEvent]:
         """Stream each sampled token; cancelling the iteration aborts the request. `generated`,
-        `priority`, `segments`, `seal_tail` and `rank`: see `LLMEngine.add_request`."""
+        `priority`, `segments`, `seal_tail`, `rank`, `segment_prefix` and `exact_prefix`: see
+        `LLMEngine.add_request`."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
 
@@ -142,6 +146,8 @@ class AsyncEngine:
                 priority=priority,
                 seal_tail=seal_tail,
                 rank=rank,
+                segment_prefix=segment_prefix,
+                exact_prefix=exact_prefix,
             )
             self._subscribers[seq.request_id] = (loop, events)
             return seq

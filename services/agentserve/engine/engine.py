@@ -44,6 +44,7 @@ from agentserve.engine.runner import ExternalPrefix, LayerLoadError, ModelRunner
 from agentserve.engine.sampling import make_generator, sample, suppress, token_logprob
 from agentserve.engine.segmented_prefill import SegmentedPrefill
 from agentserve.engine.sequence import Sequence, SequenceStatus
+from agentserve.engine.shared_context import PrefixKV
 from agentserve.engine.speculative.acceptance import verify_token
 from agentserve.engine.speculative.speculator import Speculator, make_drafter
 from agentserve.kv import block_hash
@@ -123,7 +124,7 @@ class LLMEngine:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._external: dict[str, ExternalPrefix] = {}
-        self._segments: dict[str, SegmentedPrompt] = {}
+        self._segments: dict[str, tuple[SegmentedPrompt, PrefixKV | None]] = {}
         self.num_preemptions = 0
         self.grammars = grammars
         if config.num_threads:
@@ -187,6 +188,8 @@ class LLMEngine:
         priority: int = 0,
         seal_tail: bool = False,
         rank: int = 0,
+        segment_prefix: PrefixKV | None = None,
+        exact_prefix: bool = True,
     ) -> Sequence:
         """Queue a request, after the waiting ones of a higher `priority`, or of its own and a
         `rank` no higher (lower ranks first among equal priorities). The last `generated`
@@ -195,13 +198,21 @@ class LLMEngine:
         lets the prefill reuse its shared blocks (`segmented_prefill`); an EXACT one, or one the
         engine cannot reuse on, is a plain prompt. `seal_tail`: when the sequence finishes, its
         partial last block is cached under its tail id (`Sequence.tail_id`), for the caller to
-        persist before it is evicted."""
+        persist before it is evicted. `segment_prefix`: with reusing `segments`, the KV of the
+        prompt's first tokens, restored from the store (only the tokens after it run).
+        `exact_prefix` False: `external_prefix` holds reused KV (TokenDance), not a full
+        recompute's: the sequence takes no resident hit and none of its blocks is cached under
+        the chained ids, which promise exact KV (`Sequence.exact_kv`)."""
         tokens = list(prompt_token_ids)
         self.validate(tokens, params)
         if segments is not None and segments.token_ids != tokens:
             raise ValueError("segments must hold exactly the prompt's tokens")
         if segments is not None and (external_prefix is not None or generated):
             raise ValueError("segments cannot be combined with an external prefix or generated tokens")
+        if segment_prefix is not None and (segments is None or segments.reuse.exact):
+            raise ValueError("a segment prefix needs segments that reuse")
+        if not exact_prefix and external_prefix is None:
+            raise ValueError("exact_prefix=False describes an external prefix: none was given")
         if external_prefix is not None and external_prefix.num_tokens(self.block_size) >= len(tokens):
             raise ValueError("external prefix must leave at least one prompt token to compute")
         if not 0 <= generated < len(tokens):
@@ -218,10 +229,11 @@ class LLMEngine:
         )
         if params.structured is not None:
             seq.grammar = self._grammars().matcher(params.structured, tokens[len(tokens) - generated :])
+        seq.exact_kv = exact_prefix
         if external_prefix is not None:
             self._external[seq.request_id] = external_prefix
         if segments is not None and self.segmented is not None and not segments.reuse.exact:
-            self._segments[seq.request_id] = segments
+            self._segments[seq.request_id] = (segments, segment_prefix)
         self._enqueue(seq)
         return seq
 
@@ -321,8 +333,11 @@ class LLMEngine:
         if seq.request_id in self._segments:
             self._extend_block_ids(seq)
             return PrefillPlan(0)  # the segmented prefill computes the whole prompt (private tokens included)
-        hits = self._usable_hits(seq)
         external = self._external.get(seq.request_id)
+        if not seq.exact_kv and external is not None:
+            self._extend_block_ids(seq)
+            return PrefillPlan(0, external)  # reused KV: every row from it, none from exact resident blocks
+        hits = self._usable_hits(seq)
         # An external prefix helps only past the resident hits, and only if it starts at or before
         # them (blocks evicted since it was planned are recomputed instead: output stays exact).
         if (
@@ -378,12 +393,12 @@ class LLMEngine:
         self._external.pop(seq.request_id, None)
         external = plan.external
         segments = self._segments.pop(seq.request_id, None)
-        seq.exact_kv = True
+        seq.exact_kv = seq.exact_kv or external is None  # reused KV only where the external prefix is used
         seq.prefill_started_s = time.monotonic()
         try:
             if segments is not None:
                 assert self.segmented is not None
-                logits = self.segmented.prefill(seq, segments)
+                logits = self.segmented.prefill(seq, *segments)
             elif plan.staged:
                 assert external is not None
                 resident, new = plan.slots[: plan.hits], plan.slots[plan.hits :]

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from agentserve.contracts.context import ContextLayout, Piece, tokens_digest
 from agentserve.contracts.segments import SegmentedPrompt, SharedBlock, Sibling
 from agentserve.engine.shared_context import MasterKV, ReusedPrefill
 from agentserve.fabric.chunks import Masters, assembler_for, split_run
@@ -40,32 +41,6 @@ DEFAULT_CHUNK_TOKENS = 128
 _PERSON = b"agentserve.ctx.1"  # domain separation from the chained prefix ids (`kv.block_hash`)
 
 Block = tuple[bytes, bytes]  # (block id, buffer in the block format)
-
-
-@dataclass(frozen=True)
-class Piece:
-    """Prompt rows [start, end) stored as block `block_id`: a full block, or a diff against
-    `master_id`."""
-
-    start: int
-    end: int
-    block_id: bytes
-    master_id: bytes | None = None
-
-
-@dataclass(frozen=True)
-class ContextLayout:
-    num_tokens: int
-    pieces: tuple[Piece, ...]
-
-    @property
-    def block_ids(self) -> list[bytes]:
-        return [piece.block_id for piece in self.pieces]
-
-    @property
-    def master_ids(self) -> list[bytes]:
-        """The masters the diffs are read against, each once, in first-use order."""
-        return list(dict.fromkeys(p.master_id for p in self.pieces if p.master_id is not None))
 
 
 @dataclass(frozen=True)
@@ -117,18 +92,31 @@ class ContextBlocks:
         return out
 
     def prompt(
-        self, prompt: SegmentedPrompt, prefill: ReusedPrefill, masters: Mapping[str, MasterKV]
+        self,
+        prompt: SegmentedPrompt,
+        prefill: ReusedPrefill,
+        masters: Mapping[str, MasterKV],
+        prefix: ContextLayout | None = None,
     ) -> PersistedPrompt:
-        """The blocks of one prompt's KV as `prefill` holds it, against `masters` (by content id)."""
+        """The blocks of one prompt's KV as `prefill` holds it, against `masters` (by content id).
+
+        `prefix`: the stored layout the prefill restored the prompt's first tokens from (they
+        end before its first shared block); its pieces stand for those rows as they are, so only
+        the rows after it are stored."""
         if prefill.k.shape[1] != len(prompt.token_ids):
             raise ValueError(f"the prefill holds {prefill.k.shape[1]} tokens, the prompt {len(prompt.token_ids)}")
         siblings = {s.master_id: s for s in prefill.siblings}
-        pieces: list[Piece] = []
+        pieces: list[Piece] = list(prefix.pieces) if prefix is not None else []
         blocks: list[Block] = []
+        held = prefix.num_tokens if prefix is not None else 0
         start = 0
         for segment in prompt.segments:
             end = start + len(segment.token_ids)
             shared = segment if isinstance(segment, SharedBlock) else None
+            if start < held:  # rows the prefix holds: only a private segment's rows after it are new
+                if shared is not None:
+                    raise ValueError(f"the prefix covers shared block {shared.content_id!r}")
+                start = min(held, end)
             sibling = None if shared is None else siblings.get(shared.content_id)
             for at, stop in self._chunks(end - start):
                 rows = slice(start + at, start + stop)
@@ -159,7 +147,8 @@ class ContextBlocks:
                 pieces.append(Piece(rows.start, rows.stop, block_id, master_id))
                 blocks.append((block_id, bytes(diff)))
             start = end
-        return PersistedPrompt(ContextLayout(start, tuple(pieces)), blocks)
+        layout = ContextLayout(start, tuple(pieces), tokens_digest(prompt.token_ids))
+        return PersistedPrompt(layout, blocks)
 
     # ---- reading -------------------------------------------------------------------------
 

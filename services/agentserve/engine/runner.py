@@ -67,6 +67,19 @@ class ExternalPrefix:
         return self.full_blocks * block_size + self.tail_tokens
 
 
+def block_prefix(k: torch.Tensor, v: torch.Tensor, block_size: int) -> ExternalPrefix:
+    """A sequence's first T tokens' KV (`k`/`v` `[layers, T, kv_heads, head_dim]`, held whole) as
+    an external prefix of blocks: the last one a tail of T % block_size rows when T is not whole
+    blocks (the prefill computes the rest of that block)."""
+    layers, num_tokens = k.shape[0], k.shape[1]
+    num_blocks, tail = -(-num_tokens // block_size), num_tokens % block_size
+    pad = num_blocks * block_size - num_tokens
+    shape = (layers, num_blocks, block_size, *k.shape[2:])
+    k_blocks = torch.nn.functional.pad(k, (0, 0, 0, 0, 0, pad)).reshape(shape)
+    v_blocks = torch.nn.functional.pad(v, (0, 0, 0, 0, 0, pad)).reshape(shape)
+    return ExternalPrefix(num_blocks, lambda layer: (k_blocks[layer], v_blocks[layer]), tail_tokens=tail)
+
+
 class ModelRunner:
     def __init__(self, model: CausalLM, pool: KVPool, batch_invariant: bool = True):
         """`batch_invariant`: each sequence's logits do not depend on the batch it runs in

@@ -13,6 +13,7 @@ from agentserve.contracts import SamplingParams, TokenLogprob
 
 if TYPE_CHECKING:
     from agentserve.engine.grammar import SequenceGrammar
+    from agentserve.engine.segmented_prefill import Reused
     from agentserve.engine.shared_context import ReuseStats
 
 _ids = itertools.count()
@@ -47,6 +48,7 @@ class Sequence:
     # not equal to, a full recompute's, so none of its blocks may enter the exact prefix cache.
     exact_kv: bool = True
     reuse_stats: ReuseStats | None = None  # how a segmented prompt's prefill reused its shared blocks
+    reused: Reused | None = None  # a segmented prompt's KV and masters, until the caller persists them
     prefill_started_s: float | None = None  # time.monotonic() when its prefill forward began (queue wait ends)
     seal_tail: bool = False  # cache its partial last block under its tail id when it finishes
     tail_id: bytes | None = None  # that block's id, once cached

@@ -188,11 +188,32 @@ class KVMover:
         master = masters[master_id]
         return None if master is None else bytes(restore_block(master, diff, self.shift))
 
-    async def persist(self, ids: Sequence[bytes]) -> int:
-        """Write resident blocks to the store; returns how many were stored (0, skipped, with the store down)."""
+    async def fetch(self, ids: Sequence[bytes]) -> dict[bytes, bytes]:
+        """Path A, as stored: the buffers of `ids` the store gives (it stops at the first it lacks;
+        a diff stays a diff), none if the store is down. For reused KV (`reused_kv`), which is
+        read back outside the prefix cache."""
+        found: dict[bytes, bytes] = {}
         if not ids:
-            return 0
-        blocks = await self.engine.call(lambda e: _export_each(e, ids))
+            return found
+        try:
+            with kv_transfer(
+                "A", "snic", self.kvstore_address, self.engine_id, self.num_layers, self.snic.gbps
+            ) as record:
+                async with self.snic.transfer(len(ids) * self.charge.per_block) as transfer:
+                    async for block_id, data in self.kvstore.get(self.fingerprint, list(ids)):
+                        charged = self.charge.blocks(len(data))
+                        await transfer.pace(charged)
+                        record.add(charged)
+                        found[bytes(block_id)] = data
+                record.queue_wait_s = transfer.queue_wait_s
+        except grpc.aio.AioRpcError as exc:
+            if not store_down(exc):
+                raise
+            self.store_skipped("load", len(ids) - len(found), exc)
+        return found
+
+    async def put(self, blocks: Sequence[tuple[bytes, bytes]]) -> int:
+        """Write serialized blocks (full or diff) to the store; how many (0, skipped, with the store down)."""
         if not blocks:
             return 0
         try:
@@ -202,7 +223,7 @@ class KVMover:
                 charged = self.charge.blocks(sum(len(data) for _, data in blocks), len(blocks))
                 record.add(charged, blocks=len(blocks))
                 async with self.snic.send(charged) as transfer:  # one Put message: paced as a whole
-                    await self.kvstore.put(self.fingerprint, blocks)
+                    await self.kvstore.put(self.fingerprint, list(blocks))
                 record.queue_wait_s = transfer.queue_wait_s
         except grpc.aio.AioRpcError as exc:
             if not store_down(exc):
@@ -210,6 +231,13 @@ class KVMover:
             self.store_skipped("persist", len(blocks), exc)
             return 0
         return len(blocks)
+
+    async def persist(self, ids: Sequence[bytes]) -> int:
+        """Write resident blocks to the store; returns how many were stored (0, skipped, with the store down)."""
+        if not ids:
+            return 0
+        blocks = await self.engine.call(lambda e: _export_each(e, ids))
+        return await self.put(blocks)
 
     def store_skipped(self, op: str, blocks: int, exc: grpc.aio.AioRpcError) -> None:
         """Count `blocks` not loaded or not persisted (`op`) because the store is down, on the metric

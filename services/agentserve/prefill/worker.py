@@ -36,7 +36,10 @@ from agentserve.contracts.segments import SegmentedPrompt
 from agentserve.engine.async_engine import AsyncEngine, TokenEvent
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.layer_stream import LayerStream
+from agentserve.engine.reused_context import ContextBlocks
 from agentserve.engine.runner import ExternalPrefix, LayerLoadError
+from agentserve.engine.shared_context import PrefixKV, ReuseStats
+from agentserve.engine_service import reused_kv
 from agentserve.engine_service.kv_moves import HeldElsewhere, KVMover, Moved
 from agentserve.engine_service.layer_loads import MIN_READ_BYTES, layers_per_read, store_by_layer
 from agentserve.engine_service.peer_allowlist import PeerAllowList
@@ -78,6 +81,7 @@ class PrefillWorker:
         # their prompt's blocks from a budget of the pool's size (a layerwise turn's loads never
         # enter the pool, and the engine admits it by the room it needs).
         self.budget = None if engine.engine.config.layerwise else PoolBudget(engine.engine.blocks.num_slots)
+        self.masters = reused_kv.StoredMasters()  # reused prompts' masters stored so far
 
     async def prefill(self, request: PrefillRequest) -> PrefillResult:
         if self.peers is not None:  # before any work: a refused address is never dialed
@@ -111,6 +115,7 @@ class PrefillWorker:
                     "prefill.kv_path": computed.path.value,
                     "prefill.relayed_blocks": computed.relayed,
                     "prefill.handoff_held_blocks": exported.held,
+                    **_reuse_attributes(seq.reuse_stats, computed.restored, exported.context),
                 }
             )
             return _result(request, prompt.resident * engine.block_size, computed, exported)
@@ -136,14 +141,40 @@ class PrefillWorker:
             prefix = await self.engine.call(take)
         # Shared blocks are reused here only: a layerwise prefill over streamed store hits
         # (`_compute`) computes on that prefix, exactly.
+        context, restored = await self._context(request)
         submitted = time.monotonic()
-        event = await self._first_token(request, prefix, request.segments)
-        return _Computed(event, submitted, path, loaded, relayed)
+        event = await self._first_token(request, prefix, request.segments, context)
+        return _Computed(event, submitted, path, loaded, relayed, restored=restored)
+
+    async def _context(self, request: PrefillRequest) -> tuple[PrefixKV | None, str]:
+        """The session's stored context restored as the prompt's prefix, for a prefill that reuses
+        shared blocks (`reused_kv`), and what became of it: "restored", "none" (not asked, or not a
+        reusing prefill), "mismatch" (not this prompt's first tokens, or past its first shared
+        block), "missing" or "corrupt" (the store could not give it back: recomputed)."""
+        layout, segments, engine = request.context, request.segments, self.engine.engine
+        if layout is None or segments is None or segments.reuse.exact or engine.segmented is None:
+            return None, "none"
+        spans = segments.shared_spans()
+        first_shared = spans[0].start if spans else len(request.token_ids)
+        if not layout.holds(request.token_ids) or not 0 < layout.num_tokens <= first_shared:
+            return None, "mismatch"
+        restored = await reused_kv.restore(self.mover, self._blocks(request.tenant), layout, engine.dtype)
+        if isinstance(restored, str):
+            return None, restored
+        return PrefixKV(*restored), "restored"
+
+    def _blocks(self, tenant: str) -> ContextBlocks:
+        return reused_kv.context_blocks(self.engine.engine, tenant)
 
     async def _first_token(
-        self, request: PrefillRequest, prefix: ExternalPrefix | None, segments: SegmentedPrompt | None = None
+        self,
+        request: PrefillRequest,
+        prefix: ExternalPrefix | None,
+        segments: SegmentedPrompt | None = None,
+        context: PrefixKV | None = None,
     ) -> TokenEvent:
-        """Compute the prompt over `prefix` and sample its first token; the engine's last event."""
+        """Compute the prompt over `prefix` (or, reusing `segments`, over the restored `context`)
+        and sample its first token; the engine's last event."""
         sampling = request.sampling
         first = dataclasses.replace(sampling, max_tokens=1, min_tokens=min(sampling.min_tokens, 1))
         # The prompt's own tail (its partial last block) is handed off with its full blocks: the
@@ -157,6 +188,7 @@ class PrefillWorker:
             segments=segments,
             seal_tail=bool(request.decode_address),
             rank=request.service_rank,
+            segment_prefix=context,
         )
         events = [event async for event in generating]
         return events[-1]
@@ -183,7 +215,17 @@ class PrefillWorker:
             )
         if not self.keep_kv:  # after the unpin (posted at the exit above); blocks other turns use stay
             await _timed(self.engine.call(lambda e: e.blocks.drop(handed_ids)), "drop", kind)
-        return _Exported(persisted, held, handed)
+        context = None
+        if seq.reused is not None and request.segments is not None:
+            reused, seq.reused = seq.reused, None
+            context = await _timed(
+                reused_kv.persist(
+                    self.mover, self._blocks(request.tenant), request.segments, reused, request.context, self.masters
+                ),
+                "persist",
+                kind,
+            )
+        return _Exported(persisted, held, handed, context)
 
     def _stream(self, num_blocks: int) -> LayerStream:
         config = self.engine.engine.model_config
@@ -317,6 +359,7 @@ class _Computed:
     loaded: int
     relayed: int
     elsewhere: HeldElsewhere | None = None
+    restored: str = "none"  # what became of the session's stored context (`PrefillWorker._context`)
 
 
 @dataclass(frozen=True)
@@ -327,6 +370,7 @@ class _Exported:
     persisted: int
     held: int
     handed: Moved | None
+    context: reused_kv.Persisted | None = None  # the prompt's reused KV as stored, if it reused any
 
 
 def _prompt_blocks(engine: LLMEngine, request: PrefillRequest) -> PromptBlocks:
@@ -359,7 +403,41 @@ def _result(request: PrefillRequest, resident_tokens: int, computed: _Computed, 
         handoff_held_blocks=exported.held,
         handoff_failed=exported.handed is None,
         first_logprob=computed.event.logprob,
+        context=exported.context.layout if exported.context is not None else None,
     )
+
+
+def _reuse_attributes(
+    stats: ReuseStats | None, restored: str, context: reused_kv.Persisted | None
+) -> dict[str, str | int | list[str]]:
+    """How a segmented prefill took its prompt, for its span: `prefill.reuse` is "collective"
+    (its shared blocks reused against the round's masters), "lead" (it computed the masters it
+    lacked), "fallback" (the deviation passed the threshold: recomputed) or "exact"; the stored
+    context restored as its prefix, and what it stored."""
+    if stats is None:
+        return {}
+    if stats.led:
+        path = "lead"
+    elif stats.fell_back:
+        path = "fallback"
+    else:
+        path = "exact" if stats.exact else "collective"
+    attributes: dict[str, str | int | list[str]] = {
+        "prefill.reuse": path,
+        "prefill.reuse_recomputed_shared_tokens": stats.recomputed_shared_tokens,
+        "prefill.reuse_shared_tokens": stats.shared_tokens,
+        "prefill.reuse_context": restored,
+    }
+    if context is not None:
+        layout = context.layout
+        attributes |= {
+            "prefill.context_tokens": layout.num_tokens,
+            "prefill.context_masters_stored": context.masters,
+            "prefill.context_diffs_stored": context.diffs,
+            "prefill.context_master_ids": [block_id.hex() for block_id in layout.master_ids],
+            "prefill.context_diff_ids": [block_id.hex() for block_id in layout.diff_ids],
+        }
+    return attributes
 
 
 def _tail_id(engine: LLMEngine, request: PrefillRequest, ids: list[bytes]) -> bytes | None:

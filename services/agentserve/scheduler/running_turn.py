@@ -14,6 +14,7 @@ from typing import Any
 from opentelemetry.trace import Span
 
 from agentserve.contracts import SamplingParams
+from agentserve.contracts.context import ContextLayout
 from agentserve.contracts.segments import SegmentedPrompt
 from agentserve.scheduler.sessions import Session
 from agentserve.scheduler.tail_blocks import Tail
@@ -38,3 +39,4 @@ class RunningTurn:
     context_tail: Tail | None = None  # the history's stored tail: loaded if `tail_tokens`, garbage after the turn
     tail_tokens: int = 0  # prompt tokens after the store hits that the prefill loads with the tail
     client_state: dict[str, Any] | None = None  # the front's progress once the turn is in, saved with its commit
+    context: ContextLayout | None = None  # the prompt's reused KV as the prefill stored it (TokenDance)

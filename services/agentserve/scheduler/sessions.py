@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from agentserve.common.errors import NotFoundError, Overloaded
 from agentserve.contracts import AgentInfo
+from agentserve.contracts.context import ContextLayout
 from agentserve.scheduler.tool_waits import ToolWaitState
 
 MAX_SESSION_ID_LENGTH = 128
@@ -44,6 +45,9 @@ class Session:
     # The decode engine that ran the last turn and so holds the history's KV: the next turn goes
     # there if it is alive, and the prefill hands it only the blocks it lacks.
     kv_holder: str = ""
+    # The last turn's prompt KV as stored after it reused shared blocks (TokenDance): the next
+    # reusing turn restores its history from it. None after a turn computed exactly.
+    context: ContextLayout | None = None
     closed: bool = False
     owner: str = ""  # the tenant of the API key that opened it ("" without keys): who may use it
     client_state: dict[str, Any] = field(default_factory=dict)  # the HTTP gateway's progress (JSON)
@@ -61,12 +65,20 @@ class Session:
     def waiting_tool(self) -> bool:
         return self.tools.waiting
 
-    def commit(self, tokens: list[int], kv_holder: str = "", client_state: dict[str, Any] | None = None) -> None:
+    def commit(
+        self,
+        tokens: list[int],
+        kv_holder: str = "",
+        client_state: dict[str, Any] | None = None,
+        context: ContextLayout | None = None,
+    ) -> None:
         """Record a completed turn: `tokens` is the whole new history (its prompt plus its output),
         `kv_holder` the decode engine that now holds its KV, `client_state` (if given) the front's
-        progress once this turn is in (saved with the turn, so the two never disagree)."""
+        progress once this turn is in (saved with the turn, so the two never disagree), `context`
+        its prompt's reused KV as stored (None: its KV is a full recompute's)."""
         self.history = tokens
         self.kv_holder = kv_holder
+        self.context = context
         self.turns += 1
         self.pending_system = ""
         self.pending_tools = ()

@@ -27,6 +27,7 @@ def prefill_request(turn: RunningTurn, placed: Placement, hits: int, policy: Tur
         priority=policy.priority_of(turn.session),
         store_tail_tokens=turn.tail_tokens,
         service_rank=policy.turn_order.rank(turn.session),
+        context=turn.session.context if turn.segments is not None and not turn.segments.reuse.exact else None,
     )
 
 
@@ -46,4 +47,5 @@ def generate_request(turn: RunningTurn, policy: TurnPolicy, persist_tail: bool) 
         ),
         priority=policy.priority_of(turn.session),
         persist_tail=persist_tail,
+        context=turn.context,
     )

@@ -244,6 +244,7 @@ class TurnRunner:
                     # lags). Another one gets it; prefilling again is cheap, the KV is resident now.
                     raise EngineUnavailable(decode.address, f"KV handoff to {decode.address} failed")
                 turn.decode_engine, turn.decode_address = decode.engine_id, decode.address
+                turn.context = response.context
                 return placed, response
             except EngineUnavailable as exc:
                 # Blame is structured: the error names the engine that failed (the decode engine when
@@ -296,7 +297,7 @@ class TurnRunner:
         history = turn.prompt + turn.output
         if self.commits is not None:
             await self.commits.commit(turn.session, history, turn.client_state)
-        turn.session.commit(history, kv_holder=holder, client_state=turn.client_state)
+        turn.session.commit(history, kv_holder=holder, client_state=turn.client_state, context=turn.context)
         turn.committed = True
         self.telemetry.end(turn)
         return TurnEvent(

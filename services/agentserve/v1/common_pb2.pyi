@@ -160,3 +160,25 @@ class PromptSegments(_message.Message):
     shared: _containers.RepeatedCompositeFieldContainer[SharedSpan]
     reuse: ReusePolicy
     def __init__(self, shared: _Optional[_Iterable[_Union[SharedSpan, _Mapping]]] = ..., reuse: _Optional[_Union[ReusePolicy, _Mapping]] = ...) -> None: ...
+
+class ContextPiece(_message.Message):
+    __slots__ = ("start", "end", "block_id", "master_id")
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_ID_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ID_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    end: int
+    block_id: bytes
+    master_id: bytes
+    def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ..., block_id: _Optional[bytes] = ..., master_id: _Optional[bytes] = ...) -> None: ...
+
+class ContextLayout(_message.Message):
+    __slots__ = ("num_tokens", "pieces", "tokens_digest")
+    NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PIECES_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    num_tokens: int
+    pieces: _containers.RepeatedCompositeFieldContainer[ContextPiece]
+    tokens_digest: bytes
+    def __init__(self, num_tokens: _Optional[int] = ..., pieces: _Optional[_Iterable[_Union[ContextPiece, _Mapping]]] = ..., tokens_digest: _Optional[bytes] = ...) -> None: ...

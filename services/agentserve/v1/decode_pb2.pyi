@@ -71,7 +71,7 @@ class LoadKVResponse(_message.Message):
     def __init__(self, imported: _Optional[int] = ..., already_present: _Optional[int] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "session_id", "tenant", "token_ids", "prompt_tokens", "sampling", "priority", "persist_tail")
+    __slots__ = ("request_id", "session_id", "tenant", "token_ids", "prompt_tokens", "sampling", "priority", "persist_tail", "context")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -80,6 +80,7 @@ class GenerateRequest(_message.Message):
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     PERSIST_TAIL_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     session_id: str
     tenant: str
@@ -88,7 +89,8 @@ class GenerateRequest(_message.Message):
     sampling: _common_pb2.SamplingParams
     priority: int
     persist_tail: bool
-    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., prompt_tokens: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., priority: _Optional[int] = ..., persist_tail: _Optional[bool] = ...) -> None: ...
+    context: _common_pb2.ContextLayout
+    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., prompt_tokens: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., priority: _Optional[int] = ..., persist_tail: _Optional[bool] = ..., context: _Optional[_Union[_common_pb2.ContextLayout, _Mapping]] = ...) -> None: ...
 
 class GenerateChunk(_message.Message):
     __slots__ = ("token_ids", "finished", "finish_reason", "cached_tokens", "persisted_blocks", "logprobs")

@@ -25,19 +25,19 @@ _sym_db = _symbol_database.Default()
 from agentserve.v1 import common_pb2 as agentserve_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61gentserve/v1/prefill.proto\x12\ragentserve.v1\x1a\x1a\x61gentserve/v1/common.proto\"\xa0\x03\n\x0ePrefillRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x11\n\ttoken_ids\x18\x04 \x03(\r\x12/\n\x08sampling\x18\x05 \x01(\x0b\x32\x1d.agentserve.v1.SamplingParams\x12\x18\n\x10store_hit_blocks\x18\x06 \x01(\r\x12\x16\n\x0e\x64\x65\x63ode_address\x18\x07 \x01(\t\x12&\n\x07kv_path\x18\x08 \x01(\x0e\x32\x15.agentserve.v1.KVPath\x12\x15\n\rrelay_address\x18\t \x01(\t\x12\x14\n\x0crelay_blocks\x18\n \x01(\r\x12/\n\x08segments\x18\x0b \x01(\x0b\x32\x1d.agentserve.v1.PromptSegments\x12\x10\n\x08priority\x18\x0c \x01(\x05\x12\x17\n\x0frelay_hbm_first\x18\r \x01(\x08\x12\x19\n\x11store_tail_tokens\x18\x0e \x01(\r\x12\x14\n\x0cservice_rank\x18\x0f \x01(\r\"\xa4\x03\n\x0fPrefillResponse\x12\x13\n\x0b\x66irst_token\x18\x01 \x01(\r\x12\x15\n\rprompt_tokens\x18\x02 \x01(\r\x12\x15\n\rcached_tokens\x18\x03 \x01(\r\x12\x1c\n\x14\x65ngine_cached_tokens\x18\x04 \x01(\r\x12\x15\n\rloaded_blocks\x18\x05 \x01(\r\x12\x18\n\x10persisted_blocks\x18\x06 \x01(\r\x12\x16\n\x0ehandoff_blocks\x18\x07 \x01(\r\x12\x10\n\x08\x66inished\x18\x08 \x01(\x08\x12\x15\n\rfinish_reason\x18\t \x01(\t\x12&\n\x07kv_path\x18\n \x01(\x0e\x32\x15.agentserve.v1.KVPath\x12\x16\n\x0erelayed_blocks\x18\x0b \x01(\r\x12\x15\n\rhandoff_bytes\x18\x0c \x01(\x04\x12\x1b\n\x13handoff_held_blocks\x18\r \x01(\r\x12\x16\n\x0ehandoff_failed\x18\x0e \x01(\x08\x12\x32\n\rfirst_logprob\x18\x0f \x01(\x0b\x32\x1b.agentserve.v1.TokenLogprob*R\n\x06KVPath\x12\x17\n\x13KV_PATH_UNSPECIFIED\x10\x00\x12\r\n\tKV_PATH_A\x10\x01\x12\r\n\tKV_PATH_B\x10\x02\x12\x11\n\rKV_PATH_SPLIT\x10\x03\x32S\n\x07Prefill\x12H\n\x07Prefill\x12\x1d.agentserve.v1.PrefillRequest\x1a\x1e.agentserve.v1.PrefillResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61gentserve/v1/prefill.proto\x12\ragentserve.v1\x1a\x1a\x61gentserve/v1/common.proto\"\xcf\x03\n\x0ePrefillRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x11\n\ttoken_ids\x18\x04 \x03(\r\x12/\n\x08sampling\x18\x05 \x01(\x0b\x32\x1d.agentserve.v1.SamplingParams\x12\x18\n\x10store_hit_blocks\x18\x06 \x01(\r\x12\x16\n\x0e\x64\x65\x63ode_address\x18\x07 \x01(\t\x12&\n\x07kv_path\x18\x08 \x01(\x0e\x32\x15.agentserve.v1.KVPath\x12\x15\n\rrelay_address\x18\t \x01(\t\x12\x14\n\x0crelay_blocks\x18\n \x01(\r\x12/\n\x08segments\x18\x0b \x01(\x0b\x32\x1d.agentserve.v1.PromptSegments\x12\x10\n\x08priority\x18\x0c \x01(\x05\x12\x17\n\x0frelay_hbm_first\x18\r \x01(\x08\x12\x19\n\x11store_tail_tokens\x18\x0e \x01(\r\x12\x14\n\x0cservice_rank\x18\x0f \x01(\r\x12-\n\x07\x63ontext\x18\x10 \x01(\x0b\x32\x1c.agentserve.v1.ContextLayout\"\xd3\x03\n\x0fPrefillResponse\x12\x13\n\x0b\x66irst_token\x18\x01 \x01(\r\x12\x15\n\rprompt_tokens\x18\x02 \x01(\r\x12\x15\n\rcached_tokens\x18\x03 \x01(\r\x12\x1c\n\x14\x65ngine_cached_tokens\x18\x04 \x01(\r\x12\x15\n\rloaded_blocks\x18\x05 \x01(\r\x12\x18\n\x10persisted_blocks\x18\x06 \x01(\r\x12\x16\n\x0ehandoff_blocks\x18\x07 \x01(\r\x12\x10\n\x08\x66inished\x18\x08 \x01(\x08\x12\x15\n\rfinish_reason\x18\t \x01(\t\x12&\n\x07kv_path\x18\n \x01(\x0e\x32\x15.agentserve.v1.KVPath\x12\x16\n\x0erelayed_blocks\x18\x0b \x01(\r\x12\x15\n\rhandoff_bytes\x18\x0c \x01(\x04\x12\x1b\n\x13handoff_held_blocks\x18\r \x01(\r\x12\x16\n\x0ehandoff_failed\x18\x0e \x01(\x08\x12\x32\n\rfirst_logprob\x18\x0f \x01(\x0b\x32\x1b.agentserve.v1.TokenLogprob\x12-\n\x07\x63ontext\x18\x10 \x01(\x0b\x32\x1c.agentserve.v1.ContextLayout*R\n\x06KVPath\x12\x17\n\x13KV_PATH_UNSPECIFIED\x10\x00\x12\r\n\tKV_PATH_A\x10\x01\x12\r\n\tKV_PATH_B\x10\x02\x12\x11\n\rKV_PATH_SPLIT\x10\x03\x32S\n\x07Prefill\x12H\n\x07Prefill\x12\x1d.agentserve.v1.PrefillRequest\x1a\x1e.agentserve.v1.PrefillResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentserve.v1.prefill_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_KVPATH']._serialized_start=916
-  _globals['_KVPATH']._serialized_end=998
+  _globals['_KVPATH']._serialized_start=1010
+  _globals['_KVPATH']._serialized_end=1092
   _globals['_PREFILLREQUEST']._serialized_start=75
-  _globals['_PREFILLREQUEST']._serialized_end=491
-  _globals['_PREFILLRESPONSE']._serialized_start=494
-  _globals['_PREFILLRESPONSE']._serialized_end=914
-  _globals['_PREFILL']._serialized_start=1000
-  _globals['_PREFILL']._serialized_end=1083
+  _globals['_PREFILLREQUEST']._serialized_end=538
+  _globals['_PREFILLRESPONSE']._serialized_start=541
+  _globals['_PREFILLRESPONSE']._serialized_end=1008
+  _globals['_PREFILL']._serialized_start=1094
+  _globals['_PREFILL']._serialized_end=1177
 # @@protoc_insertion_point(module_scope)

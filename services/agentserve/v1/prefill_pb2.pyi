@@ -20,7 +20,7 @@ KV_PATH_B: KVPath
 KV_PATH_SPLIT: KVPath
 
 class PrefillRequest(_message.Message):
-    __slots__ = ("request_id", "session_id", "tenant", "token_ids", "sampling", "store_hit_blocks", "decode_address", "kv_path", "relay_address", "relay_blocks", "segments", "priority", "relay_hbm_first", "store_tail_tokens", "service_rank")
+    __slots__ = ("request_id", "session_id", "tenant", "token_ids", "sampling", "store_hit_blocks", "decode_address", "kv_path", "relay_address", "relay_blocks", "segments", "priority", "relay_hbm_first", "store_tail_tokens", "service_rank", "context")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +36,7 @@ class PrefillRequest(_message.Message):
     RELAY_HBM_FIRST_FIELD_NUMBER: _ClassVar[int]
     STORE_TAIL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SERVICE_RANK_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     session_id: str
     tenant: str
@@ -51,10 +52,11 @@ class PrefillRequest(_message.Message):
     relay_hbm_first: bool
     store_tail_tokens: int
     service_rank: int
-    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., store_hit_blocks: _Optional[int] = ..., decode_address: _Optional[str] = ..., kv_path: _Optional[_Union[KVPath, str]] = ..., relay_address: _Optional[str] = ..., relay_blocks: _Optional[int] = ..., segments: _Optional[_Union[_common_pb2.PromptSegments, _Mapping]] = ..., priority: _Optional[int] = ..., relay_hbm_first: _Optional[bool] = ..., store_tail_tokens: _Optional[int] = ..., service_rank: _Optional[int] = ...) -> None: ...
+    context: _common_pb2.ContextLayout
+    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., store_hit_blocks: _Optional[int] = ..., decode_address: _Optional[str] = ..., kv_path: _Optional[_Union[KVPath, str]] = ..., relay_address: _Optional[str] = ..., relay_blocks: _Optional[int] = ..., segments: _Optional[_Union[_common_pb2.PromptSegments, _Mapping]] = ..., priority: _Optional[int] = ..., relay_hbm_first: _Optional[bool] = ..., store_tail_tokens: _Optional[int] = ..., service_rank: _Optional[int] = ..., context: _Optional[_Union[_common_pb2.ContextLayout, _Mapping]] = ...) -> None: ...
 
 class PrefillResponse(_message.Message):
-    __slots__ = ("first_token", "prompt_tokens", "cached_tokens", "engine_cached_tokens", "loaded_blocks", "persisted_blocks", "handoff_blocks", "finished", "finish_reason", "kv_path", "relayed_blocks", "handoff_bytes", "handoff_held_blocks", "handoff_failed", "first_logprob")
+    __slots__ = ("first_token", "prompt_tokens", "cached_tokens", "engine_cached_tokens", "loaded_blocks", "persisted_blocks", "handoff_blocks", "finished", "finish_reason", "kv_path", "relayed_blocks", "handoff_bytes", "handoff_held_blocks", "handoff_failed", "first_logprob", "context")
     FIRST_TOKEN_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -70,6 +72,7 @@ class PrefillResponse(_message.Message):
     HANDOFF_HELD_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     HANDOFF_FAILED_FIELD_NUMBER: _ClassVar[int]
     FIRST_LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
     first_token: int
     prompt_tokens: int
     cached_tokens: int
@@ -85,4 +88,5 @@ class PrefillResponse(_message.Message):
     handoff_held_blocks: int
     handoff_failed: bool
     first_logprob: _common_pb2.TokenLogprob
-    def __init__(self, first_token: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., engine_cached_tokens: _Optional[int] = ..., loaded_blocks: _Optional[int] = ..., persisted_blocks: _Optional[int] = ..., handoff_blocks: _Optional[int] = ..., finished: _Optional[bool] = ..., finish_reason: _Optional[str] = ..., kv_path: _Optional[_Union[KVPath, str]] = ..., relayed_blocks: _Optional[int] = ..., handoff_bytes: _Optional[int] = ..., handoff_held_blocks: _Optional[int] = ..., handoff_failed: _Optional[bool] = ..., first_logprob: _Optional[_Union[_common_pb2.TokenLogprob, _Mapping]] = ...) -> None: ...
+    context: _common_pb2.ContextLayout
+    def __init__(self, first_token: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., engine_cached_tokens: _Optional[int] = ..., loaded_blocks: _Optional[int] = ..., persisted_blocks: _Optional[int] = ..., handoff_blocks: _Optional[int] = ..., finished: _Optional[bool] = ..., finish_reason: _Optional[str] = ..., kv_path: _Optional[_Union[KVPath, str]] = ..., relayed_blocks: _Optional[int] = ..., handoff_bytes: _Optional[int] = ..., handoff_held_blocks: _Optional[int] = ..., handoff_failed: _Optional[bool] = ..., first_logprob: _Optional[_Union[_common_pb2.TokenLogprob, _Mapping]] = ..., context: _Optional[_Union[_common_pb2.ContextLayout, _Mapping]] = ...) -> None: ...
