@@ -13,8 +13,8 @@
 - Compute: the GPU takes the oldest ready turns (turn order's rank, then submission) that the
   batch policy fits (`engine/prefill_batch.py`: fcfs or compute-quota). Ready is: loaded in full;
   layerwise, when no waiting turn is, the first layer group delivered (the engine's
-  `_admit_prefills` passes over a prefix still arriving while another needs no wait). A batch takes the summed
-  `ComputeCost.prefill_s` of its turns; layerwise, each layer group takes 1/groups of it and starts
+  `_admit_prefills` passes over a prefix still arriving while another needs no wait). A batch
+  takes the summed `ComputeCost.prefill_s` of its turns; layerwise, each layer group takes 1/groups of it and starts
   when the previous group is done and every member's part of that group has arrived, the GPU held
   meanwhile (as the emulated runner holds its thread while a streamed layer arrives).
 - Handoff: the prompt's KV, less the blocks the decode engine relayed itself, over the prefill
@@ -54,7 +54,6 @@ class _Load:
     turn: SimTurn
     ways: list[_Way]
     groups: int
-    first: bool = False  # layer group 0 has arrived (every way)
     full: bool = False  # every byte has arrived
     first_ways: int = 0  # ways that have moved group 0
     done_ways: int = 0  # ways that have moved every byte
@@ -175,7 +174,6 @@ class PrefillEngine:
         """`load`'s layer group 0 (or, `full`, all of it) has arrived: its turn may be batched (if it
         is not computing already, layerwise)."""
         seq = load.turn.seq
-        load.first = True
         load.full = load.full or full
         if seq in self._waiting:
             self._first[seq] = load.turn

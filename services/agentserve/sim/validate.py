@@ -50,10 +50,13 @@ class Check:
 # engine's 50 Gbps share, 0.8 s local at the bench's time dilation of 10) and computes ~0.07 s,
 # so modelled time, not the processes' own, is most of a turn; 256-token blocks keep the per-block
 # work small. Four agents of six turns keep each prefill engine's queue non-empty.
-_SMALL = (
-    "--agents", "4", "--turns", "6", "--first-context", "8192", "--final-context", "12288",
-    "--shared-prefix", "7680", "--output-tokens", "8", "--block-size", "256",
-)  # fmt: skip
+def _small(agents: int = 4, turns: int = 6) -> tuple[str, ...]:
+    return (
+        *("--agents", str(agents), "--turns", str(turns), "--output-tokens", "8", "--block-size", "256"),
+        *("--first-context", "8192", "--final-context", "12288", "--shared-prefix", "7680"),
+    )
+
+
 CHECKS = {
     c.name: c
     for c in (
@@ -61,36 +64,24 @@ CHECKS = {
             "pool-bound",
             "1 prefill + 2 decode engines, a prefill pool of 1.25 final contexts (bench dualpath's regime: "
             "without layerwise a prefill engine loads, then computes, one turn at a time)",
-            ("--prefill", "1", "--decoders", "2", *_SMALL),
+            ("--prefill", "1", "--decoders", "2", *_small()),
         ),
         Check(
             "full-hbm",
             "1 prefill + 2 decode engines, every pool the H800's whole HBM (the paper's scale's regime: "
             "loads of many turns overlap other turns' compute with or without layerwise)",
-            ("--prefill", "1", "--decoders", "2", "--kv-pool-tokens", "0", *_SMALL),
+            ("--prefill", "1", "--decoders", "2", "--kv-pool-tokens", "0", *_small()),
         ),
         Check(
             "two-prefill",
             "2 prefill + 4 decode engines (bench dualpath's topology), pools as pool-bound, 6 agents",
-            ("--prefill", "2", "--decoders", "4", *_SMALL[2:], "--agents", "6"),
+            ("--prefill", "2", "--decoders", "4", *_small(agents=6)),
         ),
         Check(
             "smoke",
             "1 prefill + 1 decode engine, 2 agents of 4 turns at time dilation 30: the integration test's "
             "(tests/integration/sim/test_validate.py)",
-            (
-                "--prefill",
-                "1",
-                "--decoders",
-                "1",
-                *_SMALL[2:],
-                "--agents",
-                "2",
-                "--turns",
-                "4",
-                "--time-dilation",
-                "30",
-            ),
+            ("--prefill", "1", "--decoders", "1", *_small(agents=2, turns=4), "--time-dilation", "30"),
         ),
     )
 }
