@@ -153,6 +153,48 @@ def blend_known(
     return _chosen_layers(model, blend, rows, x, cos, sin, sink, 0, tail)
 
 
+@torch.inference_mode()
+def blend_known_group(
+    model: CausalLM, blends: list[BlendInput], chosen: list[torch.Tensor], tail: int = 1
+) -> list[torch.Tensor]:
+    """`blend_known` for several prompts at once (a round's compatible requests, TokenDance's
+    collective recompute): each layer runs every prompt's chosen tokens as one batch of rows (the
+    norms, q/k/v, o_proj and MLP over all of them in one product each; attention per prompt, over
+    its own KV), and the LM head over every prompt's last `tail` rows in one product. Linears are
+    row-invariant, so each prompt's KV and logits are `blend_known`'s bit for bit. Returns each
+    prompt's logits `[tail, vocab]`, in order."""
+    if len(blends) != len(chosen):
+        raise ValueError(f"one chosen set per prompt: {len(chosen)} for {len(blends)} prompts")
+    rows, xs, coss, sins, visibles = [], [], [], [], []
+    for blend, picked in zip(blends, chosen):
+        num_tokens, cached = blend.token_ids.shape[0], blend.cached
+        if picked.shape != (num_tokens,) or picked.dtype != torch.bool:
+            raise ValueError(f"chosen must be a [{num_tokens}] bool tensor, got {tuple(picked.shape)} {picked.dtype}")
+        if not bool(picked[num_tokens - tail :].all()) or bool((~picked[cached:] & ~blend.shared[cached:]).any()):
+            raise ValueError("chosen must include every private token after the cached prefix and the last tail tokens")
+        r = picked[cached:].nonzero().flatten() + cached
+        rows.append(r)
+        xs.append(F.embedding(blend.token_ids[r], model.model.embed_tokens.weight))
+        cos, sin = model.model.rotary_emb.cos_sin(r, num_tokens, xs[-1].dtype)
+        coss.append(cos)
+        sins.append(sin)
+        visibles.append(_visible(r, torch.arange(num_tokens), xs[-1].dtype))
+    counts = [r.shape[0] for r in rows]
+    x, cos, sin = torch.cat(xs), torch.cat(coss), torch.cat(sins)
+    for plan in model.plans:
+        q, k_new, v_new = _qkv(x, plan, cos, sin)
+        attended = []
+        for blend, r, q_i, k_i, v_i, visible in zip(
+            blends, rows, q.split(counts), k_new.split(counts), v_new.split(counts), visibles
+        ):
+            k, v = _write(blend, plan.index, r, k_i, v_i, None)
+            attended.append(_attend(q_i, k, v, visible))
+        x = _finish_layer(x, plan, torch.cat(attended))
+    ends = torch.as_tensor(counts).cumsum(0)
+    last = torch.cat([torch.arange(int(end) - tail, int(end)) for end in ends])
+    return list(model.logits(x[last]).split(tail))
+
+
 def _chosen_layers(  # noqa: PLR0913 - the layer loop's tensors and bounds, as each layer uses them
     model: CausalLM,
     blend: BlendInput,

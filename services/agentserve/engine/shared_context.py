@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from agentserve.contracts.segments import SegmentedPrompt, SharedBlock, Sibling
+from agentserve.contracts.segments import SegmentedPrompt, SharedBlock, SharedSpan, Sibling
 from agentserve.engine.attention import PrefillMetadata
-from agentserve.engine.blend import BlendInput, blend_known, blend_prefill
+from agentserve.engine.blend import BlendInput, blend_known, blend_known_group, blend_prefill
 from agentserve.engine.kv_pool import KVPool
 from agentserve.engine.model import CausalLM
 from agentserve.engine.recompute_selection import DEFAULT_MAX_DEVIATION, RecomputeSelector, residual_deviation
@@ -164,6 +164,7 @@ class CollectiveReuse:
         masters: dict[str, MasterKV] | None = None,
         share_masters: bool = True,
         prefixes: Sequence[PrefixKV | None] | None = None,
+        together: bool = False,
     ) -> RoundPrefill:
         """Prefill a round's prompts, in order, each after its cached prefix (`prefixes`, by prompt).
 
@@ -171,42 +172,116 @@ class CollectiveReuse:
         it is computed in full (exact for it) and its KV of each such block becomes the block's
         master, at the position it holds it; the prompts after it reuse that master. A master
         taken from a real prompt has its first tokens past real context, not at position 0 as
-        attention sinks, and costs no forward of its own. New masters are added to `masters`
-        (returned in `RoundPrefill.masters`).
+        attention sinks, and costs no forward of its own. With `together`, the prompts that reuse
+        are recomputed together after the leaders: one forward per layer over all of their chosen
+        tokens (`blend.blend_known_group`, TokenDance's collective recompute), each prompt's KV
+        and logits the same bits as alone; a prompt whose selection needs the deviation (or the
+        estimate) still runs alone.
 
-        Per-request baseline (`share_masters=False`): every prompt computes the masters it holds
-        alone, at position 0, then reuses them (classic position-independent caching);
-        `masters` is left alone."""
+        Per-request baseline (`share_masters=False`), position-independent caching as CacheBlend
+        and EPIC run it: a chunk cache. Each block of the round that `masters` lacks is computed
+        alone, at position 0, once for the round (the blocks side by side in one forward: their
+        rows are independent), and every prompt reads it; then each prompt's selective recompute
+        runs on its own, with the same selection budget and rule.
+
+        New masters are added to `masters` (returned in `RoundPrefill.masters`)."""
         shared = masters if masters is not None else {}
         if prefixes is not None and len(prefixes) != len(prompts):
             raise ValueError(f"prefixes must be one per prompt: {len(prefixes)} for {len(prompts)} prompts")
         computed = master_tokens = standalone_tokens = 0
-        prefills = []
+        prefills: list[ReusedPrefill | None] = [None] * len(prompts)
+        grouped: list[int] = []
+        if not share_masters:
+            blocks = {
+                span.block.content_id: span.block
+                for prompt in prompts
+                if self._needs_master(prompt)
+                for span in prompt.shared_spans()
+                if span.block.content_id not in shared
+            }
+            shared.update(self.masters_alone(list(blocks.values())))
+            computed = len(blocks)
+            master_tokens = standalone_tokens = sum(len(block.token_ids) for block in blocks.values())
         for i, prompt in enumerate(prompts):
             spans = prompt.shared_spans()
             prefix = prefixes[i] if prefixes is not None else None
-            if share_masters:
-                missing = [span for span in spans if span.block.content_id not in shared]
-                if missing and self._needs_master(prompt):
-                    prefill = self._exact(prompt, fell_back=False, deviation=0.0, prefix=prefix)
-                    prefill.stats = dataclasses.replace(prefill.stats, led=True)
-                    for span in missing:
-                        k, v = prefill.k[:, span.start : span.end], prefill.v[:, span.start : span.end]
-                        shared[span.block.content_id] = MasterKV(span.block, k.clone(), v.clone(), span.start)
-                        computed, master_tokens = computed + 1, master_tokens + span.end - span.start
-                    prefill.siblings = tuple(Sibling(s.block.content_id, 0, s.end - s.start) for s in missing)
-                    prefills.append(prefill)
-                    continue
-                prefills.append(self.prefill(prompt, shared, prefix))
-                continue
-            own: dict[str, MasterKV] = {}
-            if self._needs_master(prompt):
-                for span in spans:
-                    own[span.block.content_id] = self.master(span.block)
+            missing = [span for span in spans if span.block.content_id not in shared]
+            if share_masters and missing and self._needs_master(prompt):
+                prefill = self._exact(prompt, fell_back=False, deviation=0.0, prefix=prefix)
+                prefill.stats = dataclasses.replace(prefill.stats, led=True)
+                for span in missing:
+                    k, v = prefill.k[:, span.start : span.end], prefill.v[:, span.start : span.end]
+                    shared[span.block.content_id] = MasterKV(span.block, k.clone(), v.clone(), span.start)
                     computed, master_tokens = computed + 1, master_tokens + span.end - span.start
-                    standalone_tokens += span.end - span.start
-            prefills.append(self.prefill(prompt, own, prefix))
-        return RoundPrefill(prefills, computed, master_tokens, standalone_tokens, shared)
+                prefill.siblings = tuple(Sibling(s.block.content_id, 0, s.end - s.start) for s in missing)
+                prefills[i] = prefill
+            elif share_masters and together and self._known(prompt):
+                grouped.append(i)
+            else:
+                prefills[i] = self.prefill(prompt, shared, prefix)
+        if grouped:
+            group = [prompts[i] for i in grouped]
+            group_prefixes = [prefixes[i] if prefixes is not None else None for i in grouped]
+            for i, prefill in zip(grouped, self.prefill_group(group, shared, group_prefixes)):
+                prefills[i] = prefill
+        done = [p for p in prefills if p is not None]
+        return RoundPrefill(done, computed, master_tokens, standalone_tokens, shared)
+
+    def masters_alone(self, blocks: Sequence[SharedBlock]) -> dict[str, MasterKV]:
+        """Each block's KV computed alone, at position 0 (a chunk cache), all in one forward per
+        layer: each block its own sequence (`blend_known_group` with every token run), the bits
+        `full` gives each alone."""
+        if not blocks:
+            return {}
+        config = self.model.config
+        inputs, chosen = [], []
+        for block in blocks:
+            n = len(block.token_ids)
+            shape = (config.num_hidden_layers, n, config.num_key_value_heads, config.head_dim)
+            ids = torch.as_tensor(block.token_ids, dtype=torch.long)
+            inputs.append(
+                BlendInput(
+                    ids,
+                    torch.empty(shape, dtype=self.dtype),
+                    torch.empty(shape, dtype=self.dtype),
+                    torch.zeros(n, dtype=torch.bool),
+                )
+            )
+            chosen.append(torch.ones(n, dtype=torch.bool))
+        blend_known_group(self.model, inputs, chosen)
+        return {block.content_id: MasterKV(block, b.k, b.v) for block, b in zip(blocks, inputs)}
+
+    def prefill_group(
+        self,
+        prompts: Sequence[SegmentedPrompt],
+        masters: dict[str, MasterKV],
+        prefixes: Sequence[PrefixKV | None],
+    ) -> list[ReusedPrefill]:
+        """Prompts whose chosen tokens are known before the forward (`_known`), each reusing
+        `masters`, recomputed together (`blend_known_group`): what `prefill` gives each alone."""
+        blends, chosen = [], []
+        for prompt, prefix in zip(prompts, prefixes):
+            spans = prompt.shared_spans()
+            self._check_tail(prompt)
+            self._check_masters(spans, masters)
+            blends.append(
+                self.blend_input(prompt.token_ids, [(s.start, masters[s.block.content_id]) for s in spans], prefix)
+            )
+            bounds = [(span.start, span.end) for span in spans]
+            chosen.append(
+                RecomputeSelector(prompt.reuse.recompute_fraction).choose(None, bounds, len(prompt.token_ids))
+            )
+        logits = blend_known_group(self.model, blends, chosen, tail=self.tail_logits)
+        return [
+            self._reused(prompt, masters, blend, picked, rows, 0.0)
+            for prompt, blend, picked, rows in zip(prompts, blends, chosen, logits)
+        ]
+
+    def _known(self, prompt: SegmentedPrompt) -> bool:
+        """Whether the prompt's recompute runs only its chosen tokens (`blend_known`): no estimate
+        wanted, and every block's budget within its anchors."""
+        bounds = [(span.start, span.end) for span in prompt.shared_spans()]
+        return not self.estimate and RecomputeSelector(prompt.reuse.recompute_fraction).by_position(bounds)
 
     def prefill(
         self, prompt: SegmentedPrompt, masters: dict[str, MasterKV], prefix: PrefixKV | None = None
@@ -214,16 +289,10 @@ class CollectiveReuse:
         """One prompt, its blocks' masters in `masters` (by content id), after its cached `prefix`."""
         token_ids = prompt.token_ids
         spans = prompt.shared_spans()
-        last = prompt.segments[-1]
-        if self.tail_logits > 1 and (isinstance(last, SharedBlock) or len(last.token_ids) < self.tail_logits):
-            raise ValueError(f"the prompt must end with at least {self.tail_logits} private tokens (tail_logits)")
-        shared_tokens = sum(span.end - span.start for span in spans)
+        self._check_tail(prompt)
         if not self._needs_master(prompt):
             return self._exact(prompt, fell_back=False, deviation=0.0, prefix=prefix)
-        for span in spans:
-            master = masters.get(span.block.content_id)
-            if master is None or master.block.token_ids != span.block.token_ids:
-                raise ValueError(f"no master with the tokens of shared block {span.block.content_id!r}")
+        self._check_masters(spans, masters)
         blend = self.blend_input(token_ids, [(span.start, masters[span.block.content_id]) for span in spans], prefix)
         selector = RecomputeSelector(prompt.reuse.recompute_fraction)
         bounds = [(span.start, span.end) for span in spans]
@@ -236,13 +305,38 @@ class CollectiveReuse:
             return None if self.max_deviation is not None and estimate > self.max_deviation else chosen
 
         logits: torch.Tensor | None
-        if not self.estimate and selector.by_position(bounds):
+        if self._known(prompt):
             chosen = selector.choose(None, bounds, len(token_ids))
             logits = blend_known(self.model, blend, chosen, tail=self.tail_logits)
         else:
             logits = blend_prefill(self.model, blend, choose, full_layers=self.full_layers, tail=self.tail_logits)
         if logits is None:
             return self._exact(prompt, fell_back=True, deviation=estimate, prefix=prefix)
+        return self._reused(prompt, masters, blend, chosen, logits, estimate)
+
+    def _check_tail(self, prompt: SegmentedPrompt) -> None:
+        last = prompt.segments[-1]
+        if self.tail_logits > 1 and (isinstance(last, SharedBlock) or len(last.token_ids) < self.tail_logits):
+            raise ValueError(f"the prompt must end with at least {self.tail_logits} private tokens (tail_logits)")
+
+    def _check_masters(self, spans: Sequence[SharedSpan], masters: dict[str, MasterKV]) -> None:
+        for span in spans:
+            master = masters.get(span.block.content_id)
+            if master is None or master.block.token_ids != span.block.token_ids:
+                raise ValueError(f"no master with the tokens of shared block {span.block.content_id!r}")
+
+    def _reused(
+        self,
+        prompt: SegmentedPrompt,
+        masters: dict[str, MasterKV],
+        blend: BlendInput,
+        chosen: torch.Tensor,
+        logits: torch.Tensor,
+        estimate: float,
+    ) -> ReusedPrefill:
+        """A blended prompt's result: its KV (the blend wrote it in place), the sibling of each
+        block it holds (the rows recomputed in it), its stats."""
+        spans = prompt.shared_spans()
         recomputed = chosen.nonzero().flatten().tolist()
         siblings = tuple(
             Sibling(
@@ -257,14 +351,14 @@ class CollectiveReuse:
             for span in spans
         )
         stats = ReuseStats(
-            prompt_tokens=len(token_ids),
-            shared_tokens=shared_tokens,
+            prompt_tokens=len(prompt.token_ids),
+            shared_tokens=sum(span.end - span.start for span in spans),
             recomputed_shared_tokens=sum(len(s.recomputed_rows) for s in siblings),
             exact=False,
             fell_back=False,
             deviation=estimate,
         )
-        return ReusedPrefill(logits, blend.k, blend.v, siblings, stats)  # the blend wrote the KV there
+        return ReusedPrefill(logits, blend.k, blend.v, siblings, stats)
 
     def _needs_master(self, prompt: SegmentedPrompt) -> bool:
         return not prompt.reuse.exact and prompt.reuse.recompute_fraction < 1.0

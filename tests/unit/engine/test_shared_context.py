@@ -41,16 +41,22 @@ def _round(fraction: float = 0.25) -> list[SegmentedPrompt]:
     ]
 
 
-def test_a_round_takes_each_master_once_from_its_first_prompt_the_baseline_per_prompt(model) -> None:
+def test_a_round_takes_each_master_once_from_its_first_prompt_the_baseline_from_a_chunk_cache(model) -> None:
     reuse = CollectiveReuse(model, max_deviation=None)
     collective = reuse.prefill_round(_round())
     per_request = reuse.prefill_round(_round(), share_masters=False)
     assert (collective.masters_computed, collective.master_tokens, collective.standalone_master_tokens) == (3, 72, 0)
+    # The baseline's chunk cache: each block computed once for the round, alone at position 0 (the
+    # blocks side by side in one forward), the bits of computing each on its own; every prompt reads it.
     assert (per_request.masters_computed, per_request.master_tokens, per_request.standalone_master_tokens) == (
-        9,
-        216,
-        216,
+        3,
+        72,
+        72,
     )
+    for block in BLOCKS:
+        alone, cached = reuse.master(block), per_request.masters[block.content_id]
+        assert cached.start == 0 and torch.equal(cached.k, alone.k) and torch.equal(cached.v, alone.v)
+    assert [{s.master_id for s in p.siblings} for p in per_request.prefills] == [{b.content_id for b in BLOCKS}] * 3
     # The first prompt leads: computed in full, its blocks' KV where it holds them are the masters.
     leader, prompt = collective.prefills[0], _round()[0]
     logits, k, _ = reuse.full(prompt.token_ids)
@@ -231,3 +237,22 @@ def test_a_known_choice_must_hold_every_private_token_and_an_estimate_is_refused
         blend_known(model, blend, chosen[1:])
     with pytest.raises(ValueError, match="estimate=False needs max_deviation=None"):
         CollectiveReuse(model, max_deviation=0.2, estimate=False)
+
+
+def test_a_round_recomputed_together_is_each_prompt_recomputed_alone_bit_for_bit(model) -> None:
+    """TokenDance's collective recompute: the followers' chosen tokens in one forward per layer
+    (`together`), their KV, logits and siblings those of recomputing each on its own. Here every
+    block's budget is its anchors (fraction 0.05 of 24 tokens), so the choice is by position."""
+    reuse = CollectiveReuse(model, max_deviation=None, estimate=False, tail_logits=2)
+    alone = reuse.prefill_round(_round(0.05))
+    together = reuse.prefill_round(_round(0.05), together=True)
+    assert [p.stats.led for p in together.prefills] == [True, False, False]
+    for a, b in zip(alone.prefills, together.prefills, strict=True):
+        assert torch.equal(a.k, b.k) and torch.equal(a.v, b.v) and torch.equal(a.logits, b.logits)
+        assert a.siblings == b.siblings and a.stats == b.stats
+    # With a cached prefix (each prompt's first 8 tokens) the group runs only what follows it.
+    prefixes = [PrefixKV(p.k[:, :8], p.v[:, :8]) for p in alone.prefills]
+    alone = reuse.prefill_round(_round(0.05), prefixes=prefixes)
+    together = reuse.prefill_round(_round(0.05), prefixes=prefixes, together=True)
+    for a, b in zip(alone.prefills[1:], together.prefills[1:], strict=True):
+        assert torch.equal(a.k, b.k) and torch.equal(a.logits, b.logits)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from agentserve.bench.papers.tokendance.bound import collective_bound
 from agentserve.bench.papers.tokendance.capacity import METHODS, CapacitySpec, capacity
+from agentserve.bench.papers.tokendance.quality_real import LENGTHS
 from agentserve.bench.papers.tokendance.served import POLICIES, Regime, ServedSpec, calibrate, served_capacity
 from agentserve.bench.papers.tokendance.workload import RoundShape, agent_society, generative_agents
 from agentserve.contracts.segments import DEFAULT_RECOMPUTE_FRACTION
@@ -58,6 +59,7 @@ class BenchSpec:
     quality_rounds: int = 3
     storage_segments: int = 4  # shared segments whose master + diffs are encoded per workload
     threads: int = 1  # torch threads for the real engine (one: what a loaded two-core machine gives steadily)
+    real_quality_lengths: tuple[int, ...] = LENGTHS  # SmolLM2's prompts (quality_real.py); () skips it
 
     def __post_init__(self) -> None:
         if self.agents < 32 or self.society_agents < 32:
@@ -86,17 +88,21 @@ def run_bench(spec: BenchSpec, log: Callable[[str], None] = print) -> dict:
     served = {s.name: _served(spec, s, storage[s.name], model, log) for s in shapes}
     log("round prefill on the trained default model: per request vs collective ...")
     prefill = _prefill(spec, shapes, model)
-    log("quality against full recompute, per recompute fraction ...")
+    log("quality against full recompute, per recompute fraction (trained default model) ...")
     quality = _quality(spec)
+    log(f"quality on SmolLM2-135M-Instruct at {list(spec.real_quality_lengths)}-token prompts, per fraction ...")
+    real = _real_quality(spec, log)
     headline = {
         "concurrent_agents_ratio": min(c["ratio"] for c in served.values()),
         # The most any collective policy could reach in the same regime (bound.py): the headline's bound.
         "concurrent_agents_ratio_bound": min(c["bound"]["concurrent_agents_ratio_bound"] for c in served.values()),
         "concurrent_agents_ratio_cost_model": min(c["ratio"] for c in capacities.values()),
         "storage_reduction": min(s["default"]["storage_reduction"] for s in storage.values()),
+        "storage_reduction_all_kv": min(s["all_kv"]["storage_reduction_all_kv"] for s in storage.values()),
         "prefill_speedup_vs_pic": min(p["prefill_speedup_vs_pic"] for p in prefill),
-        "top1_agreement": quality["top1_agreement"],
-        "mean_kl": quality["mean_kl"],
+        # SmolLM2 at the workloads' lengths (its lowest cell at the bench's fraction); else the trained model's.
+        "top1_agreement": real["at_fraction"]["top1_agreement"] if real else quality["top1_agreement"],
+        "mean_kl": real["at_fraction"]["mean_kl"] if real else quality["mean_kl"],
     }
     targets = {
         k: {"value": headline[k], "target": t, "paper": paper, "met": headline[k] >= t}
@@ -112,6 +118,9 @@ def run_bench(spec: BenchSpec, log: Callable[[str], None] = print) -> dict:
         "storage": storage,
         "prefill": prefill,
         "quality": quality,
+        "quality_real": real,
+        "top1_agreement_lengths": real["lengths"] if real else [],
+        "quality_chosen_fraction": real["chosen_fraction"] if real else None,
         "fraction_curve": _curve(spec, shapes, storage, quality),
         "elapsed_s": round(time.monotonic() - started, 1),
         "load_average": os.getloadavg(),
@@ -145,6 +154,11 @@ def _regime(spec: BenchSpec) -> dict:
             f"{spec.engine_round}, token scale 1/{spec.engine_token_scale}"
         ),
         "quality": f"trained default model, held-out text, {spec.quality_agents} agents x {spec.quality_rounds} rounds",
+        "quality_real": (
+            f"SmolLM2-135M-Instruct (Q4_1 weights dequantized, fp32), the project's corpus, prompts of "
+            f"{list(spec.real_quality_lengths)} tokens, GenerativeAgents-shaped (4 blocks x 128) and "
+            "AgentSociety-shaped (8 x 64) rounds, 4 agents each (the first leads), histories as prefix hits"
+        ),
         "storage": (
             f"trained default model (fp32), one round of every agent over {spec.storage_segments} segments of "
             "the workload's output length, held-out text, stored in real KV stores (xor-deflate diffs)"
@@ -168,7 +182,7 @@ def _storage(spec: BenchSpec, shape: RoundShape) -> dict:
         return figures.as_dict()
 
     default = one(spec.recompute_fraction)
-    out = {"default": default, "diff_share": _diff_share(default)}
+    out = {"default": default, "diff_share": _diff_share(default), "all_kv": all_kv_reduction(shape, default)}
     projected = default["fraction_for_target"]
     if projected is not None and projected < spec.recompute_fraction:
         at = one(math.floor(projected * 100) / 100)
@@ -176,6 +190,28 @@ def _storage(spec: BenchSpec, shape: RoundShape) -> dict:
             k: at[k] for k in ("recompute_fraction", "storage_reduction", "dense_row_bound")
         }
     return out
+
+
+def all_kv_reduction(shape: RoundShape, figures: dict) -> dict:
+    """`storage_reduction_all_kv`: every agent's whole context at the workload's last round (its
+    history, private tokens and outputs, and every gathered block it holds, earlier rounds'
+    included) in full, over what collective holds of it: the private tokens in full, the gathered
+    tokens at the measured shared-segment storage (masters + diffs, `storage_reduction`). The
+    served path keeps earlier rounds' blocks as masters + diffs too (a session's stored context
+    carries its pieces forward, `engine_service/reused_kv.py`). Projected from the measured bytes
+    per token onto the workload's token counts (`workload.rounds`)."""
+    from agentserve.bench.papers.tokendance.workload import rounds
+
+    last = rounds(shape)[-1]
+    shared = sum(a.history_shared_tokens + a.shared_tokens for a in last)
+    total = sum(a.prompt_tokens + a.output_tokens for a in last)
+    held = (total - shared) + shared / figures["storage_reduction"]
+    return {
+        "round_index": last[0].round_index,
+        "context_tokens": total,
+        "shared_tokens": shared,
+        "storage_reduction_all_kv": round(total / held, 3),
+    }
 
 
 def _diff_share(figures: dict) -> float:
@@ -284,6 +320,26 @@ def _quality(spec: BenchSpec) -> dict:
     from agentserve.bench.papers.tokendance.quality import run as quality_run
 
     return quality_run(PromptSet(spec.quality_agents, spec.quality_rounds), FRACTIONS, num_threads=spec.threads or 1)
+
+
+def _real_quality(spec: BenchSpec, log: Callable[[str], None]) -> dict | None:
+    """Quality on SmolLM2-135M-Instruct at the workloads' prompt lengths (quality_real.py), and the
+    lowest cell at the bench's fraction (the headline); None when no length is asked for."""
+    if not spec.real_quality_lengths:
+        return None
+    from agentserve.bench.papers.tokendance.quality_real import REAL_FRACTIONS, RealPromptSet, run, smollm2
+
+    model, fingerprint, stream = smollm2(spec.threads)
+    fractions = tuple(sorted({*REAL_FRACTIONS, spec.recompute_fraction}))
+    result = run(model, stream, RealPromptSet(lengths=spec.real_quality_lengths), fractions, log=log)
+    at = [c for c in result["cells"] if c["recompute_fraction"] == spec.recompute_fraction]
+    result["model_fingerprint"] = fingerprint
+    result["at_fraction"] = {
+        "recompute_fraction": spec.recompute_fraction,
+        "top1_agreement": min(c["top1_agreement"] for c in at),
+        "mean_kl": max(c["mean_kl"] for c in at),
+    }
+    return result
 
 
 def _curve(spec: BenchSpec, shapes: list[RoundShape], storage: dict, quality: dict) -> list[dict]:

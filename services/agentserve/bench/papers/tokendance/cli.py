@@ -56,6 +56,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--quality-agents", type=int, default=BenchSpec.quality_agents)
     e.add_argument("--quality-rounds", type=int, default=BenchSpec.quality_rounds)
     e.add_argument("--storage-segments", type=int, default=BenchSpec.storage_segments)
+    e.add_argument(
+        "--real-quality-lengths",
+        type=int,
+        nargs="*",
+        default=list(BenchSpec.real_quality_lengths),
+        help="prompt lengths of the quality run on SmolLM2-135M-Instruct (none: skip it)",
+    )
     e.add_argument("--threads", type=int, default=BenchSpec.threads, help="torch threads for the real engine")
     p.add_argument("--out", type=Path, help="results directory (default artifacts/bench/papers/tokendance-<time>)")
     p.add_argument("--json", action="store_true", help="print the result as one line of JSON")
@@ -85,6 +92,7 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
         quality_rounds=args.quality_rounds,
         storage_segments=args.storage_segments,
         threads=args.threads,
+        real_quality_lengths=tuple(args.real_quality_lengths),
     )
 
 

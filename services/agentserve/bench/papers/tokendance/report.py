@@ -20,6 +20,16 @@ def markdown(result: dict) -> str:
         lines.append(f"| `{key}` | {v['value']:.3f} | >= {v['target']} | {v['paper']} | {v['met']} |")
     lines += [f"| `mean_kl` | {result['mean_kl']:.5f} | - | - | - |"]
     lines += [
+        f"| `storage_reduction_all_kv` | {result['storage_reduction_all_kv']:.3f} | - "
+        "| every agent's whole context at the last round, private tokens included | - |"
+    ]
+    lengths = result.get("top1_agreement_lengths") or []
+    lines += [
+        f"| `top1_agreement_lengths` | {lengths} | 1K-4K | - | - |",
+        f"| `quality_chosen_fraction` | {result.get('quality_chosen_fraction')} | smallest fraction with top-1 "
+        ">= 0.95 in every cell | - | - |",
+    ]
+    lines += [
         f"| `concurrent_agents_ratio_bound` | {result['concurrent_agents_ratio_bound']:.3f} | - "
         "| the most a collective policy could reach at this SLO and budget (bound.py) | - |",
         "",
@@ -62,13 +72,19 @@ def markdown(result: dict) -> str:
         "",
         "## Round prefill on the real engine",
         "",
-        "| workload | round | per request s | collective s | speedup |",
+        "PIC: a chunk cache (each block computed once per round, alone), each request's recompute on its "
+        "own; collective: the round's first prompt gives the masters, the others' recompute one by one or "
+        "together (one forward per layer). Fastest of the repeats; KV held in full-token equivalents.",
+        "",
+        "| workload | round | PIC s | collective one by one s | collective s | speedup | one by one | KV held PIC "
+        "| KV held collective |",
     ]
-    lines.append("|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     for p in result["prefill"]:
         lines.append(
-            f"| {p['workload']} | {p['round_index']} | {p['per_request_s']} | {p['collective_s']} "
-            f"| {p['prefill_speedup_vs_pic']} |"
+            f"| {p['workload']} | {p['round_index']} | {p['per_request_s']} | {p['collective_one_by_one_s']} "
+            f"| {p['collective_s']} | {p['prefill_speedup_vs_pic']} | {p['prefill_speedup_one_by_one']} "
+            f"| {p['kv_held_tokens_pic']} | {p['kv_held_tokens_collective']} |"
         )
     lines += [
         "",
@@ -85,8 +101,33 @@ def markdown(result: dict) -> str:
             w = row.get(name, {})
             cells += [str(w.get("storage_reduction", "")), str(w.get("concurrent_agents_ratio", ""))]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += _real_quality_markdown(result.get("quality_real"))
     lines += ["", f"Elapsed {result['elapsed_s']} s; load average {result['load_average']}.", ""]
     return "\n".join(lines)
+
+
+def _real_quality_markdown(real: dict | None) -> list[str]:
+    if not real:
+        return []
+    fractions = real["fractions"]
+    lines = [
+        "",
+        "## Quality on SmolLM2-135M-Instruct at the workloads' lengths (top-1 agreement / mean KL)",
+        "",
+        f"Chosen fraction (the smallest with top-1 >= {real['top1_floor']} in every cell): {real['chosen_fraction']}.",
+        "",
+        "| shape | prompt tokens | " + " | ".join(str(f) for f in fractions) + " |",
+        "|---|---" + "|---" * len(fractions) + "|",
+    ]
+    cells = {(c["shape"], c["prompt_tokens"], c["recompute_fraction"]): c for c in real["cells"]}
+    for shape, length in dict.fromkeys((c["shape"], c["prompt_tokens"]) for c in real["cells"]):
+        row = [cells.get((shape, length, f)) for f in fractions]
+        lines.append(
+            f"| {shape} | {length} | "
+            + " | ".join(f"{c['top1_agreement']} / {c['mean_kl']}" if c else "" for c in row)
+            + " |"
+        )
+    return lines
 
 
 def _served_markdown(served: dict) -> list[str]:
@@ -245,17 +286,20 @@ def _prefill(result: dict, out: Path) -> Path:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     names = [p["workload"] for p in result["prefill"]]
-    for i, (key, label, color) in enumerate(
-        (("per_request_s", "per-request PIC", COLORS["pic"]), ("collective_s", "collective", COLORS["collective"]))
-    ):
+    ways = (
+        ("per_request_s", "PIC (chunk cache)", COLORS["pic"]),
+        ("collective_one_by_one_s", "collective, one by one", "#9ecae1"),
+        ("collective_s", "collective", COLORS["collective"]),
+    )
+    for i, (key, label, color) in enumerate(ways):
         bars = ax.bar(
-            [j + (i - 0.5) * 0.4 for j in range(len(names))],
+            [j + (i - 1) * 0.27 for j in range(len(names))],
             [p[key] for p in result["prefill"]],
-            0.4,
+            0.27,
             label=label,
             color=color,
         )
-        ax.bar_label(bars, fmt="%.1f s")
+        ax.bar_label(bars, fmt="%.2f", fontsize=7)
     ax.set_xticks(range(len(names)), names)
     ax.set_ylabel("round prefill time (s, this machine)")
     ax.set_title("one gather round on the trained default model")

@@ -9,13 +9,15 @@ its context's KV for the next round (a prefix-cache hit) while the budget holds 
 
     prefix      the prompt after the cached history, computed in full (no gathered block is a
                 prefix hit: each follows a private history)
-    pic         every block's master computed alone for this request, then a blended prefill
+    pic         a chunk cache, as CacheBlend and EPIC run it: each of the round's blocks computed
+                alone once (by the round's first agent, all blocks in one forward per layer),
+                every agent's prompt a blended prefill against them, on its own
     collective  the round's first agent computed in full (its KV of the blocks: the masters),
                 every later one a blended prefill against those masters
 
 KV resident, in full-token equivalents (what the budget holds):
 
-    prefix, pic   every agent's full context (pic also its round's block cache, one master each)
+    prefix, pic   every agent's full context (pic also its round's chunk cache, one master per block)
     collective    every agent's private tokens in full, its gathered tokens at the diff share
                   (stored bytes of a sibling over its full copy: the storage measurement), and
                   every round's masters (never evicted before their siblings)
@@ -223,7 +225,8 @@ class RoundServer:
             blocks = [SharedBlock(f"{shape.name}/r{r}/agent{a}", r, agents[a].outputs[-1]) for a in range(n)]
             evictions_before = self.ledger.evictions
             if self.policy == "pic":
-                self.ledger.fixed = n * shape.output_tokens  # the round's block cache: one master per block
+                self.ledger.fixed = n * shape.output_tokens  # the round's chunk cache: one master per block
+                self.masters = {}  # a prompt holds its own round's blocks only
             latency = 0.0
             computed = recomputed = agents_served = 0
             for a, plan in enumerate(agent_rounds):
@@ -272,7 +275,7 @@ class RoundServer:
             _, k, v = self.reuse.full(prompt.token_ids, prefix)
             return k, v, len(prompt.token_ids) - cached
         if self.policy == "pic":
-            result = self.reuse.prefill_round([prompt], share_masters=False, prefixes=[prefix])
+            result = self.reuse.prefill_round([prompt], self.masters, share_masters=False, prefixes=[prefix])
         else:
             round_index = prompt.shared_spans()[0].block.round_index
             for content_id in [c for c, m in self.masters.items() if m.block.round_index < round_index]:
