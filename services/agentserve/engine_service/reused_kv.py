@@ -46,8 +46,9 @@ class Persisted:
 
 
 class StoredMasters:
-    """The master blocks this engine has stored, by content id, so a round's masters are written
-    once however many of its prompts reuse them; forgotten with the engine's masters' rounds."""
+    """The master blocks this engine has stored, by block id, so a round's masters are written
+    once however many of its prompts reuse them; the newest `keep` are remembered (one forgotten
+    is only written again: a put of a block the store holds changes nothing)."""
 
     def __init__(self, keep: int = 4096) -> None:
         self.keep = keep
@@ -77,7 +78,8 @@ async def persist(
     persisted = blocks.prompt(prompt, reused.prefill, reused.masters, prefix if reused.prefix_tokens else None)
     masters = stored_masters.new(blocks.masters(reused.masters.values()))
     stored = await mover.put(masters + persisted.blocks)
-    new_diffs = sum(1 for block_id, _ in persisted.blocks if block_id in set(persisted.layout.diff_ids))
+    diff_ids = set(persisted.layout.diff_ids)
+    new_diffs = sum(1 for block_id, _ in persisted.blocks if block_id in diff_ids)
     return Persisted(persisted.layout, len(masters), new_diffs, stored)
 
 
