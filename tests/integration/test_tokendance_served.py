@@ -210,6 +210,7 @@ def _chat(cluster, session_id: str, messages: list[dict], segments: dict | None 
         return json.loads(reply.read())
 
 
+@pytest.mark.timeout(900)  # the module's cluster may start in this test (900 s: as the test above)
 def test_rounds_over_the_chat_route_with_agentserve_segments_reuse_and_restore(cluster, spans) -> None:
     """The same two rounds over the OpenAI chat route, each block marked by its text in the
     `agentserve_segments` field: the second round's prefills take the collective path over
