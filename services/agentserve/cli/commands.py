@@ -280,6 +280,12 @@ def sim_validate(args: argparse.Namespace) -> dict | None:
     return validate(args)
 
 
+def plan(args: argparse.Namespace) -> dict | None:
+    from agentserve.plan.cli import plan as run_plan
+
+    return run_plan(args)
+
+
 def bench_agentaware(args: argparse.Namespace) -> dict | None:
     from agentserve.bench.papers.agentaware.cli import agentaware
 

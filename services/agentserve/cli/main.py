@@ -16,6 +16,7 @@ from agentserve.bench.papers.replay import cli_args as replay_args
 from agentserve.bench.papers.tokendance.cli import add_arguments as tokendance_args
 from agentserve.cli import commands
 from agentserve.engine.emulation_config import COMPUTE_MODES, EmulationConfig
+from agentserve.plan import cli_args as plan_cli
 from agentserve.sim import cli_args as sim_cli
 from agentserve.training.trainer import TrainConfig
 
@@ -419,6 +420,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim_cli.add_validate_arguments(simval)
     simval.set_defaults(func=commands.sim_validate)
+    plan = sub.add_parser(
+        "plan",
+        help="the cheapest deployment (prefill and decode engines, storage NIC, policies) that serves an agent "
+        "workload within an SLO, by simulation; --elastic: a scaling policy against a peak-sized deployment over "
+        "a day; --multi: two models placed together",
+    )
+    plan_cli.add_arguments(plan)
+    plan.set_defaults(func=commands.plan)
     workload = sub.add_parser("workload", help="agent workloads for bench replay").add_subparsers(
         dest="workload_command", required=True
     )

@@ -5,7 +5,9 @@ output) plus its new tokens. Its store hits are what the store holds of that con
 prefix's whole blocks on a first turn (cached before the run, as `bench dualpath` warms it), and
 on a later turn the whole context but its last token (the scheduler's stored tail blocks,
 `scheduler/tail_blocks.py`), or its whole blocks without them. The tool wait after a turn is drawn
-from an exponential distribution of the stated mean, from the run's seed.
+from an exponential distribution of the stated mean, from the run's seed; with no mean
+(`tool_wait_s=None`) it is the workload's own: the turn's tool calls, then the next turn's think
+time (`Turn.tool_time_s`, `Turn.think_s`), as a trace or a generator recorded them.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class Agents:
         loop: EventLoop,
         workload: Workload,
         arrivals: list[float],
-        tool_wait_s: float,
+        tool_wait_s: float | None,
         seed: int,
         block_size: int,
         tail_blocks: bool,
@@ -47,8 +49,8 @@ class Agents:
     ) -> None:
         if len(arrivals) != len(workload.sessions):
             raise ValueError(f"{len(arrivals)} arrival times for {len(workload.sessions)} agents")
-        if tool_wait_s < 0:
-            raise ValueError(f"tool_wait_s must be >= 0, got {tool_wait_s}")
+        if tool_wait_s is not None and tool_wait_s < 0:
+            raise ValueError(f"tool_wait_s must be >= 0 (None: the workload's own waits), got {tool_wait_s}")
         self.loop = loop
         self.block_size = block_size
         self.tail_blocks = tail_blocks
@@ -59,7 +61,10 @@ class Agents:
         self.agents = []
         for spec, at in zip(workload.sessions, arrivals, strict=True):
             prefix = workload.prefixes.get(spec.prefix, 0) if spec.prefix is not None else 0
-            waits = [rng.expovariate(1 / tool_wait_s) if tool_wait_s else 0.0 for _ in spec.turns[1:]]
+            if tool_wait_s is None:
+                waits = [before.tool_time_s() + after.think_s for before, after in zip(spec.turns, spec.turns[1:])]
+            else:
+                waits = [rng.expovariate(1 / tool_wait_s) if tool_wait_s else 0.0 for _ in spec.turns[1:]]
             self.agents.append(Agent(spec, Session(spec.id), at, waits, prefix))
         for agent in self.agents:
             loop.at(agent.arrival_s, lambda a=agent: self._next(a))  # type: ignore[misc]

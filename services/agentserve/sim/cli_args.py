@@ -59,7 +59,12 @@ def add_dualpath_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--policies", default=",".join(POLICY_NAMES), help="comma-separated subset (default all)")
     p.add_argument("--turn-order", default=DEFAULT_TURN_ORDER, help=f"default {DEFAULT_TURN_ORDER}")
-    p.add_argument("--slo", default=DEFAULT_TARGET_SLO, help=f"online SLO (default {DEFAULT_TARGET_SLO})")
+    p.add_argument(
+        "--slo",
+        default=DEFAULT_TARGET_SLO,
+        help=f"online SLO (default {DEFAULT_TARGET_SLO}); ttft_first_pNN / ttft_later_pNN bound first and later "
+        "turns apart, each at its own percentile, and each probe names the term that binds",
+    )
     p.add_argument("--no-online", dest="online", action="store_false", help="skip the capacity search")
     p.add_argument("--online-turns", type=int, default=5, help="turns per online agent (default 5)")
     p.add_argument("--online-duration", type=float, default=60.0, help="seconds of arrivals per probe (default 60)")

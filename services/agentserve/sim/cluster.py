@@ -30,6 +30,8 @@ GBPS = 1e9 / 8  # bytes per second in one Gbps
 
 
 class SimCluster:
+    decode_engine_type: type[DecodeEngine] = DecodeEngine  # a subclass may step decode its own way
+
     def __init__(
         self, loop: EventLoop, config: SimConfig, policy: PolicySet, on_turn_done: Callable[[SimTurn], None]
     ) -> None:
@@ -37,13 +39,13 @@ class SimCluster:
         self.config = config
         self.policy = policy
         self.on_turn_done = on_turn_done
-        cost = config.cost()
+        self.cost = config.cost()
         self.block_bytes = config.block_size * config.kv_bytes_per_token
         self.pool_blocks = {"prefill": config.pool_blocks("prefill"), "decode": config.pool_blocks("decode")}
         self.snics: dict[str, SharedLink] = {}
         self.cnics: dict[str, SharedLink] = {}
         self.node_of: dict[str, str] = {}
-        settings = PrefillSettings(
+        self.prefill_settings = PrefillSettings(
             layerwise=policy.layerwise,
             load_order=policy.prefill.load_order,
             layer_groups=config.layer_groups,
@@ -53,36 +55,13 @@ class SimCluster:
         )
         self.prefills: dict[str, PrefillEngine] = {}
         self.decodes: dict[str, DecodeEngine] = {}
-        per_node = config.gpus_per_node
+        self.registry = EngineRegistry(policy.scheduler.engine_timeout_ms / 1000, clock=loop.now)
         for role in ("prefill", "decode"):
             engines = config.engines(role)
             for i in range(engines):
-                n, g = divmod(i, per_node)
-                node = f"{role}{n}"
-                if node not in self.snics:
-                    on_node = min(per_node, engines - n * per_node)
-                    self.snics[node] = SharedLink(loop, f"{node}/snic", config.snic_share_bytes_per_s * on_node)
-                engine_id = f"{role}-{n}-{g}"
-                self.node_of[engine_id] = node
-                self.cnics[engine_id] = SharedLink(loop, f"{engine_id}/cnic", config.cnic_gbps * GBPS)
-                if role == "prefill":
-                    self.prefills[engine_id] = PrefillEngine(
-                        engine_id,
-                        loop,
-                        cost,
-                        policy.batching,
-                        settings,
-                        self.cnics[engine_id],
-                        self._prefilled,
-                        self._handed_off,
-                    )
-                else:
-                    self.decodes[engine_id] = DecodeEngine(
-                        engine_id, loop, cost, self.pool_blocks["decode"], config.block_size, self._decoded
-                    )
-        self.registry = EngineRegistry(policy.scheduler.engine_timeout_ms / 1000, clock=loop.now)
-        for engine_id in (*self.prefills, *self.decodes):
-            self.registry.register(self._status(engine_id))
+                self.add_engine(
+                    role, i, min(config.gpus_per_node, engines - i // config.gpus_per_node * config.gpus_per_node)
+                )
         self.scheduler = GlobalScheduler(
             self.registry, LeastLoadedRouter(), policy.prefill_policy, policy.relay_policy, policy.path_policy
         )
@@ -90,6 +69,35 @@ class SimCluster:
         self.turns_open = 0
         self.bytes_by_path = {"A": 0, "B": 0}
         self._beating = False
+
+    def add_engine(self, role: str, index: int, on_node: int) -> str:
+        """Engine `index` of `role` on node `index // gpus_per_node`, registered with the scheduler; the
+        node's storage NIC (made with its first engine) carries the static shares of its `on_node`
+        engines. Returns the engine's id."""
+        n, g = divmod(index, self.config.gpus_per_node)
+        node = f"{role}{n}"
+        if node not in self.snics:
+            self.snics[node] = SharedLink(self.loop, f"{node}/snic", self.config.snic_share_bytes_per_s * on_node)
+        engine_id = f"{role}-{n}-{g}"
+        self.node_of[engine_id] = node
+        self.cnics[engine_id] = SharedLink(self.loop, f"{engine_id}/cnic", self.config.cnic_gbps * GBPS)
+        if role == "prefill":
+            self.prefills[engine_id] = PrefillEngine(
+                engine_id,
+                self.loop,
+                self.cost,
+                self.policy.batching,
+                self.prefill_settings,
+                self.cnics[engine_id],
+                self._prefilled,
+                self._handed_off,
+            )
+        else:
+            self.decodes[engine_id] = self.decode_engine_type(
+                engine_id, self.loop, self.cost, self.pool_blocks["decode"], self.config.block_size, self._decoded
+            )
+        self.registry.register(self._status(engine_id))
+        return engine_id
 
     def _status(self, engine_id: str) -> EngineStatus:
         node = self.node_of[engine_id]

@@ -7,6 +7,7 @@ the benches' own definitions) and what each storage NIC moved.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,15 +35,26 @@ class RunResult:
     wall_s: float
 
 
+ClusterFactory = Callable[[EventLoop, SimConfig, PolicySet, Callable[[SimTurn], None]], SimCluster]
+
+
 def simulate(
     config: SimConfig,
     policy: PolicySet,
     workload: Workload,
     arrivals: list[float] | None = None,
-    tool_wait_s: float = 0.0,
+    tool_wait_s: float | None = 0.0,
     seed: int = 0,
+    *,
+    cluster_factory: ClusterFactory = SimCluster,
+    on_start: Callable[[EventLoop, SimCluster, Agents], None] | None = None,
 ) -> RunResult:
-    """Run `workload`'s agents (arriving at `arrivals`, default all at 0) to their last turn."""
+    """Run `workload`'s agents (arriving at `arrivals`, default all at 0) to their last turn.
+
+    `tool_wait_s`: the mean of the exponential wait between an agent's turns; None: the workload's
+    own tool and think times. `cluster_factory` builds the cluster (a subclass that adds and drains
+    engines, `plan/elastic.py`); `on_start(loop, cluster, agents)` runs before the first event, to
+    schedule events of its own (a scaling controller)."""
     started = time.monotonic()
     loop = EventLoop()
     done: list[SimTurn] = []
@@ -52,7 +64,7 @@ def simulate(
         done.append(turn)
         holder[0].turn_done(turn)
 
-    cluster = SimCluster(loop, config, policy, turn_done)
+    cluster = cluster_factory(loop, config, policy, turn_done)
     agents = Agents(
         loop,
         workload,
@@ -65,6 +77,8 @@ def simulate(
         policy.turn_order.rank,
     )
     holder.append(agents)
+    if on_start is not None:
+        on_start(loop, cluster, agents)
     loop.run()
     expected = sum(len(s.turns) for s in workload.sessions)
     if len(done) != expected:

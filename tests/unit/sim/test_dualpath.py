@@ -54,6 +54,10 @@ def test_the_result_has_bench_dualparths_keys_and_a_bisected_capacity() -> None:
         assert (high - low) / low <= 0.1  # bisected to the tolerance
         passed = [p["load"] for p in capacity["probes"] if p["meets_slo"]]
         assert max(passed) == low
+        # each probe names the SLO term that binds; the capacity, the one at the lowest failing load
+        assert all({t["term"] for t in p["slo_check"]["terms"]} == {"ttft_p90", "tpot_p90"} for p in capacity["probes"])
+        failing = next(p for p in capacity["probes"] if p["load"] == high)
+        assert capacity["binds"] == failing["binds"] in ("ttft_p90", "tpot_p90")
     assert result["online_capacity_ratio"] == pytest.approx(
         result["policies"]["dualpath"]["capacity"]["capacity_agents_per_s"]
         / result["policies"]["baseline"]["capacity"]["capacity_agents_per_s"]
@@ -64,6 +68,23 @@ def test_one_seed_gives_identical_json_apart_from_wall_clock_keys() -> None:
     spec = _spec(policies=("baseline", "dualpath"))
     one, two = run_dualpath(spec), run_dualpath(spec)
     assert json.dumps(_without_wall_clock(one), sort_keys=True) == json.dumps(_without_wall_clock(two), sort_keys=True)
+
+
+def test_the_capacity_takes_first_and_later_turn_slos_apart_and_names_the_binding_one() -> None:
+    result = run_dualpath(
+        _spec(
+            policies=("baseline",),
+            online_policies=("baseline",),
+            slo="ttft_first_p90=4s,ttft_later_p90=2s,tpot_p90=50ms",
+        )
+    )
+    capacity = result["policies"]["baseline"]["capacity"]
+    terms = {"ttft_first_p90", "ttft_later_p90", "tpot_p90"}
+    assert all({t["term"] for t in p["slo_check"]["terms"]} == terms for p in capacity["probes"])
+    assert capacity["binds"] in terms
+    # a probe passes only when every term holds at its own percentile over the turns it bounds
+    for p in capacity["probes"]:
+        assert p["meets_slo"] == (p["slo_check"]["meets"] and p["attainment"] >= 0.9)
 
 
 def test_online_policies_must_be_among_those_run() -> None:
