@@ -42,8 +42,8 @@ class ElasticSpec:
     interval_s: float = 30.0  # how often the controller reads its signals
     prefill_target_util: float = 0.6  # of the prefill GPUs' time, busy on turns offered lately
     backlog_target_s: float = 2.0  # a prefill backlog (queued compute per engine) above this adds engines
-    kv_target: float = 0.7  # decode pool occupancy the controller sizes for, returns included
-    scale_in_after_s: float = 300.0  # a role's need must stay below its count this long before a drain
+    kv_target: float = 0.9  # decode pool occupancy the controller sizes for, returns included
+    scale_in_after_s: float = 600.0  # a role's need must stay below its count this long before a drain
     ewma_s: float = 120.0  # time constant of the offered-work average
     max_engines: int = 96  # per role
     seed: int = 0
