@@ -144,7 +144,9 @@ def test_macro_decode_steps_give_the_per_step_engines_latencies() -> None:
 
 
 def test_a_short_day_saves_gpu_hours_against_the_peak_sized_deployment_and_fails_no_turn() -> None:
-    spec = replace(SPEC, day_s=2 * 3600.0, peak_at_s=3600.0, peak_sessions_per_s=0.01, max_engines=12)
+    spec = replace(
+        SPEC, day_s=3 * 3600.0, peak_at_s=1.5 * 3600.0, peak_sessions_per_s=0.02, max_engines=16, scale_in_after_s=300.0
+    )
     result = run_elastic(spec)
     assert result["static"]["turns_failed"] == result["elastic"]["turns_failed"] == 0
     assert result["elastic"]["turns"] == result["static"]["turns"] == day_workload(spec, 0).workload.num_turns
