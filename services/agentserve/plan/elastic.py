@@ -7,11 +7,13 @@ day of agent sessions with a diurnal arrival rate (`elastic_spec.py` states the 
   `interval_s` a controller reads three signals and sizes each role for them (`ScalingPolicy`):
   *queue depth* (prefill compute offered lately, an EWMA of GPU-seconds per second, over
   `prefill_target_util`; and one more engine while the queued compute per prefill engine exceeds
-  `backlog_target_s`), *KV pressure* (decode pool blocks that turns in flight hold or will hold),
-  and *tool waits* (the blocks of sessions waiting on a tool, times the share expected back within
-  an engine's start-up: 1 - exp(-(startup + interval) / mean wait), the mean from waits observed so
-  far). An added engine takes turns `startup_s` after it was asked for, and its GPU counts from the
-  asking. A role whose need stayed below its count for `scale_in_after_s` drains engines: a
+  `backlog_target_s`), *KV pressure* (decode pool blocks that turns in flight hold or will hold,
+  sized to `kv_target` of the pools), and *tool waits* (sessions waiting on a tool come back: the
+  turns in flight and the waiting sessions together hold, on average, their blocks times the share
+  of a session's time spent in flight, from the turns and waits observed so far; the decode count
+  covers that or the pressure now, whichever is more, so a ramp of returning sessions is met before
+  their turns queue). An added engine takes turns `startup_s` after it was asked for, and its GPU
+  counts from the asking. A role whose need stayed below its count for `scale_in_after_s` drains engines: a
   draining engine leaves the scheduler's registry (no new turn is placed on it), finishes the turns
   it holds and is then released. Sessions keep their KV in the store between turns (the simulator's
   regime), so a drained decode engine takes no session's context with it: its sessions' next turns
@@ -34,7 +36,7 @@ from typing import Any
 
 from agentserve.bench.common.workloads.model import Session, ToolCall, Workload
 from agentserve.bench.common.workloads.tracelab import read_tracelab
-from agentserve.bench.common.workloads.traces import TRACELAB_ROUNDS
+from agentserve.bench.common.workloads.traces import TRACELAB_ROUNDS, TRACES_DIR
 from agentserve.bench.papers.replay.slo import SLO
 from agentserve.plan.deployment import Evaluator, Point, Prices
 from agentserve.plan.elastic_spec import ElasticSpec
@@ -92,7 +94,11 @@ def sessions_at(times: list[float], rng: random.Random, name: str) -> PlanWorklo
     return PlanWorkload(
         workload,
         tuple(times),
-        {"kind": "tracelab sessions", "path": str(TRACELAB_ROUNDS), "templates": len(templates.sessions)},
+        {
+            "kind": "tracelab sessions",
+            "path": str(TRACELAB_ROUNDS.relative_to(TRACES_DIR.parent)),
+            "templates": len(templates.sessions),
+        },
     )
 
 
@@ -197,6 +203,7 @@ class ElasticCluster(SimCluster):
         self.inflight_blocks = 0
         self.turn_blocks: dict[int, int] = {}  # by turn seq: the decode blocks it holds or will hold
         self.waits = [0.0, 0]  # observed waits between turns: sum, count
+        self.flights = [0.0, 0]  # observed turns from sent to last token: sum, count
         self.events = {"added": 0, "drained": 0, "released": 0}
         super().__init__(loop, config, policy, on_turn_done)
 
@@ -282,6 +289,8 @@ class ElasticCluster(SimCluster):
         engine_id = turn.placement.decode.engine_id
         self.outstanding[engine_id] -= 1
         self.inflight_blocks -= self.turn_blocks.pop(turn.seq)
+        self.flights[0] += self.loop.now() - turn.submitted_s
+        self.flights[1] += 1
         super()._decoded(turn)
         self._release_if_idle(engine_id)
 
@@ -292,7 +301,8 @@ class Signals:
     prefill_work_rate: float  # GPU-seconds of prefill compute offered per second lately (EWMA)
     prefill_backlog_s: float  # queued prefill compute per active prefill engine, seconds
     kv_blocks: int  # decode pool blocks that turns in flight hold or will hold
-    returning_blocks: float  # blocks of sessions in tool waits, times the share expected back soon
+    returning_blocks: float  # blocks of sessions in tool waits, times `in_flight_share`
+    in_flight_share: float  # of a session's time, in flight rather than waiting on a tool
     pool_blocks: int  # one decode engine's pool
     prefill: int  # active and starting engines
     decode: int
@@ -309,7 +319,10 @@ class ScalingPolicy:
         prefill = math.ceil(s.prefill_work_rate / spec.prefill_target_util)
         if s.prefill_backlog_s > spec.backlog_target_s:  # the queue is deeper than the average shows
             prefill = max(prefill, s.prefill + 1)
-        decode = math.ceil((s.kv_blocks + s.returning_blocks) / (s.pool_blocks * spec.kv_target))
+        # KV pressure now, or what the sessions in flight and in tool waits hold on average once the
+        # waiting ones are back for their share of the time, whichever is more.
+        kv = max(s.kv_blocks, s.kv_blocks * s.in_flight_share + s.returning_blocks)
+        decode = math.ceil(kv / (s.pool_blocks * spec.kv_target))
         return self._clamp(prefill), self._clamp(decode)
 
     def _clamp(self, n: int) -> int:
@@ -349,8 +362,10 @@ class Controller:
         self.work_rate += (1 - math.exp(-spec.interval_s / spec.ewma_s)) * (sample - self.work_rate)
         active_p = c.active("prefill")
         backlog = sum(c.backlog_s[e] for e in active_p) / max(1, len(active_p))
-        mean_wait = c.waits[0] / c.waits[1] if c.waits[1] else spec.startup_s
-        back = 1 - math.exp(-(spec.startup_s + spec.interval_s) / max(mean_wait, 1e-9))
+        mean_wait = c.waits[0] / c.waits[1] if c.waits[1] else 0.0
+        mean_flight = c.flights[0] / c.flights[1] if c.flights[1] else 0.0
+        # A waiting session is back in flight this share of the time (turns and waits seen so far).
+        back = mean_flight / (mean_flight + mean_wait) if mean_flight + mean_wait > 0 else 1.0
         block = c.config.block_size
         waiting = sum(
             math.ceil(a.context / block)
@@ -362,6 +377,7 @@ class Controller:
             prefill_backlog_s=backlog,
             kv_blocks=c.inflight_blocks,
             returning_blocks=waiting * back,
+            in_flight_share=back,
             pool_blocks=c.pool_blocks["decode"],
             prefill=len(active_p) + c.starting["prefill"],
             decode=len(c.active("decode")) + c.starting["decode"],
@@ -506,8 +522,8 @@ def run_elastic(spec: ElasticSpec, progress: bool = False) -> dict[str, Any]:
         },
         "scaling_policy": {
             "signals": "queue depth (offered prefill work EWMA, queued compute per prefill engine), KV pressure "
-            "(decode blocks of turns in flight), tool waits (blocks of waiting sessions x share expected back "
-            "within start-up)",
+            "(decode blocks of turns in flight), tool waits (blocks of waiting sessions x the share of a "
+            "session's time in flight)",
             **{
                 k: v
                 for k, v in vars(spec).items()

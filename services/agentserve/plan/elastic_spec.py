@@ -41,7 +41,7 @@ class ElasticSpec:
     startup_s: float = 120.0  # from adding an engine to its first turn (weights loaded, registered)
     interval_s: float = 30.0  # how often the controller reads its signals
     prefill_target_util: float = 0.6  # of the prefill GPUs' time, busy on turns offered lately
-    backlog_target_s: float = 2.0  # a prefill backlog (queued compute per engine) above this adds engines
+    backlog_target_s: float = 5.0  # a prefill backlog (queued compute per engine) above this adds engines
     kv_target: float = 0.9  # decode pool occupancy the controller sizes for, returns included
     scale_in_after_s: float = 600.0  # a role's need must stay below its count this long before a drain
     ewma_s: float = 120.0  # time constant of the offered-work average

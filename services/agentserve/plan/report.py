@@ -53,7 +53,8 @@ def attainment_plot(result: dict[str, Any], out: Path) -> Path:
             f"chosen: {chosen['policy']} {chosen['prefill_engines']}P+{chosen['decode_engines']}D",
             (chosen["gpus"], chosen["attainment"]),
             textcoords="offset points",
-            xytext=(8, -14),
+            xytext=(-40, -28),
+            ha="right",
         )
     ax.set_xlabel("GPUs (prefill + decode engines)")
     ax.set_ylabel("share of turns meeting the SLO")

@@ -225,8 +225,9 @@ class Search:
             rejected.append({**trial.point.to_dict(), "attainment_reseed": round(again.attainment, 4)})
             self.rejected.add(trial.point)
             self.best = min(passing[1:], key=_rank, default=None)
-            p = trial.point
-            self.family(p.policy, p.snic_gbps, (p.prefill, p.decode))
+            # Every rejected point's family again (each may have stopped at the bound this one set).
+            for p in sorted(self.rejected):
+                self.family(p.policy, p.snic_gbps, (p.prefill, p.decode))
         return None, {"consistent": False, "why": "no point tried meets the SLO at both seeds", "rejected": rejected}
 
     def _consistency(self, chosen: Trial, again: Trial, rejected: list[dict[str, Any]]) -> dict[str, Any]:

@@ -40,6 +40,7 @@ def _signals(**overrides: Any) -> Signals:
         "prefill_backlog_s": 0.0,
         "kv_blocks": 700,
         "returning_blocks": 0.0,
+        "in_flight_share": 1.0,
         "pool_blocks": 100,
         "prefill": 5,
         "decode": 10,
@@ -51,7 +52,11 @@ def test_the_policy_sizes_prefill_on_offered_work_and_queue_depth_and_decode_on_
     policy = ScalingPolicy(replace(SPEC, prefill_target_util=0.6, kv_target=0.7, backlog_target_s=2.0))
     assert policy.need(_signals()) == (5, 10)  # 3.0 / 0.6 prefill; 700 / (100 * 0.7) decode
     assert policy.need(_signals(prefill_backlog_s=5.0)) == (6, 10)  # a deep queue adds one more
-    assert policy.need(_signals(returning_blocks=140.0)) == (5, 12)  # sessions back from tools need pool
+    # sessions in tool waits: back in flight 60% of the time, they and the turns in flight hold
+    # 0.6 * (700 + 400) = 660 blocks on average: under the pressure now, which decides
+    assert policy.need(_signals(returning_blocks=240.0, in_flight_share=0.6)) == (5, 10)
+    # a ramp: 1000 blocks of waiting sessions back 60% of the time, 1020 blocks, 15 engines
+    assert policy.need(_signals(returning_blocks=600.0, in_flight_share=0.6)) == (5, 15)
     assert policy.need(_signals(prefill_work_rate=0.0, kv_blocks=0)) == (1, 1)  # never below one
     assert policy.need(_signals(kv_blocks=10**6))[1] == SPEC.max_engines
 
