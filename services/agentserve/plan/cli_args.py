@@ -36,27 +36,16 @@ def slo(text: str) -> str:
     return text
 
 
-def positive(name: str) -> Callable[[str], float]:
+def number(name: str, zero_ok: bool = False) -> Callable[[str], float]:
+    """A parser of `name`'s value: a number above 0 (at least 0 with `zero_ok`)."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{name} must be > 0, got {text!r}")
-        return value
-
-    return parse
-
-
-def non_negative(name: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 0, got {text!r}")
+        if value < 0 or (value == 0 and not zero_ok):
+            raise argparse.ArgumentTypeError(f"{name} must be {'>= 0' if zero_ok else '> 0'}, got {text!r}")
         return value
 
     return parse
@@ -114,13 +103,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", default="h800", choices=list(TARGET_GPUS), help="target GPU (default h800)")
     p.add_argument(
         "--gpu-hour-cost",
-        type=positive("--gpu-hour-cost"),
+        type=number("--gpu-hour-cost"),
         default=DEFAULT_GPU_HOUR_COST,
         help=f"price of one GPU-hour (default {DEFAULT_GPU_HOUR_COST})",
     )
     p.add_argument(
         "--snic-cost",
-        type=non_negative("--snic-cost"),
+        type=number("--snic-cost", zero_ok=True),
         default=DEFAULT_SNIC_100G_HOUR_COST,
         help=f"price of 100 Gbps of a node's storage NIC per hour (default {DEFAULT_SNIC_100G_HOUR_COST})",
     )
@@ -144,7 +133,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--window",
-        type=positive("--window"),
+        type=number("--window"),
         default=DEFAULT_TRACE_WINDOW_S,
         help=f"a trace's first seconds planned for (default {DEFAULT_TRACE_WINDOW_S:g}; generated workloads: all)",
     )
@@ -164,13 +153,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e = ELASTIC_DEFAULTS
     p.add_argument(
         "--startup",
-        type=non_negative("--startup"),
+        type=number("--startup", zero_ok=True),
         default=e.startup_s,
         help=f"--elastic: seconds from adding an engine to its first turn (default {e.startup_s:g})",
     )
     p.add_argument(
         "--day-sessions",
-        type=positive("--day-sessions"),
+        type=number("--day-sessions"),
         default=e.peak_sessions_per_s,
         help=f"--elastic: peak session arrivals per second of the diurnal trace (default {e.peak_sessions_per_s:g})",
     )
