@@ -176,12 +176,17 @@ def validate(path: Path) -> dict[str, Any]:
 def run_emulated(check: Check, out_dir: Path, policies: str = "") -> dict[str, Any]:
     """`check`'s configuration on the emulated cluster: `bench dualpath`, every policy's cluster
     started and served alone (`--one-at-a-time`), offline only; its report files in `out_dir`."""
-    from agentserve.cli.main import build_parser
+    import argparse
 
-    argv = ["bench", "dualpath", *check.bench_args, "--no-online", "--no-floor", "--one-at-a-time"]
+    from agentserve.bench.papers.dualpath.cli import dualpath
+    from agentserve.bench.papers.dualpath.cli_args import add_arguments
+
+    argv = [*check.bench_args, "--no-online", "--no-floor", "--one-at-a-time"]
     argv += ["--out", str(out_dir), "--json"] + (["--policies", policies] if policies else [])
-    args = build_parser().parse_args(argv)
-    result: dict[str, Any] = args.func(args)
+    parser = argparse.ArgumentParser(prog="agentserve bench dualpath")
+    add_arguments(parser)
+    result: dict[str, Any] | None = dualpath(parser.parse_args(argv))
+    assert result is not None  # --json: the result comes back
     return result
 
 
