@@ -7,7 +7,7 @@ latencies. Sessions arrive as a Poisson process whose rate follows a diurnal cur
 
     rate(t) = peak * (trough + (1 - trough) * ((1 + cos(2 pi (t - peak_at) / day)) / 2) ** sharpness)
 
-highest at `peak_at` (14:00) and lowest twelve hours away; with trough 0.05 and sharpness 3 the mean
+highest at `peak_at` (the 14th hour by default) and lowest twelve hours away; with trough 0.05 and sharpness 3 the mean
 rate is 0.347 of the peak, so no deployment can save more than 1 - 0.347 = 0.653 of the
 peak-sized deployment's GPU-hours on it (`pattern_bound` in the output).
 """
