@@ -79,8 +79,8 @@ CHECKS = {
         ),
         Check(
             "smoke",
-            "1 prefill + 1 decode engine, 2 agents of 4 turns at time dilation 30: the integration test's "
-            "(tests/integration/sim/test_validate.py)",
+            "1 prefill + 1 decode engine, 2 agents of 4 turns at time dilation 30: the smallest, "
+            "about ten minutes of two clusters served one after the other",
             ("--prefill", "1", "--decoders", "1", *_small(agents=2, turns=4), "--time-dilation", "30"),
         ),
     )

@@ -91,3 +91,12 @@ def test_relative_errors_are_against_the_emulated_figures_in_target_units(tmp_pa
     assert result["ranking_agrees"] is True
     both = summary({"a": result, "b": {**result, "max_rel_error": 0.05, "ranking_agrees": False}})
     assert both["max_rel_error"] == pytest.approx(0.2) and both["ranking_agrees"] is False
+
+
+def test_the_docs_validation_table_is_what_validate_computes_from_the_stored_emulated_run() -> None:
+    """docs/sim/validate.json is `sim validate --emulated` over the stored pool-bound run; the
+    simulator is deterministic, so the comparison is reproduced exactly, error by error."""
+    root = Path(__file__).resolve().parents[3]
+    stored = "docs/sim/validate/pool-bound/dualpath.json"
+    table = json.loads((root / "docs/sim/validate.json").read_text())["configs"][stored]
+    assert validate(root / stored) == {**table, "emulated_run": str(root / stored)}
