@@ -6,6 +6,13 @@ that asks for it. A `SequenceGrammar` masks its sequence's logits row before sam
 the sampled token. The engine does this per row of its batched step, so constrained and free
 sequences share one forward pass. The mask also ends the output: EOS is allowed only where the
 grammar may end, and once the grammar is complete EOS is the only token it allows.
+
+Where the grammar may end but could also go on (after a tool call, which another call may follow),
+the tokens it refuses there are the model going on with something the format does not hold (text
+after its calls, where the reply is calls only). Their probability goes to EOS, so the reply ends
+where the model leaves the format, instead of masking leaving only the format's continuation: after
+`</tool_call>` a model that would write a sentence next ends its reply rather than being steered into
+a second call by the newline that would have begun it.
 """
 
 from __future__ import annotations
@@ -28,9 +35,10 @@ CACHE_SIZE = 64
 class SequenceGrammar:
     """One sequence's position in its grammar."""
 
-    def __init__(self, matcher: llguidance.LLMatcher, vocab_size: int) -> None:
+    def __init__(self, matcher: llguidance.LLMatcher, vocab_size: int, eos_token_ids: Sequence[int] = ()) -> None:
         self._matcher = matcher
         self._vocab_size = vocab_size
+        self._eos_token_ids = tuple(eos_token_ids)
 
     def allowed(self) -> torch.Tensor:
         """A `[vocab]` bool tensor: the tokens the grammar allows next."""
@@ -41,8 +49,17 @@ class SequenceGrammar:
 
     def mask(self, logits: torch.Tensor) -> torch.Tensor:
         """`logits` with every token the grammar does not allow next at -inf (a copy: the forward
-        pass's logits are inference tensors)."""
-        return logits.masked_fill(~self.allowed(), float("-inf"))
+        pass's logits are inference tensors). Where the grammar may end here, EOS also takes the
+        probability of the tokens it refuses (the module docstring says why): its logit becomes
+        log(p(EOS) + p(refused)) in the model's own distribution, before temperature."""
+        allowed = self.allowed()
+        masked = logits.masked_fill(~allowed, float("-inf"))
+        if self._matcher.is_accepting():
+            eos = next((e for e in self._eos_token_ids if e < self._vocab_size and allowed[e]), None)
+            if eos is not None:
+                refused = torch.logsumexp(logits.masked_fill(allowed, float("-inf")), dim=-1)
+                masked[eos] = torch.logaddexp(logits[eos], refused)
+        return masked
 
     def accept(self, token: int) -> None:
         """Advance past a sampled token (one the mask allowed)."""
@@ -67,7 +84,7 @@ class GrammarCompiler:
         matcher = self.compile(structured).deep_copy()
         if generated and not matcher.consume_tokens(list(generated)):
             raise ValueError(f"the tokens already generated do not match the grammar: {matcher.get_error()}")
-        return SequenceGrammar(matcher, self.vocab_size)
+        return SequenceGrammar(matcher, self.vocab_size, self.eos_token_ids)
 
     def compile(self, structured: StructuredOutput) -> llguidance.LLMatcher:
         """The compiled grammar at its start; ValueError if it does not compile."""

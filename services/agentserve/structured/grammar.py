@@ -53,7 +53,7 @@ def grammar_for(structured: StructuredOutput) -> str:
             return f"start: {_json(schema)}\n"
         rules = [
             f"start: {_json(schema)} | calls",
-            "calls: call" if structured.single_call else f"calls: call ({_literal(TOOL_CALL_SEPARATOR)} call)*",
+            "calls: call" if structured.single_call else f"calls: {_several_calls()}",
             f"call: {_literal(TOOL_CALL_OPEN)} ({calls}) {_literal(TOOL_CALL_CLOSE)}",
             *functions,
         ]
@@ -69,11 +69,20 @@ def grammar_for(structured: StructuredOutput) -> str:
         ]
         return "\n".join(rules) + "\n"
     rules = [
-        "start: call" if structured.single_call else f"start: call ({_literal(TOOL_CALL_SEPARATOR)} call)*",
+        "start: call" if structured.single_call else f"start: {_several_calls()}",
         f"call: {_literal(TOOL_CALL_OPEN)} ({calls}) {_literal(TOOL_CALL_CLOSE)}",
         *functions,
     ]
     return "\n".join(rules) + "\n"
+
+
+def _several_calls() -> str:
+    """One or more calls, separated by a newline, which may also follow the last one: the grammar
+    may end right after it, so a model that would go on with text there ends its reply
+    (`engine.grammar`: EOS takes the refused tokens' probability) instead of being held to the call
+    that the newline alone would otherwise have to open."""
+    separator = _literal(TOOL_CALL_SEPARATOR)
+    return f"call ({separator} call)* {separator}?"
 
 
 def call_rule(tool: ToolSchema) -> str:

@@ -256,3 +256,25 @@ def test_json_beside_strict_tools_is_the_json_or_calls_instead(engine, tokenizer
                 jsonschema.validate(json.loads(text), RECORD)
     with pytest.raises(ValueError, match="do not match the grammar"):
         engine.grammars.matcher(structured, tokenizer.encode("Let me check."))
+
+
+def test_where_the_grammar_may_end_eos_takes_the_probability_of_the_tokens_it_refuses(compiler, tokenizer):
+    # After a complete call (and the newline that may follow it) the grammar may end or open another
+    # call. A token it refuses there (text) is the model leaving the format: its probability goes to
+    # EOS, so a model that would write a sentence ends its reply instead of being held to a call.
+    calls = StructuredOutput.tool_calls({"get_weather": WEATHER})
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n</tool_call>'
+    logits = torch.randn(VOCAB, generator=torch.Generator().manual_seed(0))
+    for done in (call, call + "\n"):
+        grammar = compiler.matcher(calls, tokenizer.encode(done))
+        allowed = grammar.allowed()
+        masked = grammar.mask(logits)
+        refused = torch.logsumexp(logits[~allowed], dim=-1)
+        assert torch.isclose(masked[EOS_ID], torch.logaddexp(logits[EOS_ID], refused))
+        others = allowed.clone()
+        others[EOS_ID] = False  # every other allowed token (IM_END_ID, the separator) keeps its logit
+        assert torch.equal(masked[others], logits[others])
+        assert torch.isinf(masked[~allowed]).all()
+    # Inside a call the grammar may not end: refused tokens only go to -inf.
+    inside = compiler.matcher(calls, tokenizer.encode(call[:30]))
+    assert torch.equal(inside.mask(logits), logits.masked_fill(~inside.allowed(), float("-inf")))

@@ -23,7 +23,7 @@ def test_json_beside_tools_is_the_json_or_calls_instead():
     structured = StructuredOutput(StructuredKind.JSON_OBJECT, tools=(ToolSchema("f"),))
     assert grammar_for(structured).splitlines()[:3] == [
         f'start: %json {{"type": "object", {LAYOUT}}} | calls',
-        'calls: call ("\\n" call)*',
+        'calls: call ("\\n" call)* "\\n"?',
         'call: "<tool_call>\\n" (fn0) "\\n</tool_call>"',
     ]
     check(structured)
@@ -41,7 +41,7 @@ def test_named_tool_call_is_exactly_one_hermes_call():
 def test_required_tool_choice_is_one_or_more_calls_among_the_tools():
     lark = grammar_for(StructuredOutput.tool_calls({"a": {"type": "object"}, "b": {"type": "object"}}))
     assert lark.splitlines()[:2] == [
-        'start: call ("\\n" call)*',
+        'start: call ("\\n" call)* "\\n"?',
         'call: "<tool_call>\\n" (fn0 | fn1) "\\n</tool_call>"',
     ]
     assert lark.splitlines()[3].startswith('fn1: "{\\"name\\": \\"b\\", \\"arguments\\": " %json ')
