@@ -74,7 +74,8 @@ def serialize_blocks(
     """Encode K/V of shape [num_layers, num_blocks, block_size, num_kv_heads, head_dim].
 
     `kv_dtype="fp8_e4m3"` stores e4m3 values with a float32 scale per token row of each block and
-    layer (for K and V separately, `kv.fp8`); a reader dequantizes them back to the original dtype.
+    layer (for K and V separately; float32 KV in the Walsh-Hadamard basis, `kv.fp8`); a reader
+    dequantizes them back to the original dtype.
     `position` records the position of the first token the keys were rotated for: a shared block's master records it
     (`kv.block_diff`), other blocks leave it out.
     """
@@ -174,8 +175,9 @@ def decode_layers(
         v = _strided(view, header, n, layout.v, header.dtype).to(out_dtype)
     else:
         scales = _scales(view, header, n, layout.scales)
-        k = dequantize(_strided(view, header, n, layout.k, FP8_DTYPE), scales[:, 0], out_dtype)
-        v = dequantize(_strided(view, header, n, layout.v, FP8_DTYPE), scales[:, 1], out_dtype)
+        # Dequantized as the KV it was (its dtype says whether in the Hadamard basis, `kv.fp8`).
+        k = dequantize(_strided(view, header, n, layout.k, FP8_DTYPE), scales[:, 0], header.dtype).to(out_dtype)
+        v = dequantize(_strided(view, header, n, layout.v, FP8_DTYPE), scales[:, 1], header.dtype).to(out_dtype)
     return KVBlocks(header=header, k=k, v=v, layers=layers)
 
 

@@ -141,7 +141,8 @@ def run(model: Path = DEFAULT_MODEL, lengths: tuple[int, ...] = DEFAULT_LENGTHS,
         },
         "quality": figures,
         "regime": {
-            "kv": "full precision: fp32 (the GGUF dequantized to fp32); fp8: e4m3, a power-of-two scale per token row",
+            "kv": "full precision: fp32 (the GGUF dequantized to fp32); fp8: e4m3 in a Walsh-Hadamard basis "
+            "(64-channel groups of each head), a power-of-two scale per token row",
             "prompts": "agent traces: system prompt, task, read_file calls and their outputs (package sources)",
             "prompt_tokens": list(lengths),
             "scored_per_prompt": f"last min({scored}, prompt/2) positions",
