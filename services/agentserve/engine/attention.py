@@ -2,7 +2,8 @@
 
 Two metadata shapes cover the engine's two kinds of step:
 - `PrefillMetadata`: one sequence, T new tokens on top of `num_cached` tokens already in the pool.
-- `DecodeMetadata`: B sequences, one new token each, contexts of different lengths (padded, masked).
+- `DecodeMetadata`: B sequences, one new token each (a speculative verify: a few each, one
+  context read per sequence), contexts of different lengths (padded, masked).
 
 A prefill on a cached prefix attends to the prefix and to its own tokens separately and merges the
 two by their log-sum-exps (`prefix_attention`): no `[T, context]` mask, and the new tokens' KV is
@@ -105,10 +106,16 @@ class PrefillMetadata:
 
 @dataclass
 class DecodeMetadata:
-    write_rows: torch.Tensor  # [B] pool row of each sequence's new token
+    """B sequences, each with R query rows: R = 1 in a plain decode; in a speculative verify, a
+    sequence's last token and its drafts, padded to the batch's most rows (`query_rows` then maps
+    the step's tokens to their places). Each sequence's context is read once for all its rows."""
+
+    write_rows: torch.Tensor  # [N] pool row of each new token
     context_rows: torch.Tensor  # [B, max_len] pool rows, padding rows masked out
-    key_mask: torch.Tensor  # [B, 1, 1, max_len] additive: 0 where the key is real, -inf on padding
+    key_mask: torch.Tensor  # [B, 1, R, max_len] additive: 0 where the row sees the key, -inf elsewhere
     batch_invariant: bool = True  # max_len is then a whole number of `DECODE_SPLIT`s
+    # [N]: each new token's place among the B * R query rows; None when R = 1 (token b is row b).
+    query_rows: torch.Tensor | None = None
 
     @property
     def context_len(self) -> int:
@@ -119,6 +126,8 @@ class DecodeMetadata:
         """Put the step's rows and mask on `device` (the pool's), in place."""
         self.write_rows, self.context_rows = self.write_rows.to(device), self.context_rows.to(device)
         self.key_mask = self.key_mask.to(device)
+        if self.query_rows is not None:
+            self.query_rows = self.query_rows.to(device)
 
     @classmethod
     def build(
@@ -129,23 +138,36 @@ class DecodeMetadata:
         dtype: torch.dtype = torch.float32,
         batch_invariant: bool = True,
         device: torch.device | None = None,
+        new_tokens: Sequence[int] | None = None,
     ) -> DecodeMetadata:
-        """lengths[b] counts sequence b's tokens including the one being decoded; `device`: the
-        pool's, where the rows and the mask are built (None: the CPU)."""
-        max_len = padded_context(max(lengths)) if batch_invariant else max(lengths)
+        """lengths[b] counts sequence b's tokens including the first one being decoded, and
+        `new_tokens[b]` (default 1) tokens are decoded at positions lengths[b] - 1 onwards, each
+        seeing the ones before it; `device`: the pool's, where the rows and the mask are built
+        (None: the CPU)."""
+        new = list(new_tokens) if new_tokens is not None else [1] * len(lengths)
+        rows_per_seq = max(new)
+        max_len = max(n + r - 1 for n, r in zip(lengths, new))
+        max_len = padded_context(max_len) if batch_invariant else max_len
         num_blocks = -(-max_len // block_size)
         # One padded table for the batch (padding points at slot 0, masked), so the whole batch's
         # rows take a few tensor ops instead of a few per sequence.
         used = [list(t[:num_blocks]) for t in slot_tables]
         table = torch.as_tensor([u + [0] * (num_blocks - len(u)) for u in used], dtype=torch.long, device=device)
         rows = token_rows(table, 0, max_len, block_size)
-        lengths_t = torch.as_tensor(lengths, device=device)
-        visible = torch.arange(max_len, device=device)[None, :] < lengths_t[:, None]
+        # Row r of sequence b sees positions < lengths[b] + r; a padding row (r >= new[b]) sees what
+        # row 0 does, so no row is wholly masked.
+        seen = [[n + (r if r < k else 0) for r in range(rows_per_seq)] for n, k in zip(lengths, new)]
+        seen_t = torch.as_tensor(seen, device=device)  # [B, R]
+        visible = torch.arange(max_len, device=device) < seen_t[..., None]
+        seq_of = torch.as_tensor([b for b, k in enumerate(new) for _ in range(k)], dtype=torch.long, device=device)
+        offset = torch.as_tensor([r for k in new for r in range(k)], dtype=torch.long, device=device)
+        lengths_t = torch.as_tensor(lengths, dtype=torch.long, device=device)
         return cls(
-            write_rows=rows[torch.arange(len(lengths), device=device), lengths_t - 1],
+            write_rows=rows[seq_of, lengths_t[seq_of] - 1 + offset],
             context_rows=rows,
-            key_mask=additive_mask(visible, dtype)[:, None, None, :],
+            key_mask=additive_mask(visible, dtype)[:, None],
             batch_invariant=batch_invariant,
+            query_rows=None if rows_per_seq == 1 else seq_of * rows_per_seq + offset,
         )
 
 
@@ -165,14 +187,7 @@ def paged_attention(
     k_rows.index_copy_(0, meta.write_rows, k)  # the pool must have the model's dtype
     v_rows.index_copy_(0, meta.write_rows, v)
     if isinstance(meta, DecodeMetadata):
-        if meta.batch_invariant:
-            return invariant_decode_attention(q, k_rows, v_rows, meta.context_rows, meta.key_mask)
-        keys = k_rows[meta.context_rows].transpose(1, 2)  # [B, KVH, S, d]
-        values = v_rows[meta.context_rows].transpose(1, 2)
-        out = F.scaled_dot_product_attention(
-            q[:, :, None, :], keys, values, attn_mask=meta.key_mask, enable_gqa=groups > 1
-        )
-        return out[:, :, 0, :]
+        return _decode_attention(q, k_rows, v_rows, meta, groups)
     if meta.num_cached:
         prefix_k, prefix_v = meta.staged_prefix or (meta.prefix_kv(k_rows), meta.prefix_kv(v_rows))
         return attend_with_prefix(q, k, v, prefix_k, prefix_v)
@@ -182,3 +197,21 @@ def paged_attention(
     queries, keys, values = q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None]
     out = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, enable_gqa=groups > 1)
     return out[0].transpose(0, 1)
+
+
+def _decode_attention(
+    q: torch.Tensor, k_rows: torch.Tensor, v_rows: torch.Tensor, meta: DecodeMetadata, groups: int
+) -> torch.Tensor:
+    """q `[N, H, d]`, the step's new tokens; each sequence's context read once for all its rows."""
+    batch, rows = meta.context_rows.shape[0], meta.key_mask.shape[2]
+    if meta.query_rows is not None:  # the tokens into their places among the B * R query rows
+        q = q.new_zeros(batch * rows, *q.shape[1:]).index_copy_(0, meta.query_rows, q)
+    if meta.batch_invariant:
+        out = invariant_decode_attention(q, k_rows, v_rows, meta.context_rows, meta.key_mask)
+    else:
+        keys = k_rows[meta.context_rows].transpose(1, 2)  # [B, KVH, S, d]
+        values = v_rows[meta.context_rows].transpose(1, 2)
+        queries = q.view(batch, rows, *q.shape[1:]).transpose(1, 2)  # [B, H, R, d]
+        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=meta.key_mask, enable_gqa=groups > 1)
+        out = out.transpose(1, 2).flatten(0, 1)
+    return out if meta.query_rows is None else out.index_select(0, meta.query_rows)

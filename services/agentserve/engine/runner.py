@@ -198,20 +198,30 @@ class ModelRunner:
         """Score each sequence's last token and its draft tokens in one forward: `[1 + len(draft),
         vocab]` logits per sequence, row j the target's next-token logits after draft token j.
 
-        Every position is a decode row of its own (the sequence's slots, its own context length),
-        so a row's logits are the ones a plain `decode` of that position gives, bit for bit under
-        `batch_invariant`, and a greedy speculative decode emits a plain decode's tokens. All rows'
-        KV is written before any row attends, so a draft position sees the drafts before it.
+        A sequence's rows are query rows of one attention over its context (read once for all of
+        them, each row masked to its own position), and each row's logits are the ones a plain
+        `decode` of that position gives, bit for bit under `batch_invariant`
+        (`decode_attention.invariant_decode_attention`), so a greedy speculative decode emits a
+        plain decode's tokens. All rows' KV is written before any row attends, so a draft
+        position sees the drafts before it.
         """
-        tables: list[list[int]] = []
-        lengths: list[int] = []
-        ids: list[int] = []
-        for seq, draft in zip(seqs, drafts):
-            for j, token in enumerate([seq.token_ids[-1], *draft]):
-                tables.append(seq.slots)
-                lengths.append(len(seq.token_ids) + j)
-                ids.append(token)
-        meta = DecodeMetadata.build(tables, self.pool.block_size, lengths, self.pool.dtype, self.batch_invariant)
-        positions = torch.as_tensor(lengths, dtype=torch.long) - 1
-        logits = self.model(torch.as_tensor(ids, dtype=torch.long), positions, self.pool, meta)
-        return list(torch.split(logits, [1 + len(draft) for draft in drafts]))
+        new_tokens = [1 + len(draft) for draft in drafts]
+        lengths = [len(seq.token_ids) for seq in seqs]
+        meta = DecodeMetadata.build(
+            [seq.slots for seq in seqs],
+            self.pool.block_size,
+            lengths,
+            self.pool.dtype,
+            self.batch_invariant,
+            self.device,
+            new_tokens,
+        )
+        ids = [token for seq, draft in zip(seqs, drafts) for token in [seq.token_ids[-1], *draft]]
+        positions = [n - 1 + j for n, k in zip(lengths, new_tokens) for j in range(k)]
+        logits = self.model(
+            torch.as_tensor(ids, dtype=torch.long, device=self.device),
+            torch.as_tensor(positions, dtype=torch.long, device=self.device),
+            self.pool,
+            meta,
+        )
+        return list(torch.split(logits, new_tokens))

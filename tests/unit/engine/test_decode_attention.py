@@ -72,3 +72,28 @@ def test_it_is_attention_over_each_sequences_own_keys(pool) -> None:
         values = v_rows[rows[b, :n]].repeat_interleave(HEADS // KVH, dim=1).transpose(0, 1)
         probs = (q[b, :, None] @ keys.transpose(1, 2) / math.sqrt(D)).softmax(-1)  # [H, 1, n]
         torch.testing.assert_close(out[b], (probs @ values)[:, 0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("kv_heads", "heads"), [(2, 4), (3, 9), (4, 4)])
+def test_a_rows_output_is_the_same_bits_whatever_rows_share_its_sequence(kv_heads: int, heads: int) -> None:
+    """A speculative verify reads a sequence's context once for its last token and its drafts (R
+    query rows, each masked to its own position): each row equals that position decoded alone,
+    also beside a sequence with fewer rows (padding rows) and for a lone query head per KV head."""
+    gen = torch.Generator().manual_seed(kv_heads)
+    k_rows = torch.randn(POOL_ROWS, kv_heads, D, generator=gen)
+    v_rows = torch.randn(POOL_ROWS, kv_heads, D, generator=gen)
+    lengths, starts, rows_per_seq = [120, 61], [0, 3000], 7
+    q = torch.randn(2 * rows_per_seq, heads, D, generator=gen)
+    context = padded_context(max(lengths) + rows_per_seq)
+    rows = torch.stack([batch([n + rows_per_seq], [s], context)[0][0] for n, s in zip(lengths, starts)])
+    visible = [[n + r for r in range(rows_per_seq)] for n in lengths]
+    mask = torch.full((2, rows_per_seq, context), float("-inf"))
+    for b, seen in enumerate(visible):
+        for r, n in enumerate(seen):
+            mask[b, r, :n] = 0
+    together = invariant_decode_attention(q, k_rows, v_rows, rows, mask)
+    for b in range(2):
+        for r in range(rows_per_seq):
+            alone_rows, alone_mask = batch([visible[b][r]], [starts[b]], padded_context(visible[b][r]))
+            alone = invariant_decode_attention(q[b * rows_per_seq + r][None], k_rows, v_rows, alone_rows, alone_mask)
+            assert torch.equal(together[b * rows_per_seq + r], alone[0])

@@ -10,6 +10,7 @@ import asyncio
 import random
 
 import pytest
+import torch
 
 from agentserve.contracts import SamplingParams
 from agentserve.engine.async_engine import AsyncEngine, TokenEvent
@@ -152,3 +153,28 @@ def test_a_stream_carries_every_token_of_a_speculative_step(plain, expected):
         assert [e.token_id for e in events] == want
         assert [e.finished for e in events] == [False] * (len(events) - 1) + [True]
         assert events[-1].finish_reason == "length"
+
+
+def test_verify_rows_are_plain_decode_rows_bit_for_bit(plain):
+    """One verify forward (each sequence's context read once for its last token and drafts) gives
+    each row the logits a plain decode of that position gives, with sequences of different draft
+    lengths in one step (the shorter ones padded)."""
+    engine = _engine(plain, "off")
+    prompts, k = _prompts()[:3], 5
+    seqs = [engine.add_request(p, SamplingParams(max_tokens=k + 2, ignore_eos=True)) for p in prompts]
+    while any(s.num_output_tokens == 0 for s in seqs):
+        engine.step()
+    for seq in seqs:  # room for the draft positions
+        for j in range(1, k + 1):
+            engine.blocks.append(seq.slots, len(seq) + j)
+    drafts = [[7, 300, 41, 9, 1200], [], [55, 66]]
+    verified = engine.runner.verify(seqs, drafts)
+    for seq, draft, rows in zip(seqs, drafts, verified):
+        assert rows.shape[0] == 1 + len(draft)
+        prompt_and_first = list(seq.token_ids)
+        for j in range(1 + len(draft)):
+            seq.token_ids[:] = prompt_and_first + draft[:j]
+            assert torch.equal(engine.runner.decode([seq])[0], rows[j])
+        seq.token_ids[:] = prompt_and_first
+    for seq in seqs:
+        engine.abort(seq)
