@@ -10,6 +10,7 @@ from agentserve.common.internal_tls import internal_tls
 from agentserve.costmodel.models import KVDtype
 from agentserve.engine.emulation_config import ComputeMode, EmulationConfig
 from agentserve.engine.engine_config import EngineConfig
+from agentserve.engine.speculative.config import SpeculativeConfig
 from agentserve.kv.eviction import DEFAULT_EVICTION_POLICY
 
 
@@ -38,6 +39,9 @@ class EngineServiceConfig:
     batch_invariant: bool = True
     kv_dtype: KVDtype = "auto"  # fp8_e4m3: KV held, stored and moved as FP8 (`EngineConfig.kv_dtype`)
     device: str = "cpu"  # auto | cpu | cuda | cuda:N: where the model and its KV pool run (`EngineConfig.device`)
+    # Speculative decoding (`EngineConfig.speculative`): --speculative-method ngram|draft, -k, -ngram,
+    # -draft-layers; drafts verified in one forward per decode step. Off by default.
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     layerwise_min_read_kb: int = 64  # a layerwise path-A read of a block carries whole layers >= this (`layer_loads`)
     # A MoE model's per-forward expert counts as JSON lines to this path (`engine.expert_load`); "" = off.
     record_expert_load: str = ""
@@ -116,6 +120,7 @@ class EngineServiceConfig:
             batch_invariant=self.batch_invariant,
             kv_dtype=self.kv_dtype,
             device=self.device,
+            speculative=self.speculative,
             compute=self.compute,
             emulation=self.emulation,
         )
