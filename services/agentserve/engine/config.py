@@ -16,6 +16,7 @@ import torch
 from agentserve.engine.moe_config import MOE_MODEL_TYPES, MoeConfig
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", *MOE_MODEL_TYPES)
+QK_NORM_MODEL_TYPES = ("qwen3_moe",)
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -93,6 +94,11 @@ class ModelConfig:
             raise ValueError(f"model_type {self.model_type!r} {'needs' if self.moe is None else 'takes no'} MoE fields")
 
     @property
+    def qk_norm(self) -> bool:
+        """Whether attention normalises each head's q and k (RMSNorm over head_dim) before RoPE."""
+        return self.model_type in QK_NORM_MODEL_TYPES
+
+    @property
     def kv_heads_per_group(self) -> int:
         return self.num_attention_heads // self.num_key_value_heads
 
@@ -166,7 +172,8 @@ class ModelConfig:
 
 
 def _attention_bias(model_type: str, raw: dict[str, Any]) -> bool:
-    """q/k/v biases: always on for qwen2, `qkv_bias` (default on) for qwen2_moe, off for mixtral."""
+    """q/k/v biases: always on for qwen2, `qkv_bias` (default on) for qwen2_moe, `attention_bias`
+    (default off) for the others."""
     if model_type == "qwen2":
         return True
     if model_type == "qwen2_moe":

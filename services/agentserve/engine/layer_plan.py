@@ -84,6 +84,7 @@ class LayerPlan:
     o_proj: WeightBias
     post_norm: Norm
     ffn: FeedForward
+    qk_norm: tuple[Norm, Norm] | None = None  # Qwen3: each head's q and k normalised before RoPE
 
 
 def run_layer(
@@ -99,7 +100,10 @@ def run_layer(
     linear = row_invariant_linear if meta.batch_invariant else F.linear
     qkv = linear(p.input_norm(x), *p.qkv)
     # q and k side by side in the fused output: one rotary pass covers both.
-    qk = RotaryEmbedding.rotate(qkv[:, : (heads + kv_heads) * d].view(n, heads + kv_heads, d), cos, sin)
+    qk = qkv[:, : (heads + kv_heads) * d].view(n, heads + kv_heads, d)
+    if p.qk_norm is not None:
+        qk = torch.cat([p.qk_norm[0](qk[:, :heads]), p.qk_norm[1](qk[:, heads:])], dim=1)
+    qk = RotaryEmbedding.rotate(qk, cos, sin)
     v = qkv[:, (heads + kv_heads) * d :].view(n, kv_heads, d)
     k = qk[:, heads:]
     if pool.fp8:  # attend over the FP8 values the pool keeps (`kv_pool`), in a prefill as in a decode

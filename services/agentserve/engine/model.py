@@ -1,5 +1,5 @@
-"""A Llama-architecture decoder (the Qwen2 q/k/v-bias variant, and the Qwen2-MoE and Mixtral
-mixture-of-experts variants, `moe`) over a paged KV pool.
+"""A Llama-architecture decoder (the Qwen2 q/k/v-bias variant, and the Qwen2-MoE, Qwen3-MoE and
+Mixtral mixture-of-experts variants, `moe`) over a paged KV pool.
 
 Parameter names mirror Hugging Face's `LlamaForCausalLM` exactly (`model.layers.0.self_attn.q_proj`
 ...), so a checkpoint's state dict loads without a rename table. The forward pass does not walk
@@ -58,6 +58,9 @@ class Attention(nn.Module):
         o_bias = bias and config.model_type == "llama"
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=o_bias)
         self.qkv = FusedLinear(self.q_proj, self.k_proj, self.v_proj)
+        # Qwen3's per-head RMSNorm of q and k, before RoPE.
+        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if config.qk_norm else None
 
 
 class DecoderLayer(nn.Module):
@@ -104,6 +107,9 @@ class DecoderLayer(nn.Module):
             o_proj=(attn.o_proj.weight, attn.o_proj.bias),
             post_norm=Norm.build(self.post_attention_layernorm.weight, self.post_attention_layernorm.eps),
             ffn=plan,
+            qk_norm=None
+            if attn.q_norm is None or attn.k_norm is None
+            else (Norm.build(attn.q_norm.weight, attn.q_norm.eps), Norm.build(attn.k_norm.weight, attn.k_norm.eps)),
         )
 
 

@@ -1,4 +1,6 @@
-"""MoeConfig: the mixture-of-experts part of a Hugging Face `config.json` (Qwen2-MoE, Mixtral).
+"""MoeConfig: the mixture-of-experts part of a Hugging Face `config.json` (Qwen2-MoE, Qwen3-MoE,
+Mixtral). Qwen3-MoE's sparse block is Qwen2-MoE's without a shared expert (its attention adds a
+per-head RMSNorm on q and k, `ModelConfig.qk_norm`).
 
 Both architectures route each token to its `top_k` highest-probability experts (softmax over
 the router's logits, in fp32) and sum the chosen experts' SwiGLU outputs weighted by those
@@ -17,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-MOE_MODEL_TYPES = ("qwen2_moe", "mixtral")
+MOE_MODEL_TYPES = ("qwen2_moe", "qwen3_moe", "mixtral")
 
 
 @dataclass(frozen=True)
@@ -61,12 +63,13 @@ class MoeConfig:
                 sparse_layers=tuple(range(num_layers)),
             )
         if raw.get("use_sliding_window"):
-            raise ValueError("qwen2_moe with use_sliding_window is not supported")
+            raise ValueError(f"{model_type} with use_sliding_window is not supported")
         step = int(raw.get("decoder_sparse_step", 1))
         if step <= 0:
             raise ValueError(f"config.decoder_sparse_step must be a positive integer, got {step}")
         dense = {int(i) for i in raw.get("mlp_only_layers") or ()}
-        experts = int(raw["num_experts"])
+        # Released checkpoints write num_experts; transformers >= 5 writes Qwen3-MoE's as num_local_experts.
+        experts = int(raw["num_experts"] if "num_experts" in raw else raw["num_local_experts"])
         return cls(
             num_experts=experts,
             top_k=int(raw["num_experts_per_tok"]),

@@ -1,4 +1,4 @@
-"""Qwen2-MoE and Mixtral against Hugging Face transformers on the same random tiny weights:
+"""Qwen2-MoE, Qwen3-MoE and Mixtral against Hugging Face transformers on the same random tiny weights:
 fp32 logits within the dense path's tolerance, greedy continuations identical, and the engine's
 per-expert counts equal to the routing transformers computes."""
 
@@ -49,6 +49,20 @@ VARIANTS = {
         transformers.Qwen2MoeForCausalLM,
         dict(num_experts=4, moe_intermediate_size=48, shared_expert_intermediate_size=64, norm_topk_prob=True),
     ),
+    # Qwen3-MoE: per-head q/k RMSNorm, no shared expert, layer 1 dense, top-2 of 6 renormalised.
+    "qwen3_moe": (
+        transformers.Qwen3MoeConfig,
+        transformers.Qwen3MoeForCausalLM,
+        dict(
+            num_experts=6,
+            moe_intermediate_size=32,
+            intermediate_size=128,
+            mlp_only_layers=[1],
+            norm_topk_prob=True,
+            head_dim=32,
+            rope_theta=1000000.0,
+        ),
+    ),
     "mixtral": (
         transformers.MixtralConfig,
         transformers.MixtralForCausalLM,
@@ -65,6 +79,8 @@ def _build_hf(variant: str, out_dir):
         for name, p in model.named_parameters():
             if name.endswith("bias"):  # HF zero-inits biases; make them count
                 p.normal_(0, 0.02)
+            elif name.endswith(("q_norm.weight", "k_norm.weight")):  # HF inits them to ones; make them count
+                p.uniform_(0.5, 1.5)
             elif name.endswith(("mlp.gate.weight", "block_sparse_moe.gate.weight", "shared_expert_gate.weight")):
                 # Routers at HF's 0.02 init give near-uniform probabilities, where a rounding
                 # could swap two experts; at fan-in scale each token's choice is decided.
