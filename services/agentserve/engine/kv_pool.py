@@ -4,8 +4,9 @@ Layout is layer-major, `[num_layers, num_slots, block_size, num_kv_heads, head_d
 as the block wire format, so exporting or importing a run of blocks for a layer range is one
 indexed copy and no transpose.
 
-A pool with `fp8` set holds FP8 KV (`EngineConfig.kv_dtype`): every row in it is on the e4m3 grid
-of its own power-of-two scale (`kv.fp8.round_to_fp8`), held in the model's dtype because the CPU
+A pool with `fp8` set holds FP8 KV (`EngineConfig.kv_dtype`): every row in it is what its e4m3
+bytes read back (its own power-of-two scale; float32 rows transformed back from the Hadamard
+basis, `kv.fp8.round_to_fp8`), held in the model's dtype because the CPU
 attention kernels read that dtype. A layer rounds the rows it computes before it writes and
 attends over them (`layer_plan.run_layer`); `write_blocks` and `stored` round what comes from
 outside. Rounding is idempotent, so FP8 blocks exported from such a pool (the block format's
