@@ -36,7 +36,9 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
         from agentserve.plan.elastic_spec import ELASTIC_DEFAULTS
 
         result = run_elastic(
-            replace(ELASTIC_DEFAULTS, startup_s=args.startup, peak_sessions_per_s=args.day_sessions),
+            replace(
+                ELASTIC_DEFAULTS, startup_s=args.startup, peak_sessions_per_s=args.day_sessions, seed=args.day_seed
+            ),
             progress=args.progress,
         )
         name = "elastic"

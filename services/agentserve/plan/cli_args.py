@@ -164,6 +164,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"--elastic: peak session arrivals per second of the diurnal trace (default {e.peak_sessions_per_s:g})",
     )
     p.add_argument(
+        "--day-seed",
+        type=int,
+        default=e.seed,
+        help=f"--elastic: seed of the day's arrivals and sessions; the scaling policy's defaults were set on "
+        f"day {e.seed} (default {e.seed}), another seed is a held-out day",
+    )
+    p.add_argument(
         "--serve",
         action="append",
         metavar="MODEL=WORKLOAD",
