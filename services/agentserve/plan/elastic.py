@@ -168,18 +168,8 @@ class MacroDecodeEngine(DecodeEngine):
             return
         batch, _, step_s, steps = self._run
         self._run = None
-        self._stepping = False
-        self.steps += steps
         self.busy_s += step_s * steps
-        now = self.loop.now()
-        for turn in batch:
-            turn.emitted += steps
-            turn.last_token_s = now
-            if turn.emitted >= turn.output_tokens:
-                self._running.remove(turn)
-                self._finish(turn)
-        self._join()
-        self._step()
+        self._stepped(batch, steps)
 
 
 class ElasticCluster(SimCluster):

@@ -84,12 +84,13 @@ class DecodeEngine:
         self.busy_s += step_s
         self.loop.after(step_s, lambda: self._stepped(batch))
 
-    def _stepped(self, batch: list[SimTurn]) -> None:
+    def _stepped(self, batch: list[SimTurn], steps: int = 1) -> None:
+        """`batch` has decoded `steps` more tokens each: finished turns leave, waiting ones join."""
         self._stepping = False
-        self.steps += 1
+        self.steps += steps
         now = self.loop.now()
         for turn in batch:
-            turn.emitted += 1
+            turn.emitted += steps
             turn.last_token_s = now
             if turn.emitted >= turn.output_tokens:
                 self._running.remove(turn)
