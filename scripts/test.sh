@@ -40,7 +40,7 @@ trap 'rm -rf "$state"' EXIT
 
 # tier RUN: one pytest run; its exit status and wall time go to $state for the summary.
 tier() {
-    local run="$1" start=$SECONDS rc=0 workers=0 paths=()
+    local run="$1" start=$SECONDS rc=0 workers=0 paths=() key="${1//\//_}"
     if [ "$run" != "given paths" ]; then paths=("$run"); fi
     case "$run" in
         tests/integration) workers=${AGENTSERVE_TEST_WORKERS:-3} ;;
@@ -50,8 +50,8 @@ tier() {
     fi
     echo "==== $run ===="
     .venv/bin/python -m pytest "${paths[@]}" "${args[@]}" || rc=$?
-    echo "$rc" >"$state/${run//\//_}.rc"
-    echo $((SECONDS - start)) >"$state/${run//\//_}.s"
+    echo "$rc" >"$state/$key.rc"
+    echo $((SECONDS - start)) >"$state/$key.s"
 }
 
 args=("$@")
@@ -76,10 +76,11 @@ status=0
 ran_tests=false
 echo "==== test tiers ===="
 for run in "${runs[@]}"; do
-    rc=$(cat "$state/${run//\//_}.rc")
+    key="${run//\//_}"
+    rc=$(cat "$state/$key.rc")
     note=""
     if [ "$run" = tests/container ]; then note=$beside; fi
-    printf '%-18s %5ds  (exit %d)%s\n' "$run" "$(cat "$state/${run//\//_}.s")" "$rc" "$note"
+    printf '%-18s %5ds  (exit %d)%s\n' "$run" "$(cat "$state/$key.s")" "$rc" "$note"
     if [ "$rc" -eq 0 ]; then
         ran_tests=true
     elif [ "$rc" -ne "$NO_TESTS" ] && [ "$status" -eq 0 ]; then
