@@ -36,6 +36,7 @@ from agentserve.engine.emulated_model import EmulatedModel
 from agentserve.engine.emulated_pool import EmulatedKVPool
 from agentserve.engine.emulated_runner import EmulatedRunner
 from agentserve.engine.engine_config import EngineConfig
+from agentserve.engine.expert_placement import ExpertPlacement
 from agentserve.engine.grammar import GrammarCompiler
 from agentserve.engine.kv_pool import KVPool
 from agentserve.engine.loader import load_model
@@ -108,6 +109,8 @@ class LLMEngine:
                 self.model_config, config.kv_cache_bytes, config.block_size, self.dtype, config.fp8_kv, device
             )
             self.runner = ModelRunner(model, self.pool, config.batch_invariant)
+            if config.expert_placement:
+                _place_experts(model, config.expert_placement)
         self.segmented: SegmentedPrefill | None = None
         # A segmented prefill blends masters' KV computed outside the pool; with FP8 KV its prompts
         # run as plain prompts, so every row the engine attends over is on the FP8 grid. The blend
@@ -665,6 +668,13 @@ class LLMEngine:
         while not all(s.finished for s in seqs):
             self.step()
         return seqs
+
+
+def _place_experts(model: CausalLM, path: str) -> None:
+    """`EngineConfig.expert_placement`: the router splits replicated experts' tokens over replicas."""
+    if model.expert_load is None:
+        raise ValueError(f"expert_placement={path!r} needs a MoE model (qwen2_moe, qwen3_moe, mixtral)")
+    model.expert_load.place(ExpertPlacement.read(path))
 
 
 def _plain_ids_below(token_ids: Seq[int], vocab: int) -> bool:

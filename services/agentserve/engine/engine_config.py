@@ -65,6 +65,10 @@ class EngineConfig:
     # Where the weights, the KV pool and each forward's tensors live (`engine.device`): auto, cpu,
     # cuda or cuda:N. Read when compute is real; an emulated engine runs no model.
     device: str = "cpu"
+    # A MoE model's expert replicas over expert-parallel ranks (`engine.expert_placement`, a JSON
+    # file): each replicated expert's routed tokens are split over its replicas and counted per
+    # rank (`ExpertLoad.rank_counts`); outputs are unchanged. "" = no placement. Real compute only.
+    expert_placement: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.block_size, int) or self.block_size <= 0:
@@ -91,6 +95,10 @@ class EngineConfig:
         if self.speculative.enabled and self.compute != "real":
             raise ValueError(f"speculative decoding needs real compute, got compute {self.compute!r}")
         check_eviction_policy(self.eviction_policy)
+        if self.expert_placement and self.compute != "real":
+            raise ValueError(
+                f"expert_placement needs real compute (a MoE model's router), got compute {self.compute!r}"
+            )
 
     @property
     def torch_device(self) -> torch.device:

@@ -96,7 +96,7 @@ class DecoderLayer(nn.Module):
             plan: FeedForward = ffn.derive()
         else:
             assert expert_load is not None, "a sparse layer in a model without expert counts"
-            plan = ffn.derive(expert_load.row(attn.layer_idx))
+            plan = ffn.derive(expert_load.layer(attn.layer_idx))
         return LayerPlan(
             index=attn.layer_idx,
             heads=attn.num_heads,

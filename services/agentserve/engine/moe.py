@@ -7,7 +7,9 @@ top-k probabilities (renormalised to sum to 1 where `MoeConfig.renormalise`), ea
 SwiGLU output times its probability added into a zero buffer in ascending expert order, then the
 shared expert's output times sigmoid(its gate) where the model has one.
 
-Tokens are grouped by expert, so an expert runs one product over all its tokens. Every product is
+Tokens are grouped by expert, so an expert runs one product over all its tokens; with an expert
+placement (`expert_placement`), one product per rank holding a replica, over the tokens the
+router's split sent to that rank. Every product is
 `linears.row_invariant_linear` when the batch asks for batch invariance, so a token's output does
 not depend on which other tokens share its experts.
 """
@@ -20,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from agentserve.engine.expert_load import LayerLoad
 from agentserve.engine.layer_plan import DenseMlp
 from agentserve.engine.linears import FusedLinear, row_invariant_linear, store_column_major
 from agentserve.engine.mlp import MLP
@@ -39,7 +42,7 @@ class SparseMoe:
     fp32_route_weights: bool
     shared: DenseMlp | None
     shared_gate: torch.Tensor | None  # [1, hidden], column-major
-    counts: torch.Tensor  # this layer's row of `ExpertLoad.counts`, added to in place
+    load: LayerLoad  # this layer's counts, and its replica split when the engine has a placement
 
     def route(self, h: torch.Tensor, batch_invariant: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """(weights, experts), both `[tokens, top_k]`: each token's chosen experts and their weights."""
@@ -53,18 +56,32 @@ class SparseMoe:
     def __call__(self, h: torch.Tensor, batch_invariant: bool) -> torch.Tensor:
         weights, chosen = self.route(h, batch_invariant)
         per_expert = torch.bincount(chosen.flatten(), minlength=len(self.experts))
-        self.counts.add_(per_expert)
+        self.load.counts.add_(per_expert)
+        split = self.load.split
+        ranks = None if split is None else split.assign(chosen)
         out = torch.zeros_like(h)
         for expert in per_expert.nonzero().flatten().tolist():
             tokens, slot = torch.where(chosen == expert)
-            y = self.experts[expert](h[tokens], batch_invariant) * weights[tokens, slot, None]
-            # A token appears once per expert, so a gather, add and plain scatter is transformers'
-            # index_add_ bit for bit, without CPU index_add_'s scatter_add path (~100x slower here).
-            out[tokens] = out[tokens] + y.to(out.dtype)
+            for part in _by_rank(tokens, slot, ranks):
+                tokens_r, slot_r = tokens[part], slot[part]
+                y = self.experts[expert](h[tokens_r], batch_invariant) * weights[tokens_r, slot_r, None]
+                # A token appears once per expert, so a gather, add and plain scatter is transformers'
+                # index_add_ bit for bit, without CPU index_add_'s scatter_add path (~100x slower here).
+                out[tokens_r] = out[tokens_r] + y.to(out.dtype)
         if self.shared is None or self.shared_gate is None:
             return out
         gate = (row_invariant_linear if batch_invariant else F.linear)(h, self.shared_gate)
         return out + torch.sigmoid(gate) * self.shared(h, batch_invariant)
+
+
+def _by_rank(tokens: torch.Tensor, slot: torch.Tensor, ranks: torch.Tensor | None) -> list[torch.Tensor | slice]:
+    """An expert's copies grouped by the replica's rank computing them (one group unplaced): each
+    rank runs its own product, as an expert-parallel rank would. With batch invariance a row's
+    output does not depend on the rows beside it, so the split leaves every value unchanged."""
+    if ranks is None:
+        return [slice(None)]
+    owner = ranks[tokens, slot]
+    return [owner == rank for rank in torch.unique(owner).tolist()]
 
 
 class Qwen2MoeBlock(nn.Module):
@@ -79,7 +96,7 @@ class Qwen2MoeBlock(nn.Module):
         self.shared_expert = MLP(hidden_size, moe.shared_expert_intermediate_size) if moe.has_shared_expert else None
         self.shared_expert_gate = nn.Linear(hidden_size, 1, bias=False) if moe.has_shared_expert else None
 
-    def derive(self, counts: torch.Tensor) -> SparseMoe:
+    def derive(self, load: LayerLoad) -> SparseMoe:
         store_column_major(self.gate)
         if self.shared_expert_gate is not None:
             store_column_major(self.shared_expert_gate)
@@ -91,7 +108,7 @@ class Qwen2MoeBlock(nn.Module):
             fp32_route_weights=False,
             shared=None if self.shared_expert is None else self.shared_expert.derive(),
             shared_gate=None if self.shared_expert_gate is None else self.shared_expert_gate.weight,
-            counts=counts,
+            load=load,
         )
 
 
@@ -122,7 +139,7 @@ class MixtralBlock(nn.Module):
             MixtralExpert(hidden_size, moe.expert_intermediate_size) for _ in range(moe.num_experts)
         )
 
-    def derive(self, counts: torch.Tensor) -> SparseMoe:
+    def derive(self, load: LayerLoad) -> SparseMoe:
         store_column_major(self.gate)
         return SparseMoe(
             router=self.gate.weight,
@@ -132,5 +149,5 @@ class MixtralBlock(nn.Module):
             fp32_route_weights=True,
             shared=None,
             shared_gate=None,
-            counts=counts,
+            load=load,
         )

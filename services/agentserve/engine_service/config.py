@@ -45,6 +45,9 @@ class EngineServiceConfig:
     layerwise_min_read_kb: int = 64  # a layerwise path-A read of a block carries whole layers >= this (`layer_loads`)
     # A MoE model's per-forward expert counts as JSON lines to this path (`engine.expert_load`); "" = off.
     record_expert_load: str = ""
+    # A MoE model's expert replicas over expert-parallel ranks (`engine.expert_placement`, JSON, an
+    # EPLB plan): the router splits a replicated expert's tokens over them; "" = one copy each.
+    expert_placement: str = ""
     scheduler_address: str = "127.0.0.1:50061"  # the scheduler's internal port
     # Dial only decode engines the scheduler registered (engine_service/peer_allowlist.py); False:
     # any address a prefill request names, for rigs of engines without a scheduler (engine tests).
@@ -123,4 +126,5 @@ class EngineServiceConfig:
             speculative=self.speculative,
             compute=self.compute,
             emulation=self.emulation,
+            expert_placement=self.expert_placement,
         )
