@@ -18,6 +18,7 @@ into utilisation per NIC.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,6 +27,15 @@ from agentserve.sim.events import EventLoop
 Done = Callable[[], None]
 # Transfers within this of the least one end with it: float error over many rate changes, never a byte.
 RESIDUE_BYTES = 1e-3
+# A count is reached within this many of its float spacings: `start + n` rounds to the spacing of
+# the link's count, which passes RESIDUE_BYTES once a busy link has served about 2**43 bytes.
+COUNT_ULPS = 8
+
+
+def slack(count: float) -> float:
+    """Bytes within which a service count near `count` is reached: RESIDUE_BYTES, or a few float
+    spacings of the count once those are coarser (past about 2**43 bytes)."""
+    return max(RESIDUE_BYTES, COUNT_ULPS * math.ulp(count))
 
 
 @dataclass
@@ -102,10 +112,15 @@ class SharedLink:
         self._advance()
         return min(transfer.nbytes, self._served - transfer.start)
 
+    def has_moved(self, transfer: Transfer, nbytes: float) -> bool:
+        """Whether `nbytes` of `transfer` are moved, within float error of the link's count: true
+        whenever a `when_moved(transfer, nbytes, ...)` callback runs."""
+        return self.moved(transfer) >= nbytes - slack(self._served)
+
     def when_moved(self, transfer: Transfer, nbytes: float, callback: Done) -> None:
         """Run `callback()` once `nbytes` of `transfer` are moved (as an event now, if they are; a
         point at or past its end, with its end)."""
-        if self.moved(transfer) >= nbytes - RESIDUE_BYTES:
+        if self.has_moved(transfer, nbytes):
             self.loop.after(0.0, callback)
             return
         heapq.heappush(self._marks, (transfer.start + min(nbytes, transfer.nbytes), self._next_id, callback))
@@ -141,10 +156,11 @@ class SharedLink:
         # it, not with the count, keeps float error (an end time that rounds to now) from
         # rescheduling it for ever.
         least = self._next_count()
+        reached = least + slack(least)
         callbacks = []
-        while self._marks and self._marks[0][0] <= least + RESIDUE_BYTES:
+        while self._marks and self._marks[0][0] <= reached:
             callbacks.append(heapq.heappop(self._marks)[2])
-        while self._heap and self._heap[0][0] <= least + RESIDUE_BYTES:
+        while self._heap and self._heap[0][0] <= reached:
             flow = heapq.heappop(self._heap)[2]
             flow.done = True
             self._owner_open[flow.owner] -= 1

@@ -31,7 +31,7 @@ from agentserve.costmodel.timing import ComputeCost
 from agentserve.engine.prefill_batch import PrefillBatchPolicy, select
 from agentserve.prefill.pool_budget import PoolLedger, prompt_hold_blocks
 from agentserve.sim.events import EventLoop
-from agentserve.sim.nic import RESIDUE_BYTES, SharedLink, Transfer
+from agentserve.sim.nic import SharedLink, Transfer
 from agentserve.sim.turn import SimTurn
 
 
@@ -64,7 +64,7 @@ class _Load:
             return None
         for way in self.ways:
             need = way.nbytes * (group + 1) / self.groups
-            if way.transfer is None or way.link.moved(way.transfer) < need - RESIDUE_BYTES:
+            if way.transfer is None or not way.link.has_moved(way.transfer, need):
                 return way
         return None
 

@@ -84,3 +84,24 @@ def test_a_point_already_moved_fires_at_once_and_the_queue_counts_whole_transfer
     loop.run()
     assert times["late watch"] == pytest.approx(0.05, rel=1e-12)
     assert times["queued"] == 0.5 * GB
+
+
+def test_a_watched_point_counts_as_moved_when_it_fires_on_a_link_that_has_served_for_a_day() -> None:
+    # 17.6 TB served: the link's count is spaced 0.004 bytes apart, coarser than RESIDUE_BYTES, so
+    # `start + n - start` can fall short of `n`; a caller that re-checks and re-watches (a layerwise
+    # prefill's layer group) must see the point as moved, or it watches it again at the same instant
+    # for ever.
+    loop = EventLoop()
+    link = SharedLink(loop, "snic", 6.25 * GB)
+    link.send(17_592_949_979_147.555, lambda: None)
+    loop.run()
+    seen: list[bool] = []
+    for nbytes in (758_196_448.5373622, 123_456_789.123, 987_654_321.987, 55_555_555.55):
+        transfer = link.send(nbytes, lambda: None)
+        for part in (0.25, 0.5, 0.75):
+            link.when_moved(
+                transfer, nbytes * part, lambda t=transfer, n=nbytes * part: seen.append(link.has_moved(t, n))
+            )
+        loop.run()
+    assert seen == [True] * 12
+    assert loop.events_run < 100
