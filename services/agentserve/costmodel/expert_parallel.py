@@ -155,11 +155,37 @@ def rank_loads(expert_copies: Sequence[float], placement: Sequence[int], ranks: 
     return loads
 
 
-def moe_free_decode_s(model: TargetModel, gpu: TargetGPU, shape: MoeLayerShape, batch: int, context: int) -> float:
-    """One decode step's time outside the routed experts, for `batch` sequences of `context`
-    tokens on one rank: its non-expert active weights (attention, dense layers, shared experts,
-    embeddings) and its sequences' KV read from HBM (memory-bound at decode, `timing`'s efficiency)."""
+def moe_free_decode_s(model: TargetModel, gpu: TargetGPU, shape: MoeLayerShape, contexts: Sequence[int]) -> float:
+    """One decode step's time outside the routed experts, for sequences of these contexts on one
+    rank: its non-expert active weights (attention, dense layers, shared experts, embeddings) and
+    its sequences' KV read from HBM (memory-bound at decode, `timing`'s efficiency)."""
     routed = shape.moe_layers * shape.top_k * 3 * shape.hidden * shape.expert_intermediate
     weight_bytes = (model.active_params - routed) * model.weight_bytes_per_param
-    kv_bytes = batch * model.decode_kv_bytes(context)
+    kv_bytes = sum(model.decode_kv_bytes(c) for c in contexts)
     return (weight_bytes + kv_bytes) / (gpu.hbm_bytes_per_s * DEFAULT_DECODE_BANDWIDTH_EFFICIENCY)
+
+
+class ExpertParallelDecode:
+    """An emulated decode engine's step time on one rank of an expert-parallel deployment (the
+    `decode_cost` an `EmulatedRunner` takes): `moe_free_decode_s` of the live batch's contexts,
+    plus the next entry of `moe_step_s`, each step's MoE layers at their slowest rank's time
+    (`ExpertParallelCost.layer_time` summed over the layers) under a routing given in advance, a
+    replay of recorded or drawn loads. Entries are taken in order, from the first again after the
+    last; `restart` goes back to the first."""
+
+    def __init__(self, model: TargetModel, gpu: TargetGPU, shape: MoeLayerShape, moe_step_s: Sequence[float]):
+        if not moe_step_s:
+            raise ValueError("moe_step_s needs at least one step's MoE time")
+        self.model = model
+        self.gpu = gpu
+        self.shape = shape
+        self.moe_step_s = list(moe_step_s)
+        self.steps = 0
+
+    def restart(self) -> None:
+        self.steps = 0
+
+    def decode_step_s(self, contexts: Sequence[int]) -> float:
+        moe = self.moe_step_s[self.steps % len(self.moe_step_s)]
+        self.steps += 1
+        return moe_free_decode_s(self.model, self.gpu, self.shape, contexts) + moe

@@ -14,6 +14,10 @@ take the host's own time, which here is shared by every emulated engine of a ben
 the decode gaps (ITL) would grow with the turns a policy serves a second rather than follow the
 modelled step.
 
+A decode step's time comes from `decode_cost`, the model's `ComputeCost` unless the engine is given
+another with the same method (`costmodel.expert_parallel.ExpertParallelDecode`: one rank of an
+expert-parallel MoE deployment, its MoE layers as slow as the slowest rank under a replayed routing).
+
 Sampled tokens are a fixed function of the position they take (never an EOS id): logits are 0 at
 that token and -inf elsewhere, so greedy and seeded sampling alike pick it, and a request ends by
 max_tokens or its stop ids.
@@ -23,6 +27,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from collections.abc import Sequence as Seq
+from typing import Protocol
 
 import torch
 
@@ -30,6 +36,14 @@ from agentserve.engine.emulated_model import EmulatedModel
 from agentserve.engine.emulated_pool import EmulatedKVPool
 from agentserve.engine.runner import ExternalPrefix
 from agentserve.engine.sequence import Sequence
+
+
+class DecodeStepCost(Protocol):
+    """Target seconds of one decode step for a batch of these contexts; called once per step, on
+    the engine's thread, before the step's sleep."""
+
+    def decode_step_s(self, contexts: Seq[int]) -> float: ...
+
 
 _MIX = 2654435761  # Knuth's multiplicative hash: neighbouring positions get unrelated tokens
 
@@ -41,10 +55,12 @@ class EmulatedRunner:
         pool: EmulatedKVPool,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        decode_cost: DecodeStepCost | None = None,
     ):
         self.model = model
         self.pool = pool
         self.cost = model.cost
+        self.decode_cost: DecodeStepCost = decode_cost or model.cost
         self.dilation = model.emulation.time_dilation
         self.layers = model.config.num_hidden_layers
         self.vocab = model.config.vocab_size
@@ -86,7 +102,7 @@ class EmulatedRunner:
     def decode(self, seqs: list[Sequence]) -> torch.Tensor:
         """Logits `[B, vocab]` after the target's decode step for the batch."""
         lengths = [len(s.token_ids) for s in seqs]
-        duration = self.cost.decode_step_s(lengths) * self.dilation
+        duration = self.decode_cost.decode_step_s(lengths) * self.dilation
         ids = frozenset(s.request_id for s in seqs)
         last_ids, last_duration = self._last_decode
         # The host began this step when the GPU began the last one if it continues those sequences

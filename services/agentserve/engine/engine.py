@@ -34,7 +34,7 @@ from agentserve.engine.config import ModelConfig, parse_dtype
 from agentserve.engine.device import place_model
 from agentserve.engine.emulated_model import EmulatedModel
 from agentserve.engine.emulated_pool import EmulatedKVPool
-from agentserve.engine.emulated_runner import EmulatedRunner
+from agentserve.engine.emulated_runner import DecodeStepCost, EmulatedRunner
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.expert_placement import ExpertPlacement
 from agentserve.engine.grammar import GrammarCompiler
@@ -86,10 +86,12 @@ class LLMEngine:
         fingerprint: str,
         config: EngineConfig = EngineConfig(),
         grammars: GrammarCompiler | None = None,
+        decode_cost: DecodeStepCost | None = None,
     ):
         """`grammars` compiles structured-output grammars with the model's tokenizer; without it
         (an engine built from weights alone) requests with structured output are refused. An
-        `EmulatedModel` (see `emulated`) gets the emulated pool and runner; the rest is shared."""
+        `EmulatedModel` (see `emulated`) gets the emulated pool and runner, whose decode steps
+        take `decode_cost`'s time (default: the model's); the rest is shared."""
         self.model = model
         self.model_config: ModelConfig = model.config
         self.fingerprint = fingerprint
@@ -100,7 +102,7 @@ class LLMEngine:
         if isinstance(model, EmulatedModel):
             self.dtype = model.dtype
             self.pool = model.pool()
-            self.runner = EmulatedRunner(model, self.pool)
+            self.runner = EmulatedRunner(model, self.pool, decode_cost=decode_cost)
         else:
             self.dtype = parse_dtype(config.dtype)
             device = config.torch_device
@@ -144,12 +146,15 @@ class LLMEngine:
         return cls(model, fingerprint, config, grammars)
 
     @classmethod
-    def emulated(cls, vocabulary_dir: str | Path, config: EngineConfig) -> LLMEngine:
+    def emulated(
+        cls, vocabulary_dir: str | Path, config: EngineConfig, decode_cost: DecodeStepCost | None = None
+    ) -> LLMEngine:
         """An emulated-compute engine (`config.emulation`); `vocabulary_dir` is the model folder
-        whose config.json gives the token ids (its weights are not read)."""
+        whose config.json gives the token ids (its weights are not read). `decode_cost`: its
+        decode steps' time, if not the target model's `ComputeCost`."""
         vocabulary = ModelConfig.from_file(model_folder(vocabulary_dir) / "config.json")
         model = EmulatedModel.build(config.emulation, vocabulary, config.block_size, config.kv_dtype)
-        return cls(model, model.fingerprint, config)
+        return cls(model, model.fingerprint, config, decode_cost=decode_cost)
 
     @classmethod
     def for_config(cls, model_dir: str | Path, config: EngineConfig) -> LLMEngine:

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from agentserve.costmodel.expert_parallel import DEEPSEEK_V3_MOE, ExpertParallelCost, MoeLayerShape, rank_loads
-from agentserve.costmodel.gpus import TargetGPU
+from agentserve.costmodel.expert_parallel import (
+    DEEPSEEK_V3_MOE,
+    ExpertParallelCost,
+    MoeLayerShape,
+    moe_free_decode_s,
+    rank_loads,
+)
+from agentserve.costmodel.gpus import H800, TargetGPU
+from agentserve.costmodel.models import DEEPSEEK_V32
+from agentserve.costmodel.timing import DEFAULT_DECODE_BANDWIDTH_EFFICIENCY
 
 pytestmark = pytest.mark.unit
 
@@ -62,3 +70,10 @@ def test_bad_layouts_are_refused():
         ExpertParallelCost(SHAPE, GPU, ranks=12, gpus_per_node=8, nic_bytes_per_s=1e9)
     with pytest.raises(ValueError, match="expert_groups"):
         MoeLayerShape(routed_experts=10, top_k=2, hidden=1, expert_intermediate=1, moe_layers=1, expert_groups=4)
+
+
+def test_the_moe_free_step_reads_each_sequence_s_kv_once():
+    one = moe_free_decode_s(DEEPSEEK_V32, H800, DEEPSEEK_V3_MOE, [1000])
+    two = moe_free_decode_s(DEEPSEEK_V32, H800, DEEPSEEK_V3_MOE, [1000, 3000])
+    bandwidth = H800.hbm_bytes_per_s * DEFAULT_DECODE_BANDWIDTH_EFFICIENCY
+    assert two - one == pytest.approx(DEEPSEEK_V32.decode_kv_bytes(3000) / bandwidth)

@@ -8,6 +8,8 @@ import pytest
 
 from agentserve.common.config import load_config
 from agentserve.contracts import SamplingParams
+from agentserve.costmodel.expert_parallel import DEEPSEEK_V3_MOE, ExpertParallelDecode, moe_free_decode_s
+from agentserve.costmodel.gpus import H800
 from agentserve.costmodel.kv_capacity import kv_capacity_blocks
 from agentserve.costmodel.models import DEEPSEEK_V32
 from agentserve.engine.emulated_model import EmulatedModel
@@ -85,6 +87,20 @@ def test_prefill_and_decode_sleep_the_cost_models_time_dilated(engine):
     runner.decode(seqs)
     assert fake.sleeps[1] == pytest.approx(cost.decode_step_s([100, 5000]) * D)
     assert runner.busy_s == sum(fake.sleeps)
+
+
+def test_a_decode_cost_sets_each_decode_step_s_time_in_turn(engine):
+    assert isinstance(engine.model, EmulatedModel)
+    fake = FakeTime()
+    moe = ExpertParallelDecode(DEEPSEEK_V32, H800, DEEPSEEK_V3_MOE, [0.01, 0.03])
+    runner = EmulatedRunner(engine.model, engine.model.pool(), fake.sleep, fake.clock, decode_cost=moe)
+    contexts = [100, 5000]
+    for _ in range(3):  # new sequences each step: no overlap with the step before
+        runner.decode([Sequence(list(range(5, 5 + n)), n, SamplingParams()) for n in contexts])
+    moe.restart()
+    runner.decode([Sequence(list(range(5, 5 + n)), n, SamplingParams()) for n in contexts])
+    moe_free = moe_free_decode_s(DEEPSEEK_V32, H800, DEEPSEEK_V3_MOE, contexts)
+    assert fake.sleeps == pytest.approx([(moe_free + s) * D for s in (0.01, 0.03, 0.01, 0.01)])
 
 
 def test_layerwise_prefill_loads_each_layer_before_its_share_and_waits_only_for_late_layers(engine):

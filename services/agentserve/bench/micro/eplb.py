@@ -12,10 +12,13 @@ experts in 8 groups, top-8, 58 MoE layers, 8 GPUs per node):
 Reported per case: `max_over_mean_rank_load` (a window's busiest rank over the mean rank, averaged
 over windows and layers; 1.0 is perfect), the MoE layer time ratio (`costmodel.expert_parallel`:
 slowest rank's expert compute + dispatch + combine all-to-all over the compute NICs) and decode
-TPOT, emulated: each replayed decode step draws each layer's routing of `decode_batch` sequences
+TPOT from the cost model: each replayed decode step draws each layer's routing of `decode_batch` sequences
 per rank from the window's load shares (normal approximation of the multinomial), and its time is
 the non-MoE part (`moe_free_decode_s`) plus the 58 MoE layers' times. The first window only
 seeds the first plan and is not scored.
+
+Beside it, `tpot_ms_emulated`: the same steps' MoE times charged by emulated decode engines
+(`eplb_emulated`), TPOT measured on the wall clock over the engine's own decode loop.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.bench.common.stats import distribution
+from agentserve.bench.micro.eplb_emulated import decode_tpot
 from agentserve.bench.micro.eplb_loads import Recording, Windows, recorded_windows, zipf_windows
 from agentserve.costmodel.eplb import ClusterLayout, plan_layer, static_placement
 from agentserve.costmodel.expert_parallel import (
@@ -58,6 +62,9 @@ class EplbConfig:
     # (0: the previous window alone; 1: all past windows alike).
     history_decay: float = 0.5
     seed: int = 0
+    # The tokenizer model whose vocabulary emulated decode engines use; None: no emulated TPOT.
+    emulated_vocabulary: Path | None = None
+    time_dilation: float = 1.0  # the emulated engines' local seconds per target second
 
     def __post_init__(self) -> None:
         for rank_count in self.ranks:
@@ -67,6 +74,8 @@ class EplbConfig:
             raise ValueError(f"history_decay must be in [0, 1], got {self.history_decay}")
         if self.redundant_per_rank < 0 or self.decode_batch <= 0 or self.steps_per_window <= 0:
             raise ValueError("redundant_per_rank must be >= 0, decode_batch and steps_per_window positive")
+        if not self.time_dilation > 0:
+            raise ValueError(f"time_dilation must be positive, got {self.time_dilation}")
 
 
 def imbalance(loads: list[float]) -> float:
@@ -87,10 +96,10 @@ def replay(windows: Windows, ranks: int, config: EplbConfig) -> dict[str, Any]:
     static = static_placement(experts, plain)
     rng = random.Random(config.seed)
     step_copies = config.decode_batch * ranks * SHAPE.top_k
-    moe_free = moe_free_decode_s(DEEPSEEK_V32, H800, SHAPE, config.decode_batch, config.decode_context)
+    moe_free = moe_free_decode_s(DEEPSEEK_V32, H800, SHAPE, [config.decode_context] * config.decode_batch)
     ratio: dict[str, list[float]] = {"eplb": [], "static": []}
     layer_s: dict[str, list[float]] = {"eplb": [], "static": []}
-    tpot: dict[str, list[float]] = {"eplb": [], "static": []}
+    moe_step_s: dict[str, list[float]] = {"eplb": [], "static": []}
     seen = [[0.0] * experts for _ in windows[0]]
     for previous, current in zip(windows, windows[1:]):
         for layer, loads in enumerate(previous):
@@ -102,7 +111,7 @@ def replay(windows: Windows, ranks: int, config: EplbConfig) -> dict[str, Any]:
             ratio["static"].append(imbalance(rank_loads(loads, static, ranks)))
         shares = [[x / (sum(loads) or 1) for x in loads] for loads in current]
         for _ in range(config.steps_per_window):
-            step = {"eplb": moe_free, "static": moe_free}
+            step = {"eplb": 0.0, "static": 0.0}
             for layer in range(len(current)):
                 copies = sampled_step(shares[layer], step_copies, rng)
                 for name, placement, layout in (("eplb", plans[layer], balanced), ("static", static, plain)):
@@ -110,8 +119,25 @@ def replay(windows: Windows, ranks: int, config: EplbConfig) -> dict[str, Any]:
                     layer_s[name].append(t)
                     step[name] += t * SHAPE.moe_layers / len(current)
             for name in step:
-                tpot[name].append(step[name])
-    return _summary(ranks, balanced, ratio, layer_s, tpot)
+                moe_step_s[name].append(step[name])
+    tpot = {name: [moe_free + s for s in steps] for name, steps in moe_step_s.items()}
+    summary = _summary(ranks, balanced, ratio, layer_s, tpot)
+    if config.emulated_vocabulary is not None:
+        emulated = {
+            name: decode_tpot(
+                config.emulated_vocabulary,
+                SHAPE,
+                steps,
+                config.decode_batch,
+                config.decode_context,
+                config.time_dilation,
+            )
+            for name, steps in moe_step_s.items()
+        }
+        summary["tpot_ms_emulated"] = emulated["eplb"]
+        summary["tpot_ms_emulated_without_eplb"] = emulated["static"]
+        summary["tpot_p99_ratio_emulated"] = round(emulated["eplb"]["p99"] / emulated["static"]["p99"], 4)  # type: ignore[operator]
+    return summary
 
 
 def _summary(
@@ -148,8 +174,15 @@ def run(config: EplbConfig) -> dict[str, Any]:
         **{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()},
         "target": f"{DEEPSEEK_V32.key} MoE layout: {experts} experts in {SHAPE.expert_groups} groups, "
         f"top-{SHAPE.top_k}, {layers} MoE layers, on {H800.key} with a 400 Gbps compute NIC per GPU",
-        "tpot": "emulated: cost-model step times over a replayed decode (not the simulator)",
+        "tpot": "cost model: step times over a replayed decode (not the simulator)",
     }
+    if config.emulated_vocabulary is not None:
+        regime["tpot_emulated"] = (
+            f"emulated decode engines (LLMEngine, emulated compute, time dilation {config.time_dilation}), "
+            f"{config.decode_batch} sequences of {config.decode_context} tokens sharing a cached prefix, "
+            "each step's MoE layers charged at the slowest rank's time under the replay's routing; "
+            "wall-clock gaps between full-batch steps over the dilation"
+        )
     if config.recorded is not None:
         recording = Recording.read(config.recorded)
         sources["recorded"] = recorded_windows(recording, config.window_copies, experts, layers, config.seed)
@@ -175,14 +208,18 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"Target: {result['regime']['target']}. TPOT: {result['regime']['tpot']}.",
         "",
-        "| loads | ranks | max/mean rank load, EPLB | without | MoE layer time ratio | TPOT p99 ms, EPLB | without |",
-        "|---|---|---|---|---|---|---|",
+        "| loads | ranks | max/mean rank load, EPLB | without | MoE layer time ratio | TPOT p99 ms, EPLB | without "
+        "| emulated TPOT p99 ms, EPLB | without |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, by_ranks in result["cases"].items():
         for ranks, r in by_ranks.items():
+            emulated = r.get("tpot_ms_emulated"), r.get("tpot_ms_emulated_without_eplb")
             lines.append(
                 f"| {name} | {ranks} | {r['max_over_mean_rank_load']:.3f} | "
                 f"{r['max_over_mean_rank_load_without_eplb']:.3f} | {r['moe_layer_time_ratio']:.3f} | "
-                f"{r['tpot_ms']['p99']:.2f} | {r['tpot_ms_without_eplb']['p99']:.2f} |"
+                f"{r['tpot_ms']['p99']:.2f} | {r['tpot_ms_without_eplb']['p99']:.2f} | "
+                + " | ".join("-" if e is None else f"{e['p99']:.2f}" for e in emulated)
+                + " |"
             )
     return "\n".join(lines) + "\n"

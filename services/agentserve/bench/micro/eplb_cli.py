@@ -28,6 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--decode-batch", type=int, default=128, help="sequences per GPU in a decode step")
     parser.add_argument("--steps-per-window", type=int, default=8, help="decode steps replayed per window")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--no-emulated", dest="emulated", action="store_false", help="skip the emulated decode engines' TPOT"
+    )
+    parser.add_argument(
+        "--time-dilation", type=float, default=1.0, help="the emulated decode engines' local seconds per target second"
+    )
     parser.add_argument("--out", type=Path, help="also write eplb.json and eplb.md into this directory")
     parser.add_argument("--json", action="store_true")
 
@@ -49,6 +55,8 @@ def command(args: argparse.Namespace) -> dict:
         decode_batch=args.decode_batch,
         steps_per_window=args.steps_per_window,
         seed=args.seed,
+        emulated_vocabulary=_vocabulary() if args.emulated else None,
+        time_dilation=args.time_dilation,
     )
     recording = None
     with tempfile.TemporaryDirectory() as tmp:
@@ -63,6 +71,13 @@ def command(args: argparse.Namespace) -> dict:
         (args.out / "eplb.json").write_text(json.dumps(result, indent=2) + "\n")
         (args.out / "eplb.md").write_text(eplb.markdown(result))
     return result
+
+
+def _vocabulary() -> Path:
+    """The default model's folder: its tokenizer's vocabulary is the emulated engines' token ids."""
+    from agentserve.engine.default_model import ensure_default_model
+
+    return ensure_default_model()
 
 
 def _record_tiny_moe(tmp: Path, out: Path | None, sessions: int) -> dict[str, Any]:

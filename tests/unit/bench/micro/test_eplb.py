@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -53,3 +54,14 @@ def test_eplb_beats_the_static_placement_on_zipf_loads(tmp_path):
     assert zipf["moe_layer_time_ratio"] < 1
     assert zipf["tpot_ms"]["p99"] < zipf["tpot_ms_without_eplb"]["p99"]
     assert "| zipf | 32 |" in markdown(result)
+
+
+def test_emulated_decode_engines_time_each_replayed_step_with_and_without_eplb(tiny_model_dir):
+    small = EplbConfig(ranks=(32,), zipf_windows=2, steps_per_window=3, decode_batch=4, decode_context=64)
+    result = run(dataclasses.replace(small, emulated_vocabulary=tiny_model_dir, time_dilation=0.05))
+    zipf = result["cases"]["zipf"]["32"]
+    # One scored window of 3 steps: 3 gaps between full-batch steps on each engine.
+    assert zipf["tpot_ms_emulated"]["count"] == zipf["tpot_ms_emulated_without_eplb"]["count"] == 3
+    assert zipf["tpot_p99_ratio_emulated"] > 0
+    assert "tpot_emulated" in result["regime"]
+    assert "| emulated TPOT p99 ms, EPLB |" in markdown(result)
