@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from agentserve.contracts import SamplingParams
@@ -110,6 +111,12 @@ def bench_fp8(args: argparse.Namespace) -> dict:
     lengths = tuple(int(n) for n in args.lengths.split(",") if n)
     result = fp8.run(args.model or fp8.DEFAULT_MODEL, lengths, args.scored)
     result["dualpath_sim"] = kv_dtype.compare(args.sim_agents) if args.sim_agents else None
+    result["dualpath_emulated"] = None
+    if args.emulated_agents:
+        from agentserve.bench.micro import fp8_dualpath
+
+        out = args.emulated_out or Path("artifacts") / "bench" / f"fp8-dualpath-{time.strftime('%Y%m%d-%H%M%S')}"
+        result["dualpath_emulated"] = fp8_dualpath.compare(args.emulated_agents, args.emulated_turns, out)
     return result
 
 

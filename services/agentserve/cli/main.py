@@ -241,6 +241,16 @@ def build_parser() -> argparse.ArgumentParser:
     f8.add_argument("--lengths", default="512,1024,2048,3072", help="prompt tokens, comma-separated")
     f8.add_argument("--scored", type=int, default=256, help="positions scored per prompt (at most half of it)")
     f8.add_argument("--sim-agents", type=int, default=64, help="agents of the DualPath simulation (0: skip it)")
+    f8.add_argument(
+        "--emulated-agents",
+        type=int,
+        default=4,
+        help="agents of the emulated DualPath comparison, a local cluster per KV dtype (0: skip it)",
+    )
+    f8.add_argument("--emulated-turns", type=int, default=4, help="turns per agent of the emulated comparison")
+    f8.add_argument(
+        "--emulated-out", type=Path, help="the emulated runs' reports (default artifacts/bench/fp8-dualpath-<time>)"
+    )
     f8.add_argument("--json", action="store_true")
     f8.set_defaults(func=commands.bench_fp8)
     fab = bench.add_parser("fabric", help="shaping accuracy and fairness of the emulated fabric over real gRPC")

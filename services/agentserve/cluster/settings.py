@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from agentserve.common.config import check_choice
+from agentserve.costmodel.models import KVDtype
 from agentserve.engine.device import resolve_device
 from agentserve.engine.emulation_config import ComputeMode, EmulationConfig
 
@@ -55,22 +56,25 @@ class ComputeSettings:
     mode: ComputeMode = "real"
     emulation: EmulationConfig = field(default_factory=EmulationConfig)
     device: str = "cpu"  # real compute: where every engine runs the model (`EngineConfig.device`)
+    kv_dtype: KVDtype = "auto"  # every engine's (`EngineConfig.kv_dtype`): fp8_e4m3 holds and moves FP8 KV
 
     def __post_init__(self) -> None:
         check_choice("compute", self.mode, ComputeMode)
+        check_choice("kv_dtype", self.kv_dtype, KVDtype)
         resolve_device(self.device)  # a GPU this machine lacks fails here, before any service starts
 
     def engine_args(self) -> list[str]:
-        """The engine flags (`EngineServiceConfig.compute`, its emulation's, `device`) that say this."""
+        """The engine flags (`EngineServiceConfig.compute`, its emulation's, `device`, `kv_dtype`) that say this."""
+        kv = [] if self.kv_dtype == "auto" else ["--kv-dtype", self.kv_dtype]
         if self.mode == "real":
-            return [] if self.device == "cpu" else ["--device", self.device]
+            return kv + ([] if self.device == "cpu" else ["--device", self.device])
         emulation = [
             text
             for f in fields(EmulationConfig)
             for text in (f"--{f.name.replace('_', '-')}", _flag_text(getattr(self.emulation, f.name)))
         ]
         # An emulated engine's torch work is a few tiny tensors a step: one thread, no pool.
-        return ["--compute", "emulated", *emulation, "--num-threads", "1"]
+        return ["--compute", "emulated", *emulation, "--num-threads", "1", *kv]
 
 
 def _flag_text(value: object) -> str:

@@ -70,9 +70,9 @@ def compute_settings(args: argparse.Namespace) -> ComputeSettings:
     """Every engine's compute: the real model, or the target model on the dualpath profile's GPU
     (a bad target model or dilation fails here, naming the setting)."""
     if args.compute == "real":
-        return ComputeSettings()
+        return ComputeSettings(kv_dtype=args.kv_dtype)
     emulation = EmulationConfig(target_model=args.target_model, target_gpu=TARGET_GPU, time_dilation=args.time_dilation)
-    return ComputeSettings("emulated", emulation)
+    return ComputeSettings("emulated", emulation, kv_dtype=args.kv_dtype)
 
 
 def time_dilation(args: argparse.Namespace) -> float | None:
@@ -145,6 +145,7 @@ def bench_spec(args: argparse.Namespace) -> BenchSpec:
         regime={
             "compute": args.compute,
             "target_model": args.target_model if args.compute == "emulated" else None,
+            "kv_dtype": args.kv_dtype,
             "profile": profile.name,
             "profile_description": profile.description,
             "node": profile.node.to_dict() if profile.node else None,
@@ -173,7 +174,7 @@ def _storage_modelled(
     from agentserve.bench.papers.dualpath.workload import generate
     from agentserve.engine.emulation_config import EmulationConfig
 
-    cost = EmulationConfig(target_model=args.target_model, target_gpu=TARGET_GPU).cost()
+    cost = EmulationConfig(target_model=args.target_model, target_gpu=TARGET_GPU).cost(args.kv_dtype)
     return modelled(generate(workload), cost, profile, args.prefill, args.decoders, args.block_size, args.tail_blocks)
 
 

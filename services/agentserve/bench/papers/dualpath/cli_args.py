@@ -129,6 +129,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     c.add_argument("--target-model", default="deepseek-v3.2", help="emulated compute's target model")
     c.add_argument(
+        "--kv-dtype",
+        default="auto",
+        choices=["auto", "fp8_e4m3"],
+        help="every engine's KV (default auto: the model's dtype; fp8_e4m3: held, stored and moved as FP8, "
+        "an emulated engine charging the target's FP8 bytes)",
+    )
+    c.add_argument(
         "--time-dilation",
         type=float,
         default=DEFAULT_TIME_DILATION,
