@@ -34,6 +34,9 @@ class RunningTurn:
     decode_engine: str = ""  # the decode engine the turn's KV went to (the session's next KV holder)
     segments: SegmentedPrompt | None = None  # the prompt's shared blocks (an all-gather round's turn)
     decode_address: str = ""
+    # The decode engine that relayed the turn's path-B reads when not its decode engine: it keeps
+    # what it relays (`RelaySender`), so the turn's end drops the KV there too.
+    relay_address: str = ""
     prompt_blocks: list[bytes] = field(default_factory=list)  # the prompt's full blocks' ids
     claim: tuple[str, list[bytes]] | None = None  # (decode address, blocks) claimed in `DecodeClaims`
     context_tail: Tail | None = None  # the history's stored tail: loaded if `tail_tokens`, garbage after the turn

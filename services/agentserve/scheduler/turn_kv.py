@@ -8,6 +8,7 @@ or pool space, never tokens: each is logged and the turn goes on.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -91,8 +92,9 @@ class TurnKV:
     async def release(self, turn: RunningTurn) -> None:
         """The history's tail is deleted from the store: the turn's decode engine persisted the new
         context's before its last token. With `drops`: the decode engine drops the turn's KV (its
-        engine persisted it to the store before the last token) and both tails, awaited so the
-        session's next turn finds it gone and reads the store."""
+        engine persisted it to the store before the last token) and both tails, and so does the
+        turn's relay when another decode engine relayed its reads (a relay keeps what it relays);
+        awaited so the session's next turn, wherever it decodes, finds it gone and reads the store."""
         await self._delete_context_tail(turn)
         block_size, fingerprint = self.registry.block_size, self.registry.fingerprint
         drops = self.ports.drops
@@ -100,19 +102,28 @@ class TurnKV:
             return
         context = turn.prompt + turn.output
         ids = block_ids_for(context, block_size, fingerprint, turn.session.tenant)
-        self.unclaim(turn)
-        # Blocks other turns on this engine still need (every agent's prompt starts with the same
-        # ones) stay: dropped, the engine would recompute them (`DecodeClaims`).
-        ids = self.claims.unclaimed(turn.decode_address, ids)
+        tails: list[bytes] = []
         if self.ports.tail_blocks:  # the one a relay kept there, and the one the decode engine cached
             new_tail = context_tail(context, len(context), ids, block_size, fingerprint, turn.session.tenant)
-            ids += [tail.block_id for tail in (turn.context_tail, new_tail) if tail is not None]
+            tails = [tail.block_id for tail in (turn.context_tail, new_tail) if tail is not None]
+        self.unclaim(turn)
+        holders = [turn.decode_address]
+        if turn.relay_address and turn.relay_address != turn.decode_address:
+            holders.append(turn.relay_address)
         began = time.perf_counter()
-        try:
-            await drops.drop_kv(turn.decode_address, ids)
-        except Exception as exc:  # noqa: BLE001 - a block left behind costs pool space, never tokens
-            log.warning("dropping turn %s's KV from %s failed: %s", turn.turn_id, turn.decode_address, exc)
+        # Blocks other turns on an engine still need (every agent's prompt starts with the same
+        # ones) stay there: dropped, the engine would recompute them (`DecodeClaims`).
+        await asyncio.gather(
+            *(self._drop(turn, address, self.claims.unclaimed(address, ids) + tails) for address in holders)
+        )
         phase("release", turn.index, began)
+
+    async def _drop(self, turn: RunningTurn, address: str, ids: list[bytes]) -> None:
+        assert self.ports.drops is not None
+        try:
+            await self.ports.drops.drop_kv(address, ids)
+        except Exception as exc:  # noqa: BLE001 - a block left behind costs pool space, never tokens
+            log.warning("dropping turn %s's KV from %s failed: %s", turn.turn_id, address, exc)
 
     async def _delete_context_tail(self, turn: RunningTurn) -> None:
         """The history's tail is garbage once the turn completes (the next turn extends the new

@@ -244,6 +244,7 @@ class TurnRunner:
                     # lags). Another one gets it; prefilling again is cheap, the KV is resident now.
                     raise EngineUnavailable(decode.address, f"KV handoff to {decode.address} failed")
                 turn.decode_engine, turn.decode_address = decode.engine_id, decode.address
+                turn.relay_address = placed.relay.address if placed.relay is not None else ""
                 turn.context = response.context
                 return placed, response
             except EngineUnavailable as exc:

@@ -555,6 +555,29 @@ def test_session_kv_store_drops_each_turns_kv_and_keeps_no_holder(tokenizer, sto
     assert session.kv_holder == ""
 
 
+def test_session_kv_store_drops_the_turns_kv_on_its_relay_too(tokenizer, store) -> None:
+    # Another decode engine relayed the turn's store reads and kept them (a relay imports what it
+    # relays): the turn's end drops them there as well, or the session's next turn decoded there
+    # would find its history held.
+    store.hits = 3
+    engines = DroppingEngines()
+    config = SchedulerConfig(http_port=0, session_kv="store", kv_path_policy="always-b", relay_policy="other-decode")
+    core = SchedulerCore(config, tokenizer, store=store, engines=engines)
+    core.register(status("p0", Role.PREFILL, 6000))
+    core.register(status("d0", Role.DECODE, 7000))
+    core.register(status("d1", Role.DECODE, 7001))
+
+    async def go():
+        sid = await core.open_session(tenant="acme")
+        events = await collect(core.turn(sid, token_ids=list(range(10, 30)), sampling=GREEDY))
+        return core.sessions.get(sid).history, events[0].metadata
+
+    history, meta = run(go())
+    assert (meta.kv_path, meta.relay_engine, meta.decode_engine) == ("B", "d1", "d0")
+    ids = block_ids_for(history, BLOCK_SIZE, FINGERPRINT, "acme")
+    assert engines.drops == [("127.0.0.1:7000", ids), ("127.0.0.1:7001", ids)]
+
+
 def test_session_kv_store_needs_engine_calls_that_drop(tokenizer, store, engines) -> None:
     with pytest.raises(ValueError, match="session_kv=store needs engine calls that can drop KV"):
         SchedulerCore(SchedulerConfig(http_port=0, session_kv="store"), tokenizer, store=store, engines=engines)
