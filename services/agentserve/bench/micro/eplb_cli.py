@@ -34,6 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--time-dilation", type=float, default=1.0, help="the emulated decode engines' local seconds per target second"
     )
+    parser.add_argument(
+        "--placement-ranks",
+        type=int,
+        default=4,
+        help="with --out: also write the recorded model's EPLB placement over this many ranks (expert-placement.json)",
+    )
     parser.add_argument("--out", type=Path, help="also write eplb.json and eplb.md into this directory")
     parser.add_argument("--json", action="store_true")
 
@@ -68,9 +74,21 @@ def command(args: argparse.Namespace) -> dict:
         result["regime"]["recording"] = {k: str(v) if isinstance(v, Path) else v for k, v in recording.items()}
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
+        if config.recorded is not None and Path(config.recorded).is_file():
+            result["regime"]["placement"] = _write_placement(Path(config.recorded), args)
         (args.out / "eplb.json").write_text(json.dumps(result, indent=2) + "\n")
         (args.out / "eplb.md").write_text(eplb.markdown(result))
     return result
+
+
+def _write_placement(recording: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The recorded model's placement, for its engines' `--expert-placement` (`eplb_loads.serve_placement`)."""
+    from agentserve.bench.micro.eplb_loads import Recording, serve_placement
+
+    placement = serve_placement(Recording.read(recording), args.placement_ranks, args.redundant_per_rank)
+    path = args.out / "expert-placement.json"
+    placement.write(path)
+    return {"file": str(path), "ranks": placement.ranks, "slots_per_rank": placement.slots_per_rank}
 
 
 def _vocabulary() -> Path:

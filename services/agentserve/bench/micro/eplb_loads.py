@@ -20,7 +20,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentserve.costmodel.eplb import ClusterLayout
 from agentserve.engine.expert_load import RECORD_FORMAT
+from agentserve.engine.expert_placement import ExpertPlacement
 
 # [window][layer][expert] token copies
 Windows = list[list[list[float]]]
@@ -45,6 +47,20 @@ class Recording:
         if not forwards:
             raise ValueError(f"{path} records no forward")
         return cls(header["layers"], header["num_experts"], header["top_k"], forwards)
+
+
+def serve_placement(recording: Recording, ranks: int, redundant_per_rank: int) -> ExpertPlacement:
+    """The recorded model's own EPLB placement over `ranks` (its engines' `--expert-placement`):
+    each layer planned from the whole recording's loads, `experts / ranks + redundant_per_rank`
+    slots per rank, all ranks one node (the global policy: the small model has no expert groups)."""
+    if ranks <= 0 or recording.num_experts % ranks:
+        raise ValueError(f"placement ranks must divide the {recording.num_experts} recorded experts, got {ranks}")
+    layout = ClusterLayout(ranks, ranks, recording.num_experts // ranks + redundant_per_rank)
+    loads = [
+        [sum(column) for column in zip(*(f[layer] for f in recording.forwards))]
+        for layer in range(len(recording.layers))
+    ]
+    return ExpertPlacement.plan(recording.layers, loads, layout)
 
 
 def recorded_windows(

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from agentserve.bench.micro.eplb import EplbConfig, markdown, run
-from agentserve.bench.micro.eplb_loads import Recording, recorded_windows, zipf_windows
+from agentserve.bench.micro.eplb_loads import Recording, recorded_windows, serve_placement, zipf_windows
 from agentserve.engine.expert_load import RECORD_FORMAT
 
 pytestmark = pytest.mark.unit
@@ -65,3 +65,12 @@ def test_emulated_decode_engines_time_each_replayed_step_with_and_without_eplb(t
     assert zipf["tpot_p99_ratio_emulated"] > 0
     assert "tpot_emulated" in result["regime"]
     assert "| emulated TPOT p99 ms, EPLB |" in markdown(result)
+
+
+def test_the_recorded_model_s_placement_gives_each_layer_s_hot_expert_the_spare(tmp_path):
+    recording = Recording.read(_recording(tmp_path / "loads.jsonl", [[[6, 1], [1, 2]], [[3, 0], [0, 5]]]))
+    placement = serve_placement(recording, ranks=2, redundant_per_rank=1)
+    assert (placement.ranks, placement.layers, placement.slots_per_rank) == (2, (0, 1), 2)
+    assert [sorted(slots) for slots in placement.slots] == [[0, 0, 0, 1], [0, 1, 1, 1]]
+    with pytest.raises(ValueError, match="placement ranks"):
+        serve_placement(recording, ranks=3, redundant_per_rank=1)
