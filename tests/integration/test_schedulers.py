@@ -4,7 +4,8 @@ Eight sessions of five turns run concurrently through the balancer's gRPC port. 
 turns run on the scheduler that holds its home key, whichever one HAProxy hands a call to (the
 other forwards it). After every session's second turn one scheduler is SIGKILLed: its sessions'
 third turns are served by the other once its lease lapses, every session finishes, every turn's
-tokens are those of an undisturbed run (the tiny model recomputed here), and etcd holds each session
+tokens are those of an undisturbed run (the tiny model recomputed here), every turn after the first
+finds the history's KV in the store (the taken-over ones included), and etcd holds each session
 once, with exactly its five turns: none forked, lost, or appended twice."""
 
 from __future__ import annotations
@@ -13,23 +14,19 @@ import asyncio
 import json
 import random
 import signal
-import threading
-import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 import grpc
 import pytest
 
 from agentserve.cluster.settings import ControlSettings
 from agentserve.common.etcd import Etcd
-from agentserve.contracts import SamplingParams
 from agentserve.scheduler.forwarding import SERVED_BY
 from agentserve.scheduler.session_journal import decode_record
 from agentserve.scheduler.shared_state import Keys
-from agentserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from agentserve.v1 import scheduler_pb2_grpc
 from tests.support.cluster import local_cluster
+from tests.support.grpc_turns import Conversation, assert_recomputed, open_sessions, run_concurrently
 
 pytestmark = pytest.mark.integration
 
@@ -43,27 +40,6 @@ def cluster(tmp_path_factory):
     options = {"control": ControlSettings(schedulers=2), "env": {"AGENTSERVE_ETCD_LEASE_S": str(LEASE_S)}}
     with local_cluster(tmp_path_factory, "schedulers", decoders=1, **options) as running:
         yield running
-
-
-@dataclass
-class Conversation:
-    new: list[list[int]]  # each turn's new tokens
-    session_id: str = ""
-    outputs: list[list[int]] = field(default_factory=list)
-    served_by: list[str] = field(default_factory=list)
-    seconds: list[float] = field(default_factory=list)
-
-
-def _turn(stub: scheduler_pb2_grpc.SchedulerStub, conversation: Conversation, index: int) -> None:
-    sampling = common_pb2.SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
-    request = scheduler_pb2.TurnRequest(
-        session_id=conversation.session_id, token_ids=conversation.new[index], sampling=sampling
-    )
-    started = time.monotonic()
-    call = stub.Turn(request, timeout=120)
-    conversation.outputs.append([token for chunk in call for token in chunk.token_ids])
-    conversation.seconds.append(time.monotonic() - started)
-    conversation.served_by.append(dict(call.initial_metadata())[SERVED_BY])
 
 
 async def _etcd_state(address: str) -> tuple[dict, dict]:
@@ -135,50 +111,34 @@ def test_a_scheduler_sigkilled_mid_session_loses_no_turn_and_forks_none(cluster,
         for _ in range(SESSIONS)
     ]
     etcd_address = f"127.0.0.1:{cluster.ports.etcd}"
-    killed: dict[str, str] = {}
-    at_kill, resume = threading.Barrier(SESSIONS + 1), threading.Barrier(SESSIONS + 1)
+    killed: dict[str, str] = {}  # session id -> the scheduler killed under it
+
+    def kill() -> None:
+        _, homes = asyncio.run(_etcd_state(etcd_address))
+        # The calls went round-robin through HAProxy, yet each session's turns ran on its home.
+        for conversation in conversations:
+            assert set(conversation.served_by) == {homes[conversation.session_id]}
+        victim = homes[conversations[0].session_id]
+        killed.update({c.session_id: victim for c in conversations if homes[c.session_id] == victim})
+        proc = next(p for p in cluster.procs if p.name == victim)
+        proc.popen.send_signal(signal.SIGKILL)
+        assert proc.popen.wait(timeout=30) == -signal.SIGKILL
 
     with grpc.insecure_channel(f"127.0.0.1:{cluster.ports.scheduler}") as channel:
         stub = scheduler_pb2_grpc.SchedulerStub(channel)
+        open_sessions(stub, conversations, "ha")
+        run_concurrently(stub, conversations, MAX_TOKENS, KILL_AFTER, kill)
 
-        def run(conversation: Conversation) -> None:
-            conversation.session_id = stub.OpenSession(scheduler_pb2.OpenSessionRequest(tenant="ha")).session_id
-            for index in range(TURNS):
-                if index == KILL_AFTER:
-                    at_kill.wait(timeout=300)
-                    resume.wait(timeout=300)
-                _turn(stub, conversation, index)
-
-        with ThreadPoolExecutor(SESSIONS) as pool:
-            futures = [pool.submit(run, c) for c in conversations]
-            at_kill.wait(timeout=300)
-            try:
-                _, homes = asyncio.run(_etcd_state(etcd_address))
-                # The calls went round-robin through HAProxy, yet each session's turns ran on its home.
-                for conversation in conversations:
-                    assert set(conversation.served_by) == {homes[conversation.session_id]}
-                victim = homes[conversations[0].session_id]
-                killed.update({c.session_id: victim for c in conversations if homes[c.session_id] == victim})
-                proc = next(p for p in cluster.procs if p.name == victim)
-                proc.popen.send_signal(signal.SIGKILL)
-                assert proc.popen.wait(timeout=30) == -signal.SIGKILL
-            finally:
-                resume.wait(timeout=300)
-            for future in futures:
-                future.result(timeout=300)
-
+    victim = killed[conversations[0].session_id]
     survivor = next(p.name for p in cluster.schedulers if p.name != victim)
     assert 0 < len(killed) < SESSIONS  # HAProxy spread the sessions over both schedulers
-    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
     records, homes = asyncio.run(_etcd_state(etcd_address))
     assert sorted(records) == sorted(c.session_id for c in conversations)  # none lost, none forked
     for conversation in conversations:
         assert conversation.served_by[KILL_AFTER:] == [survivor] * (TURNS - KILL_AFTER)
         assert homes[conversation.session_id] == survivor
-        history: list[int] = []
-        for new, output in zip(conversation.new, conversation.outputs, strict=True):
-            assert output == reference.generate(history + new, params).output_token_ids
-            history += new + output
+        # Each turn recomputed exactly, the taken-over ones included, and each a store hit of the history.
+        history = assert_recomputed(conversation, reference, MAX_TOKENS)
         record = records[conversation.session_id]
         assert (record.turns, record.history) == (TURNS, history)  # each turn committed exactly once
         if conversation.session_id in killed:

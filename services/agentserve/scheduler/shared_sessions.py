@@ -14,6 +14,9 @@ Every request for a session is `locate`d first, by whichever scheduler received 
 
 A turn commits with a compare-and-swap (`commit`): the record is replaced only if its revision is
 still the one the turn started from and the home key still names this scheduler under its lease.
+The session's KV ledger (`kv/<owner>/<id>`, `kv_ledger.py`: which decode engine holds its KV, and
+the layout of reused KV in the store) is written in the same transaction and read with the record
+whenever a copy is (re)read here, so a scheduler taking a session over finds its KV.
 Two schedulers can therefore never both append to one session: the second to commit finds the
 revision moved and its turn is refused (`SessionMoved`, retryable: the retry goes to the new home).
 """
@@ -39,6 +42,7 @@ from agentserve.common.etcd import (
     value_is,
     version_is,
 )
+from agentserve.scheduler.kv_ledger import KVLedger
 from agentserve.scheduler.session_journal import decode_record, encode_record
 from agentserve.scheduler.sessions import Session, SessionStore
 from agentserve.scheduler.shared_state import Keys, Membership, Peer
@@ -127,13 +131,17 @@ class SessionDirectory:
             home_unchanged = lease_is(home_key, homes[0].lease) if homes else version_is(home_key, 0)
             claim = await self.etcd.txn(
                 [home_unchanged, mod_revision_is(record_key, revision)],
-                [put_op(home_key, self._me, self.membership.lease), range_op(record_key)],
+                [
+                    put_op(home_key, self._me, self.membership.lease),
+                    range_op(record_key),
+                    range_op(self.keys.kv_ledger(owner, session_id)),
+                ],
             )
             if claim.succeeded:
                 record = claim.ranges(1)
                 if record:
                     log.info("session %s: home here now (revision %d)", session_id, revision)
-                    self._adopt(record[0])
+                    self._adopt(record[0], claim.ranges(2))
                 else:
                     self._release(session_id, owner)
                 return Located(None, revision, reloaded=True)
@@ -144,15 +152,22 @@ class SessionDirectory:
         held = self.sessions.peek(session_id, owner)
         if held is not None and held.revision == revision:
             return Located(None, revision)
-        record = await self.etcd.get(self.keys.session(owner, session_id)) if revision else None
-        if record is None:
+        records, ledgers = await self._read(session_id, owner) if revision else ([], [])
+        if not records:
             self._release(session_id, owner)
             return Located(None, 0, reloaded=True)
-        self._adopt(record)
-        return Located(None, record.mod_revision, reloaded=True)
+        self._adopt(records[0], ledgers)
+        return Located(None, records[0].mod_revision, reloaded=True)
 
-    def _adopt(self, record: KeyValue) -> None:
-        session = _session_of(record)
+    async def _read(self, session_id: str, owner: str) -> tuple[list[KeyValue], list[KeyValue]]:
+        """The session's record and KV ledger, read at one revision."""
+        read = await self.etcd.txn(
+            [], [range_op(self.keys.session(owner, session_id)), range_op(self.keys.kv_ledger(owner, session_id))]
+        )
+        return read.ranges(0), read.ranges(1)
+
+    def _adopt(self, record: KeyValue, ledgers: list[KeyValue]) -> None:
+        session = _session_of(record, ledgers)
         self._release(session.session_id, session.owner)
         self.sessions.adopt(session)
         self._on_hold(session)
@@ -164,8 +179,8 @@ class SessionDirectory:
 
     async def read(self, session_id: str, owner: str) -> Session | None:
         """A copy of the session's record as it is now (a fork's parent, wherever its home is)."""
-        record = await self.etcd.get(self.keys.session(owner, session_id))
-        return None if record is None else _session_of(record)
+        records, ledgers = await self._read(session_id, owner)
+        return _session_of(records[0], ledgers) if records else None
 
     async def created(self, session: Session) -> None:
         """Write a session just opened here, with this scheduler as its home; ValueError (and the
@@ -187,11 +202,13 @@ class SessionDirectory:
             raise ValueError(f"session {session.session_id} already exists")
         session.revision = written.revision
 
-    async def commit(self, session: Session, history: list[int], client_state: dict[str, Any] | None) -> None:
+    async def commit(
+        self, session: Session, history: list[int], client_state: dict[str, Any] | None, ledger: KVLedger
+    ) -> None:
         """Replace the record by the session with one more turn (`history`, and the front's
-        `client_state` if given), only if it is still at the copy's revision and this scheduler
-        still its home; SessionMoved (nothing written) otherwise. A session without a record (a
-        stateless completion's) has nothing to commit."""
+        `client_state` if given) and its KV ledger by `ledger`, only if the record is still at the
+        copy's revision and this scheduler still its home; SessionMoved (nothing written)
+        otherwise. A session without a record (a stateless completion's) has nothing to commit."""
         if not session.revision:
             return
         after = Session(
@@ -214,7 +231,10 @@ class SessionDirectory:
                 value_is(home_key, self._me),
                 lease_is(home_key, self.membership.lease),
             ],
-            [put_op(record_key, encode_record(after))],
+            [
+                put_op(record_key, encode_record(after)),
+                put_op(self.keys.kv_ledger(session.owner, session.session_id), ledger.encode()),
+            ],
         )
         if not written.succeeded:
             raise SessionMoved(
@@ -229,6 +249,7 @@ class SessionDirectory:
             [
                 delete_op(self.keys.session(session.owner, session.session_id)),
                 delete_op(self.keys.home(session.owner, session.session_id)),
+                delete_op(self.keys.kv_ledger(session.owner, session.session_id)),
             ],
         )
 
@@ -262,8 +283,12 @@ class SessionDirectory:
         await asyncio.gather(*self._deletes, return_exceptions=True)
 
 
-def _session_of(record: KeyValue) -> Session:
-    """The session a record holds, as a copy at the record's revision."""
+def _session_of(record: KeyValue, ledgers: list[KeyValue]) -> Session:
+    """The session a record holds, as a copy at the record's revision, with the KV ledger its last
+    turn wrote (none when the ledger is not from the same transaction as the record)."""
     session = decode_record(record.value)
     session.revision = record.mod_revision
+    if ledgers and ledgers[0].mod_revision == record.mod_revision:
+        ledger = KVLedger.decode(ledgers[0].value)
+        session.kv_holder, session.context = ledger.holder, ledger.context
     return session

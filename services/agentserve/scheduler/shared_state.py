@@ -7,6 +7,7 @@ Keys, under `--etcd-prefix` (`/agentserve/`):
     engines/<engine id>        the engine's last EngineStatus (protobuf) an engine lease (engine timeout)
     sessions/<owner>/<id>      the session's record (session_journal.encode_record)  no lease
     homes/<owner>/<id>         the id of the scheduler that runs its turns          that scheduler's lease
+    kv/<owner>/<id>            the session's KV ledger (kv_ledger.py), written with each turn   no lease
 
 Each scheduler holds one lease of `etcd_lease_s` seconds and renews it three times a lease. A
 scheduler that dies stops renewing: within the lease time its `schedulers/` key and every `homes/`
@@ -59,6 +60,9 @@ class Keys:
 
     def home(self, owner: str, session_id: str) -> bytes:
         return self.prefix + b"homes/" + _part(owner) + b"/" + _part(session_id)
+
+    def kv_ledger(self, owner: str, session_id: str) -> bytes:
+        return self.prefix + b"kv/" + _part(owner) + b"/" + _part(session_id)
 
 
 def _part(text: str) -> bytes:

@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from agentserve.contracts import GenerateChunk, GenerateRequest, PrefillRequest, PrefillResult
 from agentserve.scheduler.engine_clients import Metadata
+from agentserve.scheduler.kv_ledger import KVLedger
 from agentserve.scheduler.placement import GlobalScheduler
 from agentserve.scheduler.registry import EngineRegistry
 from agentserve.scheduler.rounds import RoundGroups
@@ -49,7 +50,9 @@ class TurnCommits(Protocol):
     """Where a turn commits before it is recorded on the session (`SessionDirectory`: a
     compare-and-swap in etcd when state is shared), raising if it may not."""
 
-    async def commit(self, session: Session, history: list[int], client_state: dict[str, Any] | None) -> None: ...
+    async def commit(
+        self, session: Session, history: list[int], client_state: dict[str, Any] | None, ledger: KVLedger
+    ) -> None: ...
 
 
 @runtime_checkable

@@ -45,6 +45,7 @@ from agentserve.contracts import (
     TurnMeta,
 )
 from agentserve.contracts.turn_segments import TurnSegments
+from agentserve.scheduler.kv_ledger import KVLedger
 from agentserve.scheduler.placement import Placement
 from agentserve.scheduler.prompts import PromptBuilder, check_fits
 from agentserve.scheduler.registry import Engine, Role
@@ -297,7 +298,7 @@ class TurnRunner:
         holder = turn.decode_engine if self.keeps_kv else ""
         history = turn.prompt + turn.output
         if self.commits is not None:
-            await self.commits.commit(turn.session, history, turn.client_state)
+            await self.commits.commit(turn.session, history, turn.client_state, KVLedger(holder, turn.context))
         turn.session.commit(history, kv_holder=holder, client_state=turn.client_state, context=turn.context)
         turn.committed = True
         self.telemetry.end(turn)

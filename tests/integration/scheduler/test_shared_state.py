@@ -8,16 +8,19 @@ fails `SessionMoved` having committed nothing."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from agentserve.common.errors import Conflict
-from agentserve.contracts import GenerateChunk, GenerateRequest, Role, SamplingParams
+from agentserve.contracts import GenerateChunk, GenerateRequest, PrefillRequest, PrefillResult, Role, SamplingParams
+from agentserve.contracts.context import ContextLayout, Piece
 from agentserve.model_files.tokenizer import Tokenizer
 from agentserve.model_files.tokenizer_files import ensure_default_tokenizer
 from agentserve.scheduler.config import SchedulerConfig
 from agentserve.scheduler.core import SchedulerCore
+from agentserve.scheduler.kv_ledger import KVLedger
 from agentserve.scheduler.shared_sessions import SessionMoved
 from tests.support.etcd import etcd_server
 from tests.unit.scheduler.fakes import FakeEngines, FakeStore, status
@@ -186,6 +189,53 @@ def test_a_session_opened_twice_under_one_id_exists_once(etcd, tokenizer) -> Non
             assert "chat-1" not in b.sessions
             await a.close_session("chat-1")
             assert await b.control.sessions.read("chat-1", "") is None
+        finally:
+            await a.aclose()
+            await b.aclose()
+
+    asyncio.run(scenario())
+
+
+LAYOUT = ContextLayout(32, (Piece(0, 16, b"m" * 16), Piece(16, 32, b"d" * 16, b"m" * 16)), b"t" * 16)
+
+
+class ReusingEngines(FakeEngines):
+    """Fake engines whose prefill reports the prompt's KV stored as `LAYOUT` (reused shared blocks)."""
+
+    async def prefill(self, address: str, request: PrefillRequest, metadata) -> PrefillResult:
+        return dataclasses.replace(await super().prefill(address, request, metadata), context=LAYOUT)
+
+
+def test_a_session_taken_over_finds_its_kv_where_its_last_turn_left_it(etcd, tokenizer) -> None:
+    async def scenario() -> None:
+        a = scheduler("a", etcd, "/ledger/", tokenizer, ReusingEngines())
+        engines_b = FakeEngines()
+        b = scheduler("b", etcd, "/ledger/", tokenizer, engines_b)
+        await a.start()
+        await b.start()
+        try:
+            session_id = await a.open_session(tenant="t")
+            await _turn(a, session_id, [11, 12, 13])
+            keys = a.control.sessions.keys
+            record = await a.control.etcd.get(keys.session("", session_id))
+            ledger = await a.control.etcd.get(keys.kv_ledger("", session_id))
+            assert record is not None and ledger is not None
+            assert ledger.mod_revision == record.mod_revision  # written by the turn's commit
+            assert KVLedger.decode(ledger.value) == KVLedger("d0", LAYOUT)
+
+            # An idle decode engine whose id sorts first: the router's choice for a session with no holder.
+            b.register(status("c9", Role.DECODE, 7009))
+            await a.control.etcd.revoke(a.control.membership.lease)  # a dies: b takes the session over
+            assert (await b.control.sessions.locate(session_id, "")).peer is None
+            taken = b.sessions.get(session_id)
+            assert (taken.kv_holder, taken.context) == ("d0", LAYOUT)
+            # The next turn decodes on the engine holding the history's KV.
+            await _turn(b, session_id, [21, 22])
+            assert engines_b.generates[-1][0] == "127.0.0.1:7000"
+            after = KVLedger.decode((await b.control.etcd.get(keys.kv_ledger("", session_id))).value)
+            assert after == KVLedger("d0", None)  # this turn computed its KV exactly
+            await b.close_session(session_id)
+            assert await b.control.etcd.get(keys.kv_ledger("", session_id)) is None
         finally:
             await a.aclose()
             await b.aclose()
