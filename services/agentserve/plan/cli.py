@@ -23,6 +23,7 @@ def spec(args: argparse.Namespace, workload: str) -> PlanSpec:
         prices=Prices(args.gpu_hour_cost, args.snic_cost),
         window_s=args.window,
         turn_order=args.turn_order,
+        lifecycles=args.lifecycles,
     )
 
 

@@ -24,6 +24,7 @@ from agentserve.plan.planner import (
     DEFAULT_SNIC_GBPS,
     DEFAULT_TRACE_WINDOW_S,
 )
+from agentserve.scheduler.kv_lifecycle import LIFECYCLE_POLICIES
 
 POLICY_CHOICES = ("baseline", "layerwise", "dualpath", "dualpath-split")
 
@@ -57,6 +58,20 @@ def policy_list(text: str) -> tuple[str, ...]:
     if not names or unknown:
         given = ", ".join(unknown) or "(none given)"
         raise argparse.ArgumentTypeError(f"--policies: unknown policy {given}; choose from {', '.join(POLICY_CHOICES)}")
+    return names
+
+
+def lifecycle_list(text: str) -> tuple[str, ...]:
+    """Lifecycle policies by registry name, comma-separated; `none`: no colocated points."""
+    if text.strip() == "none":
+        return ()
+    names = tuple(p.strip() for p in text.split(",") if p.strip())
+    unknown = [n for n in names if n not in LIFECYCLE_POLICIES]
+    if not names or unknown:
+        given = ", ".join(unknown) or "(none given)"
+        raise argparse.ArgumentTypeError(
+            f"--lifecycles: unknown lifecycle policy {given}; choose from {', '.join(LIFECYCLE_POLICIES)}, or none"
+        )
     return names
 
 
@@ -118,6 +133,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=policy_list,
         default=DEFAULT_POLICIES,
         help=f"policy sets searched (default {','.join(DEFAULT_POLICIES)}; also dualpath-split)",
+    )
+    p.add_argument(
+        "--lifecycles",
+        type=lifecycle_list,
+        default=LIFECYCLE_POLICIES,
+        help=f"KV lifecycle policies searched on colocated engines, the only ones the simulator models them on "
+        f"(default {','.join(LIFECYCLE_POLICIES)}; none: prefill/decode points only, whose lifecycle is the store's)",
     )
     p.add_argument(
         "--snic-gbps",

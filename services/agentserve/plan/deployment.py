@@ -3,8 +3,10 @@
 A `Point` is a policy set (a `bench dualpath` policy name, resolved by `sim.policies.resolve` into
 the scheduler's and the prefill engine's own policy objects), the storage-NIC bandwidth of each node
 and the prefill and decode engine counts (one GPU each; engines fill nodes of `gpus_per_node`, and a
-node's storage NIC is shared by its engines as `SimConfig` lays it out). Its cost per hour is its
-GPUs at `gpu_hour` plus each node's storage NIC at `snic_100g_hour` per 100 Gbps.
+node's storage NIC is shared by its engines as `SimConfig` lays it out), under the store lifecycle.
+A colocated point (`plan/colocated.py`) is instead a KV lifecycle policy and a count of engines
+that prefill and decode both. Its cost per hour is its GPUs at `gpu_hour` plus each node's storage
+NIC at `snic_100g_hour` per 100 Gbps.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from agentserve.bench.common.stats import percentile
 from agentserve.bench.papers.replay.records import TurnRecord
 from agentserve.bench.papers.replay.slo import SLO
+from agentserve.plan.colocated import COLOCATED, STORE, simulate_colocated
 from agentserve.plan.workload import PlanWorkload
 from agentserve.sim.cluster import SimCluster
 from agentserve.sim.config import SimConfig
@@ -41,17 +44,19 @@ class Prices:
 
 @dataclass(frozen=True, order=True)
 class Point:
-    policy: str
+    policy: str  # a policy set, or COLOCATED
     snic_gbps: float  # one node's storage NICs together
     prefill: int
     decode: int
+    lifecycle: str = STORE  # the KV lifecycle policy: STORE on prefill/decode points
+    colocated: int = 0  # engines that prefill and decode both (a colocated point has no others)
 
     @property
     def gpus(self) -> int:
-        return self.prefill + self.decode
+        return self.prefill + self.decode + self.colocated
 
     def nodes(self, gpus_per_node: int) -> int:
-        return math.ceil(self.prefill / gpus_per_node) + math.ceil(self.decode / gpus_per_node)
+        return sum(math.ceil(n / gpus_per_node) for n in (self.prefill, self.decode, self.colocated))
 
     def cost_per_hour(self, prices: Prices, gpus_per_node: int) -> float:
         return self.gpus * prices.gpu_hour + self.nodes(gpus_per_node) * self.snic_gbps / 100 * prices.snic_100g_hour
@@ -59,15 +64,22 @@ class Point:
     def config(self, base: SimConfig) -> SimConfig:
         return replace(base, snic_gbps=self.snic_gbps, prefill_engines=self.prefill, decode_engines=self.decode)
 
+    def configuration(self) -> str:
+        """What the point is apart from its engine counts (a search family)."""
+        return f"{COLOCATED} {self.lifecycle}" if self.colocated else self.policy
+
     def label(self) -> str:
-        return f"{self.policy} {self.prefill}P+{self.decode}D snic {self.snic_gbps:g}G"
+        engines = f"{self.colocated}E" if self.colocated else f"{self.prefill}P+{self.decode}D"
+        return f"{self.configuration()} {engines} snic {self.snic_gbps:g}G"
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "policy": self.policy,
+            "lifecycle": self.lifecycle,
             "snic_gbps_per_node": self.snic_gbps,
             "prefill_engines": self.prefill,
             "decode_engines": self.decode,
+            "colocated_engines": self.colocated,
             "gpus": self.gpus,
         }
 
@@ -123,15 +135,20 @@ class Evaluator:
 
     def _run(self, point: Point, seed: int) -> Trial:
         workload = self.workload if seed == 0 else self.draw(seed)
-        result = simulate(
-            point.config(self.base),
-            resolve(point.policy, self.turn_order),
-            workload.workload,
-            list(workload.arrivals),
-            None,
-            seed,
-            cluster_factory=self.cluster_factory,
-        )
+        if point.colocated:
+            result = simulate_colocated(
+                self.base, point.lifecycle, point.colocated, point.snic_gbps, workload.workload, list(workload.arrivals)
+            )
+        else:
+            result = simulate(
+                point.config(self.base),
+                resolve(point.policy, self.turn_order),
+                workload.workload,
+                list(workload.arrivals),
+                None,
+                seed,
+                cluster_factory=self.cluster_factory,
+            )
         check = self.slo.check(result.records)
         return Trial(
             point=point,

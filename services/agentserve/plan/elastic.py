@@ -296,6 +296,8 @@ class Signals:
     pool_blocks: int  # one decode engine's pool
     prefill: int  # active and starting engines
     decode: int
+    decode_pool_waiting: int = 0  # turns waiting for room in an active decode engine's pool
+    growth: float = 1.0  # the arrival rate `startup_s + interval_s` ahead over the rate now, at least 1
 
 
 class ScalingPolicy:
@@ -306,13 +308,15 @@ class ScalingPolicy:
 
     def need(self, s: Signals) -> tuple[int, int]:
         spec = self.spec
-        prefill = math.ceil(s.prefill_work_rate / spec.prefill_target_util)
+        prefill = math.ceil(s.growth * s.prefill_work_rate / spec.prefill_target_util)
         if s.prefill_backlog_s > spec.backlog_target_s:  # the queue is deeper than the average shows
             prefill = max(prefill, s.prefill + 1)
         # KV pressure now, or what the sessions in flight and in tool waits hold on average once the
         # waiting ones are back for their share of the time, whichever is more.
         kv = max(s.kv_blocks, s.kv_blocks * s.in_flight_share + s.returning_blocks)
-        decode = math.ceil(kv / (s.pool_blocks * spec.kv_target))
+        decode = math.ceil(s.growth * kv / (s.pool_blocks * spec.kv_target))
+        if spec.decode_queue and s.decode_pool_waiting:  # a pool is full where turns land
+            decode = max(decode, s.decode + 1)
         return self._clamp(prefill), self._clamp(decode)
 
     def _clamp(self, n: int) -> int:
@@ -371,7 +375,17 @@ class Controller:
             pool_blocks=c.pool_blocks["decode"],
             prefill=len(active_p) + c.starting["prefill"],
             decode=len(c.active("decode")) + c.starting["decode"],
+            decode_pool_waiting=sum(c.decodes[e].pool_waiting for e in c.active("decode")),
+            growth=self.growth(),
         )
+
+    def growth(self) -> float:
+        """How much the day's arrival rate grows over the lead an added engine needs (at least 1:
+        scale-in waits for the load itself)."""
+        if not self.spec.forecast:
+            return 1.0
+        now, lead = self.loop.now(), self.spec.startup_s + self.spec.interval_s
+        return max(1.0, rate_at(self.spec, now + lead) / rate_at(self.spec, now))
 
     def tick(self) -> None:
         if self.done >= self.total_turns:

@@ -45,6 +45,10 @@ class ElasticSpec:
     kv_target: float = 0.9  # decode pool occupancy the controller sizes for, returns included
     scale_in_after_s: float = 600.0  # a role's need must stay below its count this long before a drain
     ewma_s: float = 120.0  # time constant of the offered-work average
+    # scale out for the load `startup_s + interval_s` ahead: demand times the diurnal rate's growth
+    # over that lead (an added engine serves only from then)
+    forecast: bool = False
+    decode_queue: bool = False  # a turn waiting for room in a decode pool adds a decode engine
     max_engines: int = 96  # per role
     seed: int = 0
 

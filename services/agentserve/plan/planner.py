@@ -16,8 +16,10 @@ from agentserve.bench.common.policy import DEFAULT_TURN_ORDER
 from agentserve.bench.papers.replay.slo import SLO
 from agentserve.fabric.profiles import load_profile
 from agentserve.plan import workload as plan_workload
+from agentserve.plan.colocated import COLOCATED, DEFAULT_LIFECYCLES, STORE, check_lifecycles
 from agentserve.plan.deployment import Evaluator, Prices, Trial, economics, rounded
 from agentserve.plan.search import Search, Space, verdicts
+from agentserve.sim.agentaware.policies import make_aware_policy
 from agentserve.sim.config import SimConfig
 from agentserve.sim.policies import resolve
 
@@ -30,11 +32,14 @@ DEFAULT_POLICIES = ("baseline", "layerwise", "dualpath")
 DEFAULT_SNIC_GBPS = (200.0, 400.0, 800.0)
 DEFAULT_MAX_GPUS = 256
 DEFAULT_TRACE_WINDOW_S = 600.0
-# What the PD simulator models of a session's KV between turns: it goes to the store at the turn's
-# end and the decode engine drops it (DualPath's regime); the other lifecycle policies
-# (scheduler/kv_lifecycle.py) keep or park it on an engine, which `sim agentaware` models on
-# colocated engines only, so they are not among the points searched.
-LIFECYCLE = "store (every turn's KV persisted, dropped from the decode engine at the turn's end)"
+LIFECYCLE = {
+    STORE: "prefill/decode points: every turn's KV persisted, dropped from the decode engine at the turn's end "
+    "(the only lifecycle the prefill/decode simulator models)",
+    COLOCATED: "the KV lifecycle policies (scheduler/kv_lifecycle.py, by registry name) keep, pin, offload or "
+    "upload the KV a session leaves on its engine during a tool wait; sim agentaware models them on engines "
+    "that prefill and decode both, so they are searched on colocated points only (plan/colocated.py); a "
+    "colocated first turn computes what a Mooncake first turn would hit of another conversation's blocks",
+}
 
 
 @dataclass(frozen=True)
@@ -50,9 +55,11 @@ class PlanSpec:
     prices: Prices = Prices()
     window_s: float | None = DEFAULT_TRACE_WINDOW_S
     turn_order: str = DEFAULT_TURN_ORDER
+    lifecycles: tuple[str, ...] = DEFAULT_LIFECYCLES  # colocated families (none: prefill/decode only)
 
     def __post_init__(self) -> None:
         SLO.parse(self.slo)
+        check_lifecycles(self.lifecycles)
         for name in self.policies:
             resolve(name, self.turn_order)
         if not self.policies or not self.snic_gbps:
@@ -86,7 +93,7 @@ def evaluator(spec: PlanSpec) -> Evaluator:
 def plan(spec: PlanSpec, progress: bool = False) -> dict[str, Any]:
     started = time.monotonic()
     ev = evaluator(spec)
-    search = Search(ev, Space(spec.policies, spec.snic_gbps, spec.max_gpus), progress)
+    search = Search(ev, Space(spec.policies, spec.snic_gbps, spec.max_gpus, spec.lifecycles), progress)
     base = ev.base
     default_snic = base.snic_gbps if base.snic_gbps in spec.snic_gbps else spec.snic_gbps[0]
     first_policy = "dualpath" if "dualpath" in spec.policies else spec.policies[0]
@@ -112,6 +119,7 @@ def plan(spec: PlanSpec, progress: bool = False) -> dict[str, Any]:
         "search": {
             "space": {
                 "policies": list(spec.policies),
+                "lifecycles": {STORE: list(spec.policies), COLOCATED: list(spec.lifecycles)},
                 "snic_gbps_per_node": list(spec.snic_gbps),
                 "prefill_floor": search.p_floor,
                 "decode_floor": search.d_floor,
@@ -123,7 +131,8 @@ def plan(spec: PlanSpec, progress: bool = False) -> dict[str, Any]:
             "trials": len(ev.trials),
             "families": search.families,
             "trace": [
-                t.to_dict() for t in sorted(trials, key=lambda t: (t.point.policy, t.point.snic_gbps, t.point.gpus))
+                t.to_dict()
+                for t in sorted(trials, key=lambda t: (t.point.configuration(), t.point.snic_gbps, t.point.gpus))
             ],
         },
         "wall_s": round(time.monotonic() - started, 1),
@@ -132,10 +141,11 @@ def plan(spec: PlanSpec, progress: bool = False) -> dict[str, Any]:
 
 def deployment(trial: Trial, gpus_per_node: int) -> dict[str, Any]:
     p = trial.point
+    settings = make_aware_policy(p.lifecycle).to_dict() if p.colocated else resolve(p.policy).to_dict()
     return {
         **p.to_dict(),
         "nodes": p.nodes(gpus_per_node),
-        "policy_settings": resolve(p.policy).to_dict(),
+        "policy_settings": settings,
         "attainment": round(trial.attainment, 4),
         "value_over_bound": rounded(trial.ratios),
         "binds": trial.binds,

@@ -14,11 +14,16 @@ from agentserve.bench.common.plots import pyplot, saved
 TOP = 4  # configurations (policy set, storage NIC) in the plot
 
 
+def configuration(t: dict[str, Any]) -> str:
+    """A trial's policy set, or `colocated` and its lifecycle policy."""
+    return f"{t['policy']} {t['lifecycle']}" if t["colocated_engines"] else t["policy"]
+
+
 def families(trace: list[dict[str, Any]]) -> dict[tuple[str, float], list[dict[str, Any]]]:
     """Seed-0 trials by configuration, the best attainment at each GPU count, cheapest first."""
     out: dict[tuple[str, float], dict[int, dict[str, Any]]] = {}
     for t in trace:
-        best = out.setdefault((t["policy"], t["snic_gbps_per_node"]), {})
+        best = out.setdefault((configuration(t), t["snic_gbps_per_node"]), {})
         if t["gpus"] not in best or t["attainment"] > best[t["gpus"]]["attainment"]:
             best[t["gpus"]] = t
     return {k: [v[g] for g in sorted(v)] for k, v in out.items()}
@@ -32,6 +37,12 @@ def top_families(trace: list[dict[str, Any]], top: int = TOP) -> dict[tuple[str,
         return (min(passing) if passing else float("inf"), -max(t["attainment"] for t in item[1]))
 
     return dict(sorted(families(trace).items(), key=key)[:top])
+
+
+def engines(t: dict[str, Any]) -> str:
+    if t["colocated_engines"]:
+        return f"{t['colocated_engines']} colocated engines"
+    return f"{t['prefill_engines']} prefill + {t['decode_engines']} decode engines"
 
 
 def attainment_plot(result: dict[str, Any], out: Path) -> Path:
@@ -50,13 +61,13 @@ def attainment_plot(result: dict[str, Any], out: Path) -> Path:
     if chosen:
         ax.scatter([chosen["gpus"]], [chosen["attainment"]], s=160, facecolors="none", edgecolors="k", zorder=5)
         ax.annotate(
-            f"chosen: {chosen['policy']} {chosen['prefill_engines']}P+{chosen['decode_engines']}D",
+            f"chosen: {configuration(chosen)} {engines(chosen)}",
             (chosen["gpus"], chosen["attainment"]),
             textcoords="offset points",
             xytext=(-40, -28),
             ha="right",
         )
-    ax.set_xlabel("GPUs (prefill + decode engines)")
+    ax.set_xlabel("GPUs (prefill + decode engines, or colocated engines)")
     ax.set_ylabel("share of turns meeting the SLO")
     ax.set_title(f"SLO attainment against GPUs ({result['slo']['spec']})", fontsize=9)
     ax.legend(fontsize=8)
@@ -68,7 +79,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines = ["# agentserve plan", "", f"Workload: {result['workload']}", "", f"SLO: `{result['slo']['spec']}`", ""]
     if d and c:
         lines += [
-            f"**Deployment**: {d['policy']}, {d['prefill_engines']} prefill + {d['decode_engines']} decode engines "
+            f"**Deployment**: {configuration(d)}, {engines(d)}, KV lifecycle {d['lifecycle']} "
             f"({d['gpus']} GPUs, {d['nodes']} nodes), storage NIC {d['snic_gbps_per_node']:g} Gbps per node; "
             f"attainment {d['attainment']} (binds {d['binds']}); consistent: {result['consistent']}",
             "",
@@ -79,10 +90,14 @@ def markdown(result: dict[str, Any]) -> str:
         ]
     else:
         lines.append("No deployment tried meets the SLO.")
-    lines += ["", "| policy | SNIC Gbps | P | D | cost/h | attainment | verdict |", "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| policy | lifecycle | SNIC Gbps | engines | cost/h | attainment | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for t in result["search"]["trace"]:
         lines.append(
-            f"| {t['policy']} | {t['snic_gbps_per_node']:g} | {t['prefill_engines']} | {t['decode_engines']} | "
+            f"| {t['policy']} | {t['lifecycle']} | {t['snic_gbps_per_node']:g} | {engines(t)} | "
             f"{t['cost_per_hour']} | {t['attainment']} | {t['verdict']} |"
         )
     return "\n".join(lines) + "\n"

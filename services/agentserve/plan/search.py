@@ -15,6 +15,12 @@ engine counts lie on a staircase, P*(D) non-increasing in D, and the search walk
    while a point can still cost less than the cheapest passing one so far, and stop once an extra
    decode engine saves no prefill engine.
 
+Colocated families (`plan/colocated.py`: a KV lifecycle policy and a storage-NIC bandwidth, on
+engines that prefill and decode both) are searched after the prefill/decode ones, over one count:
+the lowest passing engine count between the prefill floor and the most engines that still cost
+less than the cheapest pass (probing that top first, so a family that cannot beat the cheapest
+pass costs one simulation).
+
 Points that cannot cost less than the cheapest passing point found are never simulated. Every
 simulated point is kept with why it was rejected (failed the SLO, and which term binds; or passed
 but costs more). The family that holds the default profile's policy is searched first so the bound
@@ -38,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from agentserve.plan.colocated import COLOCATED, STORE
 from agentserve.plan.deployment import Evaluator, Point, Trial
 
 GROWTH = 1.5  # factor an engine count grows by while no point passes
@@ -52,6 +59,7 @@ class Space:
     policies: tuple[str, ...]
     snic_gbps: tuple[float, ...]
     max_gpus: int
+    lifecycles: tuple[str, ...] = ()  # colocated families' KV lifecycle policies (none: not searched)
 
 
 def lowest_passing(passes: Callable[[int], bool], lo: int, hi: int) -> int | None:
@@ -151,6 +159,19 @@ class Search:
                 return
             p = step
 
+    def colocated_family(self, lifecycle: str, snic: float, floor: int | None = None) -> None:
+        """The lowest passing count of colocated engines under `lifecycle`, from `floor` (default the
+        prefill floor) up to the most that cost less than the cheapest pass."""
+        lo = floor if floor is not None else self.p_floor
+
+        def point(engines: int) -> Point:
+            return Point(COLOCATED, snic, 0, 0, lifecycle, engines)
+
+        top = self.space.max_gpus
+        while top >= lo and not self.cheaper_than_best(point(top)):
+            top -= 1
+        lowest_passing(lambda n: self.passes(point(n)), lo, top)
+
     def _corner(self, policy: str, snic: float, start: tuple[int, int] | None = None) -> tuple[int, int] | None:
         """A passing point, grown from the floors along the role whose term binds (by GROWTH, or to
         the most engines that still cost less than the best point); None if none passes below the
@@ -185,20 +206,25 @@ class Search:
 
     # -- the whole search --
     def run(self, first: tuple[str, float]) -> None:
-        families = [(pol, snic) for pol in self.space.policies for snic in self.space.snic_gbps]
-        families.sort(key=lambda f: f != first)
-        for policy, snic in families:
+        families = [(pol, STORE, snic) for pol in self.space.policies for snic in self.space.snic_gbps]
+        families.sort(key=lambda f: (f[0], f[2]) != first)
+        families += [(COLOCATED, life, snic) for life in self.space.lifecycles for snic in self.space.snic_gbps]
+        for policy, lifecycle, snic in families:
             before = len(self.ev.trials)
-            self.family(policy, snic)
+            if policy == COLOCATED:
+                self.colocated_family(lifecycle, snic)
+            else:
+                self.family(policy, snic)
             mine = [
                 t
                 for (pt, seed), t in self.ev.trials.items()
-                if seed == 0 and (pt.policy, pt.snic_gbps) == (policy, snic)
+                if seed == 0 and (pt.policy, pt.lifecycle, pt.snic_gbps) == (policy, lifecycle, snic)
             ]
             passing = [t for t in mine if self.ok(t)]
             self.families.append(
                 {
                     "policy": policy,
+                    "lifecycle": lifecycle,
                     "snic_gbps_per_node": snic,
                     "points_simulated": len(self.ev.trials) - before,
                     "cheapest_pass": min(passing, key=_rank).point.to_dict() if passing else None,
@@ -227,17 +253,21 @@ class Search:
             self.best = min(passing[1:], key=_rank, default=None)
             # Every rejected point's family again (each may have stopped at the bound this one set).
             for p in sorted(self.rejected):
-                self.family(p.policy, p.snic_gbps, (p.prefill, p.decode))
+                if p.colocated:
+                    self.colocated_family(p.lifecycle, p.snic_gbps, p.colocated + 1)
+                else:
+                    self.family(p.policy, p.snic_gbps, (p.prefill, p.decode))
         return None, {"consistent": False, "why": "no point tried meets the SLO at both seeds", "rejected": rejected}
 
     def _consistency(self, chosen: Trial, again: Trial, rejected: list[dict[str, Any]]) -> dict[str, Any]:
         p = chosen.point
         neighbours = []
-        for n in (
-            Point(p.policy, p.snic_gbps, p.prefill - 1, p.decode),
-            Point(p.policy, p.snic_gbps, p.prefill, p.decode - 1),
-        ):
-            if n.prefill >= 1 and n.decode >= 1:
+        if p.colocated:
+            fewer = [replace(p, colocated=p.colocated - 1)] if p.colocated > 1 else []
+        else:
+            fewer = [replace(p, prefill=p.prefill - 1), replace(p, decode=p.decode - 1)]
+        for n in fewer:
+            if n.colocated or (n.prefill >= 1 and n.decode >= 1):
                 t = self.ev(n, RESEED)
                 neighbours.append(
                     {**n.to_dict(), "seed": RESEED, "attainment": round(t.attainment, 4), "meets_slo": t.meets_slo}

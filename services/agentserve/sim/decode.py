@@ -51,6 +51,11 @@ class DecodeEngine:
     def waiting(self) -> int:
         return len(self._waiting) + self.expected
 
+    @property
+    def pool_waiting(self) -> int:
+        """Turns handed off here that wait for room in the pool."""
+        return len(self._waiting)
+
     def expect(self) -> None:
         """A turn was placed here (it counts in the load the router sees until it arrives)."""
         self.expected += 1

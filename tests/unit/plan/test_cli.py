@@ -7,6 +7,7 @@ import pytest
 
 from agentserve.cli.main import build_parser, main
 from agentserve.plan.planner import DEFAULT_SLO
+from agentserve.scheduler.kv_lifecycle import LIFECYCLE_POLICIES
 
 pytestmark = pytest.mark.unit
 
@@ -21,6 +22,8 @@ pytestmark = pytest.mark.unit
         (["--workload", "coding", "--snic-cost", "-1"], "--snic-cost"),
         (["--workload", "coding", "--policies", "dualpath,fastest"], "--policies"),
         (["--workload", "coding", "--snic-gbps", "400,0"], "--snic-gbps"),
+        (["--workload", "coding", "--lifecycles", "agentserve,keep-all"], "--lifecycles"),
+        (["--workload", "coding", "--lifecycles", ","], "--lifecycles"),
         (["--workload", "coding", "--max-gpus", "1"], "--max-gpus"),
         (["--workload", "coding", "--window", "0"], "--window"),
         (["--workload", "coding", "--model", "gpt-9"], "--model"),
@@ -72,3 +75,5 @@ def test_every_option_but_the_workload_has_a_stated_default() -> None:
         assert "default" in (action.help or ""), f"--{action.dest} states no default"
     args = build_parser().parse_args(["plan", "--workload", "coding"])
     assert args.slo == DEFAULT_SLO and "ttft_first_p90" in DEFAULT_SLO and "ttft_later_p90" in DEFAULT_SLO
+    assert args.lifecycles == LIFECYCLE_POLICIES  # every lifecycle policy, by registry name
+    assert build_parser().parse_args(["plan", "--workload", "coding", "--lifecycles", "none"]).lifecycles == ()

@@ -12,6 +12,7 @@ import pytest
 
 from agentserve.bench.common.workloads.generator import GeneratorSpec, generate
 from agentserve.plan.elastic import (
+    Controller,
     ElasticCluster,
     MacroDecodeEngine,
     ScalingPolicy,
@@ -59,6 +60,31 @@ def test_the_policy_sizes_prefill_on_offered_work_and_queue_depth_and_decode_on_
     assert policy.need(_signals(returning_blocks=600.0, in_flight_share=0.6)) == (5, 15)
     assert policy.need(_signals(prefill_work_rate=0.0, kv_blocks=0)) == (1, 1)  # never below one
     assert policy.need(_signals(kv_blocks=10**6))[1] == SPEC.max_engines
+    # the load a start-up ahead: 25% more arrivals by then scale both roles out now
+    assert policy.need(_signals(growth=1.25)) == (7, 13)  # 3.75 / 0.6; 875 / 70
+
+
+def test_a_turn_waiting_for_room_in_a_decode_pool_adds_a_decode_engine_when_that_signal_is_on() -> None:
+    assert ScalingPolicy(replace(SPEC, kv_target=0.7)).need(_signals(decode_pool_waiting=2)) == (5, 10)
+    assert ScalingPolicy(replace(SPEC, kv_target=0.7, decode_queue=True)).need(_signals(decode_pool_waiting=2)) == (
+        5,
+        11,
+    )
+
+
+def test_the_forecast_is_the_diurnal_rate_growth_over_an_engines_lead_and_never_below_one() -> None:
+    spec = replace(SPEC, forecast=True, startup_s=120.0, interval_s=30.0)
+    controller = Controller(spec, total_turns=1)
+    loop = EventLoop()
+    controller.loop = loop
+    loop.at(8 * 3600.0, lambda: None)  # the morning ramp
+    loop.run()
+    assert controller.growth() == pytest.approx(rate_at(spec, 8 * 3600.0 + 150.0) / rate_at(spec, 8 * 3600.0))
+    assert controller.growth() > 1.0
+    loop.at(18 * 3600.0, lambda: None)  # the evening: the rate falls, scale-in waits for the load itself
+    loop.run()
+    assert controller.growth() == 1.0
+    assert Controller(replace(spec, forecast=False), 1).growth() == 1.0
 
 
 def test_the_diurnal_rate_peaks_at_its_hour_and_bounds_the_saving() -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from agentserve.plan.colocated import COLOCATED, STORE
 from agentserve.plan.deployment import Point, Prices, Trial
 from agentserve.plan.planner import PlanSpec, plan
 from agentserve.plan.search import RESEED, Search, Space, lowest_passing
@@ -39,11 +40,17 @@ class FakeEvaluator:
 
     flaky: set[tuple[int, int]] = field(default_factory=set)
     trials: dict[tuple[Point, int], Trial] = field(default_factory=dict)
+    colocated: dict[str, int] = field(default_factory=dict)  # lifecycle -> the fewest colocated engines passing
 
     def passes(self, p: int, d: int, seed: int) -> bool:
         if (p, d) in self.flaky:
             return seed == 0
         return d >= 3 and p >= max(2, 12 - d)
+
+    def passes_point(self, point: Point, seed: int) -> bool:
+        if point.colocated:
+            return point.colocated >= self.colocated[point.lifecycle]
+        return self.passes(point.prefill, point.decode, seed)
 
     def cost(self, point: Point) -> float:
         return float(point.gpus)
@@ -51,7 +58,7 @@ class FakeEvaluator:
     def __call__(self, point: Point, seed: int = 0) -> Trial:
         key = (point, seed)
         if key not in self.trials:
-            ok = self.passes(point.prefill, point.decode, seed)
+            ok = self.passes_point(point, seed)
             binds = "tpot_p90" if point.decode < 3 else "ttft_later_p90"
             ratios = {"ttft_later_p90": 0.8 if ok else 1.5, "tpot_p90": 0.5 if point.decode >= 3 else 2.0}
             self.trials[key] = Trial(point, seed, 0.95 if ok else 0.5, ok, ratios, binds, {}, 0.0, self.cost(point))
@@ -87,6 +94,32 @@ def test_a_choice_that_fails_at_another_seed_is_rejected_and_the_search_moves_up
     assert consistency["consistent"]  # the rejected point is cheaper but was not chosen for a reason stated
 
 
+def test_a_lifecycle_policy_on_colocated_engines_is_chosen_when_it_needs_fewer_gpus_than_any_pd_point() -> None:
+    # Colocated engines pass from 9 under agentserve and from 14 under lru; the PD staircase's cheapest is 12.
+    ev = FakeEvaluator(colocated={"agentserve": 9, "lru": 14})
+    search = Search(ev, Space(("dualpath",), (400.0,), 64, ("lru", "agentserve")), start=(1, 1))  # type: ignore[arg-type]
+    search.run(("dualpath", 400.0))
+    chosen, consistency = search.choose()
+    assert chosen is not None
+    assert (chosen.point.policy, chosen.point.lifecycle, chosen.point.colocated) == (COLOCATED, "agentserve", 9)
+    assert chosen.point.gpus == 9 and consistency["consistent"]
+    # lru's family cannot beat the 12-GPU PD pass at 11 engines: one simulation, failing
+    lru = [pt.colocated for (pt, s) in ev.trials if s == 0 and pt.lifecycle == "lru"]
+    assert lru == [11]
+    assert [n["colocated_engines"] for n in consistency["cheaper_neighbours_at_reseed"]] == [8]
+    outcomes = {(f["policy"], f["lifecycle"]): f["points_simulated"] for f in search.families}
+    assert set(outcomes) == {("dualpath", STORE), (COLOCATED, "lru"), (COLOCATED, "agentserve")}
+
+
+def test_pd_points_keep_the_store_lifecycle_when_no_colocated_policy_passes_cheaper() -> None:
+    ev = FakeEvaluator(colocated={"offload": 30})
+    search = Search(ev, Space(("dualpath",), (400.0,), 64, ("offload",)), start=(1, 1))  # type: ignore[arg-type]
+    search.run(("dualpath", 400.0))
+    chosen, _ = search.choose()
+    assert chosen is not None and chosen.point.lifecycle == STORE and chosen.point.gpus == 12
+    assert [pt.colocated for (pt, s) in ev.trials if s == 0 and pt.colocated] == [11]
+
+
 def test_a_plan_of_a_small_generated_workload_is_consistent_and_costed() -> None:
     spec = PlanSpec(
         workload="coding:sessions=12,turns=3,system=1024,first=2048,new=512,output=32,rate=0.5",
@@ -94,19 +127,27 @@ def test_a_plan_of_a_small_generated_workload_is_consistent_and_costed() -> None
         snic_gbps=(200.0, 400.0),
         max_gpus=16,
         prices=Prices(2.0, 0.04),
+        lifecycles=("lru", "agentserve"),
     )
     result = plan(spec)
     d = result["deployment"]
     assert d is not None and result["consistent"] is True
     assert result["consistency"]["chosen_at_reseed"]["meets_slo"]
-    assert d["policy"] in ("baseline", "layerwise", "dualpath") and d["snic_gbps_per_node"] in (200.0, 400.0)
+    assert (d["policy"], d["lifecycle"]) in {(p, STORE) for p in ("baseline", "layerwise", "dualpath")} | {
+        (COLOCATED, "lru"),
+        (COLOCATED, "agentserve"),
+    }
+    assert d["snic_gbps_per_node"] in (200.0, 400.0)
     cost = result["cost"]
     assert cost["cost_per_hour"] == pytest.approx(d["gpus"] * 2.0 + d["nodes"] * d["snic_gbps_per_node"] / 100 * 0.04)
     for key in ("cost_per_million_tokens", "cost_per_agent_hour", "goodput_turns_per_s_per_gpu"):
         assert cost[key] > 0
     trace = result["search"]["trace"]
-    families = {(f["policy"], f["snic_gbps_per_node"]) for f in result["search"]["families"]}
-    assert families == {(p, g) for p in ("baseline", "layerwise", "dualpath") for g in (200.0, 400.0)}
-    assert {(t["policy"], t["snic_gbps_per_node"]) for t in trace} <= families
+    families = {(f["policy"], f["lifecycle"], f["snic_gbps_per_node"]) for f in result["search"]["families"]}
+    configurations = [(p, STORE) for p in ("baseline", "layerwise", "dualpath")]
+    configurations += [(COLOCATED, "lru"), (COLOCATED, "agentserve")]
+    assert families == {(p, life, g) for p, life in configurations for g in (200.0, 400.0)}
+    assert {(t["policy"], t["lifecycle"], t["snic_gbps_per_node"]) for t in trace} <= families
+    assert any(t["colocated_engines"] for t in trace)  # colocated points were simulated, not only listed
     assert all(t["verdict"] for t in trace)
     assert all(not t["meets_slo"] for t in trace if t["cost_per_hour"] < cost["cost_per_hour"])

@@ -14,7 +14,7 @@ from agentserve.sim.agentaware.bench import keys_against, must_show
 from agentserve.sim.agentaware.config import AwareConfig
 from agentserve.sim.agentaware.engine import AwareEngine
 from agentserve.sim.agentaware.policies import POLICY_NAMES, make_aware_policy
-from agentserve.sim.agentaware.run import simulate_aware
+from agentserve.sim.agentaware.run import AwareRun, simulate_aware
 from agentserve.sim.agentaware.turn import AwareTurn, context_block_ids
 from agentserve.sim.events import EventLoop
 from agentserve.sim.nic import SharedLink
@@ -179,3 +179,19 @@ def test_the_keys_compare_agentserve_with_each_baseline_at_the_compare_rate() ->
     assert (
         shown["targets"]["kv_utilization_gain"]["met"] is True and shown["targets_vs_lru"]["prefetch_hit_ratio"]["met"]
     )
+
+
+def test_sessions_given_arrival_times_arrive_then_each_as_its_own_job_and_a_turn_waits_its_think_time() -> None:
+    turns = (Turn(output_tokens=4, new_tokens=64, tools=(ToolCall("bash", 3.0),)), Turn(4, 32, think_s=2.0))
+    sessions = tuple(Session(f"day-{i}", turns) for i in range(2))  # one `job_of` name: one job without times
+    config = AwareConfig(engines=2, block_size=BS, pool_blocks_per_engine=64)
+    run = AwareRun(config, make_aware_policy("agentserve"), Workload("w", sessions), 1.0, 0, arrivals=[1.0, 7.5])
+    run.serve()
+    sent = {key: record.sent_s for key, record in run.records.items()}
+    assert sent[("day-0", 0)] == 1.0 and sent[("day-1", 0)] == 7.5
+    for sid in ("day-0", "day-1"):
+        # the second turn: the first one's last token, its 3 s tool call, then 2 s of think time
+        last = run.records[(sid, 0)].last_token_s
+        assert last is not None and sent[(sid, 1)] == pytest.approx(last + 5.0, abs=1e-9)
+    with pytest.raises(ValueError, match="arrivals: 1 times for 2 sessions"):
+        AwareRun(config, make_aware_policy("lru"), Workload("w", sessions), 1.0, 0, arrivals=[0.0])

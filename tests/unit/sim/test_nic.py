@@ -3,7 +3,7 @@ from collections.abc import Callable
 import pytest
 
 from agentserve.sim.events import EventLoop
-from agentserve.sim.nic import SharedLink
+from agentserve.sim.nic import SharedLink, Transfer
 
 GB = 1e9
 
@@ -86,6 +86,10 @@ def test_a_point_already_moved_fires_at_once_and_the_queue_counts_whole_transfer
     assert times["queued"] == 0.5 * GB
 
 
+def _checks(link: SharedLink, transfer: Transfer, nbytes: float, seen: list[bool]) -> Callable[[], None]:
+    return lambda: seen.append(link.has_moved(transfer, nbytes))
+
+
 def test_a_watched_point_counts_as_moved_when_it_fires_on_a_link_that_has_served_for_a_day() -> None:
     # 17.6 TB served: the link's count is spaced 0.004 bytes apart, coarser than RESIDUE_BYTES, so
     # `start + n - start` can fall short of `n`; a caller that re-checks and re-watches (a layerwise
@@ -99,9 +103,7 @@ def test_a_watched_point_counts_as_moved_when_it_fires_on_a_link_that_has_served
     for nbytes in (758_196_448.5373622, 123_456_789.123, 987_654_321.987, 55_555_555.55):
         transfer = link.send(nbytes, lambda: None)
         for part in (0.25, 0.5, 0.75):
-            link.when_moved(
-                transfer, nbytes * part, lambda t=transfer, n=nbytes * part: seen.append(link.has_moved(t, n))
-            )
+            link.when_moved(transfer, nbytes * part, _checks(link, transfer, nbytes * part, seen))
         loop.run()
     assert seen == [True] * 12
     assert loop.events_run < 100

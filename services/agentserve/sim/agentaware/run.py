@@ -1,10 +1,11 @@
 """One simulated run: `bench agentaware`'s jobs arriving at one rate, served under one policy.
 
-Jobs arrive as a Poisson process. A turn is sent when its prerequisites have finished (its
-session's previous turn with its tool calls, and every turn or session in `after`), as the
-replayer sends it. The router sends a turn to its session's KV holder, or to the least loaded
-engine for a session without one. A turn's last token starts its tool calls (their recorded
-durations); the lifecycle acts then (`SimParking`). Every turn becomes the replayer's
+Jobs arrive as a Poisson process, or each session at its own given time as a job of its own (the
+planner's workloads of independent sessions). A turn is sent its think time after its
+prerequisites have finished (its session's previous turn with its tool calls, and every turn or
+session in `after`), as the replayer sends it. The router sends a turn to its session's KV
+holder, or to the least loaded engine for a session without one. A turn's last token starts its
+tool calls (their recorded durations); the lifecycle acts then (`SimParking`). Every turn becomes the replayer's
 `TurnRecord` and every session a `SessionRecord`, so job latency, returning turns, token counts
 and the latency bound are `bench agentaware`'s own definitions (`bench/papers/agentaware/`).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +47,17 @@ class _Agent:
 
 
 class AwareRun:
-    def __init__(self, config: AwareConfig, policy: AwarePolicy, workload: Workload, rate: float, seed: int) -> None:
+    def __init__(
+        self,
+        config: AwareConfig,
+        policy: AwarePolicy,
+        workload: Workload,
+        rate: float,
+        seed: int,
+        arrivals: Sequence[float] | None = None,
+    ) -> None:
+        """`arrivals`: one time per session (workload order), each session its own job; None:
+        `job_of` groups sessions into jobs that arrive at `rate` jobs/s."""
         self.config = config
         self.policy = policy
         self.workload = workload
@@ -81,18 +93,26 @@ class AwareRun:
             s.id: _Agent(s, SessionKV(s.id, s.critical), workload.prefixes.get(s.prefix or "", 0))
             for s in workload.sessions
         }
+        self.job_of = job_of if arrivals is None else _own_job
         self.jobs: dict[str, list[str]] = {}
         for s in workload.sessions:
-            self.jobs.setdefault(job_of(s.id), []).append(s.id)
+            self.jobs.setdefault(self.job_of(s.id), []).append(s.id)
         self.finished: set[TurnKey] = set()
         self.records: dict[TurnKey, TurnRecord] = {}
+        self.pending: set[TurnKey] = set()  # turns sent or thinking before their send
         self.kv_left: set[TurnKey] = set()  # returning turns whose KV left the engine during the wait
         self.arrived: set[str] = set()
-        rng = random.Random(seed)
-        at = 0.0
-        for job in self.jobs:
-            self.loop.at(at, lambda j=job: self._arrive(j))  # type: ignore[misc]
-            at += rng.expovariate(rate)
+        if arrivals is not None:
+            if len(arrivals) != len(workload.sessions):
+                raise ValueError(f"arrivals: {len(arrivals)} times for {len(workload.sessions)} sessions")
+            for session, at in zip(workload.sessions, arrivals):
+                self.loop.at(at, lambda j=session.id: self._arrive(j))  # type: ignore[misc]
+        else:
+            rng = random.Random(seed)
+            at = 0.0
+            for job in self.jobs:
+                self.loop.at(at, lambda j=job: self._arrive(j))  # type: ignore[misc]
+                at += rng.expovariate(rate)
         self.live_tokens = 0
         self.live_tokens_peak = 0
 
@@ -110,10 +130,15 @@ class AwareRun:
         for session_id in self.jobs[job]:
             agent = self.agents[session_id]
             index = agent.next_index
-            if index >= len(agent.spec.turns) or (session_id, index) in self.records:
+            if index >= len(agent.spec.turns) or (session_id, index) in self.pending:
                 continue
             if all(p in self.finished for p in turn_prerequisites(self.by_id, agent.spec, index)):
-                self._send(agent, index)
+                self.pending.add((session_id, index))
+                think_s = agent.spec.turns[index].think_s
+                if think_s > 0:
+                    self.loop.after(think_s, lambda a=agent, i=index: self._send(a, i))  # type: ignore[misc]
+                else:
+                    self._send(agent, index)
 
     def _send(self, agent: _Agent, index: int) -> None:
         spec = agent.spec.turns[index]
@@ -176,15 +201,19 @@ class AwareRun:
         if agent.next_index >= len(agent.spec.turns):
             agent.end_s = now
             self.live_tokens -= agent.context
-        self._release(job_of(agent.spec.id))
+        self._release(self.job_of(agent.spec.id))
 
-    def run(self) -> dict[str, Any]:
+    def serve(self) -> float:
+        """Run every job to its last turn (`records` then holds each turn); the wall seconds taken."""
         started = time.monotonic()
         self.loop.run()
         expected = self.workload.num_turns
         if len(self.finished) != expected:
             raise RuntimeError(f"simulation ended with {len(self.finished)} of {expected} turns done")
-        return self._figures(time.monotonic() - started)
+        return time.monotonic() - started
+
+    def run(self) -> dict[str, Any]:
+        return self._figures(self.serve())
 
     def _figures(self, wall_s: float) -> dict[str, Any]:
         turns = list(self.records.values())
@@ -242,6 +271,10 @@ def _bound(workload: Workload, turns: list[TurnRecord], sessions: list[SessionRe
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
+
+
+def _own_job(session_id: str) -> str:
+    return session_id
 
 
 def simulate_aware(config: AwareConfig, policy: AwarePolicy, workload: Workload, rate: float, seed: int) -> dict:
