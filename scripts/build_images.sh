@@ -4,10 +4,11 @@
 #   agentserve:dev          images/Dockerfile          every agentserve service
 #   agentserve-phoenix:dev  images/phoenix.Dockerfile  tracing UI (Arize Phoenix)
 #
-# Runs setup_docker.sh, build_base_image.sh and build_wheelhouse.sh first. An image is rebuilt
-# only when the content hash in its label (Dockerfile, lock, wheelhouse stamp, base image id and,
-# for agentserve, the source tree, the hardware profiles and the SmolLM2 GGUF file) differs from
-# what is on disk now. The agentserve image carries SmolLM2-135M-Instruct's GGUF file, taken from the
+# Runs setup_docker.sh, build_base_image.sh, build_wheelhouse.sh and build_debhouse.sh first. An
+# image is rebuilt only when the content hash in its label (Dockerfile, lock, wheelhouse stamp, base
+# image id and, for agentserve, the source tree, the hardware profiles, the Debian packages of
+# debhouse/ and the SmolLM2 GGUF file) differs from what is on disk now. The agentserve image
+# carries SmolLM2-135M-Instruct's GGUF file, taken from the
 # models cache scripts/install.sh fills (never fetched here).
 #
 # Usage: scripts/build_images.sh [agentserve] [phoenix]      (default: both)
@@ -92,10 +93,11 @@ build_agentserve() {
     local hash context
     [ -f "$SMOLLM2" ] || die "$SMOLLM2 is missing: scripts/install.sh fetches it"
     hash="$(content_hash "file:$ROOT/images/Dockerfile" "file:$ROOT/requirements.lock" \
-        "file:$ROOT/wheelhouse/$STAMP_NAME" "str:$(source_tree_hash)" "str:$BASE_ID" "file:$SMOLLM2")"
+        "file:$ROOT/wheelhouse/$STAMP_NAME" "file:$ROOT/debhouse/.packages.sha256" "str:$(source_tree_hash)" \
+        "str:$BASE_ID" "file:$SMOLLM2")"
     context="$WORK/agentserve"
     mkdir -p "$context/wheelhouse" "$context/dist" "$context/models"
-    stage_into "$context" "$ROOT/requirements.lock" "$ROOT/profiles"
+    stage_into "$context" "$ROOT/requirements.lock" "$ROOT/profiles" "$ROOT/debhouse"
     stage_into "$context/models" "$SMOLLM2"
     find "$ROOT/wheelhouse" -maxdepth 1 -name '*.whl' -not -name 'agentserve-*' \
         -exec cp -al {} "$context/wheelhouse/" \;
@@ -138,6 +140,9 @@ else
     wheels=(--only phoenix)
 fi
 step "filling the offline wheelhouses" "$SCRIPTS/build_wheelhouse.sh" "${wheels[@]}"
+if [ "$want_agentserve" = 1 ]; then
+    step "fetching the image's Debian packages (etcd-server, haproxy)" "$SCRIPTS/build_debhouse.sh" "$BASE_IMAGE"
+fi
 
 WORK="$(mktemp -d /tmp/agentserve-images.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT

@@ -34,7 +34,10 @@ from tests.support.processes import LOG_DIR, free_port, wait_serving
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 TINY_COMPOSE_FILE = ROOT / "docker-compose.tiny.yml"  # the tiny model instead of SmolLM2
+# Several schedulers over etcd behind HAProxy, with the services that adds.
+SCHEDULERS_COMPOSE_FILE = ROOT / "docker-compose.schedulers.yml"
 SERVICES = ("kvstore", "scheduler", "prefill", "decode", "toolproxy", "tracing")
+SCHEDULERS_SERVICES = (*SERVICES, "etcd", "balancer")
 # One-shot services that must have exited 0 before the others start (the internal plane's certificates).
 ONE_SHOT = ("certs",)
 DEFAULT_REPLICAS = {"decode": 2}
@@ -113,11 +116,22 @@ class LoopbackEndpoints:
 class Stack(LoopbackEndpoints):
     """One running compose project."""
 
-    def __init__(self, project: str, ports: HostPorts, files: list[Path], env_file: Path):
+    def __init__(
+        self,
+        project: str,
+        ports: HostPorts,
+        files: list[Path],
+        env_file: Path,
+        services: tuple[str, ...] = SERVICES,
+        replicas: dict[str, int] | None = None,
+    ):
+        """`services` must all be healthy for the stack to be ready, each with `replicas` containers
+        (DEFAULT_REPLICAS, else 1)."""
         self.project = project
         self.ports = ports
         self.env_file = env_file
-        self.replicas = dict(DEFAULT_REPLICAS)
+        self.services = services
+        self.replicas = {**DEFAULT_REPLICAS, **(replicas or {})}
         self.compose = _ProjectCompose(
             context=str(ROOT),
             compose_file_name=[str(f) for f in files],
@@ -208,7 +222,7 @@ class Stack(LoopbackEndpoints):
         for c in containers:
             if c.State in ("exited", "dead") and not (c.Service in ONE_SHOT and c.ExitCode == 0):
                 return f"exited: {c.Name} ({c.State}, exit code {c.ExitCode})"
-        for service in SERVICES:
+        for service in self.services:
             want = self.replicas.get(service, 1)
             have = [c for c in containers if c.Service == service]
             if len(have) < want:
@@ -251,15 +265,21 @@ def replica_number(container: ComposeContainer) -> int:
 
 
 def start_stack(
-    extra_files: list[Path] | None = None, build: bool = True, timeout_s: float = STARTUP_TIMEOUT_S
+    extra_files: list[Path] | None = None,
+    build: bool = True,
+    timeout_s: float = STARTUP_TIMEOUT_S,
+    env: dict[str, str] | None = None,
+    services: tuple[str, ...] = SERVICES,
+    replicas: dict[str, int] | None = None,
 ) -> Stack:
-    """Build images, start a fresh project on free ports, wait until ready. Caller closes it."""
+    """Build images, start a fresh project on free ports (and compose variables `env`), wait until
+    `services` are ready with their `replicas`. Caller closes it."""
     if build:
         build_images()
     project = f"agentserve-test-{uuid.uuid4().hex[:8]}"
     ports = HostPorts.free()
     env_file = Path(tempfile.mkdtemp(prefix="agentserve-compose-")) / ".env"
-    env_file.write_text("".join(f"{k}={v}\n" for k, v in ports.env().items()))
-    stack = Stack(project, ports, [COMPOSE_FILE, *(extra_files or [])], env_file)
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in {**ports.env(), **(env or {})}.items()))
+    stack = Stack(project, ports, [COMPOSE_FILE, *(extra_files or [])], env_file, services, replicas)
     stack.start(timeout_s)
     return stack

@@ -24,14 +24,22 @@ from agentserve.common.server import GRPC_OPTIONS
 CHANNEL_OPTIONS = [*GRPC_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
 
 
-def open_channel(address: str, tls: InternalTLS | None = None) -> grpc.aio.Channel:
-    """A channel to host:port `address`, made the project's way: mutual TLS with `tls`, else plain."""
+def open_channel(address: str, tls: InternalTLS | None = None, connect_timeout_ms: int = 0) -> grpc.aio.Channel:
+    """A channel to host:port `address`, made the project's way: mutual TLS with `tls`, else plain.
+    `connect_timeout_ms` (0: gRPC's 20 s) bounds each connection attempt, and so how long a call
+    waits before it fails on a peer whose host no longer answers at all (a container gone with its
+    address: no refusal comes back, the SYNs go unanswered)."""
+    options = list(CHANNEL_OPTIONS)
+    if connect_timeout_ms:
+        # gRPC core takes this as the minimum connect timeout: an attempt's deadline is the larger
+        # of it and the current reconnect backoff.
+        options.append(("grpc.min_reconnect_backoff_ms", connect_timeout_ms))
     if tls is None:
-        return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS, interceptors=client_interceptors())
+        return grpc.aio.insecure_channel(address, options=options, interceptors=client_interceptors())
     return grpc.aio.secure_channel(
         address,
         tls.channel_credentials(),
-        options=[*CHANNEL_OPTIONS, *tls.channel_options()],
+        options=[*options, *tls.channel_options()],
         interceptors=client_interceptors(),
     )
 
@@ -45,15 +53,16 @@ class ChannelCache:
     left to calls still on it and closed with the rest by `close`.
     """
 
-    def __init__(self, tls: InternalTLS | None = None) -> None:
+    def __init__(self, tls: InternalTLS | None = None, connect_timeout_ms: int = 0) -> None:
         self._tls = tls
+        self._connect_timeout_ms = connect_timeout_ms
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._retired: list[grpc.aio.Channel] = []
 
     def get(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = open_channel(address, self._tls)
+            channel = self._channels[address] = open_channel(address, self._tls, self._connect_timeout_ms)
         return channel
 
     def forget(self, address: str) -> None:

@@ -38,6 +38,8 @@ FORWARDED = "x-agentserve-forwarded"  # gRPC metadata key / HTTP header: the for
 SERVED_BY = "x-agentserve-scheduler"  # gRPC initial metadata / HTTP header: the id of the scheduler that ran it
 # Client metadata a forward carries on (trace context travels on its own, from the servicer's span).
 FORWARDED_METADATA = ("authorization",)
+# Schedulers share a network: a live one accepts a connection in milliseconds, even when busy.
+PEER_CONNECT_TIMEOUT_MS = 2000
 # HTTP headers a proxy does not pass on (RFC 9110 7.6.1's hop-by-hop ones, and the framing).
 HOP_HEADERS = frozenset(
     h.lower()
@@ -64,7 +66,9 @@ class HomeUnreachable(Exception):
 class SessionRouter:
     def __init__(self, control: ControlPlane) -> None:
         self.control = control
-        self.channels = ChannelCache()  # to other schedulers' client ports: plain, as a client's
+        # To other schedulers' client ports: plain, as a client's. A home whose container is gone
+        # (its address with it) is found unreachable within the connect timeout, not gRPC's 20 s.
+        self.channels = ChannelCache(connect_timeout_ms=PEER_CONNECT_TIMEOUT_MS)
         self._http: aiohttp.ClientSession | None = None
 
     @property
