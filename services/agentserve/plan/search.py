@@ -19,7 +19,8 @@ Colocated families (`plan/colocated.py`: a KV lifecycle policy and a storage-NIC
 engines that prefill and decode both) are searched after the prefill/decode ones, over one count:
 the lowest passing engine count between the prefill floor and the most engines that still cost
 less than the cheapest pass (probing that top first, so a family that cannot beat the cheapest
-pass costs one simulation).
+pass costs one simulation). A lifecycle's families go widest storage NIC first, and a narrower
+one is not simulated when that many engines already failed with more bandwidth.
 
 Points that cannot cost less than the cheapest passing point found are never simulated. Every
 simulated point is kept with why it was rejected (failed the SLO, and which term binds; or passed
@@ -170,7 +171,18 @@ class Search:
         top = self.space.max_gpus
         while top >= lo and not self.cheaper_than_best(point(top)):
             top -= 1
+        if self._fails_with_more_bandwidth(lifecycle, snic, top):
+            return
         lowest_passing(lambda n: self.passes(point(n)), lo, top)
+
+    def _fails_with_more_bandwidth(self, lifecycle: str, snic: float, engines: int) -> bool:
+        """Whether `engines` colocated engines or more failed under `lifecycle` with a wider storage
+        NIC (more bandwidth never hurts, as more engines never do: so they fail with this one too)."""
+        return any(
+            pt.colocated >= engines and pt.lifecycle == lifecycle and pt.snic_gbps > snic and not self.ok(t)
+            for (pt, seed), t in self.ev.trials.items()
+            if seed == 0 and pt.colocated
+        )
 
     def _corner(self, policy: str, snic: float, start: tuple[int, int] | None = None) -> tuple[int, int] | None:
         """A passing point, grown from the floors along the role whose term binds (by GROWTH, or to
@@ -208,7 +220,8 @@ class Search:
     def run(self, first: tuple[str, float]) -> None:
         families = [(pol, STORE, snic) for pol in self.space.policies for snic in self.space.snic_gbps]
         families.sort(key=lambda f: (f[0], f[2]) != first)
-        families += [(COLOCATED, life, snic) for life in self.space.lifecycles for snic in self.space.snic_gbps]
+        widest_first = sorted(self.space.snic_gbps, reverse=True)
+        families += [(COLOCATED, life, snic) for life in self.space.lifecycles for snic in widest_first]
         for policy, lifecycle, snic in families:
             before = len(self.ev.trials)
             if policy == COLOCATED:
@@ -228,9 +241,7 @@ class Search:
                     "snic_gbps_per_node": snic,
                     "points_simulated": len(self.ev.trials) - before,
                     "cheapest_pass": min(passing, key=_rank).point.to_dict() if passing else None,
-                    "outcome": "searched"
-                    if len(self.ev.trials) > before
-                    else "not simulated: its floor point costs no less than the cheapest pass found before it",
+                    "outcome": "searched" if len(self.ev.trials) > before else _unsimulated(policy),
                 }
             )
 
@@ -283,6 +294,15 @@ class Search:
             "cheaper_neighbours_at_reseed": neighbours,
             "passed_seed0_failed_reseed": rejected,
         }
+
+
+def _unsimulated(policy: str) -> str:
+    if policy == COLOCATED:
+        return (
+            "not simulated: as many engines as could cost less than the cheapest pass fail with a wider "
+            "storage NIC, or its floor costs no less"
+        )
+    return "not simulated: its floor point costs no less than the cheapest pass found before it"
 
 
 def _ratio(trial: Trial) -> float:

@@ -113,11 +113,15 @@ def test_a_lifecycle_policy_on_colocated_engines_is_chosen_when_it_needs_fewer_g
 
 def test_pd_points_keep_the_store_lifecycle_when_no_colocated_policy_passes_cheaper() -> None:
     ev = FakeEvaluator(colocated={"offload": 30})
-    search = Search(ev, Space(("dualpath",), (400.0,), 64, ("offload",)), start=(1, 1))  # type: ignore[arg-type]
+    space = Space(("dualpath",), (200.0, 400.0), 64, ("offload",))
+    search = Search(ev, space, start=(1, 1))  # type: ignore[arg-type]
     search.run(("dualpath", 400.0))
     chosen, _ = search.choose()
     assert chosen is not None and chosen.point.lifecycle == STORE and chosen.point.gpus == 12
-    assert [pt.colocated for (pt, s) in ev.trials if s == 0 and pt.colocated] == [11]
+    # 11 engines fail with 400 Gbps per node, so the 200 Gbps family is not simulated
+    assert [(pt.snic_gbps, pt.colocated) for (pt, s) in ev.trials if s == 0 and pt.colocated] == [(400.0, 11)]
+    narrow = next(f for f in search.families if f["lifecycle"] == "offload" and f["snic_gbps_per_node"] == 200.0)
+    assert narrow["points_simulated"] == 0 and "wider storage NIC" in narrow["outcome"]
 
 
 def test_a_plan_of_a_small_generated_workload_is_consistent_and_costed() -> None:
