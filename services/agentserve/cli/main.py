@@ -244,8 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     f8.add_argument(
         "--emulated-agents",
         type=int,
-        default=4,
-        help="agents of the emulated DualPath comparison, a local cluster per KV dtype (0: skip it)",
+        default=8,
+        help="agents of the emulated DualPath comparison, a local cluster per policy and KV dtype (0: skip it)",
     )
     f8.add_argument("--emulated-turns", type=int, default=4, help="turns per agent of the emulated comparison")
     f8.add_argument(

@@ -23,7 +23,7 @@ def test_the_fp8_side_starts_every_engine_with_fp8_kv_and_reads_half_the_bytes(t
     assert fp8.cluster.compute.emulation.target_model == TARGET_MODEL
     assert (full.regime["kv_dtype"], fp8.regime["kv_dtype"]) == KV_DTYPES
     assert fp8.policies == full.policies == ("baseline", "dualpath") and fp8.online is None
-    assert (fp8.workload.agents, fp8.workload.turns) == (4, 4)
+    assert (fp8.workload.agents, fp8.workload.turns, fp8.workload.final_context) == (4, 4, 20480 + 3 * 423)
     # qwen2.5-32b's KV: 262,144 bytes a token in bf16, 131,584 in FP8 with its row scales.
     reads = [s.storage_modelled["later_turn"]["read_over_compute"] for s in (full, fp8)]
     assert reads[1] / reads[0] == pytest.approx(131_584 / 262_144, rel=0.01)
