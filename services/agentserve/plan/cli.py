@@ -38,7 +38,11 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
 
         result = run_elastic(
             replace(
-                ELASTIC_DEFAULTS, startup_s=args.startup, peak_sessions_per_s=args.day_sessions, seed=args.day_seed
+                ELASTIC_DEFAULTS,
+                startup_s=args.startup,
+                peak_sessions_per_s=args.day_sessions,
+                seed=args.day_seed,
+                **args.scaling,
             ),
             progress=args.progress,
         )

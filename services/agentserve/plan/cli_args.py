@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from agentserve.bench.common.policy import DEFAULT_TURN_ORDER
@@ -15,7 +16,7 @@ from agentserve.bench.papers.replay.slo import SLO
 from agentserve.costmodel.gpus import TARGET_GPUS
 from agentserve.costmodel.models import TARGET_MODELS
 from agentserve.plan.deployment import DEFAULT_GPU_HOUR_COST, DEFAULT_SNIC_100G_HOUR_COST
-from agentserve.plan.elastic_spec import ELASTIC_DEFAULTS
+from agentserve.plan.elastic_spec import ELASTIC_DEFAULTS, SCALING_KEYS, scaling_settings
 from agentserve.plan.planner import (
     DEFAULT_MAX_GPUS,
     DEFAULT_POLICIES,
@@ -83,6 +84,15 @@ def gbps_list(text: str) -> tuple[float, ...]:
     if not values or any(not v > 0 for v in values):
         raise argparse.ArgumentTypeError(f"--snic-gbps must be positive numbers, got {text!r}")
     return values
+
+
+def scaling(text: str) -> dict[str, float | bool]:
+    try:
+        settings = scaling_settings(text)
+        replace(ELASTIC_DEFAULTS, **settings)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--scaling: {exc}") from None
+    return settings
 
 
 def max_gpus(text: str) -> int:
@@ -191,6 +201,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=e.seed,
         help=f"--elastic: seed of the day's arrivals and sessions; the scaling policy's defaults were set on "
         f"day {e.seed} (default {e.seed}), another seed is a held-out day",
+    )
+    p.add_argument(
+        "--scaling",
+        type=scaling,
+        default={},
+        metavar="KEY=VALUE,...",
+        help=f"--elastic: scaling-policy settings other than the defaults tuned on day {e.seed} "
+        f"({', '.join(SCALING_KEYS)}; default: none, the defaults)",
     )
     p.add_argument(
         "--serve",

@@ -65,3 +65,34 @@ class ElasticSpec:
 
 
 ELASTIC_DEFAULTS = ElasticSpec()
+# The scaling policy's settings `--scaling key=value,...` may change (the day, cluster and seed have
+# options of their own or stay fixed).
+SCALING_KEYS = (
+    "interval_s",
+    "prefill_target_util",
+    "backlog_target_s",
+    "kv_target",
+    "scale_in_after_s",
+    "ewma_s",
+    "forecast",
+    "decode_queue",
+)
+
+
+def scaling_settings(text: str) -> dict[str, float | bool]:
+    """`key=value,...` over SCALING_KEYS (booleans as 0 or 1); ValueError naming a bad key or value."""
+    out: dict[str, float | bool] = {}
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        key, sep, value = item.partition("=")
+        if not sep or key not in SCALING_KEYS:
+            raise ValueError(f"{item!r} is not key=value with a key among {', '.join(SCALING_KEYS)}")
+        if isinstance(getattr(ELASTIC_DEFAULTS, key), bool):
+            if value not in ("0", "1"):
+                raise ValueError(f"{key} takes 0 or 1, got {value!r}")
+            out[key] = value == "1"
+            continue
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise ValueError(f"{key}={value!r} is not a number") from None
+    return out

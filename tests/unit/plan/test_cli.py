@@ -30,6 +30,10 @@ pytestmark = pytest.mark.unit
         (["--workload", "coding", "--gpu", "tpu"], "--gpu"),
         (["--elastic", "--startup", "-5"], "--startup"),
         (["--elastic", "--day-sessions", "0"], "--day-sessions"),
+        (["--elastic", "--scaling", "kv_target=1.5"], "--scaling: elastic kv_target must be in (0, 1]"),
+        (["--elastic", "--scaling", "peak_sessions_per_s=1"], "--scaling: 'peak_sessions_per_s=1' is not key=value"),
+        (["--elastic", "--scaling", "forecast=yes"], "--scaling: forecast takes 0 or 1"),
+        (["--elastic", "--scaling", "ewma_s=slow"], "--scaling: ewma_s='slow' is not a number"),
     ],
 )
 def test_a_bad_option_is_refused_by_the_parser_naming_it(
@@ -77,3 +81,6 @@ def test_every_option_but_the_workload_has_a_stated_default() -> None:
     assert args.slo == DEFAULT_SLO and "ttft_first_p90" in DEFAULT_SLO and "ttft_later_p90" in DEFAULT_SLO
     assert args.lifecycles == LIFECYCLE_POLICIES  # every lifecycle policy, by registry name
     assert build_parser().parse_args(["plan", "--workload", "coding", "--lifecycles", "none"]).lifecycles == ()
+    assert args.scaling == {}  # the scaling policy's defaults
+    scaled = build_parser().parse_args(["plan", "--elastic", "--scaling", "forecast=1,kv_target=0.92"])
+    assert scaled.scaling == {"forecast": True, "kv_target": 0.92}
