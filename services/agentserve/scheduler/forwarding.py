@@ -38,7 +38,8 @@ FORWARDED = "x-agentserve-forwarded"  # gRPC metadata key / HTTP header: the for
 SERVED_BY = "x-agentserve-scheduler"  # gRPC initial metadata / HTTP header: the id of the scheduler that ran it
 # Client metadata a forward carries on (trace context travels on its own, from the servicer's span).
 FORWARDED_METADATA = ("authorization",)
-# Schedulers share a network: a live one accepts a connection in milliseconds, even when busy.
+# How long a forward (gRPC or HTTP) waits to connect to the home. Schedulers share a network: a
+# live one accepts a connection in milliseconds, even when busy.
 PEER_CONNECT_TIMEOUT_MS = 2000
 # HTTP headers a proxy does not pass on (RFC 9110 7.6.1's hop-by-hop ones, and the framing).
 HOP_HEADERS = frozenset(
@@ -150,7 +151,8 @@ class SessionRouter:
         if not peer.http:
             raise RetryableError(f"scheduler {peer.scheduler_id} serves no HTTP; retry")
         if self._http is None:
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
+            connect_s = PEER_CONNECT_TIMEOUT_MS / 1000
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_s))
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         headers[FORWARDED] = self.scheduler_id
         url = f"http://{peer.http}{request.rel_url}"
