@@ -34,6 +34,7 @@ def stack() -> Stack:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     report = outcome.get_result()
-    running = getattr(item, "funcargs", {}).get("stack")
-    if report.failed and call.when == "call" and isinstance(running, Stack):
-        report.sections.append(("compose logs (last 60 lines per container)", running.logs(tail=60)))
+    if report.failed and call.when == "call":
+        for running in getattr(item, "funcargs", {}).values():
+            if isinstance(running, Stack):  # the tier's deployment, or a test's own
+                report.sections.append(("compose logs (last 60 lines per container)", running.logs(tail=60)))
