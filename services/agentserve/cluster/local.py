@@ -6,7 +6,10 @@ engine have registered, then supervises: a service that exits is restarted with 
 (`restarts.RestartPolicy`); on Ctrl-C / SIGTERM / SIGHUP, at any phase, all are stopped. Children
 run in their own process group and die with this process even when it is SIGKILLed
 (`process.spawn`). An engine that exits after a drain (scale-in: `agentserve drain`, or a
-SIGTERM sent to it) is not restarted. With several prefill engines (`--prefill N`) they are named prefill-0 ..
+SIGTERM sent to it) is not restarted. On free ports (tests, benches: `LocalPorts.free`), a
+service that exits at its start because another process bound one of its ports first
+(`PORT_TAKEN_EXIT`) starts again on fresh ones; a service that fails to start otherwise fails the
+start with the end of its log in the error. With several prefill engines (`--prefill N`) they are named prefill-0 ..
 prefill-N-1; the first listens on the prefill port, the others on free ports. With `--compute
 emulated` the engines run no model: each takes the target model's time on the target GPU from the
 cost model (a dozen fit on two cores; `ComputeSettings`). The scheduler and the engines serve
@@ -45,16 +48,18 @@ from agentserve.cluster.balancer import haproxy_config
 from agentserve.cluster.commands import INFRASTRUCTURE, balancer_config, cert_root, scheduler_name, service_commands
 from agentserve.cluster.ports import LOOPBACK, LocalPorts
 from agentserve.cluster.process import Proc, spawn
-from agentserve.cluster.readiness import health_channel, wait_ready, wait_serving
+from agentserve.cluster.readiness import ExitedEarly, health_channel, wait_ready, wait_serving
 from agentserve.cluster.restarts import RestartPolicy, RestartState
 from agentserve.cluster.settings import ComputeSettings, ControlSettings, FabricSettings, snic_bucket_dir
 from agentserve.common.api_keys import ApiKeys
 from agentserve.common.certs import ensure_certs
 from agentserve.common.internal_tls import InternalTLS
+from agentserve.common.port_taken import PORT_TAKEN_EXIT
 from agentserve.engine.model_catalog import TINY, ServedModel, resolve_model
 from agentserve.model_files.tokenizer_files import models_home
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+PORT_RETRIES = 3  # starts of one service on fresh ports after another process took one of its ports
 
 
 class Stopped(Exception):
@@ -135,45 +140,79 @@ class LocalCluster:
         if self.certs is not None:
             ensure_certs(self.certs)  # the first start issues them; later ones reuse what is valid
         try:
-            commands = service_commands(
-                self.ports,
-                model,
-                self.data_dir,
-                self.decoders,
-                self.fabric,
-                prefill=self.prefill,
-                compute=self.compute,
-                listen_host=self.listen_host,
-                certs=self.certs,
-                control=self.control,
-            )
-            if self.control.balanced:
-                config = balancer_config(self.data_dir)
-                config.parent.mkdir(parents=True, exist_ok=True)
-                config.write_text(haproxy_config(self.ports, self.control.schedulers, self.listen_host))
-            for name, port, cmd in commands:
+            for name, _, _ in self.service_commands(model):
                 if before is not None and (name == before or name.startswith(f"{before}-")):
                     break
                 if name in started:
                     continue
-                cmd = [*cmd, *self.extra_args(name)]
-                # A scheduler's grpc_port faces clients, and etcd's and HAProxy's are not on the internal plane.
-                plain = name.startswith("scheduler") or name in INFRASTRUCTURE
-                probe = None if plain else self.internal_client()
-                proc = Proc(name, port, self._spawn(name, cmd, "w"), cmd, probe, RestartState(self.restart_policy))
-                proc.restarts.started(time.monotonic())
-                self.procs.append(proc)
+                if name == "haproxy":  # in front of the schedulers, on the ports they took
+                    config = balancer_config(self.data_dir)
+                    config.parent.mkdir(parents=True, exist_ok=True)
+                    config.write_text(haproxy_config(self.ports, self.control.schedulers, self.listen_host))
+                proc = self._launch(name, model)
                 # Engines warm up in parallel; the rest must be up before their dependants start.
                 if not name.startswith(("prefill", "decode")):
-                    wait_serving(proc, timeout_s)
+                    self._wait_serving(proc, model, timeout_s)
             for proc in self.procs:
-                wait_serving(proc, timeout_s)
+                self._wait_serving(proc, model, timeout_s)
             if before is None:
                 for scheduler in self.schedulers:
                     wait_ready(scheduler, self.scheduler_http_port(scheduler.name), timeout_s)
         except BaseException:
             self.stop()
             raise
+
+    def service_commands(self, model: ServedModel) -> list[tuple[str, int, list[str]]]:
+        """(name, gRPC port, command) of every service serving `model` on the current ports, in
+        start order."""
+        return service_commands(
+            self.ports,
+            model,
+            self.data_dir,
+            self.decoders,
+            self.fabric,
+            prefill=self.prefill,
+            compute=self.compute,
+            listen_host=self.listen_host,
+            certs=self.certs,
+            control=self.control,
+        )
+
+    def _launch(self, name: str, model: ServedModel) -> Proc:
+        """Start service `name` on the current ports."""
+        _, port, cmd = self._command(name, model)
+        cmd = [*cmd, *self.extra_args(name)]
+        # A scheduler's grpc_port faces clients, and etcd's and HAProxy's are not on the internal plane.
+        plain = name.startswith("scheduler") or name in INFRASTRUCTURE
+        probe = None if plain else self.internal_client()
+        proc = Proc(name, port, self._spawn(name, cmd, "w"), cmd, probe, RestartState(self.restart_policy))
+        proc.log = self.log_dir / f"{name}.log"
+        proc.restarts.started(time.monotonic())
+        self.procs.append(proc)
+        return proc
+
+    def _command(self, name: str, model: ServedModel) -> tuple[str, int, list[str]]:
+        return next(command for command in self.service_commands(model) if command[0] == name)
+
+    def _wait_serving(self, proc: Proc, model: ServedModel, timeout_s: float) -> None:
+        """`wait_serving`; a service that exits because another process bound one of its ports
+        between their pick and its bind (`PORT_TAKEN_EXIT`) moves to fresh ports and starts again,
+        up to `PORT_RETRIES` times, when the ports were picked free. Safe while nothing started
+        dials it: each service is ready before any that dials it starts (engines, dialled by none,
+        register their address)."""
+        for retry in range(PORT_RETRIES + 1):
+            try:
+                wait_serving(proc, timeout_s)
+                return
+            except ExitedEarly as exc:
+                if exc.returncode != PORT_TAKEN_EXIT or not self.ports.movable or retry == PORT_RETRIES:
+                    raise
+                print(f"agentserve: {exc}\nagentserve: starting {proc.name} again on fresh ports", file=sys.stderr)
+            self.ports = self.ports.reassigned(proc.name)
+            _, proc.grpc_port, cmd = self._command(proc.name, model)
+            proc.cmd = [*cmd, *self.extra_args(proc.name)]
+            proc.popen = self._spawn(proc.name, proc.cmd, "a")  # after the failed start's lines
+            proc.restarts.started(time.monotonic())
 
     def served_model(self) -> ServedModel:
         """What the scheduler and the engines serve: `model_dir` (the tiny model when None) under

@@ -1,7 +1,11 @@
 """LocalPorts: where each service of a local cluster listens (fixed defaults, or free ports).
 
 With several schedulers, the clients' ports (`scheduler`, `http`) and the engines' (`scheduler_internal`)
-are the load balancer's, and each scheduler listens on ports of its own (`SchedulerPorts`)."""
+are the load balancer's, and each scheduler listens on ports of its own (`SchedulerPorts`).
+
+Free ports are free when picked, not reserved: another process may bind one before its service
+does. Such ports are `movable`: a service that finds one taken at its start moves to fresh ones
+(`reassigned`) and starts again (`LocalCluster.start`)."""
 
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ class LocalPorts:
         """Distinct free loopback ports for every service (tests, benches beside other work)."""
         prefill_ports = tuple(free_port() for _ in range(prefill))
         return cls(
+            movable=True,
             scheduler=free_port(),
             scheduler_internal=free_port(),
             http=free_port(),
@@ -62,6 +67,37 @@ class LocalPorts:
     etcd: int = 2379  # the shared state's client URL (state etcd)
     etcd_peer: int = 2380  # etcd's peer URL (a cluster of one member)
     scheduler_ports: tuple[SchedulerPorts, ...] = ()  # each scheduler's own, when there are several
+    movable: bool = False  # picked free (`free`): a service may move off a port taken before it bound it
+
+    def reassigned(self, name: str) -> LocalPorts:
+        """These ports with fresh free ones for every port service `name` listens on, for a service
+        whose start found one taken. Only before the services that dial it start (each dials those
+        started before it), and only `movable` ports: fixed ones are the operator's choice."""
+        if not self.movable:
+            raise ValueError("fixed ports are not reassigned; a service whose port is taken fails")
+        kind, _, index = name.partition("-")
+        if name == "kvstore":
+            return replace(self, kvstore=free_port())
+        if name == "toolproxy":
+            return replace(self, toolproxy_grpc=free_port(), toolproxy_http=free_port())
+        if name == "scheduler":
+            return replace(
+                self, scheduler=free_port(), scheduler_internal=free_port(), http=free_port(), metrics=free_port()
+            )
+        if kind == "scheduler" and index.isdigit() and int(index) < len(self.scheduler_ports):
+            own = SchedulerPorts.free()
+            metrics = own.metrics if index == "0" else self.metrics  # the first keeps the cluster's
+            return replace(self, metrics=metrics, scheduler_ports=_with(self.scheduler_ports, int(index), own))
+        if name == "prefill" or (kind == "prefill" and index == "0"):
+            port = free_port()
+            return replace(
+                self, prefill=port, prefill_ports=_with(self.prefill_ports, 0, port) if self.prefill_ports else ()
+            )
+        if kind == "prefill" and index.isdigit() and int(index) < len(self.prefill_ports):
+            return replace(self, prefill_ports=_with(self.prefill_ports, int(index), free_port()))
+        if kind == "decode" and index.isdigit() and int(index) < len(self.decode_ports):
+            return replace(self, decode_ports=_with(self.decode_ports, int(index), free_port()))
+        raise ValueError(f"no ports of {name!r} to reassign")
 
     def with_schedulers(self, count: int) -> LocalPorts:
         """These ports with each of `count` schedulers' own (free) ports: with more than one, the
@@ -94,3 +130,7 @@ class LocalPorts:
         if index == 0:
             return self.prefill
         raise ValueError(f"no port for prefill engine {index}; use LocalPorts.with_prefill")
+
+
+def _with(ports: tuple, index: int, value: object) -> tuple:
+    return (*ports[:index], value, *ports[index + 1 :])

@@ -12,11 +12,14 @@ import os
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO
 
 from agentserve.cluster.restarts import RestartState
 from agentserve.common.internal_tls import InternalTLS
 from agentserve.common.lifetime import PARENT_PID_ENV
+
+LOG_TAIL_CHARS = 4000
 
 
 def spawn(cmd: list[str], log: IO[bytes] | IO[str], env: Mapping[str, str]) -> subprocess.Popen:
@@ -41,3 +44,15 @@ class Proc:
     tls: InternalTLS | None = None  # what probing `grpc_port` presents: it is on the internal plane
     restarts: RestartState = field(default_factory=RestartState)
     restart_at: float | None = None  # when a dead one is due to start again
+    log: Path | None = None  # where its output goes: the tail of it explains a failed start
+
+    def log_tail(self, max_chars: int = LOG_TAIL_CHARS) -> str:
+        """The end of its log (what a failed start printed last); "" without one."""
+        if self.log is None:
+            return ""
+        try:
+            with self.log.open("rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - max_chars))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""

@@ -23,13 +23,25 @@ def health_channel(port: int, tls: InternalTLS | None = None) -> grpc.Channel:
     return grpc.secure_channel(target, tls.channel_credentials(), options=tls.channel_options())
 
 
+class ExitedEarly(RuntimeError):
+    """A service exited before it was ready; the message ends with the tail of its log."""
+
+    def __init__(self, proc: Proc) -> None:
+        self.name, self.returncode = proc.name, proc.popen.returncode
+        where = f" (log: {proc.log})" if proc.log is not None else ""
+        tail = proc.log_tail()
+        super().__init__(
+            f"{proc.name} exited with code {self.returncode}{where}" + (f"; its log ends:\n{tail}" if tail else "")
+        )
+
+
 def wait_serving(proc: Proc, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     with health_channel(proc.grpc_port, proc.tls) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             if proc.popen.poll() is not None:
-                raise RuntimeError(f"{proc.name} exited with code {proc.popen.returncode}")
+                raise ExitedEarly(proc)
             try:
                 reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
@@ -57,7 +69,7 @@ def wait_ready(proc: Proc, http_port: int, timeout_s: float) -> None:
     body: dict = {}
     while time.monotonic() < deadline:
         if proc.popen.poll() is not None:
-            raise RuntimeError(f"{proc.name} exited with code {proc.popen.returncode}")
+            raise ExitedEarly(proc)
         status, body = http_health(http_port)
         if status == 200:
             return

@@ -18,6 +18,7 @@ each method answers only the roles its table lists (`internal_roles.py`): PERMIS
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
 import sys
@@ -35,6 +36,7 @@ from agentserve.common.grpc_roles import RoleInterceptor
 from agentserve.common.interceptors import server_interceptors
 from agentserve.common.internal_tls import InternalTLS, internal_tls
 from agentserve.common.lifetime import die_with_parent
+from agentserve.common.port_taken import PORT_TAKEN_EXIT, address_in_use, probe
 from agentserve.common.telemetry import setup_tracing, shutdown_tracing
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,9 @@ MAX_MESSAGE_BYTES = 256 << 20
 GRPC_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # gRPC sets SO_REUSEPORT by default, so a second server on a port another one holds binds it
+    # too and the kernel splits the connections between them: a port taken must fail the bind.
+    ("grpc.so_reuseport", 0),
 ]
 
 
@@ -211,12 +216,19 @@ class _Port:
     internal: bool
 
     def bind(self, service: str, tls: InternalTLS | None) -> None:
+        """Listen on the port; OSError if it cannot, EADDRINUSE when another socket holds it."""
         address = f"{self.host}:{self.port}"
-        if tls is None or not self.internal:
-            bound = self.server.add_insecure_port(address)
-        else:
-            bound = self.server.add_secure_port(address, tls.server_credentials())
+        try:
+            if tls is None or not self.internal:
+                bound = self.server.add_insecure_port(address)
+            else:
+                bound = self.server.add_secure_port(address, tls.server_credentials())
+        except RuntimeError:  # gRPC's failed bind, which does not say why
+            bound = 0
         if bound == 0:
+            cause = probe(self.host, self.port)
+            if cause is not None and address_in_use(cause):
+                raise OSError(errno.EADDRINUSE, f"{service}: gRPC port {self.port} is taken")
             raise OSError(f"{service}: cannot bind gRPC port {self.port}")
 
     def describe(self, tls: InternalTLS | None) -> str:
@@ -238,4 +250,11 @@ def main(name: str, config_cls: type[C], build: Callable[[C], Service], argv: Se
     # Before the service is built: what it logs while building (a store's start-up scan) is kept.
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
     service = build(config)
-    uvloop.run(serve(service, ServerSettings.of(name, config)))
+    try:
+        uvloop.run(serve(service, ServerSettings.of(name, config)))
+    except OSError as exc:
+        if not address_in_use(exc):
+            raise
+        # Its gRPC, HTTP or metrics port: a launcher that picked it free starts it again elsewhere.
+        logging.getLogger(name).error("%s: a port is taken (%s); exiting %d", name, exc, PORT_TAKEN_EXIT)
+        sys.exit(PORT_TAKEN_EXIT)
