@@ -4,9 +4,10 @@
 # `scripts/test.sh --durations=15`; arguments that name test paths (`scripts/test.sh
 # tests/unit/kvstore`) replace the tiers with one run over those paths.
 #
-# The integration tier runs on three pytest-xdist workers, a test file to a worker (`--dist
-# loadfile`, so a module's shared cluster stays in one process): its workers wait on the clusters
-# they start, so three keep the cores busier than one. The unit tier stays in one process: its
+# The integration tier runs on three pytest-xdist workers, a group of tests to a worker (`--dist
+# loadgroup`: a module, or the modules sharing one cluster, tests/integration/conftest.py), so a
+# cluster starts once in the tier: its workers wait on the clusters they start, so three keep the
+# cores busier than one. The unit tier stays in one process: its
 # tests are CPU-bound, and torch's threads in two workers would contend for the same two cores.
 # AGENTSERVE_TEST_WORKERS sets the integration tier's workers (1: one process).
 #
@@ -46,7 +47,7 @@ tier() {
         tests/integration) workers=${AGENTSERVE_TEST_WORKERS:-3} ;;
     esac
     if [ "$workers" -gt 1 ]; then
-        paths+=(-n "$workers" --dist loadfile)
+        paths+=(-n "$workers" --dist loadgroup)
     fi
     echo "==== $run ===="
     .venv/bin/python -m pytest "${paths[@]}" "${args[@]}" || rc=$?

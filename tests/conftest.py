@@ -1,11 +1,20 @@
 """Fixtures every tier shares. `tiny_model_dir` is built once per session: other engine tests reuse
-it. `spans` collects the spans of this process."""
+it. `spans` collects the spans of this process.
+
+Every test process, and every process a test starts, runs torch on one intra-op thread
+(`OMP_NUM_THREADS`, unless the environment sets it). The tiers, the integration tier's workers and
+the engines of their clusters share two cores, so a second torch thread per process finds its core
+taken; torch's OpenMP threads then wait at each operator's barrier for a thread that is not
+running, which turns an operator on a tiny model into milliseconds. A test about thread counts sets
+them itself."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+import torch
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -14,6 +23,11 @@ from agentserve.engine.default_model import ensure_default_model
 from agentserve.engine.engine import LLMEngine
 from agentserve.engine.engine_config import EngineConfig
 from agentserve.engine.model_init import init_model
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    threads = os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(int(threads))
 
 
 @pytest.fixture(scope="session")

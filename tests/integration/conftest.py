@@ -7,7 +7,12 @@ rather than pyproject's 300 s; a test with its own `timeout` mark keeps it.
 Clusters shared across modules. Starting a cluster (five to six processes, each loading the model
 and warming up) is most of what a small integration module costs, so the modules whose tests leave
 a cluster as they found it (no process killed, stopped or restarted, no setting of their own, and
-prompts of their own so no test depends on another's cache) use one per shape for the whole tier."""
+prompts of their own so no test depends on another's cache) use one per shape for the whole tier.
+
+Under pytest-xdist (`--dist loadgroup`, scripts/test.sh) each test carries an `xdist_group`: its
+module's, or the shared cluster's it uses, so a worker runs a module whole (its module-scoped
+cluster starts once) and every module on one shared cluster runs on the same worker (it starts once
+in the tier, not once per worker)."""
 
 from __future__ import annotations
 
@@ -22,10 +27,19 @@ INTEGRATION_TIMEOUT_S = 600
 HERE = Path(__file__).parent
 
 
+SHARED_CLUSTERS = ("shared_cluster", "shared_cluster_one_decode")
+
+
+# tryfirst: pytest-xdist reads the group marks in its own hook of this name.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.is_relative_to(HERE) and item.get_closest_marker("timeout") is None:
+        if not item.path.is_relative_to(HERE):
+            continue
+        if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(INTEGRATION_TIMEOUT_S))
+        shared = [name for name in SHARED_CLUSTERS if name in getattr(item, "fixturenames", ())]
+        item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.path.relative_to(HERE).as_posix()))
 
 
 @pytest.fixture(scope="session")

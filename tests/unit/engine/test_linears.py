@@ -21,6 +21,9 @@ from agentserve.engine.linears import (
 
 pytestmark = pytest.mark.unit
 
+# The multi-threaded side of the thread-count checks (the tiers run torch on one thread: tests/conftest.py).
+SEVERAL_THREADS = 2
+
 
 def parts(bias: bool) -> tuple[nn.Linear, nn.Linear, nn.Linear]:
     torch.manual_seed(0)
@@ -96,6 +99,7 @@ def test_row_invariant_linear_gives_a_row_the_same_bits_at_every_row_count_and_t
     x = torch.randn(300, n_in)
     threads = torch.get_num_threads()
     try:
+        torch.set_num_threads(SEVERAL_THREADS)
         whole = row_invariant_linear(x, weight, bias)
         for rows in (1, 2, 3, 4, 5, 17, 64, 299):
             for part in (slice(0, rows), slice(300 - rows, 300)):
@@ -108,11 +112,11 @@ def test_row_invariant_linear_gives_a_row_the_same_bits_at_every_row_count_and_t
     torch.testing.assert_close(whole, F.linear(x, weight, bias), rtol=0, atol=1e-5)
 
 
-def _slab_row_counts_on_default_and_one_thread() -> Iterator[int]:
-    """Row counts either side of the slab limit (`SLAB_MAX_ROWS` = 64), on the default threads, then on one."""
+def _slab_row_counts_on_several_and_one_thread() -> Iterator[int]:
+    """Row counts either side of the slab limit (`SLAB_MAX_ROWS` = 64), on several threads, then on one."""
     threads = torch.get_num_threads()
     try:
-        for num_threads in (threads, 1):
+        for num_threads in (SEVERAL_THREADS, 1):
             torch.set_num_threads(num_threads)
             yield from (1, 3, 4, 40, 64, 65, 300)
     finally:
@@ -125,7 +129,7 @@ def test_gate_up_halves_are_the_row_invariant_products_halves_at_every_row_count
     weight = column_major(torch.randn(1408, 256) * 0.05)
     b = torch.randn(1408) if bias else None
     x = torch.randn(300, 256)
-    for rows in _slab_row_counts_on_default_and_one_thread():
+    for rows in _slab_row_counts_on_several_and_one_thread():
         expected = row_invariant_linear(x[:rows], weight, b)
         gate, up = gate_up_halves(x[:rows], weight, b)
         assert torch.equal(gate, expected[:, :704]) and torch.equal(up, expected[:, 704:])
@@ -135,7 +139,7 @@ def test_head_linear_gives_the_row_invariant_products_bits_at_every_row_and_thre
     torch.manual_seed(2)
     weight = column_major(torch.randn(8192, 256) * 0.05)
     x = torch.randn(300, 256)
-    for rows in _slab_row_counts_on_default_and_one_thread():
+    for rows in _slab_row_counts_on_several_and_one_thread():
         assert torch.equal(head_linear(x[:rows], weight), row_invariant_linear(x[:rows], weight))
     # A vocabulary the slabs do not divide, and a row-major weight, take the plain product.
     odd = column_major(torch.randn(1001, 256))
