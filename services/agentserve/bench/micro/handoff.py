@@ -112,9 +112,8 @@ def run(
         from agentserve.cluster.settings import FabricSettings
 
         work = Path(tempfile.mkdtemp(prefix="agentserve-handoff-bench-"))
-        ports = LocalPorts.free(2)
         cluster = LocalCluster(
-            ports,
+            LocalPorts.free(2),
             decoders=2,
             data_dir=work / "kv",
             log_dir=log_dir or work / "logs",
@@ -125,7 +124,7 @@ def run(
             file=sys.stderr,
         )
         cluster.start()
-        address = f"127.0.0.1:{ports.scheduler}"
+        address = f"127.0.0.1:{cluster.ports.scheduler}"  # where it listens: a taken free port moves
     try:
         with Client(address, timeout_s=120) as client:
             rows = measure(client, turns=turns)
