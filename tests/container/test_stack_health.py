@@ -20,9 +20,7 @@ DECODE_PORT = 50054
 # internal plane's mutual TLS with the container's own certificate.
 PROBE = (
     "import os, sys; from agentserve.common.healthcheck import check\n"
-    "from agentserve.common.internal_tls import InternalTLS\n"
-    "tls = InternalTLS.load(os.environ['AGENTSERVE_INTERNAL_TLS_DIR'])\n"
-    "sys.exit(0 if check(sys.argv[1], tls=tls) else 1)"
+    "sys.exit(0 if check(sys.argv[1], tls_dir=os.environ['AGENTSERVE_INTERNAL_TLS_DIR']) else 1)"
 )
 ADVERTISED = "from agentserve.common.netutil import advertise_host; print(advertise_host(''))"
 

@@ -26,8 +26,9 @@ from pathlib import Path
 
 import grpc
 
-INTERNAL_NAME = "agentserve-internal"
-CA_FILE, CERT_FILE, KEY_FILE = "ca.pem", "cert.pem", "key.pem"
+from agentserve.common.internal_identity import CA_FILE, CERT_FILE, INTERNAL_NAME, KEY_FILE
+
+__all__ = ["CA_FILE", "CERT_FILE", "INTERNAL_NAME", "KEY_FILE", "InternalTLS", "internal_tls"]
 PEM_MARKERS = {CA_FILE: b"-----BEGIN CERTIFICATE-----", CERT_FILE: b"-----BEGIN CERTIFICATE-----"}
 
 
