@@ -60,8 +60,9 @@ def attainment_plot(result: dict[str, Any], out: Path) -> Path:
     chosen = result.get("deployment")
     if chosen:
         ax.scatter([chosen["gpus"]], [chosen["attainment"]], s=160, facecolors="none", edgecolors="k", zorder=5)
+        counts = chosen["colocated_engines"] or f"{chosen['prefill_engines']}P+{chosen['decode_engines']}D"
         ax.annotate(
-            f"chosen: {configuration(chosen)} {engines(chosen)}",
+            f"chosen: {configuration(chosen)} {counts}" + ("E" if chosen["colocated_engines"] else ""),
             (chosen["gpus"], chosen["attainment"]),
             textcoords="offset points",
             xytext=(-40, -28),
