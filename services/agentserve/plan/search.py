@@ -268,6 +268,11 @@ class Search:
                     self.colocated_family(p.lifecycle, p.snic_gbps, p.colocated + 1)
                 else:
                     self.family(p.policy, p.snic_gbps, (p.prefill, p.decode))
+            # Colocated families again too: each stopped at the bound the rejected point set, and
+            # costs one simulation more when its new top fails.
+            for lifecycle in self.space.lifecycles:
+                for snic in sorted(self.space.snic_gbps, reverse=True):
+                    self.colocated_family(lifecycle, snic)
         return None, {"consistent": False, "why": "no point tried meets the SLO at both seeds", "rejected": rejected}
 
     def _consistency(self, chosen: Trial, again: Trial, rejected: list[dict[str, Any]]) -> dict[str, Any]:

@@ -111,6 +111,18 @@ def test_a_lifecycle_policy_on_colocated_engines_is_chosen_when_it_needs_fewer_g
     assert set(outcomes) == {("dualpath", STORE), (COLOCATED, "lru"), (COLOCATED, "agentserve")}
 
 
+def test_a_rejected_choice_raises_the_bound_and_colocated_families_are_searched_up_to_the_new_one() -> None:
+    # 2P+6D passes at seed 0 only and sets the bound at 8 GPUs; colocated passes from 10 engines,
+    # under the PD staircase's 12 once 2P+6D is rejected.
+    ev = FakeEvaluator(flaky={(2, 6)}, colocated={"agentserve": 10})
+    search = Search(ev, Space(("dualpath",), (400.0,), 64, ("agentserve",)), start=(2, 6))  # type: ignore[arg-type]
+    search.run(("dualpath", 400.0))
+    assert [pt.colocated for (pt, s) in ev.trials if pt.colocated] == [7]  # the most under 8 GPUs: fails
+    chosen, consistency = search.choose()
+    assert chosen is not None and (chosen.point.lifecycle, chosen.point.colocated) == ("agentserve", 10)
+    assert consistency["consistent"]
+
+
 def test_pd_points_keep_the_store_lifecycle_when_no_colocated_policy_passes_cheaper() -> None:
     ev = FakeEvaluator(colocated={"offload": 30})
     space = Space(("dualpath",), (200.0, 400.0), 64, ("offload",))
