@@ -20,7 +20,8 @@ engines that prefill and decode both) are searched after the prefill/decode ones
 the lowest passing engine count between the prefill floor and the most engines that still cost
 less than the cheapest pass (probing that top first, so a family that cannot beat the cheapest
 pass costs one simulation). A lifecycle's families go widest storage NIC first, and a narrower
-one is not simulated when that many engines already failed with more bandwidth.
+one is not simulated when that many engines already failed with more bandwidth. A rejection at
+the consistency check (below) raises the bound, and the colocated families are searched again.
 
 Points that cannot cost less than the cheapest passing point found are never simulated. Every
 simulated point is kept with why it was rejected (failed the SLO, and which term binds; or passed
