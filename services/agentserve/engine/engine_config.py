@@ -67,7 +67,8 @@ class EngineConfig:
     device: str = "cpu"
     # A MoE model's expert replicas over expert-parallel ranks (`engine.expert_placement`, a JSON
     # file): each replicated expert's routed tokens are split over its replicas and counted per
-    # rank (`ExpertLoad.rank_counts`); outputs are unchanged. "" = no placement. Real compute only.
+    # rank (`ExpertLoad.rank_counts`); with batch_invariant outputs are unchanged to the bit. "" = no
+    # placement. Real compute only.
     expert_placement: str = ""
 
     def __post_init__(self) -> None:
