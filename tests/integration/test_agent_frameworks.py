@@ -2,18 +2,17 @@
 processes on loopback): the OpenAI Agents SDK (a function tool under `Runner.run` and
 `Runner.run_streamed`, a handoff between two agents, `output_type`), pydantic-ai (`output_type` and a
 tool), LangGraph's prebuilt ReAct agent over `langchain-openai`'s `ChatOpenAI`, and the openai
-client's `parse` helper. Every framework keeps its defaults, strict schemas included; the tests ask
-for temperature 0 where the framework takes it.
+client's `parse` helper. Every framework keeps its defaults, strict schemas and tool_choice
+included (none sets one: pydantic-ai sends its own "required"); the tests ask for temperature 0
+where the framework takes it.
+
+The cluster serves the `tiny-agent` model: the tiny architecture trained further on generated agent
+transcripts (`training.agent_transcripts`), which never ask about the word asked here. So the model
+itself decides to call `lookup` with the word from the question, and after the result to answer
+(the response_format's JSON, pydantic-ai's `final_result` tool, or text for LangGraph's agent loop).
 
 Each test records the calls its tool really received, checks their arguments against the schema the
-framework declared, and checks the run ended with the typed final output. The Agents SDK runs with
-no tool_choice at all: it sends its output_type's schema beside strict tools under "auto", which the
-server decodes as that JSON or valid calls instead, so the model decides, and the tiny model calls.
-Where a framework's default leaves the tiny model no reason to pick the tool (free text beside a
-non-strict tool in LangGraph; pydantic-ai's "required" over the tool and its final_result output
-tool, where it picks final_result), the agent forces its first call with the framework's own
-tool_choice setting, as a real server (vLLM included) leaves that choice to the model; every later
-step is the framework's own."""
+framework declared, and checks the run ended with the typed final output."""
 
 from __future__ import annotations
 
@@ -31,10 +30,12 @@ from langchain_core.tools import tool as langchain_tool
 from langchain_openai import ChatOpenAI
 from langgraph.prebuilt import create_react_agent
 from pydantic_ai import Agent as PydanticAgent
-from pydantic_ai import RunContext
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.settings import ModelSettings as PydanticModelSettings
+
+from agentserve.engine.model_catalog import TINY_AGENT, resolve_model
+from tests.support.cluster import local_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -81,8 +82,13 @@ class Glossary:
 
 
 @pytest.fixture(scope="module")
-def base_url(shared_cluster_one_decode) -> str:
-    return f"http://127.0.0.1:{shared_cluster_one_decode.ports.http}/v1"
+def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`up --local`'s cluster (one prefill and one decode engine) serving the agent model."""
+    model = resolve_model(TINY_AGENT)
+    with local_cluster(
+        tmp_path_factory, "agents", decoders=1, model_dir=model.source, model_name=model.name
+    ) as running:
+        yield f"http://127.0.0.1:{running.ports.http}/v1"
 
 
 @pytest.fixture(scope="module")
@@ -186,12 +192,8 @@ def test_openai_agents_handoff_passes_the_run_to_the_agent_that_calls_the_tool(b
 def test_pydantic_ai_agent_calls_the_tool_and_ends_with_the_output_type(base_url, model_name):
     glossary = Glossary()
 
-    def settings(ctx: RunContext[None]) -> PydanticModelSettings:
-        # Step 1 must call lookup; later steps keep pydantic-ai's own choice ("required" over the
-        # function tools and its final_result output tool, as no text output is allowed).
-        return PydanticModelSettings(temperature=0, tool_choice=["lookup"] if ctx.run_step <= 1 else None)
-
     model = OpenAIChatModel(model_name, provider=OpenAIProvider(base_url=base_url, api_key="unused"))
+    settings = PydanticModelSettings(temperature=0)
     agent = PydanticAgent(model, output_type=Answer, instructions=INSTRUCTIONS, model_settings=settings)
     agent.tool_plain(name="lookup")(glossary.lookup)
 
@@ -209,14 +211,7 @@ def test_langgraph_react_agent_over_chat_openai_calls_the_tool_and_ends_with_the
     glossary = Glossary()
     lookup = langchain_tool("lookup", description="Look a word up in the glossary.")(glossary.lookup)
     llm = ChatOpenAI(model=model_name, base_url=base_url, api_key="unused", temperature=0)
-
-    def choose_model(state: dict[str, Any], runtime: Any) -> Any:
-        # LangGraph's dynamic model: the first step must call lookup (bind_tools with tool_choice),
-        # later steps bind the tools as the prebuilt agent does by default.
-        called = any(isinstance(message, ToolMessage) for message in state["messages"])
-        return llm.bind_tools([lookup]) if called else llm.bind_tools([lookup], tool_choice="lookup")
-
-    agent = create_react_agent(choose_model, tools=[lookup], prompt=INSTRUCTIONS, response_format=Answer)
+    agent = create_react_agent(llm, tools=[lookup], prompt=INSTRUCTIONS, response_format=Answer)
 
     state = agent.invoke({"messages": [("user", QUESTION)]})
 
@@ -233,16 +228,14 @@ class Lookup(pydantic.BaseModel):
 
 def test_openai_parse_helper_parses_the_tool_calls_and_the_final_answer(base_url, model_name):
     """The client's loop: each reply's calls parsed as Lookup and answered, until the reply is the
-    parsed Answer (strict tools beside a response_format: the model may call or answer). The first
-    request forces a call, which the tiny model would not make there."""
+    parsed Answer (strict tools beside a response_format: the model may call or answer)."""
     glossary = Glossary()
     tools = [openai.pydantic_function_tool(Lookup, name="lookup")]
     messages: list[Any] = [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": QUESTION}]
     with openai.OpenAI(base_url=base_url, api_key="unused") as client:
-        for round_ in range(MAX_ROUNDS):
-            forced = {"tool_choice": "required"} if round_ == 0 else {}  # the tiny model answers at once
+        for _ in range(MAX_ROUNDS):
             reply = client.chat.completions.parse(
-                model=model_name, messages=messages, tools=tools, response_format=Answer, temperature=0, **forced
+                model=model_name, messages=messages, tools=tools, response_format=Answer, temperature=0
             ).choices[0]
             if reply.finish_reason != "tool_calls":
                 break

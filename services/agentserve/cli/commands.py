@@ -41,6 +41,12 @@ def model_train(args: argparse.Namespace) -> dict:
         warmup_steps=args.warmup_steps,
         threads=args.threads,
         model_type=args.model_type,
+        seq_len=args.seq_len,
+        data_seed=args.data_seed,
+        lr=args.lr,
+        min_lr=args.min_lr,
+        init_from=args.init_from,
+        agent_transcripts=args.agent_transcripts,
     )
     result = train(config, log=lambda line: print(line, file=sys.stderr, flush=True))
     out = save_weights(result.weights, args.out)

@@ -50,6 +50,22 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
     train.add_argument("--warmup-steps", type=int, default=TrainConfig.warmup_steps)
     train.add_argument("--threads", type=int, default=TrainConfig.threads, help="part of the result: keep it fixed")
+    train.add_argument("--seq-len", type=int, default=TrainConfig.seq_len)
+    train.add_argument("--data-seed", type=int, default=TrainConfig.data_seed, help="window order and transcripts")
+    train.add_argument("--lr", type=float, default=TrainConfig.lr)
+    train.add_argument("--min-lr", type=float, default=TrainConfig.min_lr)
+    train.add_argument(
+        "--init-from",
+        default=TrainConfig.init_from,
+        choices=["seed", "trained", "agent"],
+        help="start from seed-0 random weights or the preset's shipped trained or agent weights",
+    )
+    train.add_argument(
+        "--agent-transcripts",
+        type=int,
+        default=TrainConfig.agent_transcripts,
+        help="generated agent exchanges (tool calls, results, final answers) mixed into the corpus",
+    )
     train.add_argument(
         "--model-type", default="llama", choices=["llama", "mixtral"], help="mixtral: the preset's MoE variant"
     )

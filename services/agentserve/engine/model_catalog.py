@@ -8,6 +8,8 @@ Two names are in the catalog:
   it is what `up --local`, the demo and the compose deployment serve when no model is named.
 - `tiny`: the embedded 4-layer model (`default_model.ensure_default_model`), built on first use.
   Tests and benchmarks that need its speed name it.
+- `tiny-agent`: the same architecture trained further on generated agent transcripts, so it calls
+  tools and ends with the final answer under the agent frameworks' defaults (their tests serve it).
 
 Anything else is a path: an HF-style model folder or a Llama GGUF file. Nothing here downloads: a
 catalog model that is not on disk is a ValueError naming the step that fetches it.
@@ -24,9 +26,11 @@ from agentserve.model_files.gguf_folder import GGUF_SUFFIX, model_folder
 from agentserve.model_files.tokenizer_files import models_home
 
 TINY = "tiny"
+TINY_AGENT = "tiny-agent"
 SMOLLM2 = "smollm2"
 SERVED_DEFAULT = SMOLLM2
 TINY_NAME = "agentserve-tiny"  # the services' default model name (scheduler and engine configs)
+TINY_AGENT_NAME = "agentserve-tiny-agent"
 SMOLLM2_NAME = "SmolLM2-135M-Instruct"
 SMOLLM2_FILE = f"{SMOLLM2_NAME}.Q4_1.gguf"
 
@@ -49,6 +53,8 @@ def resolve_model(spec: str | None = None) -> ServedModel:
     spec = spec or SERVED_DEFAULT
     if spec == TINY:
         return ServedModel(TINY_NAME, ensure_default_model())
+    if spec == TINY_AGENT:
+        return ServedModel(TINY_AGENT_NAME, ensure_default_model(agent=True))
     if spec == SMOLLM2:
         path = smollm2_file()
         if not path.is_file():
@@ -59,7 +65,9 @@ def resolve_model(spec: str | None = None) -> ServedModel:
         return ServedModel(SMOLLM2_NAME, path)
     path = Path(spec)
     if not path.exists():
-        raise ValueError(f"--model {spec!r} is neither a model of the catalog ({SMOLLM2}, {TINY}) nor an existing path")
+        raise ValueError(
+            f"--model {spec!r} is neither a model of the catalog ({SMOLLM2}, {TINY}, {TINY_AGENT}) nor an existing path"
+        )
     if path.is_file() and path.suffix.lower() == GGUF_SUFFIX:
         return ServedModel(SMOLLM2_NAME if path.name == SMOLLM2_FILE else path.stem, path)
     return ServedModel(path.name, path)

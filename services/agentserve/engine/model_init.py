@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import load, save
 
 from agentserve.model_files.presets import (
+    AGENT_WEIGHTS,
     BOS_ID,
     PAD_ID,
     STOP_IDS,
@@ -38,16 +39,22 @@ MOE_TOP_K = 2
 MOE_WIDTH_DIVISOR = 4
 
 
-def init_model(out_dir: str | Path, preset: str = "tiny", seed: int | None = None, model_type: str = "llama") -> Path:
+def init_model(
+    out_dir: str | Path, preset: str = "tiny", seed: int | None = None, model_type: str = "llama", agent: bool = False
+) -> Path:
     """Write a model to `out_dir` (created if needed; our files are overwritten); returns the directory.
 
     `seed=None` writes the trained weights shipped with the package (presets in `TRAINED_WEIGHTS`,
-    llama only); an integer writes random weights drawn from that seed. Same arguments give
-    byte-identical files on the same torch/tokenizers versions.
+    llama only; with `agent`, those in `AGENT_WEIGHTS`); an integer writes random weights drawn
+    from that seed. Same arguments give byte-identical files on the same torch/tokenizers versions.
     """
     spec = get_preset(preset)
     if model_type not in MODEL_TYPES:
         raise ValueError(f"unknown model_type {model_type!r}; choose one of {', '.join(MODEL_TYPES)}")
+    if agent:
+        if seed is not None or model_type != "llama":
+            raise ValueError("agent weights are trained llama weights: pass no seed and model_type llama")
+        return _write_model(out_dir, spec, model_type, trained_weights(preset, agent=True))
     if seed is None and preset not in shipped_weights(model_type):
         raise ValueError(
             f"trained weights ship for the llama {', '.join(TRAINED_WEIGHTS)} and mixtral "
@@ -56,6 +63,11 @@ def init_model(out_dir: str | Path, preset: str = "tiny", seed: int | None = Non
         )
     if seed is not None and (not isinstance(seed, int) or seed < 0):
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    tensors = trained_weights(preset, model_type) if seed is None else init_weights(spec, model_type, seed)
+    return _write_model(out_dir, spec, model_type, tensors)
+
+
+def _write_model(out_dir: str | Path, spec: ModelPreset, model_type: str, tensors: dict[str, torch.Tensor]) -> Path:
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ValueError(f"{out} exists and is not a directory")
@@ -63,7 +75,6 @@ def init_model(out_dir: str | Path, preset: str = "tiny", seed: int | None = Non
 
     write_tokenizer_files(out, spec)
     write_json(out / "config.json", model_config(spec, model_type))
-    tensors = trained_weights(preset, model_type) if seed is None else init_weights(spec, model_type, seed)
     # save() + write_bytes rather than save_file, which creates the file 0600 whatever the umask and so
     # breaks images that build the model as one user and serve it as another.
     (out / "model.safetensors").write_bytes(save(tensors, metadata={"format": "pt"}))
@@ -75,9 +86,10 @@ def shipped_weights(model_type: str) -> dict[str, str]:
     return {"llama": TRAINED_WEIGHTS, "mixtral": TRAINED_MOE_WEIGHTS}.get(model_type, {})
 
 
-def trained_weights_path(preset: str, model_type: str = "llama") -> Path:
-    """The shipped fp16 weights of `preset`'s `model_type` (a key of `shipped_weights`)."""
-    shipped = shipped_weights(model_type)
+def trained_weights_path(preset: str, model_type: str = "llama", agent: bool = False) -> Path:
+    """The shipped fp16 weights of `preset`'s `model_type` (a key of `shipped_weights`), or with
+    `agent` its agent weights (`AGENT_WEIGHTS`)."""
+    shipped = AGENT_WEIGHTS if agent else shipped_weights(model_type)
     if preset not in shipped:
         raise ValueError(
             f"no trained weights ship for preset {preset!r}; presets with them: {', '.join(shipped) or 'none'}"
@@ -85,10 +97,14 @@ def trained_weights_path(preset: str, model_type: str = "llama") -> Path:
     return Path(str(resources.files("agentserve.model_files").joinpath("data", shipped[preset])))
 
 
-def trained_weights(preset: str, model_type: str = "llama") -> dict[str, torch.Tensor]:
-    """The shipped weights in fp32, as the random ones are: the model folder's dtype does not
-    depend on where its weights came from (fp16 -> fp32 is exact)."""
-    shipped = load(trained_weights_path(preset, model_type).read_bytes())
+def trained_weights(preset: str, model_type: str = "llama", agent: bool = False) -> dict[str, torch.Tensor]:
+    """The shipped weights (with `agent`, the agent weights) in fp32, as the random ones are: the
+    model folder's dtype does not depend on where its weights came from (fp16 -> fp32 is exact)."""
+    return _load_fp32(trained_weights_path(preset, model_type, agent))
+
+
+def _load_fp32(path: Path) -> dict[str, torch.Tensor]:
+    shipped = load(path.read_bytes())
     return {name: shipped[name].float() for name in sorted(shipped)}
 
 

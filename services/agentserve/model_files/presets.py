@@ -131,6 +131,10 @@ PRESETS: dict[str, ModelPreset] = {
 TRAINED_WEIGHTS = {"tiny": "tiny-trained.fp16.safetensors"}
 # The mixtral (mixture-of-experts) variants with trained weights (`agentserve model train --model-type mixtral`).
 TRAINED_MOE_WEIGHTS = {"tiny": "tiny-mixtral-trained.fp16.safetensors"}
+# The llama presets with agent weights: the trained ones trained further on the corpus and generated
+# agent transcripts (`agentserve model train --init-from trained --agent-transcripts N`), so the
+# model calls the tool a question needs and then gives the final answer (`training.agent_transcripts`).
+AGENT_WEIGHTS = {"tiny": "tiny-agent.fp16.safetensors"}
 
 
 def get_preset(name: str) -> ModelPreset:

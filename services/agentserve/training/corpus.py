@@ -22,6 +22,7 @@ from importlib import resources
 
 from agentserve.model_files.presets import EOS_ID
 from agentserve.model_files.tokenizer import Tokenizer
+from agentserve.training.agent_transcripts import Transcript
 
 HOLD_OUT_EVERY = 20
 DIALOGUE_ROLES = {"User": "user", "Assistant": "assistant", "Tool": "tool"}
@@ -80,6 +81,12 @@ def sample_tokens(tokenizer: Tokenizer, block: str) -> list[int]:
     if messages is not None:
         return tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=False))
     return [*tokenizer.encode(block, add_bos=True), EOS_ID]
+
+
+def transcript_tokens(tokenizer: Tokenizer, transcript: Transcript) -> list[int]:
+    """An agent transcript's token ids, rendered with its tools as the gateway renders a request."""
+    text = tokenizer.apply_chat_template(transcript.messages, add_generation_prompt=False, tools=transcript.tools)
+    return tokenizer.encode(text)
 
 
 def token_stream(tokenizer: Tokenizer, blocks: tuple[str, ...] | list[str]) -> list[int]:

@@ -5,18 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from agentserve.cli.main import build_parser
 from agentserve.engine.default_model import ensure_default_model
 from agentserve.engine.model_catalog import (
     SMOLLM2_FILE,
     SMOLLM2_NAME,
+    TINY_AGENT_NAME,
     TINY_NAME,
     ServedModel,
     describe,
     resolve_model,
     smollm2_file,
 )
+from agentserve.engine.model_init import trained_weights_path
 from agentserve.engine_service.config import EngineServiceConfig
 from agentserve.scheduler.config import SchedulerConfig
 
@@ -42,6 +46,19 @@ def test_tiny_is_the_embedded_model_under_the_services_default_name() -> None:
     assert SchedulerConfig.model_name == EngineServiceConfig.model_name == TINY_NAME
 
 
+def test_tiny_agent_is_the_tiny_architecture_with_the_agent_weights() -> None:
+    model = resolve_model("tiny-agent")
+    assert model == ServedModel(TINY_AGENT_NAME, ensure_default_model(agent=True))
+    assert (model.source / "config.json").read_bytes() == (ensure_default_model() / "config.json").read_bytes()
+    assert (model.source / "tokenizer.json").read_bytes() == (ensure_default_model() / "tokenizer.json").read_bytes()
+    agent = load_file(model.source / "model.safetensors")
+    shipped = load_file(trained_weights_path("tiny", agent=True))
+    assert set(agent) == set(shipped) and all(torch.equal(agent[k], shipped[k].float()) for k in agent)
+    assert not torch.equal(
+        agent["model.norm.weight"], load_file(ensure_default_model() / "model.safetensors")["model.norm.weight"]
+    )
+
+
 def test_a_path_serves_under_its_own_name(tmp_path: Path) -> None:
     folder = tmp_path / "my-model"
     folder.mkdir()
@@ -55,7 +72,9 @@ def test_a_path_serves_under_its_own_name(tmp_path: Path) -> None:
 
 
 def test_a_missing_model_is_an_error_naming_what_fetches_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ValueError, match=r"--model 'nope' is neither a model of the catalog \(smollm2, tiny\)"):
+    with pytest.raises(
+        ValueError, match=r"--model 'nope' is neither a model of the catalog \(smollm2, tiny, tiny-agent\)"
+    ):
         resolve_model("nope")
     monkeypatch.setenv("AGENTSERVE_HOME", str(tmp_path))
     with pytest.raises(ValueError, match=r"Instruct.Q4_1.gguf does not exist; scripts/install.sh fetches it"):

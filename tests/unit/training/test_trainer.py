@@ -8,7 +8,11 @@ from safetensors import safe_open
 
 from agentserve.engine.model_init import init_weights
 from agentserve.model_files.presets import get_preset
-from agentserve.training.trainer import TrainConfig, save_weights, train, windows
+from agentserve.model_files.tokenizer import Tokenizer
+from agentserve.model_files.tokenizer_files import ensure_default_tokenizer
+from agentserve.training.agent_transcripts import agent_transcripts
+from agentserve.training.corpus import split_corpus, token_stream, transcript_tokens
+from agentserve.training.trainer import TrainConfig, save_weights, train, training_stream, windows
 
 pytestmark = pytest.mark.unit
 
@@ -32,11 +36,25 @@ def test_lr_warms_up_linearly_then_decays_on_a_cosine_to_min_lr() -> None:
         ({"warmup_steps": 1200}, r"warmup_steps must be in \[0, steps\)"),
         ({"data_seed": -1}, "seeds must be non-negative"),
         ({"preset": "huge"}, "unknown preset 'huge'"),
+        ({"init_from": "mixtral"}, "init_from must be seed, trained or agent, got 'mixtral'"),
+        ({"agent_transcripts": -1}, "agent_transcripts must be >= 0, got -1"),
     ],
 )
 def test_bad_configs_are_rejected(fields: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         TrainConfig(**fields)
+
+
+def test_agent_transcripts_join_the_corpus_samples_in_a_seeded_order() -> None:
+    tokenizer = Tokenizer.from_dir(ensure_default_tokenizer())
+    corpus = token_stream(tokenizer, split_corpus().train)
+    assert training_stream(tokenizer, TrainConfig()) == corpus
+    config = TrainConfig(agent_transcripts=3)
+    mixed = training_stream(tokenizer, config)
+    assert mixed == training_stream(tokenizer, config)
+    transcripts = [transcript_tokens(tokenizer, t) for t in agent_transcripts(3, config.data_seed)]
+    assert len(mixed) == len(corpus) + sum(map(len, transcripts))
+    assert mixed != corpus[: len(mixed)] and sorted(mixed) == sorted(corpus + [i for t in transcripts for i in t])
 
 
 def test_windows_are_shuffled_slices_with_a_fresh_offset_per_pass() -> None:
