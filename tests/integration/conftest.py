@@ -10,9 +10,10 @@ a cluster as they found it (no process killed, stopped or restarted, no setting 
 prompts of their own so no test depends on another's cache) use one per shape for the whole tier.
 
 Under pytest-xdist (`--dist loadgroup`, scripts/test.sh) each test carries an `xdist_group`: its
-module's, or the shared cluster's it uses, so a worker runs a module whole (its module-scoped
-cluster starts once) and every module on one shared cluster runs on the same worker (it starts once
-in the tier, not once per worker)."""
+module's, or, for a whole module, that of the first cluster one of its tests shares beyond the
+module (a session cluster here, or a package's `cluster` in `CLUSTER_PACKAGES`), so a worker runs a module whole (its module-scoped cluster starts
+once) and every module on one shared cluster runs on the same worker (it starts once in the tier,
+not once per worker)."""
 
 from __future__ import annotations
 
@@ -28,18 +29,33 @@ HERE = Path(__file__).parent
 
 
 SHARED_CLUSTERS = ("shared_cluster", "shared_cluster_one_decode")
+CLUSTER_PACKAGES = ("engines",)  # packages whose conftest starts a package-scoped `cluster`
+
+
+def _shared_group(item: pytest.Item) -> str | None:
+    """The cluster `item` shares beyond its module, if any."""
+    names = getattr(item, "fixturenames", ())
+    shared = [name for name in SHARED_CLUSTERS if name in names]
+    if shared:
+        return shared[0]
+    package = item.path.relative_to(HERE).parts[0]
+    return package if package in CLUSTER_PACKAGES and "cluster" in names else None
 
 
 # tryfirst: pytest-xdist reads the group marks in its own hook of this name.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if not item.path.is_relative_to(HERE):
-            continue
+    ours = [item for item in items if item.path.is_relative_to(HERE)]
+    # A module goes whole to the group of the first shared cluster one of its tests uses.
+    groups: dict[Path, str] = {}
+    for item in ours:
+        group = _shared_group(item)
+        if group is not None:
+            groups.setdefault(item.path, group)
+    for item in ours:
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(INTEGRATION_TIMEOUT_S))
-        shared = [name for name in SHARED_CLUSTERS if name in getattr(item, "fixturenames", ())]
-        item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.path.relative_to(HERE).as_posix()))
+        item.add_marker(pytest.mark.xdist_group(groups.get(item.path, item.path.relative_to(HERE).as_posix())))
 
 
 @pytest.fixture(scope="session")
