@@ -11,9 +11,9 @@ prompts of their own so no test depends on another's cache) use one per shape fo
 
 Under pytest-xdist (`--dist loadgroup`, scripts/test.sh) each test carries an `xdist_group`: its
 module's, or, for a whole module, that of the first cluster one of its tests shares beyond the
-module (a session cluster here, or a package's `cluster` in `CLUSTER_PACKAGES`), so a worker runs a module whole (its module-scoped cluster starts
-once) and every module on one shared cluster runs on the same worker (it starts once in the tier,
-not once per worker)."""
+module (a session cluster here, or a package's `cluster` in `CLUSTER_PACKAGES`). So a worker runs a
+module whole (its module-scoped cluster starts once), and every module on one shared cluster runs
+on the same worker (it starts once in the tier, not once per worker)."""
 
 from __future__ import annotations
 
