@@ -8,8 +8,10 @@ where the framework takes it.
 
 The cluster serves the `tiny-agent` model: the tiny architecture trained further on generated agent
 transcripts (`training.agent_transcripts`), which never ask about the word asked here. So the model
-itself decides to call `lookup` with the word from the question, and after the result to answer
-(the response_format's JSON, pydantic-ai's `final_result` tool, or text for LangGraph's agent loop).
+itself decides to call `lookup` first, and after the result to answer (the response_format's JSON,
+pydantic-ai's `final_result` tool, or text that ends LangGraph's agent loop). It is a 4-layer model
+on a few hundred thousand tokens: the structure is learnt, the word it looks up need not be the
+question's, so the tests check arguments against the schema, not their values.
 
 Each test records the calls its tool really received, checks their arguments against the schema the
 framework declared, and checks the run ended with the typed final output."""
