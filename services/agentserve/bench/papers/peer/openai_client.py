@@ -82,8 +82,12 @@ class CompletionsClient:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.synth = synth
+        # A connection per request (force_close): llama-server closes a connection right after a
+        # streamed reply, and a pooled connection reused in that window fails its write. Both
+        # systems are dialled the same way, and a loopback connect costs far less than a turn.
         self._http = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=timeout_s), connector=aiohttp.TCPConnector(limit=0)
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
+            connector=aiohttp.TCPConnector(limit=0, force_close=True),
         )
 
     def reply_ids(self, prompt: list[int], n: int) -> list[int]:
