@@ -45,10 +45,11 @@ class PeerSystem(Protocol):
 
 
 class AgentserveSystem:
-    """`up --local`'s cluster on free ports, its store in a temporary folder, its logs in `log_dir`."""
+    """`up --local`'s cluster on free ports, its store in a temporary folder, its logs in `log_dir`.
+    A service whose free port another process takes before it binds moves to fresh ports inside
+    `LocalCluster.start`."""
 
     name = "agentserve"
-    start_attempts = 2  # a free port taken by another process before ours binds it: start again
 
     def __init__(self, model: Path, log_dir: Path, decoders: int = 2, prefill: int = 1) -> None:
         self.model = model
@@ -56,10 +57,7 @@ class AgentserveSystem:
         self.decoders = decoders
         self.prefill = prefill
         self._data = Path(tempfile.mkdtemp(prefix="agentserve-peer-"))
-        self.cluster = self._cluster()
-
-    def _cluster(self) -> LocalCluster:
-        return LocalCluster(
+        self.cluster = LocalCluster(
             LocalPorts.free(self.decoders, self.prefill),
             decoders=self.decoders,
             prefill=self.prefill,
@@ -69,15 +67,7 @@ class AgentserveSystem:
         )
 
     def start(self) -> None:
-        for attempt in range(1, self.start_attempts + 1):
-            try:
-                self.cluster.start(timeout_s=600.0)
-                return
-            except RuntimeError as exc:  # a service exited while starting (its log says why)
-                if attempt == self.start_attempts:
-                    raise
-                print(f"agentserve bench peer: {exc}; starting again on fresh ports", file=sys.stderr)
-                self.cluster = self._cluster()
+        self.cluster.start(timeout_s=600.0)
 
     @property
     def base_url(self) -> str:
